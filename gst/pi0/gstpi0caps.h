@@ -1,0 +1,29 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+/* Media types shared by the elements, the tests and applications. */
+
+/**
+ * GST_PI0_OBSERVATION_MEDIA_TYPE:
+ *
+ * One buffer = one observation: the view frames' memories in view order and a
+ * #GstPi0ObservationMeta. Fields: `views` (int, number of views), `view-names` (string,
+ * comma-separated, in view order), `framerate` (fraction, the base view's).
+ */
+#define GST_PI0_OBSERVATION_MEDIA_TYPE "application/x-pi0-observation"
+
+/**
+ * GST_PI0_STATE_MEDIA_TYPE:
+ *
+ * A robot state stream: each buffer holds exactly `dim` native-endian float32 values.
+ */
+#define GST_PI0_STATE_MEDIA_TYPE "application/x-pi0-state"
+
+/** Largest number of views one observation can hold. */
+#define GST_PI0_MAX_VIEWS 8
+
+/** Longest view name, including the terminating NUL. */
+#define GST_PI0_VIEW_NAME_LEN 16
+
+/** Version of the meta structs declared by this library. */
+#define GST_PI0_META_VERSION 1

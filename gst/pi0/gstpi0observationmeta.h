@@ -1,0 +1,131 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+#include <gst/pi0/pi0-prelude.h>
+#include <gst/pi0/gstpi0caps.h>
+#include <gst/video/video.h>
+
+G_BEGIN_DECLS
+
+/**
+ * GstPi0ViewFlags:
+ * @GST_PI0_VIEW_FLAG_NONE: no flag
+ * @GST_PI0_VIEW_FLAG_VALID: the view has a frame in this observation; without it the view is
+ *   masked (the model must ignore it) and contributes no memory to the buffer
+ * @GST_PI0_VIEW_FLAG_CUDA: the frame lives in `memory:CUDAMemory`
+ * @GST_PI0_VIEW_FLAG_SKEWED: the frame is older than the muxer's `max-skew` (but within
+ *   `max-staleness`): valid, but not captured together with the base frame
+ */
+typedef enum {
+  GST_PI0_VIEW_FLAG_NONE = 0,
+  GST_PI0_VIEW_FLAG_VALID = (1 << 0),
+  GST_PI0_VIEW_FLAG_CUDA = (1 << 1),
+  GST_PI0_VIEW_FLAG_SKEWED = (1 << 2),
+} GstPi0ViewFlags;
+
+/**
+ * GstPi0View:
+ * @name: the view's name (`main`, `side`, `top`), NUL-terminated
+ * @flags: #GstPi0ViewFlags
+ * @info: format, size, plane offsets and strides of this frame. Offsets count from the start of
+ *   the view's first memory, the view's memories taken as one span
+ * @pts: the frame's PTS in its input segment
+ * @capture_time: the frame's running time (when it was captured, for live sources)
+ * @mem_index: index of the view's first memory in the observation buffer
+ * @n_mem: number of memories the view occupies (0 when not valid)
+ *
+ * One camera view inside a #GstPi0ObservationMeta.
+ */
+typedef struct {
+  gchar name[GST_PI0_VIEW_NAME_LEN];
+  GstPi0ViewFlags flags;
+  GstVideoInfo info;
+  GstClockTime pts;
+  GstClockTime capture_time;
+  guint mem_index;
+  guint n_mem;
+  /*< private >*/
+  gpointer _gst_reserved[GST_PADDING];
+} GstPi0View;
+
+/**
+ * GstPi0StateFlags:
+ * @GST_PI0_STATE_FLAG_NONE: no state (no `state` pad, or no sample yet)
+ * @GST_PI0_STATE_FLAG_PRESENT: @state holds @state_dim values
+ * @GST_PI0_STATE_FLAG_STALE: the sample is older than the muxer's `max-state-age`
+ */
+typedef enum {
+  GST_PI0_STATE_FLAG_NONE = 0,
+  GST_PI0_STATE_FLAG_PRESENT = (1 << 0),
+  GST_PI0_STATE_FLAG_STALE = (1 << 1),
+} GstPi0StateFlags;
+
+typedef struct _GstPi0ObservationMeta GstPi0ObservationMeta;
+
+/**
+ * GstPi0ObservationMeta:
+ * @meta: parent #GstMeta
+ * @version: #GST_PI0_META_VERSION of the library that made the meta
+ * @sequence: observation number, counting from 0 at each start of the muxer
+ * @observation_time: running time of the observation (the base view's frame)
+ * @n_views: number of entries in @views
+ * @views: the views, in view order
+ * @state_flags: #GstPi0StateFlags
+ * @state_dim: number of floats in @state
+ * @state: the robot state vector (owned by the meta; %NULL when absent)
+ * @state_time: running time of the state sample
+ *
+ * One synchronized observation: which views it holds, where their frames are, and the robot
+ * state that goes with them. Survives queue, tee, gst_buffer_copy() and
+ * gst_buffer_make_writable() (copies are deep).
+ */
+struct _GstPi0ObservationMeta {
+  GstMeta meta;
+  guint version;
+  guint64 sequence;
+  GstClockTime observation_time;
+  guint n_views;
+  GstPi0View views[GST_PI0_MAX_VIEWS];
+  GstPi0StateFlags state_flags;
+  guint state_dim;
+  gfloat *state;
+  GstClockTime state_time;
+  /*< private >*/
+  gpointer _gst_reserved[GST_PADDING_LARGE];
+};
+
+GST_PI0_API GType gst_pi0_observation_meta_api_get_type (void);
+#define GST_PI0_OBSERVATION_META_API_TYPE (gst_pi0_observation_meta_api_get_type ())
+
+GST_PI0_API const GstMetaInfo *gst_pi0_observation_meta_get_info (void);
+#define GST_PI0_OBSERVATION_META_INFO (gst_pi0_observation_meta_get_info ())
+
+#define gst_buffer_get_pi0_observation_meta(b)                                                     \
+  ((GstPi0ObservationMeta *) gst_buffer_get_meta ((b), GST_PI0_OBSERVATION_META_API_TYPE))
+
+GST_PI0_API GstPi0ObservationMeta *gst_buffer_add_pi0_observation_meta (GstBuffer *buffer);
+
+GST_PI0_API guint gst_pi0_observation_meta_get_n_views (const GstPi0ObservationMeta *meta);
+
+GST_PI0_API const GstPi0View *gst_pi0_observation_meta_get_view (const GstPi0ObservationMeta *meta,
+                                                                 guint index);
+
+GST_PI0_API gint gst_pi0_observation_meta_find_view (const GstPi0ObservationMeta *meta,
+                                                     const gchar *name);
+
+GST_PI0_API GstPi0View *gst_pi0_observation_meta_add_view (GstPi0ObservationMeta *meta,
+                                                           const gchar *name);
+
+GST_PI0_API gboolean gst_pi0_observation_meta_map_view (const GstPi0ObservationMeta *meta,
+                                                        GstBuffer *buffer, guint index,
+                                                        GstVideoFrame *frame, GstMapFlags flags);
+
+GST_PI0_API void gst_pi0_observation_meta_set_state (GstPi0ObservationMeta *meta,
+                                                     const gfloat *state, guint dim,
+                                                     GstClockTime state_time,
+                                                     GstPi0StateFlags flags);
+
+GST_PI0_API const gfloat *gst_pi0_observation_meta_get_state (const GstPi0ObservationMeta *meta,
+                                                              guint *dim);
+
+G_END_DECLS

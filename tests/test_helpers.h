@@ -1,0 +1,68 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+/* Shared by every test binary: RAII for GStreamer objects, and a way to say that a test
+ * expects a GLib warning or critical (any other one fails the test, see gst_test_main.cpp). */
+
+#include <gst/gst.h>
+#include <gst/check/gstharness.h>
+
+#include <memory>
+#include <string>
+
+namespace pi0test {
+
+struct HarnessDeleter {
+  void operator() (GstHarness *h) const { gst_harness_teardown (h); }
+};
+struct ObjectDeleter {
+  void operator() (gpointer o) const { gst_object_unref (o); }
+};
+struct MiniObjectDeleter {
+  void operator() (GstMiniObject *o) const { gst_mini_object_unref (o); }
+};
+struct BufferDeleter {
+  void operator() (GstBuffer *b) const { gst_buffer_unref (b); }
+};
+struct CapsDeleter {
+  void operator() (GstCaps *c) const { gst_caps_unref (c); }
+};
+struct MessageDeleter {
+  void operator() (GstMessage *m) const { gst_message_unref (m); }
+};
+struct ElementDeleter {
+  void operator() (GstElement *e) const
+  {
+    gst_element_set_state (e, GST_STATE_NULL);
+    gst_object_unref (e);
+  }
+};
+
+using HarnessPtr = std::unique_ptr<GstHarness, HarnessDeleter>;
+using BufferPtr = std::unique_ptr<GstBuffer, BufferDeleter>;
+using CapsPtr = std::unique_ptr<GstCaps, CapsDeleter>;
+using MessagePtr = std::unique_ptr<GstMessage, MessageDeleter>;
+/* Sets the element to NULL before the last unref, so a failing ASSERT cannot leak threads. */
+using ElementPtr = std::unique_ptr<GstElement, ElementDeleter>;
+template <typename T> using ObjectPtr = std::unique_ptr<T, ObjectDeleter>;
+
+/* While alive, GLib warnings/criticals whose message contains @substring are expected: they
+ * are counted instead of failing the test. */
+class ExpectLog
+{
+public:
+  explicit ExpectLog (std::string substring);
+  ~ExpectLog ();
+  int count () const;
+
+private:
+  std::string substring_;
+};
+
+/* Takes every message currently on @bus; returns the first one of @types (or nullptr). */
+MessagePtr pop_message (GstBus *bus, GstMessageType types);
+
+/* The text of an error or warning message: "<message> | <debug>". */
+std::string message_text (GstMessage *msg);
+
+} // namespace pi0test
