@@ -751,7 +751,8 @@ gst_pi0_view_mux_flush (GstAggregator *agg)
   /* Frames from before a flushing seek must never pair with frames after it. */
   GST_DEBUG_OBJECT (self, "flush");
   reset_state (self, true);
-  return GST_AGGREGATOR_CLASS (parent_class)->flush (agg);
+  auto parent = GST_AGGREGATOR_CLASS (parent_class);
+  return parent->flush ? parent->flush (agg) : GST_FLOW_OK;
 }
 
 /* ------------------------------------------------------------------------------------------ */

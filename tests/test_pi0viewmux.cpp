@@ -1,0 +1,716 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* pi0viewmux: pairing, staleness (live, on the test clock), state alignment, EOS, flush,
+ * caps changes, bad caps, pad release, and the gst-launch line of the docs. */
+
+#include "test_helpers.h"
+
+#include <gst/pi0/pi0.h>
+#include <gst/video/video.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <map>
+#include <thread>
+#include <vector>
+
+using namespace pi0test;
+
+namespace {
+
+GstClockTime
+frame_time (guint64 n, int fps)
+{
+  return gst_util_uint64_scale (n, GST_SECOND, fps);
+}
+
+/* A frame whose every byte is @fill, so a test can tell frames apart by content. */
+GstBuffer *
+make_frame (const GstVideoInfo &info, GstClockTime pts, GstClockTime dur, guint8 fill)
+{
+  GstBuffer *buf = gst_buffer_new_allocate (nullptr, GST_VIDEO_INFO_SIZE (&info), nullptr);
+  gst_buffer_memset (buf, 0, fill, GST_VIDEO_INFO_SIZE (&info));
+  GST_BUFFER_PTS (buf) = pts;
+  GST_BUFFER_DURATION (buf) = dur;
+  return buf;
+}
+
+GstBuffer *
+make_state (const std::vector<float> &v, GstClockTime pts)
+{
+  GstBuffer *buf = gst_buffer_new_memdup (v.data (), v.size () * sizeof (float));
+  GST_BUFFER_PTS (buf) = pts;
+  return buf;
+}
+
+GstVideoInfo
+video_info (const char *caps_str)
+{
+  GstVideoInfo info;
+  CapsPtr caps (gst_caps_from_string (caps_str));
+  EXPECT_TRUE (gst_video_info_from_caps (&info, caps.get ()));
+  return info;
+}
+
+guint8
+view_byte (GstBuffer *obs, const GstPi0View *v)
+{
+  guint8 b = 0;
+  GstMemory *mem = gst_buffer_peek_memory (obs, v->mem_index);
+  GstMapInfo map;
+  EXPECT_TRUE (gst_memory_map (mem, &map, GST_MAP_READ));
+  b = map.data[0];
+  gst_memory_unmap (mem, &map);
+  return b;
+}
+
+const char *MAIN_CAPS = "video/x-raw,format=RGB,width=64,height=48,framerate=30/1";
+const char *SIDE_CAPS = "video/x-raw,format=NV12,width=32,height=24,framerate=15/1";
+const char *TOP_CAPS = "video/x-raw,format=I420,width=40,height=30,framerate=10/1";
+
+/* One muxer with a harness per input; the main harness also collects the output. */
+struct Mux {
+  ObjectPtr<GstElement> element;
+  HarnessPtr main, side, top, state;
+  ObjectPtr<GstBus> bus;
+
+  explicit Mux (bool live, bool with_state = false, bool with_top = true)
+  {
+    element.reset (gst_element_factory_make ("pi0viewmux", nullptr));
+    gst_object_ref_sink (element.get ());
+    bus.reset (gst_bus_new ());
+    gst_element_set_bus (element.get (), bus.get ());
+    main.reset (gst_harness_new_with_element (element.get (), "main", "src"));
+    side.reset (gst_harness_new_with_element (element.get (), "side", nullptr));
+    if (with_top)
+      top.reset (gst_harness_new_with_element (element.get (), "top", nullptr));
+    if (with_state)
+      state.reset (gst_harness_new_with_element (element.get (), "state", nullptr));
+    for (GstHarness *h : {main.get (), side.get (), top.get (), state.get ()}) {
+      if (h)
+        gst_harness_set_live (h, live);
+    }
+    /* Each harness brings its own test clock; the one the tests crank is main's. */
+    gst_harness_use_testclock (main.get ());
+  }
+
+  ~Mux ()
+  {
+    /* Secondary harnesses first: the main one owns the element's src pad. */
+    state.reset ();
+    top.reset ();
+    side.reset ();
+    main.reset ();
+    if (element)
+      gst_element_set_bus (element.get (), nullptr);
+  }
+
+  std::vector<MessagePtr> messages (GstMessageType type)
+  {
+    std::vector<MessagePtr> out;
+    while (GstMessage *m = gst_bus_pop_filtered (bus.get (), type))
+      out.emplace_back (m);
+    return out;
+  }
+};
+
+/* Pushes a sequence on its own thread: a non-live muxer holds one buffer per pad and pushes
+ * block until it takes them, so one thread per input, as in a real pipeline. */
+class Pusher
+{
+public:
+  explicit Pusher (std::function<void ()> fn) : thread_ (std::move (fn)) {}
+  ~Pusher () { join (); }
+  void join ()
+  {
+    if (thread_.joinable ())
+      thread_.join ();
+  }
+
+private:
+  std::thread thread_;
+};
+
+void
+push_video (GstHarness *h, const char *caps, int fps, int n, int first_fill = 0,
+            GstFlowReturn *last = nullptr)
+{
+  gst_harness_set_src_caps_str (h, caps);
+  GstVideoInfo info = video_info (caps);
+  for (int i = 0; i < n; i++) {
+    GstFlowReturn r = gst_harness_push (
+        h, make_frame (info, frame_time (i, fps), frame_time (1, fps), (guint8) (first_fill + i)));
+    if (last)
+      *last = r;
+    if (r != GST_FLOW_OK)
+      return;
+  }
+  gst_harness_push_event (h, gst_event_new_eos ());
+}
+
+/* The newest index i with frame_time (i, fps) <= limit. */
+int
+newest_at_or_before (GstClockTime limit, int fps, int n)
+{
+  int best = -1;
+  for (int i = 0; i < n; i++) {
+    if (frame_time (i, fps) <= limit)
+      best = i;
+  }
+  return best;
+}
+
+guint64
+stat (GstElement *mux, const char *view, const char *field)
+{
+  GstStructure *s = nullptr;
+  guint64 v = 0;
+  g_object_get (mux, "stats", &s, nullptr);
+  if (!s)
+    return G_MAXUINT64;
+  if (view) {
+    const GValue *val = gst_structure_get_value (s, view);
+    if (val && GST_VALUE_HOLDS_STRUCTURE (val))
+      gst_structure_get_uint64 (gst_value_get_structure (val), field, &v);
+  } else {
+    gst_structure_get_uint64 (s, field, &v);
+  }
+  gst_structure_free (s);
+  return v;
+}
+
+} // namespace
+
+TEST (ViewMux, PadsAndProperties)
+{
+  ObjectPtr<GstElement> mux (gst_element_factory_make ("pi0viewmux", nullptr));
+  ASSERT_NE (mux, nullptr);
+  gst_object_ref_sink (mux.get ());
+  GstElementClass *klass = GST_ELEMENT_GET_CLASS (mux.get ());
+  for (const char *name : {"main", "side", "top", "state"}) {
+    GstPadTemplate *t = gst_element_class_get_pad_template (klass, name);
+    ASSERT_NE (t, nullptr) << name;
+    EXPECT_EQ (GST_PAD_TEMPLATE_PRESENCE (t), GST_PAD_REQUEST);
+  }
+  for (const char *prop : {"base-view", "max-skew", "max-staleness", "max-state-age",
+                           "require-all-views", "force-live", "stats", "latency"})
+    EXPECT_NE (g_object_class_find_property (G_OBJECT_GET_CLASS (mux.get ()), prop), nullptr) << prop;
+
+  GstPad *side = gst_element_request_pad_simple (mux.get (), "side");
+  ASSERT_NE (side, nullptr);
+  EXPECT_STREQ (GST_PAD_NAME (side), "side");
+  /* One pad per view (core complains about the name clash before asking us). */
+  {
+    ExpectLog clash ("already has a pad named side");
+    EXPECT_EQ (gst_element_request_pad_simple (mux.get (), "side"), nullptr);
+  }
+  EXPECT_EQ (gst_element_request_pad_simple (mux.get (), "sink_0"), nullptr);
+  gst_element_release_request_pad (mux.get (), side);
+  gst_object_unref (side);
+}
+
+/* Three cameras at 30, 15 and 10 fps (non-live): one observation per main frame, each other
+ * view with its newest frame at or before the main frame (+ max-skew), all valid. */
+TEST (ViewMux, PairsThreeRatesNonLive)
+{
+  Mux m (false);
+  const int NM = 30, NS = 15, NT = 10;
+  {
+    Pusher a ([&] { push_video (m.side.get (), SIDE_CAPS, 15, NS, 100); });
+    Pusher b ([&] { push_video (m.top.get (), TOP_CAPS, 10, NT, 200); });
+    Pusher c ([&] { push_video (m.main.get (), MAIN_CAPS, 30, NM, 0); });
+
+    for (int k = 0; k < NM; k++) {
+      BufferPtr obs (gst_harness_pull (m.main.get ()));
+      ASSERT_NE (obs, nullptr) << "observation " << k;
+      GstClockTime T = frame_time (k, 30);
+      EXPECT_EQ (GST_BUFFER_PTS (obs.get ()), T);
+      GstPi0ObservationMeta *meta = gst_buffer_get_pi0_observation_meta (obs.get ());
+      ASSERT_NE (meta, nullptr);
+      EXPECT_EQ (meta->version, (guint) GST_PI0_META_VERSION);
+      EXPECT_EQ (meta->sequence, (guint64) k);
+      EXPECT_EQ (meta->observation_time, T);
+      ASSERT_EQ (meta->n_views, 3u);
+      EXPECT_STREQ (meta->views[0].name, "main");
+      EXPECT_STREQ (meta->views[1].name, "side");
+      EXPECT_STREQ (meta->views[2].name, "top");
+      EXPECT_EQ (gst_buffer_n_memory (obs.get ()), 3u);
+
+      int js = newest_at_or_before (T + 10 * GST_MSECOND, 15, NS);
+      int jt = newest_at_or_before (T + 10 * GST_MSECOND, 10, NT);
+      const struct {
+        int idx, fill0, fps;
+        const char *fmt;
+      } expect[3] = {{k, 0, 30, "RGB"}, {js, 100, 15, "NV12"}, {jt, 200, 10, "I420"}};
+      for (int v = 0; v < 3; v++) {
+        const GstPi0View *view = gst_pi0_observation_meta_get_view (meta, v);
+        ASSERT_TRUE (view->flags & GST_PI0_VIEW_FLAG_VALID) << "obs " << k << " view " << v;
+        EXPECT_EQ (view->pts, frame_time (expect[v].idx, expect[v].fps)) << "obs " << k << " view " << v;
+        EXPECT_EQ (view->capture_time, view->pts);
+        EXPECT_EQ (view_byte (obs.get (), view), (guint8) (expect[v].fill0 + expect[v].idx));
+        EXPECT_STREQ (gst_video_format_to_string (GST_VIDEO_INFO_FORMAT (&view->info)), expect[v].fmt);
+        bool skewed = T - view->pts > 10 * GST_MSECOND;
+        EXPECT_EQ (!!(view->flags & GST_PI0_VIEW_FLAG_SKEWED), skewed) << "obs " << k << " view " << v;
+        /* The view maps as a frame with the recorded layout. */
+        GstVideoFrame frame;
+        ASSERT_TRUE (gst_pi0_observation_meta_map_view (meta, obs.get (), v, &frame, GST_MAP_READ));
+        EXPECT_EQ (GST_VIDEO_FRAME_WIDTH (&frame), GST_VIDEO_INFO_WIDTH (&view->info));
+        gst_video_frame_unmap (&frame);
+      }
+      EXPECT_EQ (meta->state_flags, GST_PI0_STATE_FLAG_NONE);
+    }
+  }
+  /* The base view ended: so does the output. */
+  bool eos = false;
+  while (!eos) {
+    GstEvent *ev = gst_harness_pull_event (m.main.get ());
+    ASSERT_NE (ev, nullptr) << "no EOS";
+    eos = GST_EVENT_TYPE (ev) == GST_EVENT_EOS;
+    gst_event_unref (ev);
+  }
+  EXPECT_EQ (gst_harness_try_pull (m.main.get ()), nullptr);
+
+  EXPECT_EQ (stat (m.element.get (), nullptr, "observations"), (guint64) NM);
+  EXPECT_EQ (stat (m.element.get (), "main", "frames-in"), (guint64) NM);
+  EXPECT_EQ (stat (m.element.get (), "side", "frames-in"), (guint64) NS);
+  EXPECT_EQ (stat (m.element.get (), "top", "frames-in"), (guint64) NT);
+  EXPECT_EQ (stat (m.element.get (), "side", "used"), (guint64) NM);
+  EXPECT_EQ (stat (m.element.get (), "top", "masked"), 0u);
+  EXPECT_TRUE (m.messages (GST_MESSAGE_WARNING).empty ());
+
+  /* The observation caps describe the views and the base rate. */
+  CapsPtr caps (gst_pad_get_current_caps (GST_ELEMENT_CAST (m.element.get ())->srcpads->data
+                                              ? GST_PAD (GST_ELEMENT_CAST (m.element.get ())->srcpads->data)
+                                              : nullptr));
+  ASSERT_NE (caps, nullptr);
+  const GstStructure *s = gst_caps_get_structure (caps.get (), 0);
+  EXPECT_TRUE (gst_structure_has_name (s, GST_PI0_OBSERVATION_MEDIA_TYPE));
+  gint views = 0, n, d;
+  EXPECT_TRUE (gst_structure_get_int (s, "views", &views));
+  EXPECT_EQ (views, 3);
+  EXPECT_STREQ (gst_structure_get_string (s, "view-names"), "main,side,top");
+  EXPECT_TRUE (gst_structure_get_fraction (s, "framerate", &n, &d));
+  EXPECT_EQ (n, 30);
+  EXPECT_EQ (d, 1);
+}
+
+/* A view that ends early is used while fresh, then masked; the output goes on until the base
+ * view ends. A masked view contributes no memory and is never zero-filled. */
+TEST (ViewMux, EndedViewIsMaskedAfterStaleness)
+{
+  Mux m (false);
+  g_object_set (m.element.get (), "max-staleness", (guint64) (150 * GST_MSECOND), nullptr);
+  const int NM = 20;
+  {
+    Pusher a ([&] { push_video (m.side.get (), SIDE_CAPS, 15, 15, 100); });
+    Pusher b ([&] { push_video (m.top.get (), TOP_CAPS, 10, 3, 200); }); /* 0, 100, 200 ms */
+    Pusher c ([&] { push_video (m.main.get (), MAIN_CAPS, 30, NM, 0); });
+    for (int k = 0; k < NM; k++) {
+      BufferPtr obs (gst_harness_pull (m.main.get ()));
+      ASSERT_NE (obs, nullptr);
+      GstPi0ObservationMeta *meta = gst_buffer_get_pi0_observation_meta (obs.get ());
+      GstClockTime T = frame_time (k, 30);
+      bool top_valid = T <= 200 * GST_MSECOND + 150 * GST_MSECOND;
+      EXPECT_EQ (!!(meta->views[2].flags & GST_PI0_VIEW_FLAG_VALID), top_valid) << "obs " << k;
+      EXPECT_EQ (gst_buffer_n_memory (obs.get ()), top_valid ? 3u : 2u);
+      if (!top_valid) {
+        EXPECT_EQ (meta->views[2].n_mem, 0u);
+        GstVideoFrame f;
+        EXPECT_FALSE (gst_pi0_observation_meta_map_view (meta, obs.get (), 2, &f, GST_MAP_READ));
+      }
+    }
+  }
+  EXPECT_EQ (stat (m.element.get (), "top", "masked"), (guint64) (NM - 11));
+  /* The bus heard about it, naming the view. */
+  auto warnings = m.messages (GST_MESSAGE_WARNING);
+  ASSERT_EQ (warnings.size (), 1u);
+  EXPECT_NE (message_text (warnings[0].get ()).find ("'top' is stale"), std::string::npos);
+}
+
+TEST (ViewMux, RequireAllViewsDropsIncompleteObservations)
+{
+  Mux m (false);
+  g_object_set (m.element.get (), "max-staleness", (guint64) (150 * GST_MSECOND),
+                "require-all-views", TRUE, nullptr);
+  {
+    Pusher a ([&] { push_video (m.side.get (), SIDE_CAPS, 15, 15, 100); });
+    Pusher b ([&] { push_video (m.top.get (), TOP_CAPS, 10, 3, 200); });
+    Pusher c ([&] { push_video (m.main.get (), MAIN_CAPS, 30, 20, 0); });
+    for (int k = 0; k < 11; k++) {
+      BufferPtr obs (gst_harness_pull (m.main.get ()));
+      ASSERT_NE (obs, nullptr);
+      GstPi0ObservationMeta *meta = gst_buffer_get_pi0_observation_meta (obs.get ());
+      for (guint v = 0; v < meta->n_views; v++)
+        EXPECT_TRUE (meta->views[v].flags & GST_PI0_VIEW_FLAG_VALID);
+    }
+  }
+  EXPECT_EQ (gst_harness_try_pull (m.main.get ()), nullptr);
+  EXPECT_EQ (stat (m.element.get (), nullptr, "observations"), 11u);
+  EXPECT_EQ (stat (m.element.get (), nullptr, "dropped-observations"), 9u);
+}
+
+/* Live sources on the test clock: the top camera stalls; the output never waits for it
+ * beyond the latency, masks it after max-staleness, and unmasks it when it returns. */
+TEST (ViewMux, LiveStalledViewIsMaskedThenRecovers)
+{
+  Mux m (true);
+  const GstClockTime staleness = 100 * GST_MSECOND;
+  g_object_set (m.element.get (), "max-staleness", staleness, nullptr);
+  gst_harness_set_src_caps_str (m.main.get (), "video/x-raw,format=RGB,width=64,height=48,framerate=30/1");
+  gst_harness_set_src_caps_str (m.side.get (), "video/x-raw,format=NV12,width=32,height=24,framerate=30/1");
+  gst_harness_set_src_caps_str (m.top.get (), "video/x-raw,format=I420,width=40,height=30,framerate=30/1");
+  GstVideoInfo im = video_info ("video/x-raw,format=RGB,width=64,height=48,framerate=30/1");
+  GstVideoInfo is = video_info ("video/x-raw,format=NV12,width=32,height=24,framerate=30/1");
+  GstVideoInfo it = video_info ("video/x-raw,format=I420,width=40,height=30,framerate=30/1");
+
+  /* top delivers frames 0..5, stalls, and comes back at frame 45 (1.5 s). */
+  auto top_alive = [] (int k) { return k <= 5 || k >= 45; };
+  const int N = 50;
+  for (int k = 0; k < N; k++) {
+    GstClockTime T = frame_time (k, 30), D = frame_time (1, 30);
+    ASSERT_EQ (gst_harness_push (m.side.get (), make_frame (is, T, D, 100)), GST_FLOW_OK);
+    if (top_alive (k)) {
+      ASSERT_EQ (gst_harness_push (m.top.get (), make_frame (it, T, D, (guint8) k)), GST_FLOW_OK);
+    }
+    ASSERT_EQ (gst_harness_push (m.main.get (), make_frame (im, T, D, 0)), GST_FLOW_OK);
+
+    /* No view has a later frame yet, so the muxer waits for its deadline: release it. */
+    ASSERT_TRUE (gst_harness_crank_single_clock_wait (m.main.get ()));
+    BufferPtr obs (gst_harness_pull (m.main.get ()));
+    ASSERT_NE (obs, nullptr) << "observation " << k;
+    GstPi0ObservationMeta *meta = gst_buffer_get_pi0_observation_meta (obs.get ());
+    EXPECT_EQ (meta->observation_time, T);
+    EXPECT_TRUE (meta->views[0].flags & GST_PI0_VIEW_FLAG_VALID);
+    EXPECT_TRUE (meta->views[1].flags & GST_PI0_VIEW_FLAG_VALID);
+    int last_top = top_alive (k) ? k : 5;
+    bool expect_valid = T - frame_time (last_top, 30) <= staleness;
+    EXPECT_EQ (!!(meta->views[2].flags & GST_PI0_VIEW_FLAG_VALID), expect_valid) << "obs " << k;
+    if (expect_valid) {
+      EXPECT_EQ (view_byte (obs.get (), &meta->views[2]), (guint8) last_top) << "obs " << k;
+    }
+  }
+
+  /* Masked from frame 9 (top's frame 5 is 133 ms old at frame 9) to 44. */
+  EXPECT_EQ (stat (m.element.get (), "top", "masked"), 36u);
+  auto warnings = m.messages (GST_MESSAGE_WARNING);
+  ASSERT_EQ (warnings.size (), 2u);
+  EXPECT_NE (message_text (warnings[0].get ()).find ("'top' is stale"), std::string::npos);
+  EXPECT_NE (message_text (warnings[1].get ()).find ("'top' recovered"), std::string::npos);
+  const GstStructure *details = nullptr;
+  gst_message_parse_warning_details (warnings[1].get (), &details);
+  ASSERT_NE (details, nullptr);
+  EXPECT_STREQ (gst_structure_get_string (details, "view"), "top");
+}
+
+/* The robot state: the newest sample at or before the observation; too old is flagged;
+ * malformed and non-finite samples never reach the meta. */
+TEST (ViewMux, StateAlignmentAndStaleness)
+{
+  Mux m (false, true, false);
+  g_object_set (m.element.get (), "max-state-age", (guint64) (40 * GST_MSECOND), nullptr);
+  const int NM = 12, NST = 8; /* state at 20 Hz: 0, 50, ... 350 ms */
+  {
+    Pusher a ([&] { push_video (m.side.get (), SIDE_CAPS, 15, 6, 100); });
+    Pusher b ([&] {
+      gst_harness_set_src_caps_str (m.state.get (), "application/x-pi0-state,dim=(int)3");
+      for (int i = 0; i < NST; i++) {
+        GstClockTime t = i * 50 * GST_MSECOND;
+        if (i == 3) {
+          /* A NaN sample and a short one at 150 ms: rejected; 100 ms stays current. */
+          gst_harness_push (m.state.get (), make_state ({1.f, NAN, 3.f}, t));
+          gst_harness_push (m.state.get (), make_state ({1.f}, t));
+          continue;
+        }
+        gst_harness_push (m.state.get (), make_state ({(float) i, 0.5f, -1.f}, t));
+      }
+      gst_harness_push_event (m.state.get (), gst_event_new_eos ());
+    });
+    Pusher c ([&] { push_video (m.main.get (), MAIN_CAPS, 30, NM, 0); });
+
+    for (int k = 0; k < NM; k++) {
+      BufferPtr obs (gst_harness_pull (m.main.get ()));
+      ASSERT_NE (obs, nullptr);
+      GstPi0ObservationMeta *meta = gst_buffer_get_pi0_observation_meta (obs.get ());
+      GstClockTime T = frame_time (k, 30);
+      int i = (int) (T / (50 * GST_MSECOND));
+      if (i == 3)
+        i = 2; /* the samples at 150 ms were rejected */
+      guint dim = 0;
+      const float *st = gst_pi0_observation_meta_get_state (meta, &dim);
+      ASSERT_NE (st, nullptr) << "obs " << k;
+      ASSERT_EQ (dim, 3u);
+      EXPECT_EQ (st[0], (float) i) << "obs " << k;
+      EXPECT_EQ (meta->state_time, i * 50 * GST_MSECOND);
+      bool stale = T - i * 50 * GST_MSECOND > 40 * GST_MSECOND;
+      EXPECT_EQ (!!(meta->state_flags & GST_PI0_STATE_FLAG_STALE), stale) << "obs " << k;
+      EXPECT_TRUE (meta->state_flags & GST_PI0_STATE_FLAG_PRESENT);
+    }
+  }
+  EXPECT_EQ (stat (m.element.get (), nullptr, "state-rejected"), 2u);
+  auto warnings = m.messages (GST_MESSAGE_WARNING);
+  EXPECT_EQ (warnings.size (), 2u);
+  for (auto &w : warnings)
+    EXPECT_NE (message_text (w.get ()).find ("finite float32"), std::string::npos);
+}
+
+/* A camera changes resolution mid-stream: the meta follows, the observation caps do not. */
+TEST (ViewMux, ViewResolutionChangeMidStream)
+{
+  Mux m (false, false, false);
+  const char *side2 = "video/x-raw,format=NV12,width=16,height=12,framerate=15/1";
+  {
+    Pusher a ([&] {
+      GstVideoInfo i1 = video_info (SIDE_CAPS), i2 = video_info (side2);
+      gst_harness_set_src_caps_str (m.side.get (), SIDE_CAPS);
+      for (int j = 0; j < 8; j++) {
+        if (j == 4)
+          gst_harness_set_src_caps_str (m.side.get (), side2);
+        gst_harness_push (m.side.get (), make_frame (j < 4 ? i1 : i2, frame_time (j, 15),
+                                                     frame_time (1, 15), (guint8) j));
+      }
+      gst_harness_push_event (m.side.get (), gst_event_new_eos ());
+    });
+    Pusher c ([&] { push_video (m.main.get (), MAIN_CAPS, 30, 16, 0); });
+    for (int k = 0; k < 16; k++) {
+      BufferPtr obs (gst_harness_pull (m.main.get ()));
+      ASSERT_NE (obs, nullptr);
+      GstPi0ObservationMeta *meta = gst_buffer_get_pi0_observation_meta (obs.get ());
+      const GstPi0View *v = &meta->views[1];
+      ASSERT_TRUE (v->flags & GST_PI0_VIEW_FLAG_VALID);
+      int j = newest_at_or_before (frame_time (k, 30) + 10 * GST_MSECOND, 15, 8);
+      EXPECT_EQ (view_byte (obs.get (), v), (guint8) j);
+      EXPECT_EQ (GST_VIDEO_INFO_WIDTH (&v->info), j < 4 ? 32 : 16) << "obs " << k;
+      EXPECT_EQ (gst_buffer_get_sizes_range (obs.get (), v->mem_index, v->n_mem, nullptr, nullptr),
+                 GST_VIDEO_INFO_SIZE (&v->info));
+    }
+  }
+  EXPECT_TRUE (m.messages (GST_MESSAGE_ERROR).empty ());
+}
+
+/* Caps the muxer cannot use are refused with an error that names the view and the problem,
+ * and nothing comes out. */
+TEST (ViewMux, BadCapsAreNotNegotiatedWithClearError)
+{
+  struct Case {
+    const char *pad, *caps, *needle;
+  } cases[] = {
+      {"main", "video/x-raw,format=v210,width=32,height=24,framerate=15/1", "video format v210"},
+      {"main", "video/x-raw,format=RGB,framerate=15/1", "incomplete or invalid video caps"},
+      {"state", "application/x-pi0-state", "dim=(int)N"},
+      {"state", "application/x-pi0-state,dim=(int)0", "dim=(int)N"},
+  };
+  for (const auto &c : cases) {
+    SCOPED_TRACE (c.caps);
+    ObjectPtr<GstElement> mux (gst_element_factory_make ("pi0viewmux", nullptr));
+    gst_object_ref_sink (mux.get ());
+    ObjectPtr<GstBus> bus (gst_bus_new ());
+    gst_element_set_bus (mux.get (), bus.get ());
+    bool state_case = g_str_equal (c.pad, "state");
+    /* A good base view beside a bad state pad; the bad view is the base otherwise. */
+    HarnessPtr good (state_case ? gst_harness_new_with_element (mux.get (), "main", "src") : nullptr);
+    HarnessPtr h (gst_harness_new_with_element (mux.get (), c.pad, state_case ? nullptr : "src"));
+    gst_harness_set_live (h.get (), FALSE);
+    std::thread good_pusher;
+    if (good) {
+      gst_harness_set_live (good.get (), FALSE);
+      gst_harness_set_src_caps_str (good.get (), MAIN_CAPS);
+      good_pusher = std::thread ([&] {
+        GstVideoInfo im = video_info (MAIN_CAPS);
+        gst_harness_push (good.get (), make_frame (im, 0, 0, 0));
+      });
+    }
+    ASSERT_TRUE (gst_harness_push_event (h.get (), gst_event_new_stream_start ("bad")));
+    /* The aggregator queues serialized events, so the refusal shows on the bus and in the
+     * flow of the data that follows. */
+    CapsPtr caps (gst_caps_from_string (c.caps));
+    gst_harness_push_event (h.get (), gst_event_new_caps (caps.get ()));
+    GstSegment seg;
+    gst_segment_init (&seg, GST_FORMAT_TIME);
+    gst_harness_push_event (h.get (), gst_event_new_segment (&seg));
+    GstFlowReturn last = GST_FLOW_OK;
+    for (int i = 0; i < 3 && last == GST_FLOW_OK; i++) {
+      GstBuffer *buf = gst_buffer_new_allocate (nullptr, 16, nullptr);
+      GST_BUFFER_PTS (buf) = i * GST_MSECOND;
+      last = gst_harness_push (h.get (), buf);
+    }
+    EXPECT_EQ (last, GST_FLOW_NOT_NEGOTIATED);
+    MessagePtr err (gst_bus_timed_pop_filtered (bus.get (), 5 * GST_SECOND, GST_MESSAGE_ERROR));
+    ASSERT_NE (err, nullptr);
+    GError *gerr = nullptr;
+    gst_message_parse_error (err.get (), &gerr, nullptr);
+    EXPECT_TRUE (g_error_matches (gerr, GST_CORE_ERROR, GST_CORE_ERROR_NEGOTIATION));
+    g_clear_error (&gerr);
+    std::string text = message_text (err.get ());
+    EXPECT_NE (text.find (c.needle), std::string::npos) << text;
+    EXPECT_NE (text.find (c.pad), std::string::npos) << text;
+    if (good_pusher.joinable ())
+      good_pusher.join ();
+    EXPECT_EQ (gst_harness_try_pull (good ? good.get () : h.get ()), nullptr);
+    h.reset ();
+    good.reset ();
+    gst_element_set_bus (mux.get (), nullptr);
+  }
+}
+
+TEST (ViewMux, FramesWithoutTimestampAreAnError)
+{
+  Mux m (false, false, false);
+  gst_harness_set_src_caps_str (m.main.get (), MAIN_CAPS);
+  gst_harness_set_src_caps_str (m.side.get (), SIDE_CAPS);
+  GstVideoInfo im = video_info (MAIN_CAPS), is = video_info (SIDE_CAPS);
+  GstFlowReturn side_ret = GST_FLOW_OK;
+  {
+    Pusher a ([&] {
+      side_ret = gst_harness_push (m.side.get (), make_frame (is, GST_CLOCK_TIME_NONE, 0, 1));
+    });
+    GstFlowReturn r = gst_harness_push (m.main.get (), make_frame (im, 0, 0, 0));
+    EXPECT_EQ (r, GST_FLOW_OK); /* queued; the error comes from the aggregate thread */
+  }
+  MessagePtr err;
+  for (int i = 0; i < 500 && !err; i++) {
+    err.reset (gst_bus_timed_pop_filtered (m.bus.get (), 10 * GST_MSECOND, GST_MESSAGE_ERROR));
+  }
+  ASSERT_NE (err, nullptr);
+  EXPECT_NE (message_text (err.get ()).find ("'side' sent a frame without a usable timestamp"),
+             std::string::npos);
+  EXPECT_EQ (gst_harness_try_pull (m.main.get ()), nullptr);
+}
+
+/* A flushing seek: nothing from before the flush pairs with anything after it. */
+TEST (ViewMux, FlushingSeekForgetsOldFrames)
+{
+  Mux m (false, false, false);
+  GstVideoInfo im = video_info (MAIN_CAPS), is = video_info (SIDE_CAPS);
+  gst_harness_set_src_caps_str (m.main.get (), MAIN_CAPS);
+  gst_harness_set_src_caps_str (m.side.get (), SIDE_CAPS);
+  {
+    Pusher a ([&] {
+      for (int j = 0; j < 3; j++)
+        gst_harness_push (m.side.get (), make_frame (is, frame_time (j, 15), 0, 0xAA));
+    });
+    Pusher b ([&] {
+      for (int k = 0; k < 4; k++)
+        gst_harness_push (m.main.get (), make_frame (im, frame_time (k, 30), 0, 1));
+    });
+    for (int k = 0; k < 4; k++) {
+      BufferPtr obs (gst_harness_pull (m.main.get ()));
+      ASSERT_NE (obs, nullptr);
+    }
+  }
+
+  GstEvent *seek = gst_event_new_seek (1.0, GST_FORMAT_TIME, GST_SEEK_FLAG_FLUSH,
+                                       GST_SEEK_TYPE_SET, 0, GST_SEEK_TYPE_NONE, 0);
+  guint32 seqnum = gst_event_get_seqnum (seek);
+  EXPECT_TRUE (gst_harness_push_upstream_event (m.main.get (), seek));
+  for (GstHarness *h : {m.main.get (), m.side.get ()}) {
+    GstEvent *fs = gst_event_new_flush_start ();
+    gst_event_set_seqnum (fs, seqnum);
+    gst_harness_push_event (h, fs);
+  }
+  for (GstHarness *h : {m.main.get (), m.side.get ()}) {
+    GstEvent *fs = gst_event_new_flush_stop (TRUE);
+    gst_event_set_seqnum (fs, seqnum);
+    gst_harness_push_event (h, fs);
+    GstSegment seg;
+    gst_segment_init (&seg, GST_FORMAT_TIME);
+    GstEvent *se = gst_event_new_segment (&seg);
+    gst_event_set_seqnum (se, seqnum);
+    gst_harness_push_event (h, se);
+  }
+  while (GstBuffer *stale = gst_harness_try_pull (m.main.get ()))
+    gst_buffer_unref (stale);
+
+  {
+    /* After the flush the side camera starts 100 ms late: until then it is masked, never
+     * filled with its pre-flush frame. */
+    Pusher a ([&] {
+      for (int j = 0; j < 6; j++)
+        gst_harness_push (m.side.get (), make_frame (is, 100 * GST_MSECOND + frame_time (j, 15), 0, 0xBB));
+      gst_harness_push_event (m.side.get (), gst_event_new_eos ());
+    });
+    Pusher b ([&] {
+      for (int k = 0; k < 8; k++)
+        gst_harness_push (m.main.get (), make_frame (im, frame_time (k, 30), 0, 2));
+      gst_harness_push_event (m.main.get (), gst_event_new_eos ());
+    });
+    for (int k = 0; k < 8; k++) {
+      BufferPtr obs (gst_harness_pull (m.main.get ()));
+      ASSERT_NE (obs, nullptr);
+      GstPi0ObservationMeta *meta = gst_buffer_get_pi0_observation_meta (obs.get ());
+      GstClockTime T = frame_time (k, 30);
+      bool side_valid = T + 10 * GST_MSECOND >= 100 * GST_MSECOND;
+      ASSERT_EQ (!!(meta->views[1].flags & GST_PI0_VIEW_FLAG_VALID), side_valid) << "obs " << k;
+      if (side_valid) {
+        EXPECT_EQ (view_byte (obs.get (), &meta->views[1]), 0xBB);
+      }
+      EXPECT_EQ (meta->sequence, (guint64) (4 + k)); /* sequence numbers never go back */
+    }
+  }
+}
+
+/* Releasing a view's pad while running keeps the observation layout (the view is masked once
+ * its last frame is stale) and never stalls the output. */
+TEST (ViewMux, PadReleasedWhilePlaying)
+{
+  Mux m (false);
+  g_object_set (m.element.get (), "max-staleness", (guint64) (100 * GST_MSECOND), nullptr);
+  GstVideoInfo it = video_info (TOP_CAPS);
+  {
+    Pusher a ([&] { push_video (m.side.get (), SIDE_CAPS, 15, 10, 100); });
+    Pusher b ([&] {
+      gst_harness_set_src_caps_str (m.top.get (), TOP_CAPS);
+      gst_harness_push (m.top.get (), make_frame (it, 0, 0, 7));
+      gst_harness_push (m.top.get (), make_frame (it, 100 * GST_MSECOND, 0, 8));
+    });
+    Pusher c ([&] { push_video (m.main.get (), MAIN_CAPS, 30, 18, 0); });
+    for (int k = 0; k < 18; k++) {
+      if (k == 3) {
+        /* Observation 3 waits for top's next frame, which will never come: once the muxer has
+         * taken both of top's frames, release the pad. */
+        b.join ();
+        for (int i = 0; i < 5000 && stat (m.element.get (), "top", "frames-in") < 2; i++)
+          g_usleep (1000);
+        ASSERT_EQ (stat (m.element.get (), "top", "frames-in"), 2u);
+        m.top.reset (); /* tears down the harness, releasing the 'top' pad */
+      }
+      BufferPtr obs (gst_harness_pull (m.main.get ()));
+      ASSERT_NE (obs, nullptr) << "obs " << k;
+      GstPi0ObservationMeta *meta = gst_buffer_get_pi0_observation_meta (obs.get ());
+      ASSERT_EQ (meta->n_views, 3u);
+      bool top_valid = frame_time (k, 30) <= 200 * GST_MSECOND;
+      EXPECT_EQ (!!(meta->views[2].flags & GST_PI0_VIEW_FLAG_VALID), top_valid) << "obs " << k;
+    }
+  }
+  EXPECT_TRUE (m.messages (GST_MESSAGE_ERROR).empty ());
+}
+
+/* The README's and the docs' gst-launch line, shortened: meta on every observation. */
+TEST (ViewMux, LaunchLineWithTestSources)
+{
+  GError *err = nullptr;
+  ElementPtr pipe (gst_parse_launch (
+      "pi0viewmux name=mux ! appsink name=out sync=false "
+      "videotestsrc num-buffers=12 ! video/x-raw,format=RGB,width=64,height=48,framerate=30/1 ! mux.main "
+      "videotestsrc num-buffers=6 pattern=ball ! video/x-raw,format=NV12,width=32,height=24,framerate=15/1 ! mux.side "
+      "videotestsrc num-buffers=4 pattern=smpte ! video/x-raw,format=I420,width=40,height=30,framerate=10/1 ! mux.top",
+      &err));
+  ASSERT_EQ (err, nullptr) << err->message;
+  GstElement *sink = gst_bin_get_by_name (GST_BIN (pipe.get ()), "out");
+  ASSERT_EQ (gst_element_set_state (pipe.get (), GST_STATE_PLAYING), GST_STATE_CHANGE_ASYNC);
+  int n = 0;
+  while (true) {
+    GstSample *s = nullptr;
+    g_signal_emit_by_name (sink, "pull-sample", &s);
+    if (!s)
+      break;
+    GstPi0ObservationMeta *meta = gst_buffer_get_pi0_observation_meta (gst_sample_get_buffer (s));
+    EXPECT_NE (meta, nullptr);
+    if (meta) {
+      EXPECT_EQ (meta->n_views, 3u);
+    }
+    gst_sample_unref (s);
+    n++;
+  }
+  gst_object_unref (sink);
+  EXPECT_EQ (n, 12);
+}
