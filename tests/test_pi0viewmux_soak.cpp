@@ -1,0 +1,138 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* State cycles under GStreamer's leaks tracer (the test runs with GST_TRACERS=leaks): after
+ * 200 PLAYING<->NULL cycles with data flowing, no GstObject or GstMiniObject is left that was
+ * not there before. */
+
+#include "test_helpers.h"
+
+#include <gst/pi0/pi0.h>
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <string>
+
+using namespace pi0test;
+
+namespace {
+
+GstTracer *
+leaks_tracer ()
+{
+  GstTracer *found = nullptr;
+  GList *tracers = gst_tracing_get_active_tracers ();
+  for (GList *l = tracers; l; l = l->next) {
+    if (!found && g_str_equal (G_OBJECT_TYPE_NAME (l->data), "GstLeaksTracer"))
+      found = (GstTracer *) gst_object_ref (l->data);
+  }
+  g_list_free_full (tracers, gst_object_unref);
+  return found;
+}
+
+/* Objects created since tracking started and not destroyed since, by type name. The tracker
+ * lists types and addresses only (it takes no references), so it is safe mid-run. */
+std::map<std::string, int>
+alive_since_start (GstTracer *tracer)
+{
+  std::map<std::pair<std::string, std::string>, int> balance;
+  std::map<std::string, int> out;
+  GstStructure *cp = nullptr;
+  g_signal_emit_by_name (tracer, "activity-get-checkpoint", &cp);
+  if (!cp)
+    return out;
+  for (auto [field, delta] : {std::make_pair ("objects-created-list", 1),
+                              std::make_pair ("objects-removed-list", -1)}) {
+    const GValue *list = gst_structure_get_value (cp, field);
+    for (guint i = 0; list && i < gst_value_list_get_size (list); i++) {
+      const GstStructure *o = gst_value_get_structure (gst_value_list_get_value (list, i));
+      balance[{gst_structure_get_string (o, "type-name"), gst_structure_get_string (o, "address")}] +=
+          delta;
+    }
+  }
+  gst_structure_free (cp);
+  for (const auto &kv : balance) {
+    if (kv.second > 0)
+      out[kv.first.first] += kv.second;
+  }
+  return out;
+}
+
+struct Counter {
+  std::mutex lock;
+  std::condition_variable cond;
+  int n = 0;
+};
+
+void
+on_handoff (GstElement *, GstBuffer *buf, GstPad *, gpointer user_data)
+{
+  auto c = static_cast<Counter *> (user_data);
+  bool has_meta = gst_buffer_get_pi0_observation_meta (buf) != nullptr;
+  std::lock_guard<std::mutex> lk (c->lock);
+  if (has_meta)
+    c->n++;
+  c->cond.notify_all ();
+}
+
+void
+run_cycles (GstElement *pipe, Counter &c, int cycles, int buffers_per_cycle)
+{
+  for (int i = 0; i < cycles; i++) {
+    {
+      std::lock_guard<std::mutex> lk (c.lock);
+      c.n = 0;
+    }
+    ASSERT_NE (gst_element_set_state (pipe, GST_STATE_PLAYING), GST_STATE_CHANGE_FAILURE);
+    {
+      std::unique_lock<std::mutex> lk (c.lock);
+      /* A generous bound only so that a hang fails instead of blocking CI. */
+      bool got = c.cond.wait_for (lk, std::chrono::seconds (20),
+                                  [&] { return c.n >= buffers_per_cycle; });
+      ASSERT_TRUE (got) << "cycle " << i << ": only " << c.n << " observations";
+    }
+    ASSERT_EQ (gst_element_set_state (pipe, GST_STATE_NULL), GST_STATE_CHANGE_SUCCESS);
+  }
+}
+
+} // namespace
+
+class ViewMuxSoak : public ::testing::TestWithParam<bool>
+{
+};
+
+TEST_P (ViewMuxSoak, PlayingNullCyclesLeakNothing)
+{
+  const bool live = GetParam ();
+  ObjectPtr<GstTracer> tracer (leaks_tracer ());
+  if (!tracer)
+    GTEST_SKIP () << "run with GST_TRACERS=leaks (meson test does)";
+
+  std::string src = std::string ("videotestsrc is-live=") + (live ? "true" : "false");
+  std::string launch =
+      "pi0viewmux name=mux max-staleness=100000000 ! fakesink name=out signal-handoffs=true sync=false " +
+      src + " ! video/x-raw,format=RGB,width=32,height=24,framerate=30/1 ! mux.main " + src +
+      " pattern=ball ! video/x-raw,format=NV12,width=16,height=12,framerate=15/1 ! mux.side " + src +
+      " pattern=smpte ! video/x-raw,format=I420,width=20,height=14,framerate=10/1 ! mux.top";
+  GError *err = nullptr;
+  ElementPtr pipe (gst_parse_launch (launch.c_str (), &err));
+  ASSERT_EQ (err, nullptr) << err->message;
+  GstElement *sink = gst_bin_get_by_name (GST_BIN (pipe.get ()), "out");
+  Counter c;
+  g_signal_connect (sink, "handoff", G_CALLBACK (on_handoff), &c);
+  gst_object_unref (sink);
+
+  const int cycles = live ? 20 : 200;
+  const int per_cycle = live ? 2 : 5;
+  /* The first cycle loads plugins and fills caches that live for the whole process. */
+  run_cycles (pipe.get (), c, 2, per_cycle);
+  g_signal_emit_by_name (tracer.get (), "activity-start-tracking");
+  run_cycles (pipe.get (), c, cycles, per_cycle);
+  auto leaked = alive_since_start (tracer.get ());
+  g_signal_emit_by_name (tracer.get (), "activity-stop-tracking");
+  for (const auto &kv : leaked)
+    ADD_FAILURE () << kv.second << " " << kv.first << " created during the cycles still alive";
+  EXPECT_TRUE (leaked.empty ());
+}
+
+INSTANTIATE_TEST_SUITE_P (LiveAndNonLive, ViewMuxSoak, ::testing::Bool ());
