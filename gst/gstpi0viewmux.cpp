@@ -90,11 +90,11 @@ constexpr int N_VIEWS = 3;
 static const char *const view_names[N_VIEWS] = {"main", "side", "top"};
 
 #define VIDEO_FORMATS                                                                              \
-  "{ RGB, BGR, RGBx, BGRx, xRGB, xBGR, RGBA, BGRA, ARGB, ABGR, NV12, NV21, I420, YV12, Y42B, "   \
+  "{ RGB, BGR, RGBx, BGRx, xRGB, xBGR, RGBA, BGRA, ARGB, ABGR, NV12, NV21, I420, YV12, Y42B, "     \
   "Y444, GRAY8, YUY2, UYVY }"
 #define VIEW_CAPS                                                                                  \
-  GST_VIDEO_CAPS_MAKE (VIDEO_FORMATS) "; " GST_VIDEO_CAPS_MAKE_WITH_FEATURES ("memory:CUDAMemory",  \
-                                                                              VIDEO_FORMATS)
+  GST_VIDEO_CAPS_MAKE (VIDEO_FORMATS)                                                              \
+  "; " GST_VIDEO_CAPS_MAKE_WITH_FEATURES ("memory:CUDAMemory", VIDEO_FORMATS)
 #define STATE_CAPS GST_PI0_STATE_MEDIA_TYPE ", dim = (int) [ 1, 1024 ]"
 
 static GstStaticPadTemplate main_template =
@@ -243,7 +243,7 @@ gst_pi0_view_mux_view_get_type (void)
     GType t = g_enum_register_static ("GstPi0ViewMuxView", values);
     g_once_init_leave (&type, t);
   }
-  return (GType) type;
+  return (GType)type;
 }
 
 static void gst_pi0_view_mux_finalize (GObject *object);
@@ -284,11 +284,11 @@ gst_pi0_view_mux_class_init (GstPi0ViewMuxClass *klass)
    */
   g_object_class_install_property (
       gobject_class, PROP_BASE_VIEW,
-      g_param_spec_enum ("base-view", "Base view",
-                         "The view whose frames pace the output: one observation per frame",
-                         GST_TYPE_PI0_VIEW_MUX_VIEW, DEFAULT_BASE_VIEW,
-                         (GParamFlags) (G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS |
-                                        GST_PARAM_MUTABLE_READY)));
+      g_param_spec_enum (
+          "base-view", "Base view",
+          "The view whose frames pace the output: one observation per frame",
+          GST_TYPE_PI0_VIEW_MUX_VIEW, DEFAULT_BASE_VIEW,
+          (GParamFlags)(G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS | GST_PARAM_MUTABLE_READY)));
 
   /**
    * GstPi0ViewMux:max-skew:
@@ -300,12 +300,12 @@ gst_pi0_view_mux_class_init (GstPi0ViewMuxClass *klass)
    */
   g_object_class_install_property (
       gobject_class, PROP_MAX_SKEW,
-      g_param_spec_uint64 ("max-skew", "Maximum skew",
-                           "How much later than the base frame another view's frame may be "
-                           "captured and still pair with it (in nanoseconds)",
-                           0, 10 * GST_SECOND, DEFAULT_MAX_SKEW,
-                           (GParamFlags) (G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS |
-                                          GST_PARAM_MUTABLE_PLAYING)));
+      g_param_spec_uint64 (
+          "max-skew", "Maximum skew",
+          "How much later than the base frame another view's frame may be "
+          "captured and still pair with it (in nanoseconds)",
+          0, 10 * GST_SECOND, DEFAULT_MAX_SKEW,
+          (GParamFlags)(G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS | GST_PARAM_MUTABLE_PLAYING)));
 
   /**
    * GstPi0ViewMux:max-staleness:
@@ -315,12 +315,12 @@ gst_pi0_view_mux_class_init (GstPi0ViewMuxClass *klass)
    */
   g_object_class_install_property (
       gobject_class, PROP_MAX_STALENESS,
-      g_param_spec_uint64 ("max-staleness", "Maximum staleness",
-                           "A view whose newest frame is older than this, relative to the "
-                           "observation, is masked (in nanoseconds)",
-                           0, G_MAXUINT64, DEFAULT_MAX_STALENESS,
-                           (GParamFlags) (G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS |
-                                          GST_PARAM_MUTABLE_PLAYING)));
+      g_param_spec_uint64 (
+          "max-staleness", "Maximum staleness",
+          "A view whose newest frame is older than this, relative to the "
+          "observation, is masked (in nanoseconds)",
+          0, G_MAXUINT64, DEFAULT_MAX_STALENESS,
+          (GParamFlags)(G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS | GST_PARAM_MUTABLE_PLAYING)));
 
   /**
    * GstPi0ViewMux:max-state-age:
@@ -330,12 +330,12 @@ gst_pi0_view_mux_class_init (GstPi0ViewMuxClass *klass)
    */
   g_object_class_install_property (
       gobject_class, PROP_MAX_STATE_AGE,
-      g_param_spec_uint64 ("max-state-age", "Maximum state age",
-                           "A robot state sample older than this, relative to the observation, "
-                           "is flagged stale (in nanoseconds)",
-                           0, G_MAXUINT64, DEFAULT_MAX_STATE_AGE,
-                           (GParamFlags) (G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS |
-                                          GST_PARAM_MUTABLE_PLAYING)));
+      g_param_spec_uint64 (
+          "max-state-age", "Maximum state age",
+          "A robot state sample older than this, relative to the observation, "
+          "is flagged stale (in nanoseconds)",
+          0, G_MAXUINT64, DEFAULT_MAX_STATE_AGE,
+          (GParamFlags)(G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS | GST_PARAM_MUTABLE_PLAYING)));
 
   /**
    * GstPi0ViewMux:require-all-views:
@@ -345,12 +345,12 @@ gst_pi0_view_mux_class_init (GstPi0ViewMuxClass *klass)
    */
   g_object_class_install_property (
       gobject_class, PROP_REQUIRE_ALL_VIEWS,
-      g_param_spec_boolean ("require-all-views", "Require all views",
-                            "Drop observations in which any view is masked instead of sending "
-                            "them with the view marked invalid",
-                            DEFAULT_REQUIRE_ALL_VIEWS,
-                            (GParamFlags) (G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS |
-                                           GST_PARAM_MUTABLE_PLAYING)));
+      g_param_spec_boolean (
+          "require-all-views", "Require all views",
+          "Drop observations in which any view is masked instead of sending "
+          "them with the view marked invalid",
+          DEFAULT_REQUIRE_ALL_VIEWS,
+          (GParamFlags)(G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS | GST_PARAM_MUTABLE_PLAYING)));
 
   /**
    * GstPi0ViewMux:force-live:
@@ -360,11 +360,10 @@ gst_pi0_view_mux_class_init (GstPi0ViewMuxClass *klass)
    */
   g_object_class_install_property (
       gobject_class, PROP_FORCE_LIVE,
-      g_param_spec_boolean ("force-live", "Force live",
-                            "Behave as a live muxer even when no upstream source is live",
-                            DEFAULT_FORCE_LIVE,
-                            (GParamFlags) (G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS |
-                                           G_PARAM_CONSTRUCT_ONLY)));
+      g_param_spec_boolean (
+          "force-live", "Force live", "Behave as a live muxer even when no upstream source is live",
+          DEFAULT_FORCE_LIVE,
+          (GParamFlags)(G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS | G_PARAM_CONSTRUCT_ONLY)));
 
   /**
    * GstPi0ViewMux:stats:
@@ -379,7 +378,7 @@ gst_pi0_view_mux_class_init (GstPi0ViewMuxClass *klass)
                           "Counters since the last start: observations, and per view frames-in, "
                           "used, late, skewed, masked, dropped",
                           GST_TYPE_STRUCTURE,
-                          (GParamFlags) (G_PARAM_READABLE | G_PARAM_STATIC_STRINGS)));
+                          (GParamFlags)(G_PARAM_READABLE | G_PARAM_STATIC_STRINGS)));
 
   gst_element_class_add_static_pad_template_with_gtype (element_class, &src_template,
                                                         GST_TYPE_AGGREGATOR_PAD);
@@ -405,8 +404,8 @@ gst_pi0_view_mux_class_init (GstPi0ViewMuxClass *klass)
   agg_class->get_next_time = GST_DEBUG_FUNCPTR (gst_pi0_view_mux_get_next_time);
   agg_class->aggregate = GST_DEBUG_FUNCPTR (gst_pi0_view_mux_aggregate);
 
-  gst_type_mark_as_plugin_api (GST_TYPE_PI0_VIEW_MUX_PAD, (GstPluginAPIFlags) 0);
-  gst_type_mark_as_plugin_api (GST_TYPE_PI0_VIEW_MUX_VIEW, (GstPluginAPIFlags) 0);
+  gst_type_mark_as_plugin_api (GST_TYPE_PI0_VIEW_MUX_PAD, (GstPluginAPIFlags)0);
+  gst_type_mark_as_plugin_api (GST_TYPE_PI0_VIEW_MUX_VIEW, (GstPluginAPIFlags)0);
 
   GST_DEBUG_CATEGORY_INIT (gst_pi0_view_mux_debug, "pi0viewmux", 0, "Pi0 camera view muxer");
 }
@@ -479,11 +478,10 @@ make_stats (GstPi0ViewMux *self)
     if (!active[v] && s.views[v].frames_in == 0)
       continue;
     const ViewStats &vs = s.views[v];
-    GstStructure *vst = gst_structure_new (view_names[v], "frames-in", G_TYPE_UINT64, vs.frames_in,
-                                           "used", G_TYPE_UINT64, vs.used, "late", G_TYPE_UINT64,
-                                           vs.late, "skewed", G_TYPE_UINT64, vs.skewed, "masked",
-                                           G_TYPE_UINT64, vs.masked, "dropped", G_TYPE_UINT64,
-                                           vs.dropped, nullptr);
+    GstStructure *vst = gst_structure_new (
+        view_names[v], "frames-in", G_TYPE_UINT64, vs.frames_in, "used", G_TYPE_UINT64, vs.used,
+        "late", G_TYPE_UINT64, vs.late, "skewed", G_TYPE_UINT64, vs.skewed, "masked", G_TYPE_UINT64,
+        vs.masked, "dropped", G_TYPE_UINT64, vs.dropped, nullptr);
     gst_structure_set (st, view_names[v], GST_TYPE_STRUCTURE, vst, nullptr);
     gst_structure_free (vst);
   }
@@ -620,9 +618,9 @@ gst_pi0_view_mux_request_new_pad (GstElement *element, GstPadTemplate *templ, co
     return nullptr;
   }
 
-  auto pad = GST_PI0_VIEW_MUX_PAD (g_object_new (GST_TYPE_PI0_VIEW_MUX_PAD, "name", tname,
-                                                 "direction", GST_PAD_SINK, "template", templ,
-                                                 nullptr));
+  auto pad =
+      GST_PI0_VIEW_MUX_PAD (g_object_new (GST_TYPE_PI0_VIEW_MUX_PAD, "name", tname, "direction",
+                                          GST_PAD_SINK, "template", templ, nullptr));
   pad->priv->view = view;
 
   GST_OBJECT_LOCK (self);
@@ -701,12 +699,12 @@ snapshot_pads (GstPi0ViewMux *self, PadSnapshot &snap)
 {
   GST_OBJECT_LOCK (self);
   for (int v = 0; v < N_VIEWS; v++) {
-    snap.pads[v] = self->priv->pads[v] ? (GstPi0ViewMuxPad *) gst_object_ref (self->priv->pads[v])
-                                        : nullptr;
+    snap.pads[v] =
+        self->priv->pads[v] ? (GstPi0ViewMuxPad *)gst_object_ref (self->priv->pads[v]) : nullptr;
     snap.active[v] = self->priv->active[v];
   }
   snap.state =
-      self->priv->state_pad ? (GstPi0ViewMuxPad *) gst_object_ref (self->priv->state_pad) : nullptr;
+      self->priv->state_pad ? (GstPi0ViewMuxPad *)gst_object_ref (self->priv->state_pad) : nullptr;
   GST_OBJECT_UNLOCK (self);
 }
 
@@ -762,10 +760,10 @@ static bool
 view_format_supported (GstVideoFormat fmt)
 {
   static const GstVideoFormat formats[] = {
-      GST_VIDEO_FORMAT_RGB,  GST_VIDEO_FORMAT_BGR,  GST_VIDEO_FORMAT_RGBx, GST_VIDEO_FORMAT_BGRx,
-      GST_VIDEO_FORMAT_xRGB, GST_VIDEO_FORMAT_xBGR, GST_VIDEO_FORMAT_RGBA, GST_VIDEO_FORMAT_BGRA,
-      GST_VIDEO_FORMAT_ARGB, GST_VIDEO_FORMAT_ABGR, GST_VIDEO_FORMAT_NV12, GST_VIDEO_FORMAT_NV21,
-      GST_VIDEO_FORMAT_I420, GST_VIDEO_FORMAT_YV12, GST_VIDEO_FORMAT_Y42B, GST_VIDEO_FORMAT_Y444,
+      GST_VIDEO_FORMAT_RGB,   GST_VIDEO_FORMAT_BGR,  GST_VIDEO_FORMAT_RGBx, GST_VIDEO_FORMAT_BGRx,
+      GST_VIDEO_FORMAT_xRGB,  GST_VIDEO_FORMAT_xBGR, GST_VIDEO_FORMAT_RGBA, GST_VIDEO_FORMAT_BGRA,
+      GST_VIDEO_FORMAT_ARGB,  GST_VIDEO_FORMAT_ABGR, GST_VIDEO_FORMAT_NV12, GST_VIDEO_FORMAT_NV21,
+      GST_VIDEO_FORMAT_I420,  GST_VIDEO_FORMAT_YV12, GST_VIDEO_FORMAT_Y42B, GST_VIDEO_FORMAT_Y444,
       GST_VIDEO_FORMAT_GRAY8, GST_VIDEO_FORMAT_YUY2, GST_VIDEO_FORMAT_UYVY,
   };
   return std::find (std::begin (formats), std::end (formats), fmt) != std::end (formats);
@@ -795,7 +793,8 @@ parse_pad_caps (GstPi0ViewMux *self, GstPi0ViewMuxPad *pad, GstCaps *caps)
       GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
                          ("View '%s' cannot take video format %s; use one of " VIDEO_FORMATS
                           " (add videoconvert).",
-                          view_names[p->view], gst_video_format_to_string (GST_VIDEO_INFO_FORMAT (&info))),
+                          view_names[p->view],
+                          gst_video_format_to_string (GST_VIDEO_INFO_FORMAT (&info))),
                          ("caps: %s", str));
     } else {
       GstCapsFeatures *f = gst_caps_get_features (caps, 0);
@@ -814,7 +813,7 @@ parse_pad_caps (GstPi0ViewMux *self, GstPi0ViewMuxPad *pad, GstCaps *caps)
                           MAX_STATE_DIM),
                          ("caps: %s", str));
     } else {
-      p->state_dim = (guint) dim;
+      p->state_dim = (guint)dim;
       ok = true;
     }
   }
@@ -845,9 +844,9 @@ gst_pi0_view_mux_sink_event (GstAggregator *agg, GstAggregatorPad *apad, GstEven
       const GstSegment *segment;
       gst_event_parse_segment (event, &segment);
       if (segment->format != GST_FORMAT_TIME) {
-        GST_ELEMENT_ERROR (self, STREAM, FORMAT, ("Pad '%s' got a segment in %s, not in time.",
-                                                  GST_PAD_NAME (pad),
-                                                  gst_format_get_name (segment->format)),
+        GST_ELEMENT_ERROR (self, STREAM, FORMAT,
+                           ("Pad '%s' got a segment in %s, not in time.", GST_PAD_NAME (pad),
+                            gst_format_get_name (segment->format)),
                            (nullptr));
         gst_event_unref (event);
         return FALSE;
@@ -912,7 +911,7 @@ gst_pi0_view_mux_update_src_caps (GstAggregator *agg, GstCaps *downstream, GstCa
   GstCaps *caps = gst_caps_new_simple (
       GST_PI0_OBSERVATION_MEDIA_TYPE, "views", G_TYPE_INT, n_views, "view-names", G_TYPE_STRING,
       names->str, "base-view", G_TYPE_STRING, view_names[s.base_view], "state-dim", G_TYPE_INT,
-      snap.state ? (gint) snap.state->priv->state_dim : 0, "framerate", GST_TYPE_FRACTION,
+      snap.state ? (gint)snap.state->priv->state_dim : 0, "framerate", GST_TYPE_FRACTION,
       GST_VIDEO_INFO_FPS_N (&base->priv->info), GST_VIDEO_INFO_FPS_D (&base->priv->info), nullptr);
   g_string_free (names, TRUE);
   if (all_cuda)
@@ -920,10 +919,9 @@ gst_pi0_view_mux_update_src_caps (GstAggregator *agg, GstCaps *downstream, GstCa
 
   *ret = gst_caps_intersect (caps, downstream);
   if (gst_caps_is_empty (*ret)) {
-    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
-                       ("Downstream does not accept the observations."),
-                       ("offered %" GST_PTR_FORMAT ", downstream accepts %" GST_PTR_FORMAT, caps,
-                        downstream));
+    GST_ELEMENT_ERROR (
+        self, CORE, NEGOTIATION, ("Downstream does not accept the observations."),
+        ("offered %" GST_PTR_FORMAT ", downstream accepts %" GST_PTR_FORMAT, caps, downstream));
     gst_caps_unref (caps);
     gst_clear_caps (ret);
     return GST_FLOW_NOT_NEGOTIATED;
@@ -956,9 +954,9 @@ gst_pi0_view_mux_get_next_time (GstAggregator *agg)
 
   /* Time out relative to the waiting base frame; without one there is nothing to time out. */
   GST_OBJECT_LOCK (self);
-  GstAggregatorPad *base =
-      self->priv->pads[s.base_view] ? GST_AGGREGATOR_PAD (gst_object_ref (self->priv->pads[s.base_view]))
-                                    : nullptr;
+  GstAggregatorPad *base = self->priv->pads[s.base_view]
+                               ? GST_AGGREGATOR_PAD (gst_object_ref (self->priv->pads[s.base_view]))
+                               : nullptr;
   GST_OBJECT_UNLOCK (self);
   if (!base)
     return GST_CLOCK_TIME_NONE;
@@ -992,11 +990,12 @@ frame_info (const GstVideoInfo *caps_info, GstBuffer *buf, GstVideoInfo *out)
   for (guint p = 0; p < GST_VIDEO_INFO_N_PLANES (out); p++) {
     gint comp[GST_VIDEO_MAX_COMPONENTS];
     gst_video_format_info_component (out->finfo, p, comp);
-    gint rows = GST_VIDEO_FORMAT_INFO_SCALE_HEIGHT (out->finfo, comp[0], GST_VIDEO_INFO_HEIGHT (out));
+    gint rows =
+        GST_VIDEO_FORMAT_INFO_SCALE_HEIGHT (out->finfo, comp[0], GST_VIDEO_INFO_HEIGHT (out));
     if (GST_VIDEO_INFO_PLANE_STRIDE (out, p) <= 0)
       return false;
     needed = std::max (needed, GST_VIDEO_INFO_PLANE_OFFSET (out, p) +
-                                   (gsize) GST_VIDEO_INFO_PLANE_STRIDE (out, p) * (gsize) rows);
+                                   (gsize)GST_VIDEO_INFO_PLANE_STRIDE (out, p) * (gsize)rows);
   }
   return needed <= size;
 }
@@ -1019,14 +1018,15 @@ report_view (GstPi0ViewMux *self, int v, bool masked, GstClockTime obs_rt, GstCl
     GST_ELEMENT_WARNING_WITH_DETAILS (
         self, STREAM, FAILED,
         ("Camera view '%s' is stale: it is masked until it delivers frames again.", view_names[v]),
-        ("no frame within max-staleness %" GST_TIME_FORMAT " of the observation at %" GST_TIME_FORMAT
-         " (newest frame age %" GST_TIME_FORMAT ")",
+        ("no frame within max-staleness %" GST_TIME_FORMAT
+         " of the observation at %" GST_TIME_FORMAT " (newest frame age %" GST_TIME_FORMAT ")",
          GST_TIME_ARGS (s.max_staleness), GST_TIME_ARGS (obs_rt), GST_TIME_ARGS (age)),
         ("view", G_TYPE_STRING, view_names[v], "masked", G_TYPE_BOOLEAN, TRUE, "running-time",
          G_TYPE_UINT64, obs_rt, "age", G_TYPE_UINT64, age, nullptr));
   } else {
     GST_ELEMENT_WARNING_WITH_DETAILS (
-        self, STREAM, FAILED, ("Camera view '%s' recovered: it is no longer masked.", view_names[v]),
+        self, STREAM, FAILED,
+        ("Camera view '%s' recovered: it is no longer masked.", view_names[v]),
         ("observation at %" GST_TIME_FORMAT, GST_TIME_ARGS (obs_rt)),
         ("view", G_TYPE_STRING, view_names[v], "masked", G_TYPE_BOOLEAN, FALSE, "running-time",
          G_TYPE_UINT64, obs_rt, "age", G_TYPE_UINT64, age, nullptr));
@@ -1076,9 +1076,10 @@ drain_view (GstPi0ViewMux *self, int v, GstPi0ViewMuxPad *pad, GstClockTime limi
 
     GstVideoInfo info;
     if (!frame_info (&pad->priv->info, buf, &info)) {
-      GST_ELEMENT_WARNING (self, STREAM, FORMAT,
-                           ("View '%s' sent a frame smaller than its caps say; dropped.", view_names[v]),
-                           ("%" GST_PTR_FORMAT, buf));
+      GST_ELEMENT_WARNING (
+          self, STREAM, FORMAT,
+          ("View '%s' sent a frame smaller than its caps say; dropped.", view_names[v]),
+          ("%" GST_PTR_FORMAT, buf));
       d.dropped++;
       gst_buffer_unref (buf);
       continue;
@@ -1120,7 +1121,8 @@ drain_state (GstPi0ViewMux *self, GstPi0ViewMuxPad *pad, GstClockTime limit, Sta
     GstClockTime rt = buffer_running_time (apad, buf);
     if (!GST_CLOCK_TIME_IS_VALID (rt)) {
       gst_buffer_unref (buf);
-      GST_ELEMENT_ERROR (self, STREAM, FORMAT, ("The state pad sent a sample without a usable timestamp."),
+      GST_ELEMENT_ERROR (self, STREAM, FORMAT,
+                         ("The state pad sent a sample without a usable timestamp."),
                          ("a PTS inside the segment is needed to align state with frames"));
       return GST_FLOW_ERROR;
     }
@@ -1134,8 +1136,9 @@ drain_state (GstPi0ViewMux *self, GstPi0ViewMuxPad *pad, GstClockTime limit, Sta
 
     guint dim = pad->priv->state_dim;
     std::vector<gfloat> vals (dim);
-    bool ok = gst_buffer_get_size (buf) == dim * sizeof (gfloat) &&
-              gst_buffer_extract (buf, 0, vals.data (), dim * sizeof (gfloat)) == dim * sizeof (gfloat);
+    bool ok =
+        gst_buffer_get_size (buf) == dim * sizeof (gfloat) &&
+        gst_buffer_extract (buf, 0, vals.data (), dim * sizeof (gfloat)) == dim * sizeof (gfloat);
     /* A malformed or non-finite sample never reaches the policy; the previous one stays
      * until it is too old. */
     if (ok) {
@@ -1144,9 +1147,10 @@ drain_state (GstPi0ViewMux *self, GstPi0ViewMuxPad *pad, GstClockTime limit, Sta
     }
     if (!ok) {
       delta.state_rejected++;
-      GST_ELEMENT_WARNING (self, STREAM, FORMAT,
-                           ("Rejected a robot state sample: it must be %u finite float32 values.", dim),
-                           ("%" GST_PTR_FORMAT, buf));
+      GST_ELEMENT_WARNING (
+          self, STREAM, FORMAT,
+          ("Rejected a robot state sample: it must be %u finite float32 values.", dim),
+          ("%" GST_PTR_FORMAT, buf));
       gst_buffer_unref (buf);
       continue;
     }
@@ -1216,9 +1220,10 @@ gst_pi0_view_mux_aggregate (GstAggregator *agg, gboolean timeout)
   GstClockTime T = buffer_running_time (abase, base_buf);
   if (!GST_CLOCK_TIME_IS_VALID (T)) {
     gst_buffer_unref (base_buf);
-    GST_ELEMENT_ERROR (self, STREAM, FORMAT,
-                       ("View '%s' sent a frame without a usable timestamp.", view_names[s.base_view]),
-                       ("a PTS inside the segment is needed to pair frames"));
+    GST_ELEMENT_ERROR (
+        self, STREAM, FORMAT,
+        ("View '%s' sent a frame without a usable timestamp.", view_names[s.base_view]),
+        ("a PTS inside the segment is needed to pair frames"));
     return GST_FLOW_ERROR;
   }
 
@@ -1254,10 +1259,10 @@ gst_pi0_view_mux_aggregate (GstAggregator *agg, gboolean timeout)
   delta.views[s.base_view].frames_in++;
   GstVideoInfo base_info;
   if (!frame_info (&base->priv->info, base_buf, &base_info)) {
-    GST_ELEMENT_WARNING (self, STREAM, FORMAT,
-                         ("View '%s' sent a frame smaller than its caps say; dropped.",
-                          view_names[s.base_view]),
-                         ("%" GST_PTR_FORMAT, base_buf));
+    GST_ELEMENT_WARNING (
+        self, STREAM, FORMAT,
+        ("View '%s' sent a frame smaller than its caps say; dropped.", view_names[s.base_view]),
+        ("%" GST_PTR_FORMAT, base_buf));
     delta.views[s.base_view].dropped++;
     add_stats (self, delta);
     gst_buffer_unref (base_buf);
@@ -1287,9 +1292,9 @@ gst_pi0_view_mux_aggregate (GstAggregator *agg, gboolean timeout)
     if (valid) {
       view->flags = GST_PI0_VIEW_FLAG_VALID;
       if (vs.cuda)
-        view->flags = (GstPi0ViewFlags) (view->flags | GST_PI0_VIEW_FLAG_CUDA);
+        view->flags = (GstPi0ViewFlags)(view->flags | GST_PI0_VIEW_FLAG_CUDA);
       if (vs.rt < T && T - vs.rt > s.max_skew) {
-        view->flags = (GstPi0ViewFlags) (view->flags | GST_PI0_VIEW_FLAG_SKEWED);
+        view->flags = (GstPi0ViewFlags)(view->flags | GST_PI0_VIEW_FLAG_SKEWED);
         delta.views[v].skewed++;
       }
       view->info = vs.info;
@@ -1323,7 +1328,7 @@ gst_pi0_view_mux_aggregate (GstAggregator *agg, gboolean timeout)
         flags = GST_PI0_STATE_FLAG_STALE;
         delta.state_stale++;
       }
-      gst_pi0_observation_meta_set_state (meta, st.state.data (), (guint) st.state.size (),
+      gst_pi0_observation_meta_set_state (meta, st.state.data (), (guint)st.state.size (),
                                           st.state_rt, flags);
     } else {
       delta.state_stale++;

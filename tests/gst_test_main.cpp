@@ -15,9 +15,11 @@
 #include <mutex>
 #include <vector>
 
-namespace pi0test {
+namespace pi0test
+{
 
-namespace {
+namespace
+{
 std::mutex expect_lock;
 std::vector<std::pair<std::string, int>> expectations;
 
@@ -113,9 +115,10 @@ main (int argc, char **argv)
   gst_init (&argc, &argv);
 
   g_log_set_default_handler (pi0test::log_handler, nullptr);
-  for (const char *domain : {"GStreamer", "GLib", "GLib-GObject", "GStreamer-Pi0", "GStreamer-Check"})
+  for (const char *domain :
+       {"GStreamer", "GLib", "GLib-GObject", "GStreamer-Pi0", "GStreamer-Check"})
     g_log_set_handler (domain,
-                       (GLogLevelFlags) (G_LOG_LEVEL_MASK | G_LOG_FLAG_FATAL | G_LOG_FLAG_RECURSION),
+                       (GLogLevelFlags)(G_LOG_LEVEL_MASK | G_LOG_FLAG_FATAL | G_LOG_FLAG_RECURSION),
                        pi0test::log_handler, nullptr);
 
   /* One registration route: an installed libgstpi0.so would clash with the static one. */

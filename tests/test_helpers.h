@@ -10,7 +10,8 @@
 #include <memory>
 #include <string>
 
-namespace pi0test {
+namespace pi0test
+{
 
 struct HarnessDeleter {
   void operator() (GstHarness *h) const { gst_harness_teardown (h); }

@@ -27,7 +27,8 @@ typedef struct {
 gulong pi0_example_add_probe (GstPad *pad, Pi0ProbeCounts *counts);
 }
 
-namespace {
+namespace
+{
 
 /* A two-view observation: an 8x4 RGB frame (one memory) and a masked view. */
 GstBuffer *
@@ -36,7 +37,8 @@ make_observation ()
   GstBuffer *buf = gst_buffer_new ();
   GstVideoInfo info;
   gst_video_info_set_format (&info, GST_VIDEO_FORMAT_RGB, 8, 4);
-  gst_buffer_append_memory (buf, gst_allocator_alloc (nullptr, GST_VIDEO_INFO_SIZE (&info), nullptr));
+  gst_buffer_append_memory (buf,
+                            gst_allocator_alloc (nullptr, GST_VIDEO_INFO_SIZE (&info), nullptr));
   gst_buffer_memset (buf, 0, 0x42, GST_VIDEO_INFO_SIZE (&info));
 
   GstPi0ObservationMeta *m = gst_buffer_add_pi0_observation_meta (buf);
@@ -60,7 +62,7 @@ expect_observation (GstBuffer *buf)
 {
   GstPi0ObservationMeta *m = gst_buffer_get_pi0_observation_meta (buf);
   ASSERT_NE (m, nullptr);
-  EXPECT_EQ (m->version, (guint) GST_PI0_META_VERSION);
+  EXPECT_EQ (m->version, (guint)GST_PI0_META_VERSION);
   EXPECT_EQ (m->sequence, 7u);
   EXPECT_EQ (m->observation_time, 5 * GST_SECOND);
   ASSERT_EQ (gst_pi0_observation_meta_get_n_views (m), 2u);
@@ -78,7 +80,7 @@ expect_observation (GstBuffer *buf)
   GstVideoFrame f;
   ASSERT_TRUE (gst_pi0_observation_meta_map_view (m, buf, 0, &f, GST_MAP_READ));
   EXPECT_EQ (GST_VIDEO_FRAME_WIDTH (&f), 8);
-  EXPECT_EQ (((guint8 *) GST_VIDEO_FRAME_PLANE_DATA (&f, 0))[0], 0x42);
+  EXPECT_EQ (((guint8 *)GST_VIDEO_FRAME_PLANE_DATA (&f, 0))[0], 0x42);
   gst_video_frame_unmap (&f);
 }
 
@@ -148,7 +150,8 @@ TEST (Pi0Meta, MapViewNeverReadsPastTheMemory)
   m->views[0].n_mem = 2; /* more memories than the buffer has */
   EXPECT_FALSE (gst_pi0_observation_meta_map_view (m, buf.get (), 0, &f, GST_MAP_READ));
   m->views[0].n_mem = 1;
-  EXPECT_FALSE (gst_pi0_observation_meta_map_view (m, buf.get (), 1, &f, GST_MAP_READ)); /* masked */
+  EXPECT_FALSE (
+      gst_pi0_observation_meta_map_view (m, buf.get (), 1, &f, GST_MAP_READ)); /* masked */
   EXPECT_FALSE (gst_pi0_observation_meta_map_view (m, buf.get (), 5, &f, GST_MAP_READ));
   EXPECT_TRUE (gst_pi0_observation_meta_map_view (m, buf.get (), 0, &f, GST_MAP_READ));
   gst_video_frame_unmap (&f);
@@ -177,14 +180,15 @@ TEST (Pi0Meta, TensorStorageIsSharedAndFreedOnce)
                                                         &probe, storage_freed);
   {
     BufferPtr buf (gst_buffer_new ());
-    GstPi0TensorMeta *m = gst_buffer_add_pi0_tensor_meta (buf.get (), st, GST_PI0_DTYPE_FLOAT32, 4, shape);
+    GstPi0TensorMeta *m =
+        gst_buffer_add_pi0_tensor_meta (buf.get (), st, GST_PI0_DTYPE_FLOAT32, 4, shape);
     ASSERT_NE (m, nullptr);
     gst_pi0_tensor_storage_unref (st); /* the meta holds the only reference now */
     const gboolean masks[2] = {TRUE, FALSE};
     gst_pi0_tensor_meta_set_masks (m, masks, 2);
     EXPECT_EQ (gst_pi0_tensor_meta_get_n_elements (m), 120u);
     EXPECT_EQ (gst_pi0_tensor_meta_get_nbytes (m), 480u);
-    EXPECT_EQ (m->data, (gpointer) data);
+    EXPECT_EQ (m->data, (gpointer)data);
 
     BufferPtr copy (gst_buffer_copy (buf.get ()));
     GstPi0TensorMeta *c = gst_buffer_get_pi0_tensor_meta (copy.get ());
@@ -206,8 +210,10 @@ TEST (Pi0Meta, TensorLargerThanStorageIsRefused)
   GstPi0TensorStorage *st = gst_pi0_tensor_storage_new_host (100);
   BufferPtr buf (gst_buffer_new ());
   const gint64 shape[2] = {10, 10};
-  EXPECT_EQ (gst_buffer_add_pi0_tensor_meta (buf.get (), st, GST_PI0_DTYPE_FLOAT32, 2, shape), nullptr);
-  EXPECT_NE (gst_buffer_add_pi0_tensor_meta (buf.get (), st, GST_PI0_DTYPE_UINT8, 2, shape), nullptr);
+  EXPECT_EQ (gst_buffer_add_pi0_tensor_meta (buf.get (), st, GST_PI0_DTYPE_FLOAT32, 2, shape),
+             nullptr);
+  EXPECT_NE (gst_buffer_add_pi0_tensor_meta (buf.get (), st, GST_PI0_DTYPE_UINT8, 2, shape),
+             nullptr);
   gst_pi0_tensor_storage_unref (st);
   EXPECT_STREQ (gst_pi0_dtype_to_string (GST_PI0_DTYPE_BFLOAT16), "bfloat16");
   EXPECT_EQ (gst_pi0_dtype_size (GST_PI0_DTYPE_FLOAT16), 2u);
@@ -217,7 +223,8 @@ TEST (Pi0Meta, ActionMetaFlagsNonFinite)
 {
   BufferPtr buf (gst_buffer_new ());
   std::vector<float> vals (50 * 7, 0.25f);
-  GstPi0ActionMeta *m = gst_buffer_add_pi0_action_meta (buf.get (), 50, 7, vals.data (), "pi0-test");
+  GstPi0ActionMeta *m =
+      gst_buffer_add_pi0_action_meta (buf.get (), 50, 7, vals.data (), "pi0-test");
   ASSERT_NE (m, nullptr);
   EXPECT_FALSE (m->flags & GST_PI0_ACTION_FLAG_NON_FINITE);
   EXPECT_STREQ (m->model_id, "pi0-test");
@@ -250,10 +257,11 @@ TEST (Pi0Meta, ActionMetaFlagsNonFinite)
 TEST (Pi0Meta, SurvivesTeeQueueAndCopy)
 {
   GError *err = nullptr;
-  ElementPtr pipe (gst_parse_launch ("appsrc name=src format=time caps=application/x-pi0-observation ! "
-                                     "tee name=t ! queue ! appsink name=a sync=false "
-                                     "t. ! queue ! identity ! appsink name=b sync=false",
-                                     &err));
+  ElementPtr pipe (
+      gst_parse_launch ("appsrc name=src format=time caps=application/x-pi0-observation ! "
+                        "tee name=t ! queue ! appsink name=a sync=false "
+                        "t. ! queue ! identity ! appsink name=b sync=false",
+                        &err));
   ASSERT_EQ (err, nullptr) << err->message;
   GstElement *src = gst_bin_get_by_name (GST_BIN (pipe.get ()), "src");
   GstElement *sinks[2] = {gst_bin_get_by_name (GST_BIN (pipe.get ()), "a"),
@@ -290,11 +298,13 @@ TEST (Pi0Meta, SurvivesTeeQueueAndCopy)
 TEST (Pi0Meta, DocsProbeExampleRuns)
 {
   GError *err = nullptr;
-  ElementPtr pipe (gst_parse_launch (
-      "pi0viewmux name=mux max-staleness=50000000 ! fakesink name=out sync=false "
-      "videotestsrc num-buffers=10 ! video/x-raw,format=RGB,width=32,height=24,framerate=30/1 ! mux.main "
-      "videotestsrc num-buffers=2 ! video/x-raw,format=GRAY8,width=16,height=12,framerate=30/1 ! mux.side",
-      &err));
+  ElementPtr pipe (
+      gst_parse_launch ("pi0viewmux name=mux max-staleness=50000000 ! fakesink name=out sync=false "
+                        "videotestsrc num-buffers=10 ! "
+                        "video/x-raw,format=RGB,width=32,height=24,framerate=30/1 ! mux.main "
+                        "videotestsrc num-buffers=2 ! "
+                        "video/x-raw,format=GRAY8,width=16,height=12,framerate=30/1 ! mux.side",
+                        &err));
   ASSERT_EQ (err, nullptr) << err->message;
   GstElement *mux = gst_bin_get_by_name (GST_BIN (pipe.get ()), "mux");
   GstPad *pad = gst_element_get_static_pad (mux, "src");
@@ -304,8 +314,8 @@ TEST (Pi0Meta, DocsProbeExampleRuns)
   gst_object_unref (mux);
   ASSERT_NE (gst_element_set_state (pipe.get (), GST_STATE_PLAYING), GST_STATE_CHANGE_FAILURE);
   GstBus *bus = gst_element_get_bus (pipe.get ());
-  MessagePtr msg (gst_bus_timed_pop_filtered (bus, 20 * GST_SECOND,
-                                              (GstMessageType) (GST_MESSAGE_EOS | GST_MESSAGE_ERROR)));
+  MessagePtr msg (gst_bus_timed_pop_filtered (
+      bus, 20 * GST_SECOND, (GstMessageType)(GST_MESSAGE_EOS | GST_MESSAGE_ERROR)));
   gst_object_unref (bus);
   ASSERT_NE (msg, nullptr);
   EXPECT_EQ (GST_MESSAGE_TYPE (msg.get ()), GST_MESSAGE_EOS);

@@ -16,7 +16,8 @@
 
 using namespace pi0test;
 
-namespace {
+namespace
+{
 
 GstClockTime
 frame_time (guint64 n, int fps)
@@ -139,7 +140,7 @@ push_video (GstHarness *h, const char *caps, int fps, int n, int first_fill = 0,
   GstVideoInfo info = video_info (caps);
   for (int i = 0; i < n; i++) {
     GstFlowReturn r = gst_harness_push (
-        h, make_frame (info, frame_time (i, fps), frame_time (1, fps), (guint8) (first_fill + i)));
+        h, make_frame (info, frame_time (i, fps), frame_time (1, fps), (guint8)(first_fill + i)));
     if (last)
       *last = r;
     if (r != GST_FLOW_OK)
@@ -194,7 +195,8 @@ TEST (ViewMux, PadsAndProperties)
   }
   for (const char *prop : {"base-view", "max-skew", "max-staleness", "max-state-age",
                            "require-all-views", "force-live", "stats", "latency"})
-    EXPECT_NE (g_object_class_find_property (G_OBJECT_GET_CLASS (mux.get ()), prop), nullptr) << prop;
+    EXPECT_NE (g_object_class_find_property (G_OBJECT_GET_CLASS (mux.get ()), prop), nullptr)
+        << prop;
 
   GstPad *side = gst_element_request_pad_simple (mux.get (), "side");
   ASSERT_NE (side, nullptr);
@@ -227,8 +229,8 @@ TEST (ViewMux, PairsThreeRatesNonLive)
       EXPECT_EQ (GST_BUFFER_PTS (obs.get ()), T);
       GstPi0ObservationMeta *meta = gst_buffer_get_pi0_observation_meta (obs.get ());
       ASSERT_NE (meta, nullptr);
-      EXPECT_EQ (meta->version, (guint) GST_PI0_META_VERSION);
-      EXPECT_EQ (meta->sequence, (guint64) k);
+      EXPECT_EQ (meta->version, (guint)GST_PI0_META_VERSION);
+      EXPECT_EQ (meta->sequence, (guint64)k);
       EXPECT_EQ (meta->observation_time, T);
       ASSERT_EQ (meta->n_views, 3u);
       EXPECT_STREQ (meta->views[0].name, "main");
@@ -245,12 +247,15 @@ TEST (ViewMux, PairsThreeRatesNonLive)
       for (int v = 0; v < 3; v++) {
         const GstPi0View *view = gst_pi0_observation_meta_get_view (meta, v);
         ASSERT_TRUE (view->flags & GST_PI0_VIEW_FLAG_VALID) << "obs " << k << " view " << v;
-        EXPECT_EQ (view->pts, frame_time (expect[v].idx, expect[v].fps)) << "obs " << k << " view " << v;
+        EXPECT_EQ (view->pts, frame_time (expect[v].idx, expect[v].fps))
+            << "obs " << k << " view " << v;
         EXPECT_EQ (view->capture_time, view->pts);
-        EXPECT_EQ (view_byte (obs.get (), view), (guint8) (expect[v].fill0 + expect[v].idx));
-        EXPECT_STREQ (gst_video_format_to_string (GST_VIDEO_INFO_FORMAT (&view->info)), expect[v].fmt);
+        EXPECT_EQ (view_byte (obs.get (), view), (guint8)(expect[v].fill0 + expect[v].idx));
+        EXPECT_STREQ (gst_video_format_to_string (GST_VIDEO_INFO_FORMAT (&view->info)),
+                      expect[v].fmt);
         bool skewed = T - view->pts > 10 * GST_MSECOND;
-        EXPECT_EQ (!!(view->flags & GST_PI0_VIEW_FLAG_SKEWED), skewed) << "obs " << k << " view " << v;
+        EXPECT_EQ (!!(view->flags & GST_PI0_VIEW_FLAG_SKEWED), skewed)
+            << "obs " << k << " view " << v;
         /* The view maps as a frame with the recorded layout. */
         GstVideoFrame frame;
         ASSERT_TRUE (gst_pi0_observation_meta_map_view (meta, obs.get (), v, &frame, GST_MAP_READ));
@@ -270,18 +275,17 @@ TEST (ViewMux, PairsThreeRatesNonLive)
   }
   EXPECT_EQ (gst_harness_try_pull (m.main.get ()), nullptr);
 
-  EXPECT_EQ (stat (m.element.get (), nullptr, "observations"), (guint64) NM);
-  EXPECT_EQ (stat (m.element.get (), "main", "frames-in"), (guint64) NM);
-  EXPECT_EQ (stat (m.element.get (), "side", "frames-in"), (guint64) NS);
-  EXPECT_EQ (stat (m.element.get (), "top", "frames-in"), (guint64) NT);
-  EXPECT_EQ (stat (m.element.get (), "side", "used"), (guint64) NM);
+  EXPECT_EQ (stat (m.element.get (), nullptr, "observations"), (guint64)NM);
+  EXPECT_EQ (stat (m.element.get (), "main", "frames-in"), (guint64)NM);
+  EXPECT_EQ (stat (m.element.get (), "side", "frames-in"), (guint64)NS);
+  EXPECT_EQ (stat (m.element.get (), "top", "frames-in"), (guint64)NT);
+  EXPECT_EQ (stat (m.element.get (), "side", "used"), (guint64)NM);
   EXPECT_EQ (stat (m.element.get (), "top", "masked"), 0u);
   EXPECT_TRUE (m.messages (GST_MESSAGE_WARNING).empty ());
 
   /* The observation caps describe the views and the base rate. */
-  CapsPtr caps (gst_pad_get_current_caps (GST_ELEMENT_CAST (m.element.get ())->srcpads->data
-                                              ? GST_PAD (GST_ELEMENT_CAST (m.element.get ())->srcpads->data)
-                                              : nullptr));
+  CapsPtr caps (
+      gst_pad_get_current_caps (GST_PAD (GST_ELEMENT_CAST (m.element.get ())->srcpads->data)));
   ASSERT_NE (caps, nullptr);
   const GstStructure *s = gst_caps_get_structure (caps.get (), 0);
   EXPECT_TRUE (gst_structure_has_name (s, GST_PI0_OBSERVATION_MEDIA_TYPE));
@@ -299,7 +303,7 @@ TEST (ViewMux, PairsThreeRatesNonLive)
 TEST (ViewMux, EndedViewIsMaskedAfterStaleness)
 {
   Mux m (false);
-  g_object_set (m.element.get (), "max-staleness", (guint64) (150 * GST_MSECOND), nullptr);
+  g_object_set (m.element.get (), "max-staleness", (guint64)(150 * GST_MSECOND), nullptr);
   const int NM = 20;
   {
     Pusher a ([&] { push_video (m.side.get (), SIDE_CAPS, 15, 15, 100); });
@@ -320,7 +324,7 @@ TEST (ViewMux, EndedViewIsMaskedAfterStaleness)
       }
     }
   }
-  EXPECT_EQ (stat (m.element.get (), "top", "masked"), (guint64) (NM - 11));
+  EXPECT_EQ (stat (m.element.get (), "top", "masked"), (guint64)(NM - 11));
   /* The bus heard about it, naming the view. */
   auto warnings = m.messages (GST_MESSAGE_WARNING);
   ASSERT_EQ (warnings.size (), 1u);
@@ -330,7 +334,7 @@ TEST (ViewMux, EndedViewIsMaskedAfterStaleness)
 TEST (ViewMux, RequireAllViewsDropsIncompleteObservations)
 {
   Mux m (false);
-  g_object_set (m.element.get (), "max-staleness", (guint64) (150 * GST_MSECOND),
+  g_object_set (m.element.get (), "max-staleness", (guint64)(150 * GST_MSECOND),
                 "require-all-views", TRUE, nullptr);
   {
     Pusher a ([&] { push_video (m.side.get (), SIDE_CAPS, 15, 15, 100); });
@@ -356,21 +360,26 @@ TEST (ViewMux, LiveStalledViewIsMaskedThenRecovers)
   Mux m (true);
   const GstClockTime staleness = 100 * GST_MSECOND;
   g_object_set (m.element.get (), "max-staleness", staleness, nullptr);
-  gst_harness_set_src_caps_str (m.main.get (), "video/x-raw,format=RGB,width=64,height=48,framerate=30/1");
-  gst_harness_set_src_caps_str (m.side.get (), "video/x-raw,format=NV12,width=32,height=24,framerate=30/1");
-  gst_harness_set_src_caps_str (m.top.get (), "video/x-raw,format=I420,width=40,height=30,framerate=30/1");
+  gst_harness_set_src_caps_str (m.main.get (),
+                                "video/x-raw,format=RGB,width=64,height=48,framerate=30/1");
+  gst_harness_set_src_caps_str (m.side.get (),
+                                "video/x-raw,format=NV12,width=32,height=24,framerate=30/1");
+  gst_harness_set_src_caps_str (m.top.get (),
+                                "video/x-raw,format=I420,width=40,height=30,framerate=30/1");
   GstVideoInfo im = video_info ("video/x-raw,format=RGB,width=64,height=48,framerate=30/1");
   GstVideoInfo is = video_info ("video/x-raw,format=NV12,width=32,height=24,framerate=30/1");
   GstVideoInfo it = video_info ("video/x-raw,format=I420,width=40,height=30,framerate=30/1");
 
   /* top delivers frames 0..5, stalls, and comes back at frame 45 (1.5 s). */
-  auto top_alive = [] (int k) { return k <= 5 || k >= 45; };
+  auto top_alive = [] (int k) {
+    return k <= 5 || k >= 45;
+  };
   const int N = 50;
   for (int k = 0; k < N; k++) {
     GstClockTime T = frame_time (k, 30), D = frame_time (1, 30);
     ASSERT_EQ (gst_harness_push (m.side.get (), make_frame (is, T, D, 100)), GST_FLOW_OK);
     if (top_alive (k)) {
-      ASSERT_EQ (gst_harness_push (m.top.get (), make_frame (it, T, D, (guint8) k)), GST_FLOW_OK);
+      ASSERT_EQ (gst_harness_push (m.top.get (), make_frame (it, T, D, (guint8)k)), GST_FLOW_OK);
     }
     ASSERT_EQ (gst_harness_push (m.main.get (), make_frame (im, T, D, 0)), GST_FLOW_OK);
 
@@ -386,7 +395,7 @@ TEST (ViewMux, LiveStalledViewIsMaskedThenRecovers)
     bool expect_valid = T - frame_time (last_top, 30) <= staleness;
     EXPECT_EQ (!!(meta->views[2].flags & GST_PI0_VIEW_FLAG_VALID), expect_valid) << "obs " << k;
     if (expect_valid) {
-      EXPECT_EQ (view_byte (obs.get (), &meta->views[2]), (guint8) last_top) << "obs " << k;
+      EXPECT_EQ (view_byte (obs.get (), &meta->views[2]), (guint8)last_top) << "obs " << k;
     }
   }
 
@@ -407,7 +416,7 @@ TEST (ViewMux, LiveStalledViewIsMaskedThenRecovers)
 TEST (ViewMux, StateAlignmentAndStaleness)
 {
   Mux m (false, true, false);
-  g_object_set (m.element.get (), "max-state-age", (guint64) (40 * GST_MSECOND), nullptr);
+  g_object_set (m.element.get (), "max-state-age", (guint64)(40 * GST_MSECOND), nullptr);
   const int NM = 12, NST = 8; /* state at 20 Hz: 0, 50, ... 350 ms */
   {
     Pusher a ([&] { push_video (m.side.get (), SIDE_CAPS, 15, 6, 100); });
@@ -421,7 +430,7 @@ TEST (ViewMux, StateAlignmentAndStaleness)
           gst_harness_push (m.state.get (), make_state ({1.f}, t));
           continue;
         }
-        gst_harness_push (m.state.get (), make_state ({(float) i, 0.5f, -1.f}, t));
+        gst_harness_push (m.state.get (), make_state ({(float)i, 0.5f, -1.f}, t));
       }
       gst_harness_push_event (m.state.get (), gst_event_new_eos ());
     });
@@ -432,14 +441,14 @@ TEST (ViewMux, StateAlignmentAndStaleness)
       ASSERT_NE (obs, nullptr);
       GstPi0ObservationMeta *meta = gst_buffer_get_pi0_observation_meta (obs.get ());
       GstClockTime T = frame_time (k, 30);
-      int i = (int) (T / (50 * GST_MSECOND));
+      int i = (int)(T / (50 * GST_MSECOND));
       if (i == 3)
         i = 2; /* the samples at 150 ms were rejected */
       guint dim = 0;
       const float *st = gst_pi0_observation_meta_get_state (meta, &dim);
       ASSERT_NE (st, nullptr) << "obs " << k;
       ASSERT_EQ (dim, 3u);
-      EXPECT_EQ (st[0], (float) i) << "obs " << k;
+      EXPECT_EQ (st[0], (float)i) << "obs " << k;
       EXPECT_EQ (meta->state_time, i * 50 * GST_MSECOND);
       bool stale = T - i * 50 * GST_MSECOND > 40 * GST_MSECOND;
       EXPECT_EQ (!!(meta->state_flags & GST_PI0_STATE_FLAG_STALE), stale) << "obs " << k;
@@ -466,7 +475,7 @@ TEST (ViewMux, ViewResolutionChangeMidStream)
         if (j == 4)
           gst_harness_set_src_caps_str (m.side.get (), side2);
         gst_harness_push (m.side.get (), make_frame (j < 4 ? i1 : i2, frame_time (j, 15),
-                                                     frame_time (1, 15), (guint8) j));
+                                                     frame_time (1, 15), (guint8)j));
       }
       gst_harness_push_event (m.side.get (), gst_event_new_eos ());
     });
@@ -478,7 +487,7 @@ TEST (ViewMux, ViewResolutionChangeMidStream)
       const GstPi0View *v = &meta->views[1];
       ASSERT_TRUE (v->flags & GST_PI0_VIEW_FLAG_VALID);
       int j = newest_at_or_before (frame_time (k, 30) + 10 * GST_MSECOND, 15, 8);
-      EXPECT_EQ (view_byte (obs.get (), v), (guint8) j);
+      EXPECT_EQ (view_byte (obs.get (), v), (guint8)j);
       EXPECT_EQ (GST_VIDEO_INFO_WIDTH (&v->info), j < 4 ? 32 : 16) << "obs " << k;
       EXPECT_EQ (gst_buffer_get_sizes_range (obs.get (), v->mem_index, v->n_mem, nullptr, nullptr),
                  GST_VIDEO_INFO_SIZE (&v->info));
@@ -507,7 +516,8 @@ TEST (ViewMux, BadCapsAreNotNegotiatedWithClearError)
     gst_element_set_bus (mux.get (), bus.get ());
     bool state_case = g_str_equal (c.pad, "state");
     /* A good base view beside a bad state pad; the bad view is the base otherwise. */
-    HarnessPtr good (state_case ? gst_harness_new_with_element (mux.get (), "main", "src") : nullptr);
+    HarnessPtr good (state_case ? gst_harness_new_with_element (mux.get (), "main", "src")
+                                : nullptr);
     HarnessPtr h (gst_harness_new_with_element (mux.get (), c.pad, state_case ? nullptr : "src"));
     gst_harness_set_live (h.get (), FALSE);
     std::thread good_pusher;
@@ -598,8 +608,8 @@ TEST (ViewMux, FlushingSeekForgetsOldFrames)
     }
   }
 
-  GstEvent *seek = gst_event_new_seek (1.0, GST_FORMAT_TIME, GST_SEEK_FLAG_FLUSH,
-                                       GST_SEEK_TYPE_SET, 0, GST_SEEK_TYPE_NONE, 0);
+  GstEvent *seek = gst_event_new_seek (1.0, GST_FORMAT_TIME, GST_SEEK_FLAG_FLUSH, GST_SEEK_TYPE_SET,
+                                       0, GST_SEEK_TYPE_NONE, 0);
   guint32 seqnum = gst_event_get_seqnum (seek);
   EXPECT_TRUE (gst_harness_push_upstream_event (m.main.get (), seek));
   for (GstHarness *h : {m.main.get (), m.side.get ()}) {
@@ -625,7 +635,8 @@ TEST (ViewMux, FlushingSeekForgetsOldFrames)
      * filled with its pre-flush frame. */
     Pusher a ([&] {
       for (int j = 0; j < 6; j++)
-        gst_harness_push (m.side.get (), make_frame (is, 100 * GST_MSECOND + frame_time (j, 15), 0, 0xBB));
+        gst_harness_push (m.side.get (),
+                          make_frame (is, 100 * GST_MSECOND + frame_time (j, 15), 0, 0xBB));
       gst_harness_push_event (m.side.get (), gst_event_new_eos ());
     });
     Pusher b ([&] {
@@ -643,7 +654,7 @@ TEST (ViewMux, FlushingSeekForgetsOldFrames)
       if (side_valid) {
         EXPECT_EQ (view_byte (obs.get (), &meta->views[1]), 0xBB);
       }
-      EXPECT_EQ (meta->sequence, (guint64) (4 + k)); /* sequence numbers never go back */
+      EXPECT_EQ (meta->sequence, (guint64)(4 + k)); /* sequence numbers never go back */
     }
   }
 }
@@ -653,7 +664,7 @@ TEST (ViewMux, FlushingSeekForgetsOldFrames)
 TEST (ViewMux, PadReleasedWhilePlaying)
 {
   Mux m (false);
-  g_object_set (m.element.get (), "max-staleness", (guint64) (100 * GST_MSECOND), nullptr);
+  g_object_set (m.element.get (), "max-staleness", (guint64)(100 * GST_MSECOND), nullptr);
   GstVideoInfo it = video_info (TOP_CAPS);
   {
     Pusher a ([&] { push_video (m.side.get (), SIDE_CAPS, 15, 10, 100); });
@@ -688,12 +699,15 @@ TEST (ViewMux, PadReleasedWhilePlaying)
 TEST (ViewMux, LaunchLineWithTestSources)
 {
   GError *err = nullptr;
-  ElementPtr pipe (gst_parse_launch (
-      "pi0viewmux name=mux ! appsink name=out sync=false "
-      "videotestsrc num-buffers=12 ! video/x-raw,format=RGB,width=64,height=48,framerate=30/1 ! mux.main "
-      "videotestsrc num-buffers=6 pattern=ball ! video/x-raw,format=NV12,width=32,height=24,framerate=15/1 ! mux.side "
-      "videotestsrc num-buffers=4 pattern=smpte ! video/x-raw,format=I420,width=40,height=30,framerate=10/1 ! mux.top",
-      &err));
+  ElementPtr pipe (
+      gst_parse_launch ("pi0viewmux name=mux ! appsink name=out sync=false "
+                        "videotestsrc num-buffers=12 ! "
+                        "video/x-raw,format=RGB,width=64,height=48,framerate=30/1 ! mux.main "
+                        "videotestsrc num-buffers=6 pattern=ball ! "
+                        "video/x-raw,format=NV12,width=32,height=24,framerate=15/1 ! mux.side "
+                        "videotestsrc num-buffers=4 pattern=smpte ! "
+                        "video/x-raw,format=I420,width=40,height=30,framerate=10/1 ! mux.top",
+                        &err));
   ASSERT_EQ (err, nullptr) << err->message;
   GstElement *sink = gst_bin_get_by_name (GST_BIN (pipe.get ()), "out");
   ASSERT_EQ (gst_element_set_state (pipe.get (), GST_STATE_PLAYING), GST_STATE_CHANGE_ASYNC);
@@ -713,4 +727,32 @@ TEST (ViewMux, LaunchLineWithTestSources)
   }
   gst_object_unref (sink);
   EXPECT_EQ (n, 12);
+}
+
+/* Views negotiated in CUDA memory are flagged per view, and the observation caps carry the
+ * memory:CUDAMemory feature when every view is in CUDA memory. (The frames' memory type is
+ * what the caps say; a real CUDA source is exercised by the GPU suite.) */
+TEST (ViewMux, CudaMemoryCapsAreCarried)
+{
+  Mux m (false, false, false);
+  const char *main_cuda =
+      "video/x-raw(memory:CUDAMemory),format=NV12,width=64,height=48,framerate=30/1";
+  const char *side_cuda =
+      "video/x-raw(memory:CUDAMemory),format=NV12,width=32,height=24,framerate=15/1";
+  {
+    Pusher a ([&] { push_video (m.side.get (), side_cuda, 15, 4, 0); });
+    Pusher c ([&] { push_video (m.main.get (), main_cuda, 30, 6, 0); });
+    for (int k = 0; k < 6; k++) {
+      BufferPtr obs (gst_harness_pull (m.main.get ()));
+      ASSERT_NE (obs, nullptr);
+      GstPi0ObservationMeta *meta = gst_buffer_get_pi0_observation_meta (obs.get ());
+      EXPECT_TRUE (meta->views[0].flags & GST_PI0_VIEW_FLAG_CUDA);
+      EXPECT_TRUE (meta->views[1].flags & GST_PI0_VIEW_FLAG_CUDA);
+    }
+  }
+  GstPad *src = GST_PAD (GST_ELEMENT_CAST (m.element.get ())->srcpads->data);
+  CapsPtr caps (gst_pad_get_current_caps (src));
+  ASSERT_NE (caps, nullptr);
+  EXPECT_TRUE (
+      gst_caps_features_contains (gst_caps_get_features (caps.get (), 0), "memory:CUDAMemory"));
 }

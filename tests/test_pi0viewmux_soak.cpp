@@ -15,7 +15,8 @@
 
 using namespace pi0test;
 
-namespace {
+namespace
+{
 
 GstTracer *
 leaks_tracer ()
@@ -24,7 +25,7 @@ leaks_tracer ()
   GList *tracers = gst_tracing_get_active_tracers ();
   for (GList *l = tracers; l; l = l->next) {
     if (!found && g_str_equal (G_OBJECT_TYPE_NAME (l->data), "GstLeaksTracer"))
-      found = (GstTracer *) gst_object_ref (l->data);
+      found = (GstTracer *)gst_object_ref (l->data);
   }
   g_list_free_full (tracers, gst_object_unref);
   return found;
@@ -41,13 +42,13 @@ alive_since_start (GstTracer *tracer)
   g_signal_emit_by_name (tracer, "activity-get-checkpoint", &cp);
   if (!cp)
     return out;
-  for (auto [field, delta] : {std::make_pair ("objects-created-list", 1),
-                              std::make_pair ("objects-removed-list", -1)}) {
+  for (auto [field, delta] :
+       {std::make_pair ("objects-created-list", 1), std::make_pair ("objects-removed-list", -1)}) {
     const GValue *list = gst_structure_get_value (cp, field);
     for (guint i = 0; list && i < gst_value_list_get_size (list); i++) {
       const GstStructure *o = gst_value_get_structure (gst_value_list_get_value (list, i));
-      balance[{gst_structure_get_string (o, "type-name"), gst_structure_get_string (o, "address")}] +=
-          delta;
+      balance[{gst_structure_get_string (o, "type-name"),
+               gst_structure_get_string (o, "address")}] += delta;
     }
   }
   gst_structure_free (cp);
@@ -87,8 +88,8 @@ run_cycles (GstElement *pipe, Counter &c, int cycles, int buffers_per_cycle)
     {
       std::unique_lock<std::mutex> lk (c.lock);
       /* A generous bound only so that a hang fails instead of blocking CI. */
-      bool got = c.cond.wait_for (lk, std::chrono::seconds (20),
-                                  [&] { return c.n >= buffers_per_cycle; });
+      bool got =
+          c.cond.wait_for (lk, std::chrono::seconds (20), [&] { return c.n >= buffers_per_cycle; });
       ASSERT_TRUE (got) << "cycle " << i << ": only " << c.n << " observations";
     }
     ASSERT_EQ (gst_element_set_state (pipe, GST_STATE_NULL), GST_STATE_CHANGE_SUCCESS);
@@ -110,10 +111,11 @@ TEST_P (ViewMuxSoak, PlayingNullCyclesLeakNothing)
 
   std::string src = std::string ("videotestsrc is-live=") + (live ? "true" : "false");
   std::string launch =
-      "pi0viewmux name=mux max-staleness=100000000 ! fakesink name=out signal-handoffs=true sync=false " +
+      "pi0viewmux name=mux max-staleness=100000000 ! fakesink name=out signal-handoffs=true "
+      "sync=false " +
       src + " ! video/x-raw,format=RGB,width=32,height=24,framerate=30/1 ! mux.main " + src +
-      " pattern=ball ! video/x-raw,format=NV12,width=16,height=12,framerate=15/1 ! mux.side " + src +
-      " pattern=smpte ! video/x-raw,format=I420,width=20,height=14,framerate=10/1 ! mux.top";
+      " pattern=ball ! video/x-raw,format=NV12,width=16,height=12,framerate=15/1 ! mux.side " +
+      src + " pattern=smpte ! video/x-raw,format=I420,width=20,height=14,framerate=10/1 ! mux.top";
   GError *err = nullptr;
   ElementPtr pipe (gst_parse_launch (launch.c_str (), &err));
   ASSERT_EQ (err, nullptr) << err->message;

@@ -15,7 +15,8 @@
 
 using namespace pi0test;
 
-namespace {
+namespace
+{
 
 struct PipelineFile {
   std::string name, line, needs;
@@ -105,8 +106,8 @@ TEST_P (Pipelines, ParsesAndRuns)
 
   ASSERT_NE (gst_element_set_state (pipe.get (), GST_STATE_PLAYING), GST_STATE_CHANGE_FAILURE);
   GstBus *bus = gst_element_get_bus (pipe.get ());
-  MessagePtr msg (gst_bus_timed_pop_filtered (bus, 3 * GST_SECOND,
-                                              (GstMessageType) (GST_MESSAGE_EOS | GST_MESSAGE_ERROR)));
+  MessagePtr msg (gst_bus_timed_pop_filtered (
+      bus, 3 * GST_SECOND, (GstMessageType)(GST_MESSAGE_EOS | GST_MESSAGE_ERROR)));
   gst_object_unref (bus);
   if (msg && GST_MESSAGE_TYPE (msg.get ()) == GST_MESSAGE_ERROR)
     FAIL () << p.name << ": " << message_text (msg.get ());

@@ -14,7 +14,7 @@ typedef struct {
 static GstPadProbeReturn
 pi0_example_on_buffer (GstPad *pad, GstPadProbeInfo *info, gpointer user_data)
 {
-  Pi0ProbeCounts *counts = (Pi0ProbeCounts *) user_data;
+  Pi0ProbeCounts *counts = (Pi0ProbeCounts *)user_data;
   GstBuffer *buf = GST_PAD_PROBE_INFO_BUFFER (info);
   GstPi0ObservationMeta *obs = gst_buffer_get_pi0_observation_meta (buf);
   GstPi0ActionMeta *act = gst_buffer_get_pi0_action_meta (buf);

@@ -28,7 +28,7 @@ gst_pi0_action_meta_api_get_type (void)
 static gboolean
 gst_pi0_action_meta_init (GstMeta *meta, gpointer params, GstBuffer *buffer)
 {
-  GstPi0ActionMeta *m = (GstPi0ActionMeta *) meta;
+  GstPi0ActionMeta *m = (GstPi0ActionMeta *)meta;
 
   m->version = GST_PI0_META_VERSION;
   m->sequence = 0;
@@ -45,7 +45,7 @@ gst_pi0_action_meta_init (GstMeta *meta, gpointer params, GstBuffer *buffer)
 static void
 gst_pi0_action_meta_free (GstMeta *meta, GstBuffer *buffer)
 {
-  GstPi0ActionMeta *m = (GstPi0ActionMeta *) meta;
+  GstPi0ActionMeta *m = (GstPi0ActionMeta *)meta;
 
   g_clear_pointer (&m->actions, g_free);
   g_clear_pointer (&m->model_id, g_free);
@@ -55,7 +55,7 @@ static gboolean
 gst_pi0_action_meta_transform (GstBuffer *dest, GstMeta *meta, GstBuffer *buffer, GQuark type,
                                gpointer data)
 {
-  GstPi0ActionMeta *src = (GstPi0ActionMeta *) meta;
+  GstPi0ActionMeta *src = (GstPi0ActionMeta *)meta;
   GstPi0ActionMeta *dst;
 
   if (!GST_META_TRANSFORM_IS_COPY (type))
@@ -76,13 +76,12 @@ gst_pi0_action_meta_get_info (void)
 {
   static const GstMetaInfo *info = NULL;
 
-  if (g_once_init_enter ((GstMetaInfo **) &info)) {
+  if (g_once_init_enter ((GstMetaInfo **)&info)) {
     gst_pi0_meta_debug_ensure ();
-    const GstMetaInfo *mi =
-        gst_meta_register (GST_PI0_ACTION_META_API_TYPE, "GstPi0ActionMeta",
-                           sizeof (GstPi0ActionMeta), gst_pi0_action_meta_init,
-                           gst_pi0_action_meta_free, gst_pi0_action_meta_transform);
-    g_once_init_leave ((GstMetaInfo **) &info, (GstMetaInfo *) mi);
+    const GstMetaInfo *mi = gst_meta_register (
+        GST_PI0_ACTION_META_API_TYPE, "GstPi0ActionMeta", sizeof (GstPi0ActionMeta),
+        gst_pi0_action_meta_init, gst_pi0_action_meta_free, gst_pi0_action_meta_transform);
+    g_once_init_leave ((GstMetaInfo **)&info, (GstMetaInfo *)mi);
   }
   return info;
 }
@@ -102,17 +101,17 @@ gst_buffer_add_pi0_action_meta (GstBuffer *buffer, guint horizon, guint dim, con
                                 const gchar *model_id)
 {
   GstPi0ActionMeta *m;
-  gsize n = (gsize) horizon * dim;
+  gsize n = (gsize)horizon * dim;
 
   g_return_val_if_fail (GST_IS_BUFFER (buffer), NULL);
   g_return_val_if_fail (horizon > 0 && dim > 0, NULL);
 
-  m = (GstPi0ActionMeta *) gst_buffer_add_meta (buffer, GST_PI0_ACTION_META_INFO, NULL);
+  m = (GstPi0ActionMeta *)gst_buffer_add_meta (buffer, GST_PI0_ACTION_META_INFO, NULL);
   if (!m)
     return NULL;
   m->horizon = horizon;
   m->dim = dim;
-  m->actions = actions ? (gfloat *) g_memdup2 (actions, n * sizeof (gfloat)) : g_new0 (gfloat, n);
+  m->actions = actions ? (gfloat *)g_memdup2 (actions, n * sizeof (gfloat)) : g_new0 (gfloat, n);
   m->model_id = g_strdup (model_id ? model_id : "");
   gst_pi0_action_meta_check_finite (m);
   return m;
@@ -129,7 +128,7 @@ gst_pi0_action_meta_get_action (const GstPi0ActionMeta *meta, guint step)
   g_return_val_if_fail (meta != NULL, NULL);
   if (step >= meta->horizon || !meta->actions)
     return NULL;
-  return meta->actions + (gsize) step * meta->dim;
+  return meta->actions + (gsize)step * meta->dim;
 }
 
 /**
@@ -147,7 +146,7 @@ gst_pi0_action_meta_check_finite (GstPi0ActionMeta *meta)
   gboolean finite = TRUE;
 
   g_return_val_if_fail (meta != NULL, FALSE);
-  n = (gsize) meta->horizon * meta->dim;
+  n = (gsize)meta->horizon * meta->dim;
   for (gsize i = 0; i < n; i++) {
     if (!isfinite (meta->actions[i])) {
       finite = FALSE;
@@ -155,8 +154,8 @@ gst_pi0_action_meta_check_finite (GstPi0ActionMeta *meta)
     }
   }
   if (finite)
-    meta->flags = (GstPi0ActionFlags) (meta->flags & ~GST_PI0_ACTION_FLAG_NON_FINITE);
+    meta->flags = (GstPi0ActionFlags)(meta->flags & ~GST_PI0_ACTION_FLAG_NON_FINITE);
   else
-    meta->flags = (GstPi0ActionFlags) (meta->flags | GST_PI0_ACTION_FLAG_NON_FINITE);
+    meta->flags = (GstPi0ActionFlags)(meta->flags | GST_PI0_ACTION_FLAG_NON_FINITE);
   return finite;
 }

@@ -58,14 +58,13 @@ GST_PI0_API const GstMetaInfo *gst_pi0_action_meta_get_info (void);
 #define GST_PI0_ACTION_META_INFO (gst_pi0_action_meta_get_info ())
 
 #define gst_buffer_get_pi0_action_meta(b)                                                          \
-  ((GstPi0ActionMeta *) gst_buffer_get_meta ((b), GST_PI0_ACTION_META_API_TYPE))
+  ((GstPi0ActionMeta *)gst_buffer_get_meta ((b), GST_PI0_ACTION_META_API_TYPE))
 
 GST_PI0_API GstPi0ActionMeta *gst_buffer_add_pi0_action_meta (GstBuffer *buffer, guint horizon,
                                                               guint dim, const gfloat *actions,
                                                               const gchar *model_id);
 
-GST_PI0_API const gfloat *gst_pi0_action_meta_get_action (const GstPi0ActionMeta *meta,
-                                                          guint step);
+GST_PI0_API const gfloat *gst_pi0_action_meta_get_action (const GstPi0ActionMeta *meta, guint step);
 
 GST_PI0_API gboolean gst_pi0_action_meta_check_finite (GstPi0ActionMeta *meta);
 

@@ -28,7 +28,7 @@ gst_pi0_observation_meta_api_get_type (void)
 static gboolean
 gst_pi0_observation_meta_init (GstMeta *meta, gpointer params, GstBuffer *buffer)
 {
-  GstPi0ObservationMeta *m = (GstPi0ObservationMeta *) meta;
+  GstPi0ObservationMeta *m = (GstPi0ObservationMeta *)meta;
 
   m->version = GST_PI0_META_VERSION;
   m->sequence = 0;
@@ -45,7 +45,7 @@ gst_pi0_observation_meta_init (GstMeta *meta, gpointer params, GstBuffer *buffer
 static void
 gst_pi0_observation_meta_free (GstMeta *meta, GstBuffer *buffer)
 {
-  GstPi0ObservationMeta *m = (GstPi0ObservationMeta *) meta;
+  GstPi0ObservationMeta *m = (GstPi0ObservationMeta *)meta;
 
   g_clear_pointer (&m->state, g_free);
 }
@@ -54,7 +54,7 @@ static gboolean
 gst_pi0_observation_meta_transform (GstBuffer *dest, GstMeta *meta, GstBuffer *buffer, GQuark type,
                                     gpointer data)
 {
-  GstPi0ObservationMeta *src = (GstPi0ObservationMeta *) meta;
+  GstPi0ObservationMeta *src = (GstPi0ObservationMeta *)meta;
   GstPi0ObservationMeta *dst;
 
   if (!GST_META_TRANSFORM_IS_COPY (type))
@@ -62,7 +62,7 @@ gst_pi0_observation_meta_transform (GstBuffer *dest, GstMeta *meta, GstBuffer *b
 
   /* The views point at memories by index: a copy of part of the buffer breaks that. */
   {
-    GstMetaTransformCopy *copy = (GstMetaTransformCopy *) data;
+    GstMetaTransformCopy *copy = (GstMetaTransformCopy *)data;
     if (copy->region && (copy->offset != 0 || copy->size != gst_buffer_get_size (buffer))) {
       GST_DEBUG ("not copying the observation meta into a region copy");
       return FALSE;
@@ -87,13 +87,13 @@ gst_pi0_observation_meta_get_info (void)
 {
   static const GstMetaInfo *info = NULL;
 
-  if (g_once_init_enter ((GstMetaInfo **) &info)) {
+  if (g_once_init_enter ((GstMetaInfo **)&info)) {
     gst_pi0_meta_debug_ensure ();
-    const GstMetaInfo *mi = gst_meta_register (
-        GST_PI0_OBSERVATION_META_API_TYPE, "GstPi0ObservationMeta", sizeof (GstPi0ObservationMeta),
-        gst_pi0_observation_meta_init, gst_pi0_observation_meta_free,
-        gst_pi0_observation_meta_transform);
-    g_once_init_leave ((GstMetaInfo **) &info, (GstMetaInfo *) mi);
+    const GstMetaInfo *mi =
+        gst_meta_register (GST_PI0_OBSERVATION_META_API_TYPE, "GstPi0ObservationMeta",
+                           sizeof (GstPi0ObservationMeta), gst_pi0_observation_meta_init,
+                           gst_pi0_observation_meta_free, gst_pi0_observation_meta_transform);
+    g_once_init_leave ((GstMetaInfo **)&info, (GstMetaInfo *)mi);
   }
   return info;
 }
@@ -108,8 +108,7 @@ GstPi0ObservationMeta *
 gst_buffer_add_pi0_observation_meta (GstBuffer *buffer)
 {
   g_return_val_if_fail (GST_IS_BUFFER (buffer), NULL);
-  return (GstPi0ObservationMeta *) gst_buffer_add_meta (buffer, GST_PI0_OBSERVATION_META_INFO,
-                                                        NULL);
+  return (GstPi0ObservationMeta *)gst_buffer_add_meta (buffer, GST_PI0_OBSERVATION_META_INFO, NULL);
 }
 
 guint
@@ -145,7 +144,7 @@ gst_pi0_observation_meta_find_view (const GstPi0ObservationMeta *meta, const gch
   g_return_val_if_fail (name != NULL, -1);
   for (guint i = 0; i < meta->n_views; i++) {
     if (strncmp (meta->views[i].name, name, GST_PI0_VIEW_NAME_LEN) == 0)
-      return (gint) i;
+      return (gint)i;
   }
   return -1;
 }
@@ -222,13 +221,14 @@ gst_pi0_observation_meta_map_view (const GstPi0ObservationMeta *meta, GstBuffer 
     gsize end;
 
     gst_video_format_info_component (v->info.finfo, p, comp);
-    rows = GST_VIDEO_FORMAT_INFO_SCALE_HEIGHT (v->info.finfo, comp[0], GST_VIDEO_INFO_HEIGHT (&v->info));
+    rows = GST_VIDEO_FORMAT_INFO_SCALE_HEIGHT (v->info.finfo, comp[0],
+                                               GST_VIDEO_INFO_HEIGHT (&v->info));
     if (GST_VIDEO_INFO_PLANE_STRIDE (&v->info, p) <= 0 || rows <= 0) {
       gst_buffer_unref (sub);
       return FALSE;
     }
     end = GST_VIDEO_INFO_PLANE_OFFSET (&v->info, p) +
-          (gsize) GST_VIDEO_INFO_PLANE_STRIDE (&v->info, p) * (gsize) rows;
+          (gsize)GST_VIDEO_INFO_PLANE_STRIDE (&v->info, p) * (gsize)rows;
     needed = MAX (needed, end);
   }
   if (needed > span) {
@@ -240,8 +240,8 @@ gst_pi0_observation_meta_map_view (const GstPi0ObservationMeta *meta, GstBuffer 
 
   gst_buffer_add_video_meta_full (sub, GST_VIDEO_FRAME_FLAG_NONE, GST_VIDEO_INFO_FORMAT (&v->info),
                                   GST_VIDEO_INFO_WIDTH (&v->info), GST_VIDEO_INFO_HEIGHT (&v->info),
-                                  GST_VIDEO_INFO_N_PLANES (&v->info), (gsize *) v->info.offset,
-                                  (gint *) v->info.stride);
+                                  GST_VIDEO_INFO_N_PLANES (&v->info), (gsize *)v->info.offset,
+                                  (gint *)v->info.stride);
   /* The frame holds its own reference to @sub. */
   ok = gst_video_frame_map (frame, &v->info, sub, flags);
   gst_buffer_unref (sub);
@@ -262,12 +262,12 @@ gst_pi0_observation_meta_set_state (GstPi0ObservationMeta *meta, const gfloat *s
 
   g_clear_pointer (&meta->state, g_free);
   if (state && dim > 0) {
-    meta->state = (gfloat *) g_memdup2 (state, sizeof (gfloat) * dim);
+    meta->state = (gfloat *)g_memdup2 (state, sizeof (gfloat) * dim);
     meta->state_dim = dim;
-    meta->state_flags = (GstPi0StateFlags) (flags | GST_PI0_STATE_FLAG_PRESENT);
+    meta->state_flags = (GstPi0StateFlags)(flags | GST_PI0_STATE_FLAG_PRESENT);
   } else {
     meta->state_dim = 0;
-    meta->state_flags = (GstPi0StateFlags) (flags & ~GST_PI0_STATE_FLAG_PRESENT);
+    meta->state_flags = (GstPi0StateFlags)(flags & ~GST_PI0_STATE_FLAG_PRESENT);
   }
   meta->state_time = state_time;
 }

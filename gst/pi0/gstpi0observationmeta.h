@@ -101,7 +101,7 @@ GST_PI0_API const GstMetaInfo *gst_pi0_observation_meta_get_info (void);
 #define GST_PI0_OBSERVATION_META_INFO (gst_pi0_observation_meta_get_info ())
 
 #define gst_buffer_get_pi0_observation_meta(b)                                                     \
-  ((GstPi0ObservationMeta *) gst_buffer_get_meta ((b), GST_PI0_OBSERVATION_META_API_TYPE))
+  ((GstPi0ObservationMeta *)gst_buffer_get_meta ((b), GST_PI0_OBSERVATION_META_API_TYPE))
 
 GST_PI0_API GstPi0ObservationMeta *gst_buffer_add_pi0_observation_meta (GstBuffer *buffer);
 

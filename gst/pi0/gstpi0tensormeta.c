@@ -119,7 +119,7 @@ gst_pi0_tensor_meta_api_get_type (void)
 static gboolean
 gst_pi0_tensor_meta_init (GstMeta *meta, gpointer params, GstBuffer *buffer)
 {
-  GstPi0TensorMeta *m = (GstPi0TensorMeta *) meta;
+  GstPi0TensorMeta *m = (GstPi0TensorMeta *)meta;
 
   m->version = GST_PI0_META_VERSION;
   m->dtype = GST_PI0_DTYPE_FLOAT32;
@@ -138,7 +138,7 @@ gst_pi0_tensor_meta_init (GstMeta *meta, gpointer params, GstBuffer *buffer)
 static void
 gst_pi0_tensor_meta_free (GstMeta *meta, GstBuffer *buffer)
 {
-  GstPi0TensorMeta *m = (GstPi0TensorMeta *) meta;
+  GstPi0TensorMeta *m = (GstPi0TensorMeta *)meta;
 
   g_clear_pointer (&m->storage, gst_pi0_tensor_storage_unref);
 }
@@ -147,7 +147,7 @@ static gboolean
 gst_pi0_tensor_meta_transform (GstBuffer *dest, GstMeta *meta, GstBuffer *buffer, GQuark type,
                                gpointer data)
 {
-  GstPi0TensorMeta *src = (GstPi0TensorMeta *) meta;
+  GstPi0TensorMeta *src = (GstPi0TensorMeta *)meta;
   GstPi0TensorMeta *dst;
 
   if (!GST_META_TRANSFORM_IS_COPY (type))
@@ -168,13 +168,12 @@ gst_pi0_tensor_meta_get_info (void)
 {
   static const GstMetaInfo *info = NULL;
 
-  if (g_once_init_enter ((GstMetaInfo **) &info)) {
+  if (g_once_init_enter ((GstMetaInfo **)&info)) {
     gst_pi0_meta_debug_ensure ();
-    const GstMetaInfo *mi =
-        gst_meta_register (GST_PI0_TENSOR_META_API_TYPE, "GstPi0TensorMeta",
-                           sizeof (GstPi0TensorMeta), gst_pi0_tensor_meta_init,
-                           gst_pi0_tensor_meta_free, gst_pi0_tensor_meta_transform);
-    g_once_init_leave ((GstMetaInfo **) &info, (GstMetaInfo *) mi);
+    const GstMetaInfo *mi = gst_meta_register (
+        GST_PI0_TENSOR_META_API_TYPE, "GstPi0TensorMeta", sizeof (GstPi0TensorMeta),
+        gst_pi0_tensor_meta_init, gst_pi0_tensor_meta_free, gst_pi0_tensor_meta_transform);
+    g_once_init_leave ((GstMetaInfo **)&info, (GstMetaInfo *)mi);
   }
   return info;
 }
@@ -235,7 +234,7 @@ gst_buffer_add_pi0_tensor_meta (GstBuffer *buffer, GstPi0TensorStorage *storage,
 
   for (guint i = 0; i < n_dims; i++) {
     g_return_val_if_fail (shape[i] >= 0, NULL);
-    n *= (gsize) shape[i];
+    n *= (gsize)shape[i];
   }
   if (n * gst_pi0_dtype_size (dtype) > storage->nbytes) {
     GST_WARNING ("tensor needs %" G_GSIZE_FORMAT " bytes, storage holds %" G_GSIZE_FORMAT,
@@ -243,7 +242,7 @@ gst_buffer_add_pi0_tensor_meta (GstBuffer *buffer, GstPi0TensorStorage *storage,
     return NULL;
   }
 
-  m = (GstPi0TensorMeta *) gst_buffer_add_meta (buffer, GST_PI0_TENSOR_META_INFO, NULL);
+  m = (GstPi0TensorMeta *)gst_buffer_add_meta (buffer, GST_PI0_TENSOR_META_INFO, NULL);
   if (!m)
     return NULL;
   m->dtype = dtype;
@@ -264,7 +263,7 @@ gst_pi0_tensor_meta_get_n_elements (const GstPi0TensorMeta *meta)
 
   g_return_val_if_fail (meta != NULL, 0);
   for (guint i = 0; i < meta->n_dims; i++)
-    n *= (gsize) meta->shape[i];
+    n *= (gsize)meta->shape[i];
   return n;
 }
 

@@ -102,7 +102,7 @@ GST_PI0_API const GstMetaInfo *gst_pi0_tensor_meta_get_info (void);
 #define GST_PI0_TENSOR_META_INFO (gst_pi0_tensor_meta_get_info ())
 
 #define gst_buffer_get_pi0_tensor_meta(b)                                                          \
-  ((GstPi0TensorMeta *) gst_buffer_get_meta ((b), GST_PI0_TENSOR_META_API_TYPE))
+  ((GstPi0TensorMeta *)gst_buffer_get_meta ((b), GST_PI0_TENSOR_META_API_TYPE))
 
 GST_PI0_API GstPi0TensorMeta *gst_buffer_add_pi0_tensor_meta (GstBuffer *buffer,
                                                               GstPi0TensorStorage *storage,

@@ -22,7 +22,8 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace
+{
 
 struct Options {
   double duration = 5.0;
@@ -61,13 +62,13 @@ on_need_state (GstAppSrc *src, guint, gpointer user_data)
 {
   auto d = static_cast<Demo *> (user_data);
   GstClockTime t = d->state_n * 10 * GST_MSECOND;
-  if (t > (GstClockTime) ((d->opt.duration + 1.0) * GST_SECOND)) {
+  if (t > (GstClockTime)((d->opt.duration + 1.0) * GST_SECOND)) {
     gst_app_src_end_of_stream (src);
     return;
   }
   float joints[7];
   for (int j = 0; j < 7; j++)
-    joints[j] = (float) (0.5 * std::sin (2.0 * M_PI * 0.25 * (double) t / GST_SECOND + j));
+    joints[j] = (float)(0.5 * std::sin (2.0 * M_PI * 0.25 * (double)t / GST_SECOND + j));
   GstBuffer *buf = gst_buffer_new_memdup (joints, sizeof (joints));
   GST_BUFFER_PTS (buf) = t;
   GST_BUFFER_DURATION (buf) = 10 * GST_MSECOND;
@@ -81,7 +82,7 @@ stall_probe (GstPad *, GstPadProbeInfo *info, gpointer user_data)
 {
   auto d = static_cast<Demo *> (user_data);
   GstBuffer *buf = GST_PAD_PROBE_INFO_BUFFER (info);
-  double t = (double) GST_BUFFER_PTS (buf) / GST_SECOND;
+  double t = (double)GST_BUFFER_PTS (buf) / GST_SECOND;
   return t >= d->opt.stall_start && t < d->opt.stall_end ? GST_PAD_PROBE_DROP : GST_PAD_PROBE_OK;
 }
 
@@ -93,8 +94,8 @@ view_summary (const GstPi0View *v, GstClockTime obs_time)
     snprintf (line, sizeof (line), "%-4s MASKED%-22s", v->name, "");
     return line;
   }
-  double age_ms = v->capture_time <= obs_time ? (double) (obs_time - v->capture_time) / GST_MSECOND
-                                              : -(double) (v->capture_time - obs_time) / GST_MSECOND;
+  double age_ms = v->capture_time <= obs_time ? (double)(obs_time - v->capture_time) / GST_MSECOND
+                                              : -(double)(v->capture_time - obs_time) / GST_MSECOND;
   snprintf (line, sizeof (line), "%-4s %4dx%-4d %-4s %5.1f ms%s", v->name,
             GST_VIDEO_INFO_WIDTH (&v->info), GST_VIDEO_INFO_HEIGHT (&v->info),
             gst_video_format_to_string (GST_VIDEO_INFO_FORMAT (&v->info)), age_ms,
@@ -123,7 +124,7 @@ print_probe (GstPad *, GstPadProbeInfo *info, gpointer user_data)
   std::string line;
   char head[64];
   snprintf (head, sizeof (head), "obs %4" G_GUINT64_FORMAT " t=%6.3fs  ", m->sequence,
-            (double) m->observation_time / GST_SECOND);
+            (double)m->observation_time / GST_SECOND);
   line += head;
   for (guint i = 0; i < m->n_views; i++)
     line += view_summary (&m->views[i], m->observation_time) + " | ";
@@ -194,7 +195,8 @@ print_stats (GstElement *mux)
   gst_structure_get_uint64 (s, "observations", &obs);
   gst_structure_get_uint64 (s, "state-rejected", &rejected);
   gst_structure_get_uint64 (s, "state-stale", &stale);
-  g_print ("\nSummary: %" G_GUINT64_FORMAT " observations; state samples rejected %" G_GUINT64_FORMAT
+  g_print ("\nSummary: %" G_GUINT64_FORMAT
+           " observations; state samples rejected %" G_GUINT64_FORMAT
            ", observations with missing/stale state %" G_GUINT64_FORMAT "\n",
            obs, rejected, stale);
   g_print ("  %-5s %10s %8s %8s %8s %8s %8s\n", "view", "frames-in", "used", "skewed", "masked",
@@ -229,7 +231,8 @@ main (int argc, char **argv)
       {"stall-end", 0, 0, G_OPTION_ARG_DOUBLE, &d.opt.stall_end,
        "When it comes back, in seconds (default 3.0)", "S"},
       {"print-every", 'n', 0, G_OPTION_ARG_INT, &d.opt.print_every,
-       "Print every Nth observation (and each one where a view is masked or returns; default 5)", "N"},
+       "Print every Nth observation (and each one where a view is masked or returns; default 5)",
+       "N"},
       {"non-live", 0, 0, G_OPTION_ARG_NONE, &non_live,
        "Run as fast as possible instead of in real time", nullptr},
       {nullptr, 0, 0, G_OPTION_ARG_NONE, nullptr, nullptr, nullptr},
@@ -288,7 +291,7 @@ main (int argc, char **argv)
 
   /* Non-live: the sources stop by themselves after the same amount of stream time. */
   if (!d.opt.live) {
-    int n[3] = {(int) (d.opt.duration * 30), (int) (d.opt.duration * 15), (int) (d.opt.duration * 10)};
+    int n[3] = {(int)(d.opt.duration * 30), (int)(d.opt.duration * 15), (int)(d.opt.duration * 10)};
     const char *names[3] = {"cam_main", "cam_side", "cam_top"};
     for (int i = 0; i < 3; i++) {
       GstElement *src = gst_bin_get_by_name (GST_BIN (d.pipeline), names[i]);
@@ -298,7 +301,7 @@ main (int argc, char **argv)
       }
     }
   } else {
-    g_timeout_add ((guint) (d.opt.duration * 1000), on_timeout, &d);
+    g_timeout_add ((guint)(d.opt.duration * 1000), on_timeout, &d);
   }
 
   gst_element_set_state (d.pipeline, GST_STATE_PLAYING);
