@@ -259,8 +259,12 @@ public:
     }
     if (!connected_) {
       GIOCondition c = g_socket_condition_check (sock_, (GIOCondition) (G_IO_OUT | G_IO_ERR | G_IO_HUP));
-      if (!c)
+      if (!c) {
+        /* A peer that drops SYNs would keep us "connecting" forever: give up and retry. */
+        if (now - connect_started_ > (gint64) std::max<GstClockTime> (backoff_max_, GST_SECOND))
+          fail (now);
         return;
+      }
       GError *e = nullptr;
       if (!g_socket_check_connect_result (sock_, &e)) {
         GST_DEBUG ("connect failed: %s", e ? e->message : "?");
@@ -371,6 +375,7 @@ private:
     /* Keep the kernel's share of the backlog small too: the bound we promise is ours plus this. */
     g_socket_set_option (sock_, SOL_SOCKET, SO_SNDBUF, (gint) max_buffer_, nullptr);
     connected_ = false;
+    connect_started_ = now;
     if (g_socket_connect (sock_, G_SOCKET_ADDRESS (addr_), nullptr, &e)) {
       connected_ = true;
       new_connection_ = true;
@@ -442,6 +447,7 @@ private:
   bool ever_connected_ = false;
   bool new_connection_ = false;
   gint64 next_attempt_ = 0;
+  gint64 connect_started_ = 0;
   GstClockTime backoff_ = 0, backoff_min_ = 0, backoff_max_ = 0;
   std::deque<std::vector<uint8_t>> queue_;
   size_t head_off_ = 0;
@@ -734,11 +740,11 @@ pump (State &st, Pending &p, GstClockTime now)
 {
   st.transport.pump ();
   if (st.transport.take_new_connection ()) {
-    if (st.stats.sessions > 0 && st.session_id != 0 && st.seq > 0)
+    /* Nothing queued for the old connection is replayed (the transport dropped it); the
+     * new session starts with HELLO and HOLD (announce), then stream mode resumes from the
+     * newest chunk at the next tick and chunk mode with the next chunk. */
+    if (st.seq > 0)
       new_session (st);
-    /* Nothing queued for the old connection is replayed; stream mode resumes from the
-     * newest chunk at the next tick, chunk mode with the next chunk. */
-    st.sent_rows.clear ();
   }
   st.stats.reconnects = st.transport.reconnects ();
   st.stats.dropped += st.transport.take_queue_drops ();
@@ -809,14 +815,21 @@ watchdog (State &st, Pending &p, GstClockTime now)
   }
 }
 
+/* a + b, saturating: timeouts may be set to G_MAXUINT64 ("never"). */
+GstClockTime
+sat_add (GstClockTime a, GstClockTime b)
+{
+  return a > G_MAXUINT64 - b ? G_MAXUINT64 : a + b;
+}
+
 GstClockTime
 next_wake (State &st)
 {
   GstClockTime wake = st.next_tick;
   if (!st.hold_sent)
-    wake = std::min (wake, st.last_fresh + st.s.hold_timeout);
+    wake = std::min (wake, sat_add (st.last_fresh, st.s.hold_timeout));
   if (!st.stop_sent)
-    wake = std::min (wake, st.last_fresh + st.s.stop_timeout);
+    wake = std::min (wake, sat_add (st.last_fresh, st.s.stop_timeout));
   return wake;
 }
 
@@ -885,6 +898,12 @@ stop_control_thread (Private *priv, std::unique_lock<std::mutex> &lk)
     gst_clock_id_unschedule (st.wait_id);
   GThread *t = st.thread;
   st.thread = nullptr;
+  if (t == g_thread_self ()) {
+    /* A state change from an `action` handler runs on the control thread itself: it cannot
+     * join itself; it sees thread_running == false and ends when the handler returns. */
+    g_thread_unref (t);
+    return;
+  }
   lk.unlock ();
   g_thread_join (t);
   lk.lock ();

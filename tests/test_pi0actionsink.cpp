@@ -373,6 +373,75 @@ TEST (ActionSink, EveryOutputRespectsLimitsAndMaxStep)
   }
 }
 
+TEST (ActionSink, ChunkModeBoundsEachChunkAgainstTheRowBeingExecuted)
+{
+  /* In chunk mode the robot runs row i of a chunk at observation + i * period and a new chunk
+   * replaces the rest of the old one on arrival, so the first row of a new chunk is bounded
+   * against the old chunk's row due at that moment (docs/elements/pi0actionsink.md), and
+   * each further row against the row before it. HOLD holds exactly that row. */
+  Fixture f;
+  f.make ("mode=chunk hold-timeout=40000000 stop-timeout=80000000 target=file://" + f.dir.file ("o.jsonl"), kRobot3);
+  pi0safety::RobotConfig cfg;
+  ASSERT_TRUE (pi0safety::parse_robot_config (kRobot3, &cfg, nullptr));
+  std::mt19937 rng (5);
+  std::uniform_real_distribution<float> wide (-3.f, 3.f);
+  for (int round = 0; round < 150; round++) {
+    guint horizon = 1 + rng () % 10;
+    std::vector<float> v ((size_t) horizon * 3);
+    for (auto &x : v)
+      x = (rng () % 5 == 0) ? (rng () % 2 ? 1e30f : -1e30f) : wide (rng);
+    ASSERT_EQ (GST_FLOW_OK, f.push (horizon, 3, v, (guint64) round + 1, f.now ()));
+    for (int t = 0, n = (int) (rng () % 12); t < n; t++)
+      f.crank ();
+  }
+  std::vector<float> prev_rows; /* rows of the last chunk sent */
+  GstClockTime prev_obs = 0;
+  std::vector<float> held;      /* position of the last HOLD */
+  size_t chunks = 0;
+  for (auto &r : f.rec.all ()) {
+    const std::vector<float> *ref = nullptr;
+    std::vector<float> ref_row;
+    if (!prev_rows.empty ()) {
+      guint64 j = (r.clock_time - prev_obs) / kPeriod;
+      j = std::min<guint64> (j, prev_rows.size () / 3 - 1);
+      ref_row.assign (prev_rows.begin () + (long) j * 3, prev_rows.begin () + (long) j * 3 + 3);
+      ref = &ref_row;
+    } else if (!held.empty ()) {
+      ref = &held;
+    }
+    if (r.kind == "hold") {
+      if (ref) {
+        EXPECT_EQ (r.values, *ref) << "HOLD must hold the row being executed";
+      }
+      if (!r.values.empty ())
+        held = r.values;
+      prev_rows.clear ();
+      continue;
+    }
+    if (r.kind != "action")
+      continue;
+    ASSERT_EQ (r.step_index, 0u); /* pushed with observation time = now */
+    for (guint i = 0; i < r.steps; i++) {
+      const float *row = r.values.data () + i * 3;
+      const float *before = i ? row - 3 : (ref ? ref->data () : nullptr);
+      for (unsigned jn = 0; jn < 3; jn++) {
+        ASSERT_GE (row[jn], cfg.lower[jn]);
+        ASSERT_LE (row[jn], cfg.upper[jn]);
+        if (before) {
+          ASSERT_TRUE (exact_within (row[jn], before[jn], cfg.max_step[jn]))
+              << "chunk " << r.chunk_id << " row " << i << " joint " << jn << ": " << before[jn] << " -> " << row[jn];
+        }
+      }
+    }
+    prev_rows = r.values;
+    prev_obs = r.clock_time;
+    chunks++;
+  }
+  EXPECT_EQ (chunks, 150u);
+  EXPECT_GT (stat (f.sink, "holds"), 10u) << "the test should exercise HOLD between chunks";
+  EXPECT_GT (stat (f.sink, "clamped"), 10u);
+}
+
 TEST (ActionSink, StaleChunksAreDroppedAndPastStepsSkipped)
 {
   Fixture f;
@@ -719,24 +788,24 @@ TEST (ActionSinkTcp, PeerKilledMidStreamThenReplaced)
 
 TEST (ActionSinkTcp, ThousandStateCyclesWithAStalledPeer)
 {
+  /* Each cycle: PLAYING, one chunk rendered (TCP connect to a peer that never accepts nor
+   * reads), NULL. No deadlock, no GLib warning, and the fd count back to where it was. */
   StalledPeer peer;
-  TempDir dir;
-  const std::string cfg = dir.file ("robot.json", kRobotWide3);
-  GstElement *sink = gst_parse_launch (("pi0actionsink async=false mode=stream max-send-buffer=4096 target=tcp://127.0.0.1:" +
-                                        std::to_string (peer.port) + " robot-config=" + cfg)
-                                           .c_str (),
-                                       nullptr);
-  ASSERT_NE (sink, nullptr);
-  /* One warm-up cycle so lazily created GLib/GStreamer fds (wakeup pipes...) exist already. */
-  ASSERT_EQ (gst_element_set_state (sink, GST_STATE_PLAYING), GST_STATE_CHANGE_SUCCESS);
-  ASSERT_EQ (gst_element_set_state (sink, GST_STATE_NULL), GST_STATE_CHANGE_SUCCESS);
+  Fixture f;
+  f.make ("mode=chunk max-send-buffer=4096 target=tcp://127.0.0.1:" + std::to_string (peer.port), kRobotWide3);
+  ASSERT_EQ (GST_FLOW_OK, f.push (5, 3, ramp3 (5, 0, 0.01f), 1, 0));
+  /* Warm-up cycle, so lazily created fds (GLib wakeups, clock threads) exist already. */
+  ASSERT_EQ (gst_element_set_state (f.sink, GST_STATE_NULL), GST_STATE_CHANGE_SUCCESS);
   const int baseline = count_fds ();
   for (int i = 0; i < 1000; i++) {
-    ASSERT_EQ (gst_element_set_state (sink, GST_STATE_PLAYING), GST_STATE_CHANGE_SUCCESS) << "cycle " << i;
-    ASSERT_EQ (gst_element_set_state (sink, GST_STATE_NULL), GST_STATE_CHANGE_SUCCESS) << "cycle " << i;
+    ASSERT_NE (gst_element_set_state (f.sink, GST_STATE_PLAYING), GST_STATE_CHANGE_FAILURE) << "cycle " << i;
+    gst_harness_set_src_caps_str (f.h.get (), GST_PI0_OBSERVATION_MEDIA_TYPE);
+    ASSERT_EQ (GST_FLOW_OK, f.push (5, 3, ramp3 (5, 0, 0.01f), (guint64) i + 2, 0)) << "cycle " << i;
+    ASSERT_EQ (gst_element_set_state (f.sink, GST_STATE_NULL), GST_STATE_CHANGE_SUCCESS) << "cycle " << i;
+    ASSERT_LE (count_fds (), baseline + 4) << "cycle " << i; /* one socket at most while PLAYING */
   }
   EXPECT_EQ (count_fds (), baseline);
-  gst_object_unref (sink);
+  EXPECT_GE (f.rec.count ("hold"), 1000u) << "every PLAYING->PAUSED sends HOLD";
 }
 
 /* ---- with the robot simulator ----------------------------------------------------------- */
