@@ -104,7 +104,12 @@ stat (GstElement *sink, const char *field)
 class TempDir
 {
 public:
-  TempDir () { path_ = g_dir_make_tmp ("pi0sink-XXXXXX", nullptr); }
+  TempDir ()
+  {
+    gchar *p = g_dir_make_tmp ("pi0sink-XXXXXX", nullptr);
+    path_ = p ? p : "/tmp";
+    g_free (p);
+  }
   ~TempDir ()
   {
     if (GDir *d = g_dir_open (path_.c_str (), 0, nullptr)) {
