@@ -931,6 +931,11 @@ gst_pi0_action_sink_start (GstBaseSink *bsink)
     GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS, ("Invalid target: %s", err.c_str ()), (nullptr));
     return FALSE;
   }
+  if (s.reconnect_max < s.reconnect_min) {
+    g_clear_object (&addr);
+    GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS, ("reconnect-max must not be shorter than reconnect-min"), (nullptr));
+    return FALSE;
+  }
   if (s.stop_timeout < s.hold_timeout) {
     g_clear_object (&addr);
     GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS, ("stop-timeout must not be shorter than hold-timeout"), (nullptr));
@@ -1363,6 +1368,8 @@ gst_pi0_action_sink_init (GstPi0ActionSink *self)
    * timestamp, decides when each action is due, and waiting on the clock here would only add
    * latency (and make render block). */
   gst_base_sink_set_sync (GST_BASE_SINK (self), FALSE);
+  /* Nobody needs the last chunk kept alive by the base class. */
+  gst_base_sink_set_last_sample_enabled (GST_BASE_SINK (self), FALSE);
 }
 
 static void
