@@ -613,7 +613,7 @@ send_message (State &st, Pending &p, pi0proto::Kind kind, const float *values, g
   guint rows_per = steps ? steps : 1;
   if (st.binary && st.transport.is_datagram () && steps > 0)
     rows_per = pi0proto::rows_per_frame (dim, !st.s.hmac_key.empty (), st.s.datagram_size);
-  /* 0 is refused when dim becomes known (check_dim), so rows_per >= 1 here. */
+  /* start() and render refuse a dim for which this is 0, so rows_per >= 1 here. */
   if (rows_per == 0)
     rows_per = 1;
   guint done = 0;
@@ -961,6 +961,13 @@ gst_pi0_action_sink_start (GstBaseSink *bsink)
   const bool binary = s.format == GST_PI0_ACTION_SINK_FORMAT_BINARY ||
                       (s.format == GST_PI0_ACTION_SINK_FORMAT_AUTO &&
                        (type == TargetType::kUdp || type == TargetType::kTcp));
+  if (!binary && type == TargetType::kUdp) {
+    g_clear_object (&addr);
+    GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS,
+                       ("format=json cannot be sent over UDP: a line may not fit a datagram; use binary"),
+                       (nullptr));
+    return FALSE;
+  }
   if (have_cfg && binary && type == TargetType::kUdp &&
       pi0proto::rows_per_frame (cfg.dim (), !s.hmac_key.empty (), s.datagram_size) == 0) {
     g_clear_object (&addr);

@@ -166,6 +166,8 @@ TEST (ActionSink, RefusesToStartWithoutLimitsOrWithABadConfig)
   EXPECT_NE (err.find ("needs an IP address and a port"), std::string::npos) << err;
   err = start_error ("pi0actionsink allow-unlimited=true hold-timeout=500000000 stop-timeout=100000000");
   EXPECT_NE (err.find ("stop-timeout"), std::string::npos) << err;
+  err = start_error ("pi0actionsink allow-unlimited=true format=json target=udp://127.0.0.1:9");
+  EXPECT_NE (err.find ("cannot be sent over UDP"), std::string::npos) << err;
   err = start_error ("pi0actionsink allow-unlimited=true reconnect-min=500000000 reconnect-max=100000000");
   EXPECT_NE (err.find ("reconnect-max"), std::string::npos) << err;
   err = start_error ("pi0actionsink target=udp://127.0.0.1:9 datagram-size=128 robot-config=" +
