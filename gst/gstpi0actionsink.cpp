@@ -191,6 +191,11 @@ public:
   bool open (TargetType type, GInetSocketAddress *addr, const std::string &path, const Settings &s,
              std::string *err)
   {
+    close ();
+    /* Everything per connection and per start begins afresh (counters are per start). */
+    connected_ = ever_connected_ = new_connection_ = false;
+    reconnects_ = dropped_in_queue_ = 0;
+    next_attempt_ = connect_started_ = 0;
     type_ = type;
     max_buffer_ = s.max_send_buffer;
     backoff_min_ = s.reconnect_min;

@@ -193,6 +193,8 @@ TEST (ActionSink, RefusesToStartWithoutLimitsOrWithABadConfig)
                        return s;
                      }() + "]}"));
   EXPECT_NE (err.find ("cannot hold one action"), std::string::npos) << err;
+  err = start_error ("pi0actionsink allow-unlimited=true target=file:///nonexistent-dir/actions.jsonl");
+  EXPECT_NE (err.find ("cannot open /nonexistent-dir/actions.jsonl"), std::string::npos) << err;
   /* And a good one starts. */
   EXPECT_EQ ("", start_error ("pi0actionsink target=file://" + dir.file ("out.jsonl") + " robot-config=" +
                                   dir.file ("ok.json", kRobot3)));
@@ -234,6 +236,39 @@ TEST (ActionSink, WithoutConfigTheFirstChunkFixesTheDimension)
   EXPECT_EQ (f.rec.count ("action"), 1u);
   gst_element_set_bus (f.sink, nullptr);
   gst_object_unref (bus);
+}
+
+TEST (ActionSink, StdoutCarriesJsonLines)
+{
+  testing::internal::CaptureStdout ();
+  {
+    Fixture f;
+    f.make ("mode=chunk allow-unlimited=true target=stdout", "");
+    EXPECT_EQ (GST_FLOW_OK, f.push (2, 3, ramp3 (2, 0.5f, 1), 3, 0));
+  }
+  const std::string out = testing::internal::GetCapturedStdout ();
+  std::vector<std::string> lines;
+  gchar **split = g_strsplit (out.c_str (), "\n", -1);
+  for (gchar **it = split; *it; it++) {
+    if (**it)
+      lines.emplace_back (*it);
+  }
+  g_strfreev (split);
+  /* HELLO and HOLD once the first chunk fixes the dimension, the action, HOLD on the way down. */
+  ASSERT_EQ (lines.size (), 4u) << out;
+  EXPECT_NE (lines[0].find ("\"kind\":\"hello\""), std::string::npos);
+  EXPECT_NE (lines[3].find ("\"kind\":\"hold\""), std::string::npos);
+  bool found = false;
+  for (auto &l : lines) {
+    JsonLine j (l);
+    ASSERT_TRUE (j.ok ()) << l;
+    if (j.str ("kind") == "action") {
+      found = true;
+      EXPECT_EQ (j.num ("steps"), 2);
+      EXPECT_EQ (j.num ("chunk_id"), 3);
+    }
+  }
+  EXPECT_TRUE (found) << out;
 }
 
 TEST (ActionSink, NonFiniteChunksAreNeverForwarded)
