@@ -554,8 +554,6 @@ static GstStaticPadTemplate sink_template =
     GST_STATIC_PAD_TEMPLATE ("sink", GST_PAD_SINK, GST_PAD_ALWAYS, GST_STATIC_CAPS (GST_PI0_OBSERVATION_MEDIA_TYPE));
 
 GType
-gst_pi0_action_sink_mode_get_type (void);
-GType
 gst_pi0_action_sink_mode_get_type (void)
 {
   static GType type = 0;
@@ -568,8 +566,6 @@ gst_pi0_action_sink_mode_get_type (void)
   return type;
 }
 
-GType
-gst_pi0_action_sink_format_get_type (void);
 GType
 gst_pi0_action_sink_format_get_type (void)
 {

@@ -31,6 +31,11 @@ typedef enum {
   GST_PI0_ACTION_SINK_FORMAT_BINARY = 2,
 } GstPi0ActionSinkFormat;
 
+GType gst_pi0_action_sink_mode_get_type (void);
+#define GST_TYPE_PI0_ACTION_SINK_MODE (gst_pi0_action_sink_mode_get_type ())
+GType gst_pi0_action_sink_format_get_type (void);
+#define GST_TYPE_PI0_ACTION_SINK_FORMAT (gst_pi0_action_sink_format_get_type ())
+
 GST_ELEMENT_REGISTER_DECLARE (pi0actionsink);
 
 G_END_DECLS
