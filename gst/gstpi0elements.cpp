@@ -4,6 +4,7 @@
 #endif
 
 #include "gstpi0elements.h"
+#include "gstpi0actionsink.h"
 #include "gstpi0viewmux.h"
 
 gboolean
@@ -14,5 +15,6 @@ gst_pi0_elements_register (GstPlugin *plugin)
   /* Every element registers even without CUDA or LibTorch, so gst-inspect, caps and property
    * tests work everywhere; elements that cannot run fail in start() with a clear error. */
   ok &= GST_ELEMENT_REGISTER (pi0viewmux, plugin);
+  ok &= GST_ELEMENT_REGISTER (pi0actionsink, plugin);
   return ok;
 }

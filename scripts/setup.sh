@@ -11,6 +11,7 @@ APT_PACKAGES=(
   gstreamer1.0-plugins-bad libgl-dev
   libgtest-dev libgmock-dev libjson-glib-dev libsentencepiece-dev sentencepiece
   python3-pil
+  clang libclang-rt-14-dev
 )
 
 missing=()

@@ -1,0 +1,121 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* libFuzzer target for the frame parser the robot side runs on untrusted bytes
+ * (protocol/pi0frame.cpp). Built with clang -fsanitize=fuzzer,address,undefined by
+ * tests/fuzz/meson.build and run briefly as a CI test; run it longer by hand:
+ *   build/tests/fuzz/fuzz_frame -dict=tests/fuzz/frame.dict -max_total_time=3600
+ * Besides "no crash, no out-of-bounds read, no UB", it checks properties: a frame that decodes
+ * re-encodes to exactly the same bytes, holds only finite values, and has the size its
+ * header announced; and a stream reader built on peek_header never runs past the input. */
+
+#include "pi0frame.h"
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+void
+check (bool ok)
+{
+  if (!ok)
+    abort ();
+}
+
+void
+one_frame (const uint8_t *data, size_t size, const std::string &key, const pi0proto::Limits &lim)
+{
+  pi0proto::Header h;
+  size_t announced = 0;
+  const pi0proto::Error pe = pi0proto::peek_header (data, size, lim, &h, &announced);
+  pi0proto::Frame f;
+  const pi0proto::Error e = pi0proto::decode (data, size, lim, key, &f);
+  if (pe != pi0proto::Error::kOk)
+    check (e == pe); /* decode fails the same way when the header is bad */
+  if (e != pi0proto::Error::kOk) {
+    check (f.values.empty ());
+    return;
+  }
+  check (announced == size && size <= lim.max_frame_size);
+  check (f.values.size () == (size_t) f.header.steps * f.header.dim);
+  for (float v : f.values) {
+    uint32_t bits;
+    memcpy (&bits, &v, 4);
+    check ((bits & 0x7F800000u) != 0x7F800000u);
+  }
+  std::vector<uint8_t> again;
+  pi0proto::encode (f.header, f.values.data (), key, again);
+  check (again.size () == size && memcmp (again.data (), data, size) == 0);
+  (void) pi0proto::to_json (f.header, f.values.data (), "fuzz");
+}
+
+/* The TCP reader's loop: header first, then wait for the announced size. */
+void
+as_stream (const uint8_t *data, size_t size, const pi0proto::Limits &lim)
+{
+  size_t off = 0;
+  for (int guard = 0; guard < 10000 && size - off >= pi0proto::kHeaderSize; guard++) {
+    size_t n = 0;
+    if (pi0proto::peek_header (data + off, size - off, lim, nullptr, &n) != pi0proto::Error::kOk)
+      return;
+    check (n >= pi0proto::kHeaderSize + pi0proto::kCrcSize);
+    if (size - off < n)
+      return;
+    (void) pi0proto::decode (data + off, n, lim, "", nullptr);
+    off += n;
+  }
+}
+
+/* Random bytes almost never carry a valid CRC, which would hide everything after the CRC check
+ * (HMAC, finiteness, re-encoding) from the fuzzer. Inputs starting with 0xCC get their CRC
+ * fixed up (and an HMAC made, for flag bit 0) so those paths are explored too. */
+void
+with_valid_checksums (const uint8_t *data, size_t size)
+{
+  std::vector<uint8_t> f (data, data + size);
+  pi0proto::Limits lim;
+  lim.max_frame_size = 1 << 20;
+  size_t n = 0;
+  pi0proto::Header h;
+  if (pi0proto::peek_header (f.data (), f.size (), lim, &h, &n) != pi0proto::Error::kOk || n != f.size ())
+    return;
+  const bool hmac = (h.flags & pi0proto::kFlagHmac) != 0;
+  const size_t crc_off = n - pi0proto::kCrcSize - (hmac ? pi0proto::kHmacSize : 0);
+  const uint32_t c = pi0proto::crc32 (f.data (), crc_off);
+  for (int i = 0; i < 4; i++)
+    f[crc_off + i] = (uint8_t) (c >> (8 * i));
+  if (hmac) {
+    /* Re-encoding from the parsed header gives the same bytes with a correct trailer; then
+     * let the fuzzer's payload bits (possibly NaN) through unchanged. */
+    std::vector<float> vals ((size_t) h.steps * h.dim);
+    if (!vals.empty ())
+      memcpy (vals.data (), f.data () + pi0proto::kHeaderSize, vals.size () * 4);
+    std::vector<uint8_t> g;
+    pi0proto::encode (h, vals.data (), "fuzz key", g);
+    if (g.size () == f.size ())
+      f = g;
+  }
+  one_frame (f.data (), f.size (), hmac ? "fuzz key" : "", lim);
+}
+
+} // namespace
+
+extern "C" int
+LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
+{
+  if (size > 1 && data[0] == 0xCC) {
+    with_valid_checksums (data + 1, size - 1);
+    return 0;
+  }
+  pi0proto::Limits lim;
+  lim.max_frame_size = 1 << 20;
+  one_frame (data, size, "", lim);
+  one_frame (data, size, "fuzz key", lim);
+  lim.max_frame_size = 1400;
+  lim.max_dim = 32;
+  one_frame (data, size, "", lim);
+  as_stream (data, size, lim);
+  return 0;
+}

@@ -1,0 +1,925 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* pi0actionsink: safety (non-finite chunks, limits, step bound, staleness), the watchdog on the
+ * test clock, sessions and sequence numbers, flush/EOS/pause, TCP faults (peer absent, not
+ * reading, killed), 1000 state cycles with a stalled peer, and frames that the robot simulator
+ * validates. */
+
+#include "pi0sink_test_util.h"
+#include "pi0safety.h"
+#include "test_helpers.h"
+
+#include <gst/check/gstharness.h>
+#include <gst/check/gsttestclock.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <set>
+
+using namespace pi0sinktest;
+using pi0test::HarnessPtr;
+
+namespace {
+
+constexpr GstClockTime kPeriod = 20 * GST_MSECOND; /* control-rate 50 */
+
+const char *kRobot3 = R"({"joints":["shoulder","elbow","gripper"],
+  "lower":[-1.0,-2.0,0.0],"upper":[1.0,2.0,0.5],"max_step":[0.1,0.25,0.05]})";
+const char *kRobotWide3 = R"({"joints":["a","b","c"],
+  "lower":[-100,-100,-100],"upper":[100,100,100],"max_step":[1000,1000,1000]})";
+
+struct Fixture {
+  TempDir dir;
+  Recorder rec;
+  HarnessPtr h;
+  GstElement *sink = nullptr;
+
+  /* Makes the sink with @props ("name=value ..." pairs as gst-launch would parse), wraps it in
+   * a harness (which sets it PLAYING on the test clock, base time 0). */
+  void make (const std::string &props, const std::string &config = kRobotWide3)
+  {
+    std::string desc = "pi0actionsink " + props;
+    if (!config.empty ())
+      desc += " robot-config=" + dir.file ("robot.json", config);
+    GError *err = nullptr;
+    sink = gst_parse_launch (desc.c_str (), &err);
+    ASSERT_NE (sink, nullptr) << (err ? err->message : "");
+    gst_object_ref_sink (sink);
+    h.reset (gst_harness_new_with_element (sink, "sink", nullptr));
+    gst_object_unref (sink); /* the harness holds it */
+    rec.attach (sink, GST_CLOCK (gst_harness_get_testclock (h.get ())));
+    /* get_testclock returned a ref */
+    gst_object_unref (gst_harness_get_testclock (h.get ()));
+    gst_harness_set_src_caps_str (h.get (), GST_PI0_OBSERVATION_MEDIA_TYPE);
+  }
+  GstTestClock *clock () { return GST_TEST_CLOCK (GST_ELEMENT_CLOCK (sink)); }
+  GstClockTime now () { return gst_clock_get_time (GST_CLOCK (clock ())); }
+  /* Releases the control thread's next wait, then waits until it is waiting again (i.e. it
+   * has finished everything that wake-up caused, signals included). */
+  void crank ()
+  {
+    ASSERT_TRUE (gst_harness_crank_single_clock_wait (h.get ()));
+    ASSERT_TRUE (gst_harness_wait_for_clock_id_waits (h.get (), 1, 10));
+  }
+  /* Cranks until the test clock reaches @t. */
+  void crank_until (GstClockTime t)
+  {
+    for (int i = 0; i < 100000 && now () < t; i++)
+      crank ();
+  }
+  GstFlowReturn push (guint horizon, guint dim, const std::vector<float> &v, guint64 seq, GstClockTime obs)
+  {
+    return gst_harness_push (h.get (), make_chunk (horizon, dim, v, seq, obs));
+  }
+};
+
+std::vector<float>
+ramp3 (guint horizon, float start, float stepv)
+{
+  std::vector<float> v;
+  for (guint i = 0; i < horizon; i++)
+    for (int j = 0; j < 3; j++)
+      v.push_back (start + stepv * (float) i + 0.01f * (float) j);
+  return v;
+}
+
+/* Starts @desc as a lone element on a bus and returns the error text (or "" if it started). */
+std::string
+start_error (const std::string &desc)
+{
+  GstElement *e = gst_parse_launch (desc.c_str (), nullptr);
+  EXPECT_NE (e, nullptr);
+  GstBus *bus = gst_bus_new ();
+  gst_element_set_bus (e, bus);
+  GstStateChangeReturn r = gst_element_set_state (e, GST_STATE_PAUSED);
+  std::string text;
+  if (r == GST_STATE_CHANGE_FAILURE) {
+    auto m = pi0test::pop_message (bus, GST_MESSAGE_ERROR);
+    text = m ? pi0test::message_text (m.get ()) : "(failure without an error message)";
+  }
+  gst_element_set_state (e, GST_STATE_NULL);
+  gst_element_set_bus (e, nullptr);
+  gst_object_unref (bus);
+  gst_object_unref (e);
+  return text;
+}
+
+} // namespace
+
+TEST (ActionSink, BuiltWithoutFastMath)
+{
+  EXPECT_TRUE (pi0safety::float_checks_work ());
+#if defined(__FAST_MATH__)
+  FAIL () << "the test binary itself was built with -ffast-math";
+#endif
+}
+
+TEST (ActionSink, PropertiesAndDefaults)
+{
+  GstElement *e = gst_element_factory_make ("pi0actionsink", nullptr);
+  ASSERT_NE (e, nullptr);
+  gchar *target = nullptr;
+  gdouble rate = 0;
+  guint64 hold = 0, stop = 0;
+  g_object_get (e, "target", &target, "control-rate", &rate, "hold-timeout", &hold, "stop-timeout", &stop, nullptr);
+  EXPECT_STREQ (target, "stdout");
+  EXPECT_EQ (rate, 50.0);
+  EXPECT_EQ (hold, 100 * GST_MSECOND);
+  EXPECT_EQ (stop, GST_SECOND);
+  g_free (target);
+  /* The key is write-only. */
+  GParamSpec *ps = g_object_class_find_property (G_OBJECT_GET_CLASS (e), "hmac-key");
+  ASSERT_NE (ps, nullptr);
+  EXPECT_FALSE (ps->flags & G_PARAM_READABLE);
+  /* Every writable property is only mutable in READY or below, and has a blurb. */
+  guint n = 0;
+  GParamSpec **props = g_object_class_list_properties (G_OBJECT_GET_CLASS (e), &n);
+  for (guint i = 0; i < n; i++) {
+    if (props[i]->owner_type != G_OBJECT_TYPE (e))
+      continue;
+    EXPECT_TRUE (g_param_spec_get_blurb (props[i]) && *g_param_spec_get_blurb (props[i])) << props[i]->name;
+    if (props[i]->flags & G_PARAM_WRITABLE) {
+      EXPECT_TRUE (props[i]->flags & GST_PARAM_MUTABLE_READY) << props[i]->name;
+    }
+  }
+  g_free (props);
+  gst_object_unref (e);
+}
+
+TEST (ActionSink, RefusesToStartWithoutLimitsOrWithABadConfig)
+{
+  TempDir dir;
+  std::string err = start_error ("pi0actionsink target=stdout");
+  EXPECT_NE (err.find ("robot-config"), std::string::npos) << err;
+  err = start_error ("pi0actionsink robot-config=" + dir.file ("bad.json", R"({"joints":["a"],"lower":[1],"upper":[0],"max_step":[1]})"));
+  EXPECT_NE (err.find ("lower limit is above the upper limit"), std::string::npos) << err;
+  err = start_error ("pi0actionsink robot-config=/nonexistent/robot.json");
+  EXPECT_NE (err.find ("cannot read robot config"), std::string::npos) << err;
+  err = start_error ("pi0actionsink allow-unlimited=true target=udp://localhost:9");
+  EXPECT_NE (err.find ("not a numeric IP address"), std::string::npos) << err;
+  err = start_error ("pi0actionsink allow-unlimited=true target=http://127.0.0.1:9");
+  EXPECT_NE (err.find ("is not udp://"), std::string::npos) << err;
+  err = start_error ("pi0actionsink allow-unlimited=true target=udp://127.0.0.1");
+  EXPECT_NE (err.find ("needs an IP address and a port"), std::string::npos) << err;
+  err = start_error ("pi0actionsink allow-unlimited=true hold-timeout=500000000 stop-timeout=100000000");
+  EXPECT_NE (err.find ("stop-timeout"), std::string::npos) << err;
+  err = start_error ("pi0actionsink allow-unlimited=true format=json target=udp://127.0.0.1:9");
+  EXPECT_NE (err.find ("cannot be sent over UDP"), std::string::npos) << err;
+  err = start_error ("pi0actionsink allow-unlimited=true reconnect-min=500000000 reconnect-max=100000000");
+  EXPECT_NE (err.find ("reconnect-max"), std::string::npos) << err;
+  err = start_error ("pi0actionsink target=udp://127.0.0.1:9 datagram-size=128 robot-config=" +
+                     dir.file ("big.json", std::string (R"({"joints":[)") + [] {
+                       std::string s;
+                       for (int i = 0; i < 40; i++)
+                         s += (i ? ",\"j" : "\"j") + std::to_string (i) + "\"";
+                       return s;
+                     }() + R"(],"lower":[)" + [] {
+                       std::string s;
+                       for (int i = 0; i < 40; i++)
+                         s += i ? ",0" : "0";
+                       return s;
+                     }() + R"(],"upper":[)" + [] {
+                       std::string s;
+                       for (int i = 0; i < 40; i++)
+                         s += i ? ",1" : "1";
+                       return s;
+                     }() + R"(],"max_step":[)" + [] {
+                       std::string s;
+                       for (int i = 0; i < 40; i++)
+                         s += i ? ",1" : "1";
+                       return s;
+                     }() + "]}"));
+  EXPECT_NE (err.find ("cannot hold one action"), std::string::npos) << err;
+  err = start_error ("pi0actionsink allow-unlimited=true target=file:///nonexistent-dir/actions.jsonl");
+  EXPECT_NE (err.find ("cannot open /nonexistent-dir/actions.jsonl"), std::string::npos) << err;
+  /* And a good one starts. */
+  EXPECT_EQ ("", start_error ("pi0actionsink target=file://" + dir.file ("out.jsonl") + " robot-config=" +
+                                  dir.file ("ok.json", kRobot3)));
+}
+
+TEST (ActionSink, DimensionMismatchIsAnErrorAndSendsNothing)
+{
+  Fixture f;
+  f.make ("mode=chunk target=file://" + f.dir.file ("out.jsonl"), kRobot3);
+  GstBus *bus = gst_bus_new ();
+  gst_element_set_bus (f.sink, bus);
+  f.rec.take (); /* the greeting HOLD */
+  std::vector<float> v (5 * 4, 0.0f);
+  EXPECT_EQ (GST_FLOW_NOT_NEGOTIATED, f.push (5, 4, v, 1, 0));
+  auto m = pi0test::pop_message (bus, GST_MESSAGE_ERROR);
+  ASSERT_TRUE (m);
+  std::string text = pi0test::message_text (m.get ());
+  EXPECT_NE (text.find ("4 values per action but the robot configuration has 3 joints"), std::string::npos) << text;
+  EXPECT_EQ (f.rec.count ("action"), 0u);
+  EXPECT_EQ (stat (f.sink, "sent"), 0u);
+  for (auto &l : read_lines (f.dir.path () + "/out.jsonl"))
+    EXPECT_EQ (l.find ("\"kind\":\"action\""), std::string::npos) << l;
+  gst_element_set_bus (f.sink, nullptr);
+  gst_object_unref (bus);
+}
+
+TEST (ActionSink, WithoutConfigTheFirstChunkFixesTheDimension)
+{
+  Fixture f;
+  f.make ("mode=chunk allow-unlimited=true target=file://" + f.dir.file ("out.jsonl"), "");
+  EXPECT_EQ (GST_FLOW_OK, f.push (2, 3, ramp3 (2, 0, 1), 1, 0));
+  EXPECT_EQ (f.rec.count ("action"), 1u);
+  GstBus *bus = gst_bus_new ();
+  gst_element_set_bus (f.sink, bus);
+  EXPECT_EQ (GST_FLOW_NOT_NEGOTIATED, f.push (2, 2, {0, 0, 0, 0}, 2, 0));
+  auto m = pi0test::pop_message (bus, GST_MESSAGE_ERROR);
+  ASSERT_TRUE (m);
+  EXPECT_NE (pi0test::message_text (m.get ()).find ("this stream started with 3"), std::string::npos);
+  EXPECT_EQ (f.rec.count ("action"), 1u);
+  gst_element_set_bus (f.sink, nullptr);
+  gst_object_unref (bus);
+}
+
+TEST (ActionSink, StdoutCarriesJsonLines)
+{
+  testing::internal::CaptureStdout ();
+  {
+    Fixture f;
+    f.make ("mode=chunk allow-unlimited=true target=stdout", "");
+    EXPECT_EQ (GST_FLOW_OK, f.push (2, 3, ramp3 (2, 0.5f, 1), 3, 0));
+  }
+  const std::string out = testing::internal::GetCapturedStdout ();
+  std::vector<std::string> lines;
+  gchar **split = g_strsplit (out.c_str (), "\n", -1);
+  for (gchar **it = split; *it; it++) {
+    if (**it)
+      lines.emplace_back (*it);
+  }
+  g_strfreev (split);
+  /* HELLO and HOLD once the first chunk fixes the dimension, the action, HOLD on the way down. */
+  ASSERT_EQ (lines.size (), 4u) << out;
+  EXPECT_NE (lines[0].find ("\"kind\":\"hello\""), std::string::npos);
+  EXPECT_NE (lines[3].find ("\"kind\":\"hold\""), std::string::npos);
+  bool found = false;
+  for (auto &l : lines) {
+    JsonLine j (l);
+    ASSERT_TRUE (j.ok ()) << l;
+    if (j.str ("kind") == "action") {
+      found = true;
+      EXPECT_EQ (j.num ("steps"), 2);
+      EXPECT_EQ (j.num ("chunk_id"), 3);
+    }
+  }
+  EXPECT_TRUE (found) << out;
+}
+
+TEST (ActionSink, NonFiniteChunksAreNeverForwarded)
+{
+  /* A smaller count through the whole element than test_protocol's 10^5 through the gate. */
+  Fixture f;
+  UdpReceiver rx;
+  f.make ("mode=chunk target=" + rx.target (), kRobotWide3);
+  std::mt19937 rng (2024);
+  std::uniform_real_distribution<float> val (-50.f, 50.f);
+  const float bad[] = {std::numeric_limits<float>::quiet_NaN (), std::numeric_limits<float>::signaling_NaN (),
+                       std::numeric_limits<float>::infinity (), -std::numeric_limits<float>::infinity ()};
+  guint64 injected = 0, good = 0;
+  std::vector<guint64> good_ids;
+  std::vector<pi0proto::Frame> wire;
+  int bad_frames = 0;
+  for (guint64 i = 1; i <= 3000; i++) {
+    guint horizon = 1 + rng () % 20;
+    std::vector<float> v ((size_t) horizon * 3);
+    for (auto &x : v)
+      x = val (rng);
+    const bool poison = rng () % 2;
+    if (poison) {
+      for (unsigned k = 0, n = 1 + rng () % 3; k < n; k++)
+        v[rng () % v.size ()] = bad[rng () % 4];
+      injected++;
+    } else {
+      good++;
+      good_ids.push_back (i);
+    }
+    ASSERT_EQ (GST_FLOW_OK, f.push (horizon, 3, v, i, 0));
+    /* Read as we go: the loopback socket's receive buffer holds only a few hundred frames. */
+    if (i % 32 == 0)
+      for (auto &fr : rx.drain (&bad_frames))
+        wire.push_back (std::move (fr));
+  }
+  for (auto &fr : rx.drain (&bad_frames))
+    wire.push_back (std::move (fr));
+  EXPECT_EQ (stat (f.sink, "rejected"), injected);
+  EXPECT_EQ (stat (f.sink, "stale"), 0u);
+  EXPECT_EQ (stat (f.sink, "dropped"), 0u);
+  /* What left: on the signal and on the wire, only finite values from the clean chunks. */
+  std::set<guint64> allowed (good_ids.begin (), good_ids.end ());
+  size_t actions = 0;
+  for (auto &r : f.rec.all ()) {
+    for (float x : r.values)
+      ASSERT_TRUE (std::isfinite (x));
+    if (r.kind == "action") {
+      ASSERT_TRUE (allowed.count (r.chunk_id)) << r.chunk_id;
+      actions++;
+    }
+  }
+  EXPECT_EQ (actions, good);
+  size_t wire_actions = 0;
+  for (auto &fr : wire) {
+    if (fr.header.kind == pi0proto::Kind::kAction) {
+      ASSERT_TRUE (allowed.count (fr.header.chunk_id));
+      wire_actions++;
+    }
+  }
+  EXPECT_EQ (bad_frames, 0);
+  EXPECT_EQ (wire_actions, good);
+}
+
+TEST (ActionSink, FlagSetByUpstreamIsHonouredEvenIfValuesLookFinite)
+{
+  Fixture f;
+  f.make ("mode=chunk target=file://" + f.dir.file ("o.jsonl"), kRobotWide3);
+  GstBuffer *b = make_chunk (2, 3, ramp3 (2, 0, 1), 9, 0);
+  gst_buffer_get_pi0_action_meta (b)->flags = GST_PI0_ACTION_FLAG_NON_FINITE;
+  EXPECT_EQ (GST_FLOW_OK, gst_harness_push (f.h.get (), b));
+  EXPECT_EQ (stat (f.sink, "rejected"), 1u);
+  EXPECT_EQ (f.rec.count ("action"), 0u);
+  /* A buffer without any action meta is rejected too. */
+  EXPECT_EQ (GST_FLOW_OK, gst_harness_push (f.h.get (), gst_buffer_new ()));
+  EXPECT_EQ (stat (f.sink, "rejected"), 2u);
+  /* And one without an observation time: its age is unknown. */
+  EXPECT_EQ (GST_FLOW_OK, f.push (2, 3, ramp3 (2, 0, 1), 10, GST_CLOCK_TIME_NONE));
+  EXPECT_EQ (stat (f.sink, "rejected"), 3u);
+  EXPECT_EQ (f.rec.count ("action"), 0u);
+}
+
+TEST (ActionSink, EveryOutputRespectsLimitsAndMaxStep)
+{
+  /* Property test through the element in stream mode: random chunks with values far outside
+   * the limits, at ±1 ulp of them, and 1e30; every row leaving the sink (signal and wire) is
+   * inside [lower, upper] and within max_step of the previous command, HOLDs included. */
+  Fixture f;
+  UdpReceiver rx;
+  f.make ("mode=stream target=" + rx.target () + " hold-timeout=30000000 stop-timeout=60000000", kRobot3);
+  pi0safety::RobotConfig cfg;
+  ASSERT_TRUE (pi0safety::parse_robot_config (kRobot3, &cfg, nullptr));
+  std::mt19937 rng (77);
+  std::uniform_real_distribution<float> wide (-3.f, 3.f);
+  std::vector<float> specials = {1e30f, -1e30f, 3.4e38f, -3.4e38f, 0.0f};
+  for (unsigned j = 0; j < 3; j++)
+    for (float b : {cfg.lower[j], cfg.upper[j]})
+      for (float d : {-1e30f, 1e30f})
+        specials.push_back (std::nextafter (b, d)), specials.push_back (b);
+  guint64 seq = 0;
+  for (int round = 0; round < 60; round++) {
+    guint horizon = 1 + rng () % 8;
+    std::vector<float> v ((size_t) horizon * 3);
+    for (auto &x : v)
+      x = (rng () % 3 == 0) ? specials[rng () % specials.size ()] : wide (rng);
+    ASSERT_EQ (GST_FLOW_OK, f.push (horizon, 3, v, ++seq, f.now ()));
+    /* Sometimes let the chunk run out so HOLD/STOP happen in between. */
+    const int ticks = 1 + rng () % (horizon + 4);
+    for (int t = 0; t < ticks; t++)
+      f.crank ();
+  }
+  auto check_rows = [&] (const std::vector<float> &vals, const std::vector<float> *prev) {
+    for (unsigned j = 0; j < 3; j++) {
+      ASSERT_GE (vals[j], cfg.lower[j]);
+      ASSERT_LE (vals[j], cfg.upper[j]);
+      if (prev) {
+        ASSERT_TRUE (exact_within (vals[j], (*prev)[j], cfg.max_step[j]))
+            << "joint " << j << ": " << (*prev)[j] << " -> " << vals[j];
+      }
+    }
+  };
+  std::vector<float> prev;
+  size_t rows = 0;
+  for (auto &r : f.rec.all ()) {
+    if (r.steps == 0)
+      continue;
+    ASSERT_EQ (r.values.size (), 3u);
+    check_rows (r.values, prev.empty () ? nullptr : &prev);
+    prev = r.values;
+    rows += r.kind == "action";
+  }
+  EXPECT_GT (rows, 30u);
+  EXPECT_GT (stat (f.sink, "clamped"), 0u);
+  /* The same on the wire, decoded. */
+  prev.clear ();
+  for (auto &fr : rx.drain ()) {
+    if (fr.header.steps == 0)
+      continue;
+    check_rows (fr.values, prev.empty () ? nullptr : &prev);
+    prev = fr.values;
+  }
+}
+
+TEST (ActionSink, ChunkModeBoundsEachChunkAgainstTheRowBeingExecuted)
+{
+  /* In chunk mode the robot runs row i of a chunk at observation + i * period and a new chunk
+   * replaces the rest of the old one on arrival, so the first row of a new chunk is bounded
+   * against the old chunk's row due at that moment (docs/elements/pi0actionsink.md), and
+   * each further row against the row before it. HOLD holds exactly that row. */
+  Fixture f;
+  f.make ("mode=chunk hold-timeout=40000000 stop-timeout=80000000 target=file://" + f.dir.file ("o.jsonl"), kRobot3);
+  pi0safety::RobotConfig cfg;
+  ASSERT_TRUE (pi0safety::parse_robot_config (kRobot3, &cfg, nullptr));
+  std::mt19937 rng (5);
+  std::uniform_real_distribution<float> wide (-3.f, 3.f);
+  for (int round = 0; round < 150; round++) {
+    guint horizon = 1 + rng () % 10;
+    std::vector<float> v ((size_t) horizon * 3);
+    for (auto &x : v)
+      x = (rng () % 5 == 0) ? (rng () % 2 ? 1e30f : -1e30f) : wide (rng);
+    ASSERT_EQ (GST_FLOW_OK, f.push (horizon, 3, v, (guint64) round + 1, f.now ()));
+    for (int t = 0, n = (int) (rng () % 12); t < n; t++)
+      f.crank ();
+  }
+  std::vector<float> prev_rows; /* rows of the last chunk sent */
+  GstClockTime prev_obs = 0;
+  std::vector<float> held;      /* position of the last HOLD */
+  size_t chunks = 0;
+  for (auto &r : f.rec.all ()) {
+    const std::vector<float> *ref = nullptr;
+    std::vector<float> ref_row;
+    if (!prev_rows.empty ()) {
+      guint64 j = (r.clock_time - prev_obs) / kPeriod;
+      j = std::min<guint64> (j, prev_rows.size () / 3 - 1);
+      ref_row.assign (prev_rows.begin () + (long) j * 3, prev_rows.begin () + (long) j * 3 + 3);
+      ref = &ref_row;
+    } else if (!held.empty ()) {
+      ref = &held;
+    }
+    if (r.kind == "hold") {
+      if (ref) {
+        EXPECT_EQ (r.values, *ref) << "HOLD must hold the row being executed";
+      }
+      if (!r.values.empty ())
+        held = r.values;
+      prev_rows.clear ();
+      continue;
+    }
+    if (r.kind != "action")
+      continue;
+    ASSERT_EQ (r.step_index, 0u); /* pushed with observation time = now */
+    for (guint i = 0; i < r.steps; i++) {
+      const float *row = r.values.data () + i * 3;
+      const float *before = i ? row - 3 : (ref ? ref->data () : nullptr);
+      for (unsigned jn = 0; jn < 3; jn++) {
+        ASSERT_GE (row[jn], cfg.lower[jn]);
+        ASSERT_LE (row[jn], cfg.upper[jn]);
+        if (before) {
+          ASSERT_TRUE (exact_within (row[jn], before[jn], cfg.max_step[jn]))
+              << "chunk " << r.chunk_id << " row " << i << " joint " << jn << ": " << before[jn] << " -> " << row[jn];
+        }
+      }
+    }
+    prev_rows = r.values;
+    prev_obs = r.clock_time;
+    chunks++;
+  }
+  EXPECT_EQ (chunks, 150u);
+  EXPECT_GT (stat (f.sink, "holds"), 10u) << "the test should exercise HOLD between chunks";
+  EXPECT_GT (stat (f.sink, "clamped"), 10u);
+}
+
+TEST (ActionSink, StaleChunksAreDroppedAndPastStepsSkipped)
+{
+  Fixture f;
+  f.make ("mode=chunk max-action-age=500000000 target=file://" + f.dir.file ("o.jsonl"), kRobotWide3);
+  gst_test_clock_set_time (f.clock (), 2 * GST_SECOND);
+  /* Observation 600 ms old: older than max-action-age. */
+  EXPECT_EQ (GST_FLOW_OK, f.push (50, 3, ramp3 (50, 0, 0.01f), 1, 1400 * GST_MSECOND));
+  EXPECT_EQ (stat (f.sink, "stale"), 1u);
+  EXPECT_EQ (f.rec.count ("action"), 0u);
+  /* 70 ms old at 20 ms per row: rows 0..3 are due at 0, 20, 40, 60 ms, so 0-2 are in the past
+   * and row 3 (due 60 ms, the current one) is the first sent. */
+  EXPECT_EQ (GST_FLOW_OK, f.push (10, 3, ramp3 (10, 0, 0.01f), 2, 2 * GST_SECOND - 70 * GST_MSECOND));
+  auto recs = f.rec.take ();
+  ASSERT_EQ (recs.size (), 1u);
+  EXPECT_EQ (recs[0].kind, "action");
+  EXPECT_EQ (recs[0].step_index, 3u);
+  EXPECT_EQ (recs[0].steps, 7u);
+  EXPECT_FLOAT_EQ (recs[0].values[0], 0.03f);
+  /* Entirely in the past (10 rows = 200 ms, observation 300 ms old): dropped. */
+  EXPECT_EQ (GST_FLOW_OK, f.push (10, 3, ramp3 (10, 0, 0.01f), 3, 2 * GST_SECOND - 300 * GST_MSECOND));
+  EXPECT_EQ (stat (f.sink, "stale"), 2u);
+  EXPECT_EQ (f.rec.count ("action"), 0u);
+}
+
+TEST (ActionSink, StreamModeExecutesRowsAlignedToCaptureTime)
+{
+  Fixture f;
+  f.make ("mode=stream execute-steps=6 target=file://" + f.dir.file ("o.jsonl"), kRobotWide3);
+  f.crank (); /* first tick at 0 */
+  f.crank_until (100 * GST_MSECOND);
+  f.rec.take ();
+  /* Captured at 50 ms, arrives at 100 ms (after that tick): rows are due at 50, 70, 90, 110 ms,
+   * so at the next tick (120 ms) row 3 is the current one and rows 0-2 are skipped. */
+  ASSERT_EQ (GST_FLOW_OK, f.push (10, 3, ramp3 (10, 0, 0.1f), 5, 50 * GST_MSECOND));
+  f.crank_until (200 * GST_MSECOND);
+  std::vector<guint> steps;
+  for (auto &r : f.rec.take ())
+    if (r.kind == "action")
+      steps.push_back (r.step_index);
+  /* execute-steps=6: rows 3..5 only. */
+  EXPECT_EQ (steps, (std::vector<guint>{3, 4, 5}));
+  /* A newer chunk replaces the rest of an older one at the next tick. */
+  ASSERT_EQ (GST_FLOW_OK, f.push (10, 3, ramp3 (10, 5, 0.1f), 6, f.now ()));
+  ASSERT_EQ (GST_FLOW_OK, f.push (10, 3, ramp3 (10, 9, 0.1f), 7, f.now ()));
+  f.crank_until (f.now () + 3 * kPeriod);
+  auto recs = f.rec.take ();
+  ASSERT_FALSE (recs.empty ());
+  for (auto &r : recs) {
+    if (r.kind == "action") {
+      EXPECT_EQ (r.chunk_id, 7u);
+    }
+  }
+}
+
+TEST (ActionSink, WatchdogHoldsThenStopsOnTheClockAndThenStaysQuiet)
+{
+  Fixture f;
+  f.make ("mode=stream hold-timeout=50000000 stop-timeout=200000000 target=file://" + f.dir.file ("o.jsonl"),
+          kRobotWide3);
+  f.rec.take ();
+  ASSERT_EQ (GST_FLOW_OK, f.push (5, 3, ramp3 (5, 0, 0.1f), 1, 0));
+  f.crank_until (600 * GST_MSECOND);
+  auto recs = f.rec.take ();
+  GstClockTime last_action = GST_CLOCK_TIME_NONE, hold = GST_CLOCK_TIME_NONE, stop = GST_CLOCK_TIME_NONE;
+  std::vector<float> last_values;
+  size_t after_stop = 0;
+  for (auto &r : recs) {
+    if (GST_CLOCK_TIME_IS_VALID (stop)) {
+      after_stop++;
+      continue;
+    }
+    if (r.kind == "action") {
+      last_action = r.clock_time;
+      last_values = r.values;
+    } else if (r.kind == "hold" && !GST_CLOCK_TIME_IS_VALID (hold)) {
+      hold = r.clock_time;
+      EXPECT_EQ (r.values, last_values) << "HOLD must keep the last commanded position";
+    } else if (r.kind == "stop") {
+      stop = r.clock_time;
+    }
+  }
+  ASSERT_EQ (last_action, 80 * GST_MSECOND); /* rows 0-4 at 0, 20, ... 80 ms */
+  ASSERT_TRUE (GST_CLOCK_TIME_IS_VALID (hold));
+  ASSERT_TRUE (GST_CLOCK_TIME_IS_VALID (stop));
+  /* HOLD within one tick after hold-timeout, STOP at stop-timeout, then nothing at all. */
+  EXPECT_GE (hold, last_action + 50 * GST_MSECOND);
+  EXPECT_LE (hold, last_action + 50 * GST_MSECOND + kPeriod);
+  EXPECT_GE (stop, last_action + 200 * GST_MSECOND);
+  EXPECT_LE (stop, last_action + 200 * GST_MSECOND + kPeriod);
+  EXPECT_EQ (after_stop, 0u);
+  EXPECT_EQ (stat (f.sink, "holds"), 1u);
+  EXPECT_EQ (stat (f.sink, "stops"), 1u);
+  /* A fresh chunk resumes. */
+  ASSERT_EQ (GST_FLOW_OK, f.push (5, 3, ramp3 (5, 0, 0.1f), 2, f.now ()));
+  f.crank_until (f.now () + kPeriod);
+  EXPECT_GE (f.rec.count ("action"), 1u);
+}
+
+TEST (ActionSink, WatchdogInChunkModeCountsFromTheLastRowsDueTime)
+{
+  Fixture f;
+  f.make ("mode=chunk hold-timeout=50000000 stop-timeout=100000000 target=file://" + f.dir.file ("o.jsonl"),
+          kRobotWide3);
+  f.rec.take ();
+  ASSERT_EQ (GST_FLOW_OK, f.push (10, 3, ramp3 (10, 0, 0.01f), 1, 0)); /* rows due 0..180 ms */
+  f.crank_until (400 * GST_MSECOND);
+  GstClockTime hold = GST_CLOCK_TIME_NONE, stop = GST_CLOCK_TIME_NONE;
+  for (auto &r : f.rec.all ()) {
+    if (r.kind == "hold" && !GST_CLOCK_TIME_IS_VALID (hold))
+      hold = r.clock_time;
+    if (r.kind == "stop")
+      stop = r.clock_time;
+  }
+  EXPECT_GE (hold, 230 * GST_MSECOND);
+  EXPECT_LE (hold, 230 * GST_MSECOND + kPeriod);
+  EXPECT_GE (stop, 280 * GST_MSECOND);
+  EXPECT_LE (stop, 280 * GST_MSECOND + kPeriod);
+}
+
+TEST (ActionSink, SequenceNumbersIncreaseAndSessionsChangeOnRestart)
+{
+  Fixture f;
+  UdpReceiver rx;
+  f.make ("mode=stream target=" + rx.target (), kRobotWide3);
+  for (int i = 0; i < 20; i++) {
+    ASSERT_EQ (GST_FLOW_OK, f.push (10, 3, ramp3 (10, 0, 0.01f), (guint64) i + 1, f.now ()));
+    f.crank ();
+    f.crank ();
+  }
+  gst_element_set_state (f.sink, GST_STATE_NULL); /* sends HOLD in the first session */
+  auto first = rx.drain ();
+  ASSERT_GT (first.size (), 20u);
+  EXPECT_EQ (first.back ().header.kind, pi0proto::Kind::kHold);
+  gst_element_set_state (f.sink, GST_STATE_PLAYING);
+  gst_harness_set_src_caps_str (f.h.get (), GST_PI0_OBSERVATION_MEDIA_TYPE);
+  ASSERT_EQ (GST_FLOW_OK, f.push (10, 3, ramp3 (10, 0, 0.01f), 100, f.now ()));
+  ASSERT_TRUE (gst_harness_crank_single_clock_wait (f.h.get ()));
+  ASSERT_TRUE (gst_harness_wait_for_clock_id_waits (f.h.get (), 1, 10));
+  auto second = rx.drain ();
+  ASSERT_FALSE (second.empty ());
+  /* The first frames of each session: HELLO then HOLD. */
+  EXPECT_EQ (first[0].header.kind, pi0proto::Kind::kHello);
+  EXPECT_EQ (first[1].header.kind, pi0proto::Kind::kHold);
+  EXPECT_EQ (second[0].header.kind, pi0proto::Kind::kHello);
+  for (auto *s : {&first, &second}) {
+    for (size_t i = 1; i < s->size (); i++) {
+      EXPECT_EQ ((*s)[i].header.session_id, (*s)[0].header.session_id);
+      EXPECT_GT ((*s)[i].header.seq, (*s)[i - 1].header.seq);
+    }
+    EXPECT_EQ ((*s)[0].header.seq, 1u);
+  }
+  EXPECT_NE (first[0].header.session_id, second[0].header.session_id);
+}
+
+TEST (ActionSink, FlushHoldsAndDiscardsPendingActions)
+{
+  Fixture f;
+  f.make ("mode=stream target=file://" + f.dir.file ("o.jsonl"), kRobotWide3);
+  ASSERT_EQ (GST_FLOW_OK, f.push (50, 3, ramp3 (50, 0, 0.01f), 1, 0));
+  f.crank ();
+  f.crank ();
+  auto before = f.rec.take ();
+  ASSERT_GE (before.size (), 2u);
+  const std::vector<float> last = before.back ().values;
+  ASSERT_TRUE (gst_harness_push_event (f.h.get (), gst_event_new_flush_start ()));
+  auto recs = f.rec.take ();
+  ASSERT_EQ (recs.size (), 1u);
+  EXPECT_EQ (recs[0].kind, "hold");
+  EXPECT_EQ (recs[0].values, last);
+  ASSERT_TRUE (gst_harness_push_event (f.h.get (), gst_event_new_flush_stop (TRUE)));
+  f.crank_until (f.now () + 10 * kPeriod);
+  EXPECT_EQ (f.rec.count ("action"), 0u) << "no action of a pre-flush chunk after the flush";
+}
+
+TEST (ActionSink, EosHoldsAndDropsPendingActions)
+{
+  Fixture f;
+  f.make ("mode=stream target=file://" + f.dir.file ("o.jsonl"), kRobotWide3);
+  ASSERT_EQ (GST_FLOW_OK, f.push (50, 3, ramp3 (50, 0, 0.01f), 1, 0));
+  f.crank ();
+  f.rec.take ();
+  ASSERT_TRUE (gst_harness_push_event (f.h.get (), gst_event_new_eos ()));
+  auto recs = f.rec.take ();
+  ASSERT_EQ (recs.size (), 1u);
+  EXPECT_EQ (recs[0].kind, "hold");
+  f.crank_until (f.now () + 10 * kPeriod);
+  EXPECT_EQ (f.rec.count ("action"), 0u);
+  /* The file ends with the HOLD (and later perhaps a STOP), never with an action. */
+  auto lines = read_lines (f.dir.path () + "/o.jsonl");
+  ASSERT_FALSE (lines.empty ());
+  EXPECT_NE (lines.back ().find ("\"kind\":\"hold\""), std::string::npos);
+}
+
+TEST (ActionSink, PauseSendsHoldAndStopsTicking)
+{
+  Fixture f;
+  f.make ("mode=stream target=file://" + f.dir.file ("o.jsonl"), kRobotWide3);
+  ASSERT_EQ (GST_FLOW_OK, f.push (50, 3, ramp3 (50, 0, 0.01f), 1, 0));
+  f.crank ();
+  f.rec.take ();
+  gst_element_set_state (f.sink, GST_STATE_PAUSED);
+  auto recs = f.rec.take ();
+  ASSERT_EQ (recs.size (), 1u);
+  EXPECT_EQ (recs[0].kind, "hold");
+  /* No clock wait is pending any more: the control thread is gone. */
+  EXPECT_FALSE (gst_test_clock_peek_next_pending_id (f.clock (), nullptr));
+}
+
+/* ---- TCP faults ------------------------------------------------------------------------ */
+
+namespace {
+
+/* A listening TCP socket on loopback that accepts nothing and reads nothing (a stalled peer:
+ * the kernel completes the handshake from the backlog). */
+struct StalledPeer {
+  GSocket *sock;
+  int port;
+  StalledPeer ()
+  {
+    sock = g_socket_new (G_SOCKET_FAMILY_IPV4, G_SOCKET_TYPE_STREAM, G_SOCKET_PROTOCOL_TCP, nullptr);
+    GInetAddress *lo = g_inet_address_new_loopback (G_SOCKET_FAMILY_IPV4);
+    GSocketAddress *sa = g_inet_socket_address_new (lo, 0);
+    g_socket_bind (sock, sa, TRUE, nullptr);
+    g_socket_listen (sock, nullptr);
+    g_object_unref (sa);
+    g_object_unref (lo);
+    GSocketAddress *local = g_socket_get_local_address (sock, nullptr);
+    port = g_inet_socket_address_get_port (G_INET_SOCKET_ADDRESS (local));
+    g_object_unref (local);
+  }
+  ~StalledPeer () { g_object_unref (sock); }
+};
+
+int
+free_port ()
+{
+  StalledPeer p; /* bound then closed: nobody listens there afterwards */
+  return p.port;
+}
+
+} // namespace
+
+TEST (ActionSinkTcp, PeerAbsentNeverBlocksAndReconnectsWhenItAppears)
+{
+  TempDir dir;
+  const int port = free_port ();
+  Fixture f;
+  f.make ("mode=chunk target=tcp://127.0.0.1:" + std::to_string (port) + " reconnect-min=10000000 reconnect-max=40000000",
+          kRobotWide3);
+  for (int i = 0; i < 50; i++)
+    ASSERT_EQ (GST_FLOW_OK, f.push (5, 3, ramp3 (5, 0, 0.01f), (guint64) i + 1, 0));
+  EXPECT_EQ (stat (f.sink, "sent"), 0u);
+  EXPECT_GT (stat (f.sink, "dropped"), 0u);
+  /* The peer appears: the next pushes connect; the session starts with HELLO, HOLD. */
+  SimProc sim;
+  ASSERT_TRUE (sim.start ({"--proto=tcp", "--port=" + std::to_string (port)}, dir.file ("sim.jsonl")));
+  bool connected = false;
+  for (int i = 0; i < 1000 && !connected; i++) {
+    ASSERT_EQ (GST_FLOW_OK, f.push (5, 3, ramp3 (5, 0, 0.01f), 100 + (guint64) i, 0));
+    connected = sim.count ("execute") > 0;
+    if (!connected)
+      g_usleep (5000);
+  }
+  ASSERT_TRUE (connected);
+  auto lines = sim.lines ();
+  std::vector<std::string> events;
+  for (auto &l : lines) {
+    JsonLine j (l);
+    events.push_back (j.str ("event"));
+  }
+  /* listening, connected, session, hello, hold, execute... */
+  auto it = std::find (events.begin (), events.end (), "session");
+  ASSERT_NE (it, events.end ());
+  ASSERT_GE (events.end () - it, 4);
+  EXPECT_EQ (*(it + 1), "hello");
+  EXPECT_EQ (*(it + 2), "hold");
+  EXPECT_EQ (*(it + 3), "execute");
+  EXPECT_EQ (sim.count ("reject"), 0u);
+  /* No action queued while there was no peer was replayed: every executed chunk id is >= 100. */
+  for (auto &l : lines) {
+    JsonLine j (l);
+    if (j.str ("event") == "execute") {
+      EXPECT_GE (j.num ("chunk_id"), 100);
+    }
+  }
+}
+
+TEST (ActionSinkTcp, PeerNotReadingKeepsTheBufferBoundedAndNeverBlocks)
+{
+  StalledPeer peer;
+  Fixture f;
+  const guint max_buf = 16384;
+  f.make ("mode=chunk max-send-buffer=" + std::to_string (max_buf) + " target=tcp://127.0.0.1:" +
+              std::to_string (peer.port),
+          kRobotWide3);
+  /* Let the non-blocking connect complete (bounded). */
+  for (int i = 0; i < 1000 && stat (f.sink, "frames") == 0; i++) {
+    ASSERT_EQ (GST_FLOW_OK, f.push (1, 3, ramp3 (1, 0, 0.01f), 1, 0));
+    g_usleep (1000);
+  }
+  ASSERT_GT (stat (f.sink, "frames"), 0u);
+  guint64 max_queued = 0;
+  for (int i = 0; i < 4000; i++) {
+    ASSERT_EQ (GST_FLOW_OK, f.push (50, 3, ramp3 (50, 0, 0.0f), (guint64) i + 10, 0));
+    max_queued = std::max (max_queued, stat (f.sink, "queued-bytes"));
+  }
+  EXPECT_LE (max_queued, max_buf);
+  EXPECT_GT (stat (f.sink, "dropped"), 0u) << "a peer that never reads must cost dropped frames, not memory";
+  /* Shutting down with the peer still stalled completes. */
+  EXPECT_EQ (gst_element_set_state (f.sink, GST_STATE_NULL), GST_STATE_CHANGE_SUCCESS);
+}
+
+TEST (ActionSinkTcp, PeerKilledMidStreamThenReplaced)
+{
+  TempDir dir;
+  const int port = free_port ();
+  SimProc sim1;
+  ASSERT_TRUE (sim1.start ({"--proto=tcp", "--port=" + std::to_string (port)}, dir.file ("sim1.jsonl")));
+  Fixture f;
+  f.make ("mode=chunk target=tcp://127.0.0.1:" + std::to_string (port) + " reconnect-min=5000000 reconnect-max=20000000",
+          kRobotWide3);
+  guint64 seq = 0;
+  ASSERT_TRUE (sim1.wait_for ([&] {
+    EXPECT_EQ (GST_FLOW_OK, f.push (50, 3, ramp3 (50, 0, 0.0f), ++seq, 0));
+    return sim1.count ("execute") >= 100;
+  }));
+  sim1.stop (SIGKILL);
+  /* The sink keeps accepting chunks (dropping them) while the robot is gone. */
+  for (int i = 0; i < 200; i++)
+    ASSERT_EQ (GST_FLOW_OK, f.push (50, 3, ramp3 (50, 0, 0.0f), ++seq, 0));
+  SimProc sim2;
+  ASSERT_TRUE (sim2.start ({"--proto=tcp", "--port=" + std::to_string (port)}, dir.file ("sim2.jsonl")));
+  ASSERT_TRUE (sim2.wait_for ([&] {
+    EXPECT_EQ (GST_FLOW_OK, f.push (50, 3, ramp3 (50, 0, 0.0f), ++seq, 0));
+    return sim2.count ("execute") >= 50;
+  }));
+  EXPECT_GE (stat (f.sink, "reconnects"), 1u);
+  EXPECT_GE (stat (f.sink, "sessions"), 2u);
+  EXPECT_EQ (sim2.count ("reject"), 0u);
+  EXPECT_EQ (sim2.count ("partial"), 0u);
+  sim2.stop_and_check ();
+  EXPECT_TRUE (sim2.exited_cleanly ());
+}
+
+TEST (ActionSinkTcp, ThousandStateCyclesWithAStalledPeer)
+{
+  /* Each cycle: PLAYING, one chunk rendered (TCP connect to a peer that never accepts nor
+   * reads), NULL. No deadlock, no GLib warning, and the fd count back to where it was. */
+  StalledPeer peer;
+  Fixture f;
+  f.make ("mode=chunk max-send-buffer=4096 target=tcp://127.0.0.1:" + std::to_string (peer.port), kRobotWide3);
+  ASSERT_EQ (GST_FLOW_OK, f.push (5, 3, ramp3 (5, 0, 0.01f), 1, 0));
+  /* Warm-up cycle, so lazily created fds (GLib wakeups, clock threads) exist already. */
+  ASSERT_EQ (gst_element_set_state (f.sink, GST_STATE_NULL), GST_STATE_CHANGE_SUCCESS);
+  const int baseline = count_fds ();
+  for (int i = 0; i < 1000; i++) {
+    ASSERT_NE (gst_element_set_state (f.sink, GST_STATE_PLAYING), GST_STATE_CHANGE_FAILURE) << "cycle " << i;
+    gst_harness_set_src_caps_str (f.h.get (), GST_PI0_OBSERVATION_MEDIA_TYPE);
+    ASSERT_EQ (GST_FLOW_OK, f.push (5, 3, ramp3 (5, 0, 0.01f), (guint64) i + 2, 0)) << "cycle " << i;
+    ASSERT_EQ (gst_element_set_state (f.sink, GST_STATE_NULL), GST_STATE_CHANGE_SUCCESS) << "cycle " << i;
+    ASSERT_LE (count_fds (), baseline + 4) << "cycle " << i; /* one socket at most while PLAYING */
+  }
+  EXPECT_EQ (count_fds (), baseline);
+  EXPECT_GE (f.rec.count ("hold"), 1000u) << "every PLAYING->PAUSED sends HOLD";
+}
+
+/* ---- with the robot simulator ----------------------------------------------------------- */
+
+TEST (ActionSinkSim, UdpFramesAreValidatedByTheSimulator)
+{
+  TempDir dir;
+  SimProc sim;
+  const std::string key = "shared secret";
+  ASSERT_TRUE (sim.start ({"--proto=udp", "--port=0", "--key=" + key, "--dim=3",
+                           "--robot-config=" + dir.file ("robot.json", kRobot3)},
+                          dir.file ("sim.jsonl")));
+  Fixture f;
+  f.make ("mode=stream hmac-key=\"" + key + "\" target=udp://127.0.0.1:" + std::to_string (sim.port ()), kRobot3);
+  for (int c = 0; c < 5; c++) {
+    ASSERT_EQ (GST_FLOW_OK, f.push (8, 3, ramp3 (8, -0.5f + 0.2f * (float) c, 0.03f), (guint64) c + 1, f.now ()));
+    for (int t = 0; t < 4; t++)
+      f.crank ();
+  }
+  f.crank_until (f.now () + 2 * GST_SECOND); /* let the watchdog HOLD and STOP */
+  std::vector<std::vector<float>> sent;
+  for (auto &r : f.rec.all ())
+    if (r.kind == "action")
+      sent.push_back (r.values);
+  ASSERT_GE (sent.size (), 20u);
+  ASSERT_TRUE (sim.wait_count ("stop", 1));
+  sim.stop_and_check ();
+  EXPECT_TRUE (sim.exited_cleanly ());
+  std::vector<std::vector<float>> executed;
+  for (auto &l : sim.lines ()) {
+    JsonLine j (l);
+    ASSERT_TRUE (j.ok ()) << l;
+    EXPECT_NE (j.str ("event"), "reject") << l;
+    if (j.str ("event") == "execute")
+      executed.push_back (j.row ());
+  }
+  EXPECT_EQ (executed, sent);
+  EXPECT_EQ (sim.count ("session"), 1u);
+  EXPECT_EQ (sim.count ("hello"), 1u);
+  EXPECT_GE (sim.count ("hold"), 2u); /* greeting + watchdog */
+  EXPECT_EQ (sim.count ("stop"), 1u);
+}
+
+TEST (ActionSinkSim, LargeChunksAreSplitIntoDatagramsAndReassembledInOrder)
+{
+  TempDir dir;
+  SimProc sim;
+  ASSERT_TRUE (sim.start ({"--proto=udp", "--port=0", "--dim=14"}, dir.file ("sim.jsonl")));
+  std::string joints, lo, hi, st;
+  for (int i = 0; i < 14; i++) {
+    joints += (i ? ",\"j" : "\"j") + std::to_string (i) + "\"";
+    lo += i ? ",-10" : "-10";
+    hi += i ? ",10" : "10";
+    st += i ? ",10" : "10";
+  }
+  Fixture f;
+  f.make ("mode=chunk target=udp://127.0.0.1:" + std::to_string (sim.port ()),
+          "{\"joints\":[" + joints + "],\"lower\":[" + lo + "],\"upper\":[" + hi + "],\"max_step\":[" + st + "]}");
+  std::vector<float> v (50 * 14);
+  for (size_t i = 0; i < v.size (); i++)
+    v[i] = 0.001f * (float) i;
+  ASSERT_EQ (GST_FLOW_OK, f.push (50, 14, v, 1, 0));
+  ASSERT_TRUE (sim.wait_count ("execute", 50));
+  std::vector<gint64> steps;
+  for (auto &l : sim.lines ()) {
+    JsonLine j (l);
+    if (j.str ("event") == "execute") {
+      steps.push_back (j.num ("step_index"));
+      auto row = j.row ();
+      ASSERT_EQ (row.size (), 14u);
+      EXPECT_EQ (row[0], v[(size_t) j.num ("step_index") * 14]);
+    }
+  }
+  ASSERT_EQ (steps.size (), 50u);
+  for (gint64 i = 0; i < 50; i++)
+    EXPECT_EQ (steps[(size_t) i], i);
+  EXPECT_EQ (sim.count ("reject"), 0u);
+}

@@ -1,0 +1,571 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The wire protocol (protocol/pi0frame.*) and the safety rules (protocol/pi0safety.*): round
+ * trips, every class of malformed frame, CRC and HMAC failures, the splitting rule, JSON
+ * lines, robot configuration parsing, and the limit/step property. */
+
+#include "pi0frame.h"
+#include "pi0safety.h"
+
+#include <json-glib/json-glib.h>
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+
+using namespace pi0proto;
+
+namespace {
+
+Header
+action_header (uint16_t steps, uint16_t dim)
+{
+  Header h;
+  h.kind = Kind::kAction;
+  h.flags = kFlagLast;
+  h.session_id = 0x0123456789abcdefull;
+  h.seq = 42;
+  h.chunk_id = 7;
+  h.observation_time_ns = 1000000000ull;
+  h.send_time_ns = 1080000000ull;
+  h.step_period_ns = 20000000ull;
+  h.step_index = 0;
+  h.chunk_steps = steps;
+  h.steps = steps;
+  h.dim = dim;
+  return h;
+}
+
+std::vector<float>
+ramp (size_t n)
+{
+  std::vector<float> v (n);
+  for (size_t i = 0; i < n; i++)
+    v[i] = 0.25f * (float) i - 3.0f;
+  return v;
+}
+
+std::vector<uint8_t>
+encoded (const Header &h, const std::vector<float> &v, const std::string &key = "")
+{
+  std::vector<uint8_t> out;
+  encode (h, v.data (), key, out);
+  return out;
+}
+
+/* Rewrites the CRC (and nothing else) so a test can reach the checks after it. */
+void
+fix_crc (std::vector<uint8_t> &f, size_t payload_bytes)
+{
+  const size_t off = kHeaderSize + payload_bytes;
+  uint32_t c = crc32 (f.data (), off);
+  for (int i = 0; i < 4; i++)
+    f[off + i] = (uint8_t) (c >> (8 * i));
+}
+
+} // namespace
+
+TEST (Crc32, KnownVector)
+{
+  const char *s = "123456789";
+  EXPECT_EQ (crc32 ((const uint8_t *) s, 9), 0xCBF43926u);
+  EXPECT_EQ (crc32 (nullptr, 0), 0u);
+  /* Incremental use gives the same result as one call. */
+  EXPECT_EQ (crc32 ((const uint8_t *) s + 4, 5, crc32 ((const uint8_t *) s, 4)), 0xCBF43926u);
+}
+
+TEST (Frame, LayoutIsLittleEndianAndDocumented)
+{
+  Header h = action_header (1, 2);
+  std::vector<float> v = {1.0f, -2.0f};
+  auto f = encoded (h, v);
+  ASSERT_EQ (f.size (), kHeaderSize + 8 + kCrcSize);
+  const uint8_t magic[] = {'P', 'I', '0', 'A'};
+  EXPECT_EQ (0, memcmp (f.data (), magic, 4));
+  EXPECT_EQ (f[4], 1);     /* version, low byte first */
+  EXPECT_EQ (f[5], 0);
+  EXPECT_EQ (f[6], 1);     /* kind action */
+  EXPECT_EQ (f[7], kFlagLast);
+  EXPECT_EQ (f[8], 0xef);  /* session id, little-endian */
+  EXPECT_EQ (f[16], 42);   /* seq */
+  EXPECT_EQ (f[64], 1);    /* steps */
+  EXPECT_EQ (f[66], 2);    /* dim */
+  /* 1.0f = 0x3F800000 little-endian. */
+  EXPECT_EQ (f[72], 0x00);
+  EXPECT_EQ (f[75], 0x3F);
+}
+
+TEST (Frame, RoundTripAllKindsWithAndWithoutHmac)
+{
+  for (const std::string &key : {std::string (), std::string ("secret key \x01\x02", 13)}) {
+    for (Kind k : {Kind::kAction, Kind::kHold, Kind::kStop, Kind::kHello}) {
+      Header h = action_header (k == Kind::kAction ? 50 : (k == Kind::kHold ? 1 : 0), 14);
+      h.kind = k;
+      if (k != Kind::kAction) {
+        h.step_index = 0;
+        h.chunk_steps = h.steps;
+      }
+      auto v = ramp ((size_t) h.steps * h.dim);
+      auto f = encoded (h, v, key);
+      EXPECT_EQ (f.size (), frame_size (h.steps, h.dim, !key.empty ()));
+      Limits lim;
+      Frame out;
+      ASSERT_EQ (Error::kOk, decode (f.data (), f.size (), lim, key, &out)) << kind_name (k);
+      EXPECT_EQ (out.header.kind, k);
+      EXPECT_EQ (out.header.session_id, h.session_id);
+      EXPECT_EQ (out.header.seq, h.seq);
+      EXPECT_EQ (out.header.chunk_id, h.chunk_id);
+      EXPECT_EQ (out.header.observation_time_ns, h.observation_time_ns);
+      EXPECT_EQ (out.header.send_time_ns, h.send_time_ns);
+      EXPECT_EQ (out.header.step_period_ns, h.step_period_ns);
+      EXPECT_EQ (out.header.steps, h.steps);
+      EXPECT_EQ (out.header.dim, h.dim);
+      EXPECT_EQ ((out.header.flags & kFlagHmac) != 0, !key.empty ());
+      ASSERT_EQ (out.values.size (), v.size ());
+      if (!v.empty ()) {
+        EXPECT_EQ (0, memcmp (out.values.data (), v.data (), v.size () * 4));
+      }
+    }
+  }
+}
+
+TEST (Frame, RoundTripKeepsExtremeFloatsBitExact)
+{
+  std::vector<float> v = {std::numeric_limits<float>::max (), -std::numeric_limits<float>::max (),
+                          std::numeric_limits<float>::denorm_min (), -0.0f, 1e30f, 0.1f};
+  Header h = action_header (1, (uint16_t) v.size ());
+  auto f = encoded (h, v);
+  Frame out;
+  ASSERT_EQ (Error::kOk, decode (f.data (), f.size (), Limits (), "", &out));
+  EXPECT_EQ (0, memcmp (out.values.data (), v.data (), v.size () * 4));
+}
+
+TEST (Frame, EveryTruncationIsRejected)
+{
+  Header h = action_header (3, 4);
+  auto v = ramp (12);
+  for (const std::string &key : {std::string (), std::string ("k")}) {
+    auto f = encoded (h, v, key);
+    for (size_t len = 0; len < f.size (); len++) {
+      /* A copy of exactly len bytes, so ASan would catch any read past it. */
+      std::vector<uint8_t> cut (f.begin (), f.begin () + (long) len);
+      Frame out;
+      EXPECT_EQ (Error::kTruncated, decode (cut.data (), cut.size (), Limits (), key, &out))
+          << "len " << len;
+      EXPECT_TRUE (out.values.empty ());
+    }
+  }
+}
+
+TEST (Frame, TrailingBytesAreRejected)
+{
+  auto f = encoded (action_header (1, 2), {1.0f, 2.0f});
+  f.push_back (0);
+  EXPECT_EQ (Error::kTrailing, decode (f.data (), f.size (), Limits (), "", nullptr));
+}
+
+TEST (Frame, HeaderFieldsAreBounded)
+{
+  const Header good = action_header (2, 3);
+  const auto v = ramp (6);
+  struct Case {
+    const char *what;
+    size_t off;
+    std::vector<uint8_t> bytes;
+    Error want;
+  };
+  const std::vector<Case> cases = {
+      {"magic", 0, {'X'}, Error::kBadMagic},
+      {"version 0", 4, {0, 0}, Error::kBadVersion},
+      {"version 2", 4, {2, 0}, Error::kBadVersion},
+      {"kind 0", 6, {0}, Error::kBadKind},
+      {"kind 5", 6, {5}, Error::kBadKind},
+      {"kind 255", 6, {255}, Error::kBadKind},
+      {"unknown flag", 7, {0x80 | kFlagLast}, Error::kBadFlags},
+      {"reserved", 68, {1}, Error::kBadReserved},
+      {"reserved high byte", 71, {0x80}, Error::kBadReserved},
+      {"dim 0", 66, {0, 0}, Error::kBadDims},
+      {"dim 257", 66, {1, 1}, Error::kBadDims},
+      {"dim 65535", 66, {0xff, 0xff}, Error::kBadDims},
+      {"steps 0", 64, {0, 0}, Error::kBadDims},
+      {"steps 65535", 64, {0xff, 0xff}, Error::kBadDims},
+      {"chunk_steps 0", 60, {0, 0, 0, 0}, Error::kBadDims},
+      {"chunk_steps 2^32-1", 60, {0xff, 0xff, 0xff, 0xff}, Error::kBadDims},
+      {"step_index past chunk", 56, {1, 0, 0, 0}, Error::kBadStepRange},
+      {"step_index 2^32-1", 56, {0xff, 0xff, 0xff, 0xff}, Error::kBadStepRange},
+  };
+  for (const auto &c : cases) {
+    auto f = encoded (good, v);
+    for (size_t i = 0; i < c.bytes.size (); i++)
+      f[c.off + i] = c.bytes[i];
+    Frame out;
+    EXPECT_EQ (c.want, decode (f.data (), f.size (), Limits (), "", &out)) << c.what;
+    EXPECT_TRUE (out.values.empty ()) << c.what;
+    /* peek_header sees the same problem from the header alone. */
+    EXPECT_EQ (c.want, peek_header (f.data (), kHeaderSize, Limits (), nullptr, nullptr)) << c.what;
+  }
+}
+
+TEST (Frame, KindSpecificShapes)
+{
+  /* HOLD with two rows, STOP with a payload, HELLO without dim: all refused. */
+  Header h = action_header (2, 3);
+  h.kind = Kind::kHold;
+  h.chunk_steps = 2;
+  auto f = encoded (h, ramp (6));
+  EXPECT_EQ (Error::kBadDims, decode (f.data (), f.size (), Limits (), "", nullptr));
+  h = action_header (1, 3);
+  h.kind = Kind::kStop;
+  h.chunk_steps = 0;
+  f = encoded (h, ramp (3));
+  EXPECT_EQ (Error::kBadDims, decode (f.data (), f.size (), Limits (), "", nullptr));
+  h = action_header (0, 0);
+  h.kind = Kind::kHello;
+  f = encoded (h, {});
+  EXPECT_EQ (Error::kBadDims, decode (f.data (), f.size (), Limits (), "", nullptr));
+  /* HOLD with step_index set is not a HOLD. */
+  h = action_header (1, 3);
+  h.kind = Kind::kHold;
+  h.step_index = 1;
+  h.chunk_steps = 1;
+  f = encoded (h, ramp (3));
+  EXPECT_EQ (Error::kBadStepRange, decode (f.data (), f.size (), Limits (), "", nullptr));
+}
+
+TEST (Frame, SizeIsCheckedBeforeAnythingIsAllocated)
+{
+  /* A header announcing the largest legal frame: refused from the header alone under the
+   * receiver's limit, without the payload being present at all. */
+  Header h = action_header (4096, 256);
+  std::vector<uint8_t> hdr;
+  encode (action_header (1, 1), ramp (1).data (), "", hdr);
+  hdr.resize (kHeaderSize);
+  hdr[64] = 0x00;
+  hdr[65] = 0x10; /* steps 4096 */
+  hdr[66] = 0x00;
+  hdr[67] = 0x01; /* dim 256 */
+  hdr[60] = 0x00;
+  hdr[61] = 0x10; /* chunk_steps 4096 */
+  Limits lim;
+  lim.max_frame_size = 64 * 1024;
+  size_t size = 0;
+  EXPECT_EQ (Error::kTooLarge, peek_header (hdr.data (), hdr.size (), lim, nullptr, &size));
+  EXPECT_EQ (Error::kTooLarge, decode (hdr.data (), hdr.size (), lim, "", nullptr));
+  /* With a generous limit the header is fine and announces the exact size. */
+  lim.max_frame_size = SIZE_MAX;
+  ASSERT_EQ (Error::kOk, peek_header (hdr.data (), hdr.size (), lim, nullptr, &size));
+  EXPECT_EQ (size, frame_size (4096, 256, false));
+  EXPECT_LE (size, kMaxFrameSize);
+  /* Receiver-side dim/step limits are honoured too. */
+  lim.max_dim = 8;
+  EXPECT_EQ (Error::kBadDims, peek_header (hdr.data (), hdr.size (), lim, nullptr, &size));
+  (void) h;
+}
+
+TEST (Frame, EveryFlippedBitFailsTheCrc)
+{
+  auto f = encoded (action_header (2, 3), ramp (6));
+  /* Flip one bit in every byte of the payload and of the CRC itself; header bytes may instead
+   * fail an earlier field check, which is also a rejection. */
+  for (size_t i = 0; i < f.size (); i++) {
+    auto g = f;
+    g[i] ^= 0x10;
+    Error e = decode (g.data (), g.size (), Limits (), "", nullptr);
+    EXPECT_NE (Error::kOk, e) << "byte " << i;
+    if (i >= kHeaderSize) {
+      EXPECT_EQ (Error::kBadCrc, e) << "byte " << i;
+    }
+  }
+}
+
+TEST (Frame, HmacFailures)
+{
+  const std::string key = "0123456789abcdef";
+  auto f = encoded (action_header (2, 3), ramp (6), key);
+  EXPECT_EQ (Error::kOk, decode (f.data (), f.size (), Limits (), key, nullptr));
+  /* Wrong key. */
+  EXPECT_EQ (Error::kBadHmac, decode (f.data (), f.size (), Limits (), "0123456789abcdeF", nullptr));
+  /* Receiver without a key must not silently accept an authenticated frame either. */
+  EXPECT_EQ (Error::kHmacUnexpected, decode (f.data (), f.size (), Limits (), "", nullptr));
+  /* Every byte of the trailer matters. */
+  for (size_t i = f.size () - kHmacSize; i < f.size (); i++) {
+    auto g = f;
+    g[i] ^= 1;
+    EXPECT_EQ (Error::kBadHmac, decode (g.data (), g.size (), Limits (), key, nullptr));
+  }
+  /* Payload changed and CRC recomputed (an attacker can do that): HMAC still catches it. */
+  auto g = f;
+  g[kHeaderSize] ^= 1;
+  fix_crc (g, 24);
+  EXPECT_EQ (Error::kBadHmac, decode (g.data (), g.size (), Limits (), key, nullptr));
+  /* A frame without HMAC to a receiver that requires one. */
+  auto plain = encoded (action_header (2, 3), ramp (6));
+  EXPECT_EQ (Error::kHmacMissing, decode (plain.data (), plain.size (), Limits (), key, nullptr));
+  /* Stripping the trailer and clearing the flag needs a new CRC; still refused. */
+  auto stripped = f;
+  stripped.resize (f.size () - kHmacSize);
+  stripped[7] &= (uint8_t) ~kFlagHmac;
+  fix_crc (stripped, 24);
+  EXPECT_EQ (Error::kHmacMissing, decode (stripped.data (), stripped.size (), Limits (), key, nullptr));
+}
+
+TEST (Frame, NonFinitePayloadIsRejected)
+{
+  const float bad[] = {std::numeric_limits<float>::quiet_NaN (),
+                       std::numeric_limits<float>::signaling_NaN (),
+                       std::numeric_limits<float>::infinity (),
+                       -std::numeric_limits<float>::infinity ()};
+  for (float b : bad) {
+    for (size_t pos = 0; pos < 6; pos++) {
+      auto v = ramp (6);
+      v[pos] = b;
+      auto f = encoded (action_header (2, 3), v);
+      Frame out;
+      EXPECT_EQ (Error::kNonFinite, decode (f.data (), f.size (), Limits (), "", &out));
+      EXPECT_TRUE (out.values.empty ());
+    }
+  }
+}
+
+TEST (Frame, RandomGarbageNeverDecodes)
+{
+  std::mt19937 rng (1234);
+  for (int i = 0; i < 20000; i++) {
+    std::vector<uint8_t> g (rng () % 200);
+    for (auto &b : g)
+      b = (uint8_t) rng ();
+    if (g.size () >= 4 && (i & 1)) {
+      /* Half of them with the right magic and version, to get past the first checks. */
+      g[0] = 'P', g[1] = 'I', g[2] = '0', g[3] = 'A';
+      if (g.size () >= 6)
+        g[4] = 1, g[5] = 0;
+    }
+    EXPECT_NE (Error::kOk, decode (g.data (), g.size (), Limits (), "", nullptr));
+  }
+}
+
+TEST (Frame, SplittingRule)
+{
+  /* dim 14 in a 1400-byte datagram: (1400 - 76) / 56 = 23 rows. */
+  EXPECT_EQ (rows_per_frame (14, false, 1400), 23u);
+  EXPECT_EQ (rows_per_frame (32, false, 1400), 10u);
+  EXPECT_EQ (rows_per_frame (32, true, 1400), 10u);
+  EXPECT_EQ (rows_per_frame (256, true, 1400), 1u);
+  EXPECT_EQ (rows_per_frame (1, false, 76), 0u);
+  EXPECT_EQ (rows_per_frame (0, false, 1400), 0u);
+  for (uint32_t dim = 1; dim <= 256; dim++) {
+    for (bool hmac : {false, true}) {
+      uint32_t r = rows_per_frame (dim, hmac, 1400);
+      if (r) {
+        EXPECT_LE (frame_size (r, dim, hmac), 1400u);
+        EXPECT_GT (frame_size (r + 1, dim, hmac), 1400u);
+      }
+    }
+  }
+}
+
+TEST (Json, LineParsesBackWithTheSameValues)
+{
+  Header h = action_header (2, 3);
+  h.flags |= kFlagClamped;
+  std::vector<float> v = {0.1f, -1e-7f, 3.4028235e38f, 1.0f, 2.5f, -0.0f};
+  std::string model = "pi0 \"tiny\"\n\\";
+  std::string line = to_json (h, v.data (), model);
+  EXPECT_EQ (line.find ('\n'), std::string::npos);
+  JsonParser *p = json_parser_new ();
+  ASSERT_TRUE (json_parser_load_from_data (p, line.c_str (), -1, nullptr)) << line;
+  JsonObject *o = json_node_get_object (json_parser_get_root (p));
+  EXPECT_STREQ (json_object_get_string_member (o, "kind"), "action");
+  EXPECT_STREQ (json_object_get_string_member (o, "session"), "0123456789abcdef");
+  EXPECT_EQ (json_object_get_int_member (o, "seq"), 42);
+  EXPECT_EQ (json_object_get_int_member (o, "chunk_id"), 7);
+  EXPECT_EQ (json_object_get_int_member (o, "observation_time_ns"), 1000000000);
+  EXPECT_TRUE (json_object_get_boolean_member (o, "clamped"));
+  EXPECT_STREQ (json_object_get_string_member (o, "model_id"), model.c_str ());
+  JsonArray *rows = json_object_get_array_member (o, "values");
+  ASSERT_EQ (json_array_get_length (rows), 2u);
+  for (guint r = 0; r < 2; r++) {
+    JsonArray *row = json_array_get_array_element (rows, r);
+    ASSERT_EQ (json_array_get_length (row), 3u);
+    for (guint c = 0; c < 3; c++)
+      EXPECT_EQ ((float) json_array_get_double_element (row, c), v[r * 3 + c]);
+  }
+  g_object_unref (p);
+}
+
+TEST (Json, HoldWithoutTimesUsesNull)
+{
+  Header h;
+  h.kind = Kind::kHold;
+  std::string line = to_json (h, nullptr, "");
+  EXPECT_NE (line.find ("\"kind\":\"hold\""), std::string::npos);
+  EXPECT_NE (line.find ("\"observation_time_ns\":null"), std::string::npos);
+  EXPECT_NE (line.find ("\"values\":[]"), std::string::npos);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+
+using namespace pi0safety;
+
+namespace {
+const char *kConfig = R"({"joints":["a","b","c"],"lower":[-1,-2,0],"upper":[1,2,0.5],
+  "max_step":[0.1,0.5,0.05]})";
+}
+
+/* Exact test of |a - b| <= s for floats, whatever their magnitudes: a double difference can
+ * round (0.5 - (-1e-45) is 0.5 in double), so the rounding error is recovered with TwoSum and
+ * decides the tie. The oracle must not share the implementation's rounding. */
+static bool
+exact_within (float a, float b, float s)
+{
+  const double x = a, y = -(double) b;
+  double d = x + y;
+  const double bp = d - x;
+  double err = (x - (d - bp)) + (y - bp);
+  if (d < 0 || (d == 0 && err < 0)) {
+    d = -d;
+    err = -err;
+  }
+  if (d != (double) s)
+    return d < (double) s;
+  return err <= 0;
+}
+
+TEST (RobotConfig, ParsesAValidFile)
+{
+  RobotConfig cfg;
+  std::string err;
+  ASSERT_TRUE (parse_robot_config (kConfig, &cfg, &err)) << err;
+  EXPECT_EQ (cfg.dim (), 3u);
+  EXPECT_EQ (cfg.joint_names[1], "b");
+  EXPECT_EQ (cfg.upper[2], 0.5f);
+  EXPECT_TRUE (cfg.initial.empty ());
+}
+
+TEST (RobotConfig, RejectsEveryBadField)
+{
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"[1,2]", "top level"},
+      {"{", "not valid JSON"},
+      {R"({"lower":[0]})", "joints"},
+      {R"({"joints":[],"lower":[],"upper":[],"max_step":[]})", "between 1 and 256"},
+      {R"({"joints":[1],"lower":[0],"upper":[1],"max_step":[1]})", "not a string"},
+      {R"({"joints":["a"],"upper":[1],"max_step":[1]})", "missing \"lower\""},
+      {R"({"joints":["a"],"lower":[0,1],"upper":[1],"max_step":[1]})", "has 2 values"},
+      {R"({"joints":["a"],"lower":["0"],"upper":[1],"max_step":[1]})", "not a number"},
+      {R"({"joints":["a"],"lower":[1e39],"upper":[1e40],"max_step":[1]})", "not a finite float"},
+      {R"({"joints":["a"],"lower":[2],"upper":[1],"max_step":[1]})", "above the upper"},
+      {R"({"joints":["a"],"lower":[0],"upper":[1],"max_step":[0]})", "max_step must be > 0"},
+      {R"({"joints":["a"],"lower":[0],"upper":[1],"max_step":[-1]})", "max_step must be > 0"},
+      {R"({"joints":["a"],"lower":[0],"upper":[1],"max_step":[1],"initial":[2]})", "outside"},
+  };
+  for (const auto &b : bad) {
+    RobotConfig cfg;
+    std::string err;
+    EXPECT_FALSE (parse_robot_config (b.first, &cfg, &err)) << b.first;
+    EXPECT_NE (err.find (b.second), std::string::npos) << b.first << " -> " << err;
+  }
+  RobotConfig cfg;
+  std::string err;
+  EXPECT_FALSE (load_robot_config ("/nonexistent/robot.json", &cfg, &err));
+  EXPECT_NE (err.find ("cannot read robot config"), std::string::npos);
+}
+
+TEST (Safety, FloatChecksWorkInTheSafetyTranslationUnit)
+{
+  /* Fails if the safety code was compiled with -ffast-math. */
+  EXPECT_TRUE (float_checks_work ());
+}
+
+TEST (Safety, CheckChunkRejectsNonFiniteAnywhere)
+{
+  std::mt19937 rng (99);
+  std::uniform_real_distribution<float> val (-10.f, 10.f);
+  const float bad[] = {std::numeric_limits<float>::quiet_NaN (),
+                       std::numeric_limits<float>::signaling_NaN (), -std::numeric_limits<float>::quiet_NaN (),
+                       std::numeric_limits<float>::infinity (), -std::numeric_limits<float>::infinity ()};
+  std::vector<float> buf;
+  int rejected = 0, injected = 0;
+  /* 10^5 random chunks, each with 1-3 non-finite values at random places. */
+  for (int i = 0; i < 100000; i++) {
+    unsigned h = 1 + rng () % 50, d = 1 + rng () % 32;
+    buf.resize ((size_t) h * d);
+    for (auto &x : buf)
+      x = val (rng);
+    unsigned nbad = 1 + rng () % 3;
+    for (unsigned k = 0; k < nbad; k++)
+      buf[rng () % buf.size ()] = bad[rng () % 5];
+    injected++;
+    if (check_chunk (nullptr, buf.data (), h, d) == Verdict::kNonFinite)
+      rejected++;
+  }
+  EXPECT_EQ (rejected, injected);
+  /* And finite chunks pass. */
+  buf.assign (12, 0.5f);
+  EXPECT_EQ (Verdict::kOk, check_chunk (nullptr, buf.data (), 3, 4));
+  RobotConfig cfg;
+  ASSERT_TRUE (parse_robot_config (kConfig, &cfg, nullptr));
+  EXPECT_EQ (Verdict::kBadShape, check_chunk (&cfg, buf.data (), 3, 4));
+  EXPECT_EQ (Verdict::kOk, check_chunk (&cfg, buf.data (), 4, 3));
+  EXPECT_EQ (Verdict::kBadShape, check_chunk (&cfg, buf.data (), 0, 3));
+}
+
+TEST (Safety, ExactWithinOracle)
+{
+  EXPECT_TRUE (exact_within (0.0f, -0.5f, 0.5f));
+  EXPECT_FALSE (exact_within (1e-45f, -0.5f, 0.5f));
+  EXPECT_TRUE (exact_within (-1e-45f, -0.5f, 0.5f));
+  EXPECT_FALSE (exact_within (-0.5f, 1e-45f, 0.5f));
+  EXPECT_TRUE (exact_within (3.0f, 3.0f, 1e-30f));
+}
+
+TEST (Safety, LimitActionRespectsLimitsAndStepProperty)
+{
+  RobotConfig cfg;
+  ASSERT_TRUE (parse_robot_config (kConfig, &cfg, nullptr));
+  std::mt19937 rng (7);
+  std::vector<float> specials;
+  for (unsigned j = 0; j < 3; j++) {
+    for (float b : {cfg.lower[j], cfg.upper[j]}) {
+      specials.push_back (b);
+      specials.push_back (std::nextafter (b, 1e30f));
+      specials.push_back (std::nextafter (b, -1e30f));
+    }
+  }
+  for (float s : {1e30f, -1e30f, 3.4e38f, -3.4e38f, 0.0f, -0.0f, 1e-40f})
+    specials.push_back (s);
+  std::uniform_real_distribution<float> wide (-5.f, 5.f);
+  float prev[3];
+  bool have_prev = false;
+  unsigned total_changed = 0;
+  for (int i = 0; i < 200000; i++) {
+    float in[3], out[3];
+    for (int j = 0; j < 3; j++)
+      in[j] = (rng () % 4 == 0) ? specials[rng () % specials.size ()] : wide (rng);
+    unsigned changed = limit_action (cfg, have_prev ? prev : nullptr, in, out);
+    unsigned expect_changed = 0;
+    for (int j = 0; j < 3; j++) {
+      /* The oracle, in double. */
+      ASSERT_GE ((double) out[j], (double) cfg.lower[j]);
+      ASSERT_LE ((double) out[j], (double) cfg.upper[j]);
+      if (have_prev) {
+        ASSERT_TRUE (exact_within (out[j], prev[j], cfg.max_step[j]))
+            << "joint " << j << " prev " << prev[j] << " in " << in[j] << " out " << out[j];
+      }
+      expect_changed += out[j] != in[j];
+      /* An in-range, in-step value is passed through untouched. */
+      bool inside = in[j] >= cfg.lower[j] && in[j] <= cfg.upper[j] &&
+                    (!have_prev || exact_within (in[j], prev[j], cfg.max_step[j]));
+      if (inside) {
+        ASSERT_EQ (out[j], in[j]) << "joint " << j << " prev " << (have_prev ? prev[j] : NAN);
+      }
+    }
+    ASSERT_EQ (changed, expect_changed);
+    total_changed += changed;
+    memcpy (prev, out, sizeof prev);
+    have_prev = (rng () % 50) != 0; /* now and then start without a previous command */
+  }
+  EXPECT_GT (total_changed, 0u);
+}

@@ -1,0 +1,363 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* tools/pi0-robotsim run as a subprocess: malformed frames over UDP and TCP are rejected with
+ * the right reason and never executed, a frame cut by a closed or reset connection is never
+ * executed, sequence/replay rules, the slow/dead/hostile modes against pi0actionsink, and a
+ * clean exit on SIGINT and after --duration. Loopback only. */
+
+#include "pi0sink_test_util.h"
+#include "test_helpers.h"
+
+#include <gst/check/gstharness.h>
+
+#include <gtest/gtest.h>
+
+#include <sys/socket.h>
+
+#include <limits>
+#include <map>
+
+using namespace pi0sinktest;
+
+namespace {
+
+const char *kKey = "robot key";
+
+std::vector<uint8_t>
+frame (uint64_t session, uint64_t seq, std::vector<float> v, unsigned dim, const std::string &key,
+       pi0proto::Kind kind = pi0proto::Kind::kAction)
+{
+  pi0proto::Header h;
+  h.kind = kind;
+  h.flags = pi0proto::kFlagLast | pi0proto::kFlagStream;
+  h.session_id = session;
+  h.seq = seq;
+  h.chunk_id = seq;
+  h.step_period_ns = 20000000;
+  h.steps = (uint16_t) (v.size () / dim);
+  h.chunk_steps = h.steps;
+  h.dim = (uint16_t) dim;
+  std::vector<uint8_t> out;
+  pi0proto::encode (h, v.data (), key, out);
+  return out;
+}
+
+class Client
+{
+public:
+  Client (bool tcp, int port)
+  {
+    sock_ = g_socket_new (G_SOCKET_FAMILY_IPV4, tcp ? G_SOCKET_TYPE_STREAM : G_SOCKET_TYPE_DATAGRAM,
+                          tcp ? G_SOCKET_PROTOCOL_TCP : G_SOCKET_PROTOCOL_UDP, nullptr);
+    GInetAddress *lo = g_inet_address_new_loopback (G_SOCKET_FAMILY_IPV4);
+    addr_ = g_inet_socket_address_new (lo, (guint16) port);
+    g_object_unref (lo);
+    if (tcp)
+      ok_ = g_socket_connect (sock_, addr_, nullptr, nullptr);
+    else
+      ok_ = true;
+  }
+  ~Client ()
+  {
+    g_object_unref (sock_);
+    g_object_unref (addr_);
+  }
+  bool ok () const { return ok_; }
+  void send (const std::vector<uint8_t> &b)
+  {
+    GError *e = nullptr;
+    gssize n = g_socket_send_to (sock_, addr_, (const gchar *) b.data (), b.size (), nullptr, &e);
+    EXPECT_EQ (n, (gssize) b.size ()) << (e ? e->message : "");
+    g_clear_error (&e);
+  }
+  /* Close with RST instead of FIN: what a crashed or killed sender looks like. */
+  void reset ()
+  {
+    struct linger lg = {1, 0};
+    setsockopt (g_socket_get_fd (sock_), SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+    g_socket_close (sock_, nullptr);
+  }
+  void close () { g_socket_close (sock_, nullptr); }
+
+private:
+  GSocket *sock_;
+  GSocketAddress *addr_;
+  bool ok_ = false;
+};
+
+std::vector<std::string>
+reject_reasons (const SimProc &sim)
+{
+  std::vector<std::string> r;
+  for (auto &l : sim.lines ()) {
+    JsonLine j (l);
+    if (j.str ("event") == "reject")
+      r.push_back (j.str ("reason"));
+  }
+  return r;
+}
+
+} // namespace
+
+TEST (RobotSim, MalformedDatagramsAreRejectedWithTheirReason)
+{
+  TempDir dir;
+  SimProc sim;
+  ASSERT_TRUE (sim.start ({"--proto=udp", "--port=0", std::string ("--key=") + kKey, "--dim=3", "--max-frame=2000"},
+                          dir.file ("sim.jsonl")));
+  Client c (false, sim.port ());
+  const std::vector<float> row = {0.1f, 0.2f, 0.3f};
+  std::vector<std::pair<std::vector<uint8_t>, std::string>> cases;
+  std::vector<uint8_t> garbage (100);
+  for (size_t i = 0; i < garbage.size (); i++)
+    garbage[i] = (uint8_t) (i * 37 + 11);
+  cases.push_back ({garbage, "bad-magic"});
+  cases.push_back ({std::vector<uint8_t> (10, 0), "truncated"});
+  cases.push_back ({frame (7, 1, row, 3, ""), "hmac-missing"});
+  cases.push_back ({frame (7, 1, row, 3, "other key"), "bad-hmac"});
+  auto crc = frame (7, 1, row, 3, kKey);
+  crc[pi0proto::kHeaderSize] ^= 0x01;
+  cases.push_back ({crc, "bad-crc"});
+  auto ver = frame (7, 1, row, 3, kKey);
+  ver[4] = 9;
+  cases.push_back ({ver, "bad-version"});
+  auto huge = frame (7, 1, row, 3, kKey);
+  huge[64] = 0x00, huge[65] = 0x10, huge[66] = 0x00, huge[67] = 0x01, huge[60] = 0x00, huge[61] = 0x10;
+  cases.push_back ({huge, "too-large"});
+  cases.push_back ({std::vector<uint8_t> (3000, 0x41), "too-large"});
+  /* Non-finite payload with a correct CRC and HMAC: only the finiteness check catches it. */
+  cases.push_back ({frame (7, 1, {0.1f, std::numeric_limits<float>::quiet_NaN (), 0.3f}, 3, kKey), "non-finite"});
+  auto trailing = frame (7, 1, row, 3, kKey);
+  trailing.push_back (0);
+  cases.push_back ({trailing, "trailing-bytes"});
+  cases.push_back ({frame (7, 1, {1, 2, 3, 4}, 4, kKey), "dim-mismatch"});
+  auto reserved = frame (7, 1, row, 3, "");
+  reserved[68] = 1;
+  cases.push_back ({reserved, "bad-reserved"});
+  for (auto &cs : cases)
+    c.send (cs.first);
+  ASSERT_TRUE (sim.wait_count ("reject", cases.size ()));
+  std::vector<std::string> want;
+  for (auto &cs : cases)
+    want.push_back (cs.second);
+  EXPECT_EQ (reject_reasons (sim), want);
+  EXPECT_EQ (sim.count ("execute"), 0u);
+
+  /* A valid frame still goes through; a replay and an older one do not. */
+  c.send (frame (7, 5, row, 3, kKey));
+  ASSERT_TRUE (sim.wait_count ("execute", 1));
+  c.send (frame (7, 5, row, 3, kKey));
+  c.send (frame (7, 4, row, 3, kKey));
+  c.send (frame (7, 6, {0.4f, 0.5f, 0.6f}, 3, kKey));
+  ASSERT_TRUE (sim.wait_count ("execute", 2));
+  auto reasons = reject_reasons (sim);
+  ASSERT_EQ (reasons.size (), cases.size () + 2);
+  EXPECT_EQ (reasons[cases.size ()], "old-seq");
+  EXPECT_EQ (reasons[cases.size () + 1], "old-seq");
+  EXPECT_EQ (sim.count ("execute"), 2u);
+  sim.stop_and_check ();
+  EXPECT_TRUE (sim.exited_cleanly ());
+  EXPECT_EQ (sim.count ("exit"), 1u);
+}
+
+TEST (RobotSim, LimitViolationsAreRefusedWhenTheSimulatorKnowsTheRobot)
+{
+  TempDir dir;
+  SimProc sim;
+  ASSERT_TRUE (sim.start ({"--proto=udp", "--port=0", "--robot-config=" +
+                                                         dir.file ("r.json", R"({"joints":["a","b"],"lower":[-1,-1],
+                                                           "upper":[1,1],"max_step":[1,1]})")},
+                          dir.file ("sim.jsonl")));
+  Client c (false, sim.port ());
+  c.send (frame (3, 1, {0.5f, 1.5f}, 2, ""));
+  c.send (frame (3, 2, {0.5f, 0.5f}, 2, ""));
+  ASSERT_TRUE (sim.wait_count ("execute", 1));
+  ASSERT_TRUE (sim.wait_count ("reject", 1));
+  EXPECT_EQ (reject_reasons (sim), std::vector<std::string> ({"limit"}));
+}
+
+TEST (RobotSim, TcpFrameCutByCloseOrResetIsNeverExecuted)
+{
+  TempDir dir;
+  SimProc sim;
+  ASSERT_TRUE (sim.start ({"--proto=tcp", "--port=0"}, dir.file ("sim.jsonl")));
+  const auto whole = frame (11, 1, {1, 2, 3, 4, 5, 6}, 3, "");
+  const auto next = frame (11, 2, {7, 8, 9, 10, 11, 12}, 3, "");
+  {
+    Client c (true, sim.port ());
+    ASSERT_TRUE (c.ok ());
+    std::vector<uint8_t> bytes = whole;
+    bytes.insert (bytes.end (), next.begin (), next.begin () + (long) next.size () / 2);
+    c.send (bytes);
+    ASSERT_TRUE (sim.wait_count ("execute", 2)); /* the two rows of the whole frame */
+    c.close ();
+  }
+  ASSERT_TRUE (sim.wait_count ("partial", 1));
+  {
+    /* Same with a reset, the cut inside the header this time. */
+    Client c (true, sim.port ());
+    ASSERT_TRUE (c.ok ());
+    std::vector<uint8_t> bytes (next.begin (), next.begin () + 40);
+    c.send (bytes);
+    ASSERT_TRUE (sim.wait_count ("connected", 2));
+    g_usleep (20000); /* let the 40 bytes reach the simulator's buffer (the check below holds either way) */
+    c.reset ();
+  }
+  ASSERT_TRUE (sim.wait_count ("disconnected", 2));
+  EXPECT_EQ (sim.count ("execute"), 2u) << "only the rows of the complete frame";
+  for (auto &l : sim.lines ()) {
+    JsonLine j (l);
+    if (j.str ("event") == "execute") {
+      EXPECT_EQ (j.num ("seq"), 1);
+    }
+  }
+}
+
+TEST (RobotSim, TcpBadHeaderDropsTheConnectionWithoutAllocating)
+{
+  TempDir dir;
+  SimProc sim;
+  ASSERT_TRUE (sim.start ({"--proto=tcp", "--port=0"}, dir.file ("sim.jsonl")));
+  {
+    /* Announces a 4 MiB frame: rejected from the header, before any payload arrives. */
+    Client c (true, sim.port ());
+    auto f = frame (5, 1, {1, 2, 3}, 3, "");
+    f[64] = 0x00, f[65] = 0x10, f[66] = 0x00, f[67] = 0x01, f[60] = 0x00, f[61] = 0x10;
+    f.resize (pi0proto::kHeaderSize);
+    c.send (f);
+    ASSERT_TRUE (sim.wait_count ("reject", 1));
+  }
+  {
+    Client c (true, sim.port ());
+    c.send (std::vector<uint8_t> (200, 0xFF));
+    ASSERT_TRUE (sim.wait_count ("reject", 2));
+  }
+  EXPECT_EQ (reject_reasons (sim), std::vector<std::string> ({"too-large", "bad-magic"}));
+  Client c (true, sim.port ());
+  c.send (frame (6, 1, {1, 2, 3}, 3, ""));
+  ASSERT_TRUE (sim.wait_count ("execute", 1));
+}
+
+TEST (RobotSim, ExitsCleanlyOnSigintAndAfterDuration)
+{
+  TempDir dir;
+  {
+    SimProc sim;
+    ASSERT_TRUE (sim.start ({"--proto=tcp", "--port=0"}, dir.file ("a.jsonl")));
+    sim.stop (SIGINT);
+    auto lines = read_lines (dir.path () + "/a.jsonl");
+    ASSERT_FALSE (lines.empty ());
+    JsonLine j (lines.back ());
+    EXPECT_EQ (j.str ("event"), "exit");
+    EXPECT_EQ (j.num ("signal"), SIGINT);
+  }
+  {
+    SimProc sim;
+    ASSERT_TRUE (sim.start ({"--proto=udp", "--port=0", "--duration=0.2"}, dir.file ("b.jsonl")));
+    ASSERT_TRUE (sim.wait_count ("exit", 1)) << "--duration must end the simulator by itself";
+  }
+}
+
+/* ---- the modes, against the real sink ---------------------------------------------------- */
+
+namespace {
+
+const char *kRobot = R"({"joints":["a","b","c"],"lower":[-10,-10,-10],"upper":[10,10,10],"max_step":[1,1,1]})";
+
+GstElement *
+make_sink (TempDir &dir, const std::string &props, pi0test::HarnessPtr &h)
+{
+  std::string desc = "pi0actionsink " + props + " robot-config=" + dir.file ("robot.json", kRobot);
+  GstElement *sink = gst_parse_launch (desc.c_str (), nullptr);
+  EXPECT_NE (sink, nullptr);
+  gst_object_ref_sink (sink);
+  h.reset (gst_harness_new_with_element (sink, "sink", nullptr));
+  gst_object_unref (sink);
+  gst_harness_set_src_caps_str (h.get (), GST_PI0_OBSERVATION_MEDIA_TYPE);
+  return sink;
+}
+
+std::vector<float>
+chunk (guint horizon)
+{
+  std::vector<float> v;
+  for (guint i = 0; i < horizon * 3; i++)
+    v.push_back (0.01f * (float) (i / 3));
+  return v;
+}
+
+/* Within each session, seq strictly increases over everything the simulator accepted. */
+void
+expect_monotonic_sessions (const SimProc &sim)
+{
+  std::map<std::string, gint64> last;
+  for (auto &l : sim.lines ()) {
+    JsonLine j (l);
+    const std::string ev = j.str ("event");
+    if (ev != "execute" && ev != "hold" && ev != "stop" && ev != "hello")
+      continue;
+    const std::string s = j.str ("session");
+    const gint64 seq = j.num ("seq");
+    if (last.count (s) && ev == "execute" && seq == last[s])
+      continue; /* rows of one multi-row frame share its seq */
+    if (last.count (s)) {
+      EXPECT_GT (seq, last[s]) << l;
+    }
+    last[s] = seq;
+  }
+}
+
+} // namespace
+
+TEST (RobotSimModes, HostileRobotResetsAndTalksBackTheSinkSurvives)
+{
+  TempDir dir;
+  SimProc sim;
+  ASSERT_TRUE (sim.start ({"--proto=tcp", "--port=0", "--mode=hostile"}, dir.file ("sim.jsonl")));
+  pi0test::HarnessPtr h;
+  GstElement *sink = make_sink (dir, "mode=chunk reconnect-min=1000000 reconnect-max=5000000 target=tcp://127.0.0.1:" +
+                                         std::to_string (sim.port ()),
+                                h);
+  guint64 seq = 0;
+  ASSERT_TRUE (sim.wait_for ([&] {
+    EXPECT_EQ (GST_FLOW_OK, gst_harness_push (h.get (), make_chunk (5, 3, chunk (5), ++seq, 0)));
+    return sim.count ("execute") >= 50 && sim.count ("session") >= 3;
+  }));
+  EXPECT_GE (stat (sink, "reconnects"), 2u);
+  expect_monotonic_sessions (sim);
+  /* The resets cut the stream only between frames as far as execution goes: whatever was cut
+   * shows up as "partial", never as an execute of a broken frame. */
+  EXPECT_EQ (reject_reasons (sim).size (), 0u) << "the sink's frames are always valid";
+}
+
+TEST (RobotSimModes, SlowRobotGetsEveryFrameItAcceptsInOrder)
+{
+  TempDir dir;
+  SimProc sim;
+  ASSERT_TRUE (sim.start ({"--proto=tcp", "--port=0", "--mode=slow"}, dir.file ("sim.jsonl")));
+  pi0test::HarnessPtr h;
+  GstElement *sink = make_sink (dir, "mode=chunk max-send-buffer=8192 target=tcp://127.0.0.1:" + std::to_string (sim.port ()), h);
+  guint64 seq = 0;
+  for (int i = 0; i < 300; i++) {
+    ASSERT_EQ (GST_FLOW_OK, gst_harness_push (h.get (), make_chunk (20, 3, chunk (20), ++seq, 0)));
+    EXPECT_LE (stat (sink, "queued-bytes"), 8192u);
+  }
+  ASSERT_TRUE (sim.wait_count ("execute", 20));
+  expect_monotonic_sessions (sim);
+  EXPECT_EQ (reject_reasons (sim).size (), 0u);
+}
+
+TEST (RobotSimModes, DeadUdpRobotDoesNotStallTheSink)
+{
+  TempDir dir;
+  SimProc sim;
+  ASSERT_TRUE (sim.start ({"--proto=udp", "--port=0", "--mode=dead"}, dir.file ("sim.jsonl")));
+  pi0test::HarnessPtr h;
+  GstElement *sink = make_sink (dir, "mode=chunk target=udp://127.0.0.1:" + std::to_string (sim.port ()), h);
+  for (guint64 i = 1; i <= 3000; i++)
+    ASSERT_EQ (GST_FLOW_OK, gst_harness_push (h.get (), make_chunk (20, 3, chunk (20), i, 0)));
+  EXPECT_GT (stat (sink, "frames"), 0u);
+  EXPECT_EQ (gst_element_set_state (sink, GST_STATE_NULL), GST_STATE_CHANGE_SUCCESS);
+  sim.stop_and_check ();
+  EXPECT_TRUE (sim.exited_cleanly ());
+  EXPECT_EQ (sim.count ("execute"), 0u);
+}

@@ -1,0 +1,534 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* pi0-robotsim: plays the robot for pi0actionsink. Listens on UDP or TCP (loopback by default),
+ * validates every frame as docs/protocol.md tells a robot to (size before allocating, CRC,
+ * HMAC, finiteness, session and sequence, dimension, optional joint limits), and logs as JSON
+ * lines what a robot would execute and when. It never executes a partial or invalid frame.
+ *
+ * Modes for tests: normal; slow (reads slowly); dead (never reads); hostile (sends garbage
+ * back and resets TCP connections). Exits cleanly on SIGINT/SIGTERM or after --duration.
+ *
+ *   pi0-robotsim --proto udp --port 9870 [--bind 127.0.0.1] [--key K] [--log FILE]
+ *
+ * The first line on stdout is always {"event":"listening",...,"port":N} (useful with --port 0). */
+
+#include "pi0frame.h"
+#include "pi0safety.h"
+
+#include <glib.h>
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cinttypes>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace {
+
+volatile sig_atomic_t quit_signal = 0;
+
+void
+on_signal (int sig)
+{
+  quit_signal = sig;
+}
+
+enum class Mode { kNormal, kSlow, kDead, kHostile };
+
+struct Options {
+  std::string proto = "udp";
+  std::string bind = "127.0.0.1";
+  int port = 9870;
+  std::string key;
+  std::string log_path;
+  Mode mode = Mode::kNormal;
+  double duration = 0;
+  size_t max_frame = 64 * 1024;
+  unsigned dim = 0;
+  std::string robot_config;
+};
+
+uint64_t
+mono_ns ()
+{
+  struct timespec ts;
+  clock_gettime (CLOCK_MONOTONIC, &ts);
+  return (uint64_t) ts.tv_sec * 1000000000ull + (uint64_t) ts.tv_nsec;
+}
+
+class Sim
+{
+public:
+  explicit Sim (const Options &o) : o_ (o)
+  {
+    limits_.max_frame_size = o.max_frame;
+  }
+
+  bool init (std::string *err)
+  {
+    if (!o_.log_path.empty ()) {
+      log_ = fopen (o_.log_path.c_str (), "w");
+      if (!log_) {
+        *err = "cannot open log " + o_.log_path + ": " + strerror (errno);
+        return false;
+      }
+    } else {
+      log_ = stdout;
+    }
+    if (!o_.robot_config.empty ()) {
+      if (!pi0safety::load_robot_config (o_.robot_config, &cfg_, err))
+        return false;
+      have_cfg_ = true;
+      if (o_.dim == 0)
+        o_.dim = cfg_.dim ();
+    }
+    const bool udp = o_.proto == "udp";
+    struct sockaddr_in sa;
+    memset (&sa, 0, sizeof sa);
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons ((uint16_t) o_.port);
+    if (inet_pton (AF_INET, o_.bind.c_str (), &sa.sin_addr) != 1) {
+      *err = "--bind must be a numeric IPv4 address";
+      return false;
+    }
+    fd_ = socket (AF_INET, (udp ? SOCK_DGRAM : SOCK_STREAM) | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd_ < 0) {
+      *err = std::string ("socket: ") + strerror (errno);
+      return false;
+    }
+    int one = 1;
+    setsockopt (fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind (fd_, (struct sockaddr *) &sa, sizeof sa) != 0) {
+      *err = std::string ("bind: ") + strerror (errno);
+      return false;
+    }
+    if (!udp && listen (fd_, 4) != 0) {
+      *err = std::string ("listen: ") + strerror (errno);
+      return false;
+    }
+    socklen_t len = sizeof sa;
+    getsockname (fd_, (struct sockaddr *) &sa, &len);
+    port_ = ntohs (sa.sin_port);
+    char line[256];
+    snprintf (line, sizeof line,
+              "{\"event\":\"listening\",\"proto\":\"%s\",\"address\":\"%s\",\"port\":%d,\"mode\":\"%s\",\"hmac\":%s}",
+              o_.proto.c_str (), o_.bind.c_str (), port_, mode_name (), o_.key.empty () ? "false" : "true");
+    printf ("%s\n", line);
+    fflush (stdout);
+    if (log_ != stdout)
+      emit (line);
+    return true;
+  }
+
+  int run ()
+  {
+    const uint64_t end = o_.duration > 0 ? mono_ns () + (uint64_t) (o_.duration * 1e9) : 0;
+    while (!quit_signal && (end == 0 || mono_ns () < end)) {
+      struct pollfd pf[2];
+      int n = 0;
+      if (o_.mode != Mode::kDead || o_.proto == "tcp") {
+        pf[n++] = {fd_, POLLIN, 0};
+      }
+      if (conn_ >= 0 && o_.mode != Mode::kDead)
+        pf[n++] = {conn_, POLLIN, 0};
+      int r = poll (pf, (nfds_t) n, 50);
+      if (r < 0 && errno != EINTR)
+        break;
+      if (r <= 0)
+        continue;
+      for (int i = 0; i < n; i++) {
+        if (!(pf[i].revents & (POLLIN | POLLHUP | POLLERR)))
+          continue;
+        if (pf[i].fd == fd_) {
+          if (o_.proto == "udp")
+            read_datagram ();
+          else
+            accept_conn ();
+        } else if (pf[i].fd == conn_) {
+          read_stream ();
+        }
+      }
+    }
+    if (conn_ >= 0)
+      close_conn ("shutdown");
+    char line[512];
+    snprintf (line, sizeof line,
+              "{\"event\":\"exit\",\"signal\":%d,\"frames\":%" PRIu64 ",\"executed\":%" PRIu64
+              ",\"rejected\":%" PRIu64 ",\"partial\":%" PRIu64 ",\"sessions\":%" PRIu64 "}",
+              (int) quit_signal, frames_, executed_, rejected_, partial_, sessions_);
+    emit (line);
+    if (log_ && log_ != stdout)
+      fclose (log_);
+    if (fd_ >= 0)
+      close (fd_);
+    return 0;
+  }
+
+private:
+  const char *mode_name () const
+  {
+    switch (o_.mode) {
+      case Mode::kNormal: return "normal";
+      case Mode::kSlow: return "slow";
+      case Mode::kDead: return "dead";
+      case Mode::kHostile: return "hostile";
+    }
+    return "?";
+  }
+
+  void emit (const std::string &line)
+  {
+    fputs (line.c_str (), log_);
+    fputc ('\n', log_);
+    fflush (log_);
+  }
+
+  void reject (const char *reason, size_t bytes)
+  {
+    rejected_++;
+    char line[160];
+    snprintf (line, sizeof line, "{\"event\":\"reject\",\"reason\":\"%s\",\"bytes\":%zu}", reason, bytes);
+    emit (line);
+  }
+
+  static std::string values_json (const float *v, size_t n)
+  {
+    std::string s = "[";
+    char b[32];
+    for (size_t i = 0; i < n; i++) {
+      snprintf (b, sizeof b, "%s%.9g", i ? "," : "", (double) v[i]);
+      s += b;
+    }
+    return s + "]";
+  }
+
+  void send_garbage (int fd, const struct sockaddr *to, socklen_t tolen)
+  {
+    uint8_t junk[64];
+    for (auto &b : junk)
+      b = (uint8_t) g_random_int ();
+    if (to)
+      (void) sendto (fd, junk, sizeof junk, MSG_NOSIGNAL | MSG_DONTWAIT, to, tolen);
+    else
+      (void) send (fd, junk, sizeof junk, MSG_NOSIGNAL | MSG_DONTWAIT);
+  }
+
+  /* One complete, exactly-sized candidate frame. */
+  void handle_frame (const uint8_t *data, size_t len)
+  {
+    pi0proto::Frame f;
+    pi0proto::Error e = pi0proto::decode (data, len, limits_, o_.key, &f);
+    if (e != pi0proto::Error::kOk) {
+      reject (pi0proto::error_name (e), len);
+      return;
+    }
+    const pi0proto::Header &h = f.header;
+    if (o_.dim && h.dim && h.dim != o_.dim) {
+      reject ("dim-mismatch", len);
+      return;
+    }
+    if (!have_session_ || h.session_id != session_) {
+      /* A new sender session: forget the old one's plan. */
+      have_session_ = true;
+      session_ = h.session_id;
+      last_seq_ = 0;
+      chunk_base_.clear ();
+      sessions_++;
+      char line[128];
+      snprintf (line, sizeof line, "{\"event\":\"session\",\"session\":\"%016" PRIx64 "\"}", session_);
+      emit (line);
+    } else if (h.seq <= last_seq_) {
+      reject ("old-seq", len);
+      return;
+    }
+    if (have_cfg_ && h.steps > 0) {
+      for (size_t i = 0; i < f.values.size (); i++) {
+        const unsigned j = (unsigned) (i % h.dim);
+        if (f.values[i] < cfg_.lower[j] || f.values[i] > cfg_.upper[j]) {
+          reject ("limit", len);
+          return;
+        }
+      }
+    }
+    last_seq_ = h.seq;
+    frames_++;
+    const uint64_t now = mono_ns ();
+    char head[256];
+    snprintf (head, sizeof head,
+              "\"session\":\"%016" PRIx64 "\",\"seq\":%" PRIu64 ",\"chunk_id\":%" PRIu64 ",\"recv_ns\":%" PRIu64,
+              h.session_id, h.seq, h.chunk_id, now);
+    switch (h.kind) {
+      case pi0proto::Kind::kHello:
+        emit (std::string ("{\"event\":\"hello\",") + head + ",\"dim\":" + std::to_string (h.dim) + "}");
+        break;
+      case pi0proto::Kind::kHold:
+        emit (std::string ("{\"event\":\"hold\",") + head + ",\"values\":" + values_json (f.values.data (), f.values.size ()) + "}");
+        break;
+      case pi0proto::Kind::kStop:
+        emit (std::string ("{\"event\":\"stop\",") + head + "}");
+        break;
+      case pi0proto::Kind::kAction: {
+        /* Row i of a chunk runs step_period after row i-1; the first row received runs now. */
+        uint64_t base = now;
+        uint32_t base_step = h.step_index;
+        if (!(h.flags & pi0proto::kFlagStream)) {
+          auto it = chunk_base_.find (h.chunk_id);
+          if (it == chunk_base_.end ()) {
+            chunk_base_.clear (); /* a new chunk replaces the rest of the old one */
+            chunk_base_[h.chunk_id] = {now, h.step_index};
+          } else {
+            base = it->second.first;
+            base_step = it->second.second;
+          }
+        }
+        for (uint32_t r = 0; r < h.steps; r++) {
+          const uint64_t at = base + (uint64_t) (h.step_index + r - base_step) * h.step_period_ns;
+          char row[160];
+          snprintf (row, sizeof row, ",\"step_index\":%u,\"at_ns\":%" PRIu64 ",\"clamped\":%s,\"values\":", h.step_index + r,
+                    at, (h.flags & pi0proto::kFlagClamped) ? "true" : "false");
+          emit (std::string ("{\"event\":\"execute\",") + head + row +
+                values_json (f.values.data () + (size_t) r * h.dim, h.dim) + "}");
+          executed_++;
+        }
+        break;
+      }
+    }
+  }
+
+  void read_datagram ()
+  {
+    /* One datagram is read into a buffer of the largest legal size plus one byte, so an
+     * oversized datagram is seen as such (MSG_TRUNC gives its real length). */
+    std::vector<uint8_t> buf (limits_.max_frame_size + 1);
+    struct sockaddr_storage from;
+    socklen_t fromlen = sizeof from;
+    ssize_t n = recvfrom (fd_, buf.data (), buf.size (), MSG_TRUNC, (struct sockaddr *) &from, &fromlen);
+    if (n < 0)
+      return;
+    if (o_.mode == Mode::kSlow)
+      g_usleep (20000);
+    if ((size_t) n > limits_.max_frame_size) {
+      reject ("too-large", (size_t) n);
+      return;
+    }
+    handle_frame (buf.data (), (size_t) n);
+    if (o_.mode == Mode::kHostile)
+      send_garbage (fd_, (struct sockaddr *) &from, fromlen);
+  }
+
+  void accept_conn ()
+  {
+    int c = accept4 (fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (c < 0)
+      return;
+    if (o_.mode == Mode::kDead) {
+      /* Accept and never read: the sender's kernel buffers fill up. Keep only the newest. */
+      if (conn_ >= 0)
+        close (conn_);
+      conn_ = c;
+      return;
+    }
+    /* One controlling peer at a time: a new connection replaces the old one, whose
+     * unfinished frame (if any) is discarded. */
+    if (conn_ >= 0)
+      close_conn ("replaced");
+    conn_ = c;
+    rbuf_.clear ();
+    frames_on_conn_ = 0;
+    emit ("{\"event\":\"connected\"}");
+    if (o_.mode == Mode::kHostile)
+      send_garbage (conn_, nullptr, 0);
+  }
+
+  void close_conn (const char *why)
+  {
+    if (!rbuf_.empty ()) {
+      partial_++;
+      char line[128];
+      snprintf (line, sizeof line, "{\"event\":\"partial\",\"bytes\":%zu,\"why\":\"%s\"}", rbuf_.size (), why);
+      emit (line);
+    }
+    rbuf_.clear ();
+    close (conn_);
+    conn_ = -1;
+    char line[96];
+    snprintf (line, sizeof line, "{\"event\":\"disconnected\",\"why\":\"%s\"}", why);
+    emit (line);
+  }
+
+  void reset_conn ()
+  {
+    struct linger lg = {1, 0}; /* RST instead of FIN */
+    setsockopt (conn_, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+    close_conn ("reset");
+  }
+
+  void read_stream ()
+  {
+    uint8_t tmp[16384];
+    const size_t want = o_.mode == Mode::kSlow ? 256 : sizeof tmp;
+    ssize_t n = recv (conn_, tmp, want, 0);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+      close_conn (n == 0 ? "eof" : "error");
+      return;
+    }
+    if (n < 0)
+      return;
+    if (o_.mode == Mode::kSlow)
+      g_usleep (20000);
+    rbuf_.insert (rbuf_.end (), tmp, tmp + n);
+    /* Frames are taken off the front only when complete; the header is checked (and the
+     * size it announces bounded) before waiting for, or keeping, the rest. */
+    size_t off = 0;
+    while (rbuf_.size () - off >= pi0proto::kHeaderSize) {
+      size_t size = 0;
+      pi0proto::Error e = pi0proto::peek_header (rbuf_.data () + off, rbuf_.size () - off, limits_, nullptr, &size);
+      if (e != pi0proto::Error::kOk) {
+        reject (pi0proto::error_name (e), rbuf_.size () - off);
+        rbuf_.clear ();
+        close_conn ("bad-header"); /* a byte stream cannot be resynchronised */
+        return;
+      }
+      if (rbuf_.size () - off < size)
+        break;
+      handle_frame (rbuf_.data () + off, size);
+      off += size;
+      frames_on_conn_++;
+      if (o_.mode == Mode::kHostile && frames_on_conn_ % 3 == 0) {
+        send_garbage (conn_, nullptr, 0);
+        rbuf_.erase (rbuf_.begin (), rbuf_.begin () + (long) off);
+        reset_conn ();
+        return;
+      }
+    }
+    rbuf_.erase (rbuf_.begin (), rbuf_.begin () + (long) off);
+  }
+
+  Options o_;
+  pi0proto::Limits limits_;
+  pi0safety::RobotConfig cfg_;
+  bool have_cfg_ = false;
+  FILE *log_ = nullptr;
+  int fd_ = -1;
+  int conn_ = -1;
+  int port_ = 0;
+  std::vector<uint8_t> rbuf_;
+  bool have_session_ = false;
+  uint64_t session_ = 0;
+  uint64_t last_seq_ = 0;
+  std::map<uint64_t, std::pair<uint64_t, uint32_t>> chunk_base_;
+  uint64_t frames_on_conn_ = 0;
+  uint64_t frames_ = 0, executed_ = 0, rejected_ = 0, partial_ = 0, sessions_ = 0;
+};
+
+} // namespace
+
+int
+main (int argc, char **argv)
+{
+  Options o;
+  gchar *proto = nullptr, *bind_addr = nullptr, *key = nullptr, *key_file = nullptr, *log = nullptr,
+        *mode = nullptr, *robot = nullptr;
+  gint port = o.port, dim = 0, max_frame = (gint) o.max_frame;
+  gdouble duration = 0;
+  GOptionEntry entries[] = {
+      {"proto", 0, 0, G_OPTION_ARG_STRING, &proto, "udp (default) or tcp", "P"},
+      {"bind", 0, 0, G_OPTION_ARG_STRING, &bind_addr, "IPv4 address to listen on (default 127.0.0.1)", "IP"},
+      {"port", 0, 0, G_OPTION_ARG_INT, &port, "port (default 9870; 0 = any free port)", "N"},
+      {"key", 0, 0, G_OPTION_ARG_STRING, &key, "HMAC key: frames must carry a valid HMAC-SHA256", "K"},
+      {"key-file", 0, 0, G_OPTION_ARG_FILENAME, &key_file, "read the HMAC key from a file", "FILE"},
+      {"log", 0, 0, G_OPTION_ARG_FILENAME, &log, "write JSON-lines events here instead of stdout", "FILE"},
+      {"mode", 0, 0, G_OPTION_ARG_STRING, &mode, "normal, slow, dead or hostile", "M"},
+      {"duration", 0, 0, G_OPTION_ARG_DOUBLE, &duration, "exit after this many seconds (0 = run until signalled)", "S"},
+      {"max-frame", 0, 0, G_OPTION_ARG_INT, &max_frame, "largest frame accepted, bytes (default 65536)", "B"},
+      {"dim", 0, 0, G_OPTION_ARG_INT, &dim, "expected number of joints (0 = any)", "N"},
+      {"robot-config", 0, 0, G_OPTION_ARG_FILENAME, &robot, "reject frames outside these joint limits", "FILE"},
+      {nullptr, 0, 0, G_OPTION_ARG_NONE, nullptr, nullptr, nullptr}};
+  GOptionContext *ctx = g_option_context_new ("- robot simulator for pi0actionsink");
+  g_option_context_add_main_entries (ctx, entries, nullptr);
+  GError *err = nullptr;
+  if (!g_option_context_parse (ctx, &argc, &argv, &err)) {
+    fprintf (stderr, "pi0-robotsim: %s\n", err->message);
+    return 2;
+  }
+  g_option_context_free (ctx);
+  int rc = 0;
+  if (proto)
+    o.proto = proto;
+  if (bind_addr)
+    o.bind = bind_addr;
+  if (key)
+    o.key = key;
+  if (key_file) {
+    gchar *text = nullptr;
+    gsize len = 0;
+    if (!g_file_get_contents (key_file, &text, &len, &err)) {
+      fprintf (stderr, "pi0-robotsim: %s\n", err->message);
+      return 2;
+    }
+    o.key.assign (text, len);
+    g_free (text);
+  }
+  if (log)
+    o.log_path = log;
+  if (robot)
+    o.robot_config = robot;
+  o.port = port;
+  o.duration = duration;
+  o.dim = dim > 0 ? (unsigned) dim : 0;
+  o.max_frame = max_frame > (gint) (pi0proto::kHeaderSize + 4) ? (size_t) max_frame : o.max_frame;
+  const std::string m = mode ? mode : "normal";
+  if (m == "normal")
+    o.mode = Mode::kNormal;
+  else if (m == "slow")
+    o.mode = Mode::kSlow;
+  else if (m == "dead")
+    o.mode = Mode::kDead;
+  else if (m == "hostile")
+    o.mode = Mode::kHostile;
+  else {
+    fprintf (stderr, "pi0-robotsim: unknown --mode %s\n", m.c_str ());
+    rc = 2;
+  }
+  if (o.proto != "udp" && o.proto != "tcp") {
+    fprintf (stderr, "pi0-robotsim: --proto must be udp or tcp\n");
+    rc = 2;
+  }
+  if (port < 0 || port > 65535) {
+    fprintf (stderr, "pi0-robotsim: bad --port\n");
+    rc = 2;
+  }
+  g_free (proto);
+  g_free (bind_addr);
+  g_free (key);
+  g_free (key_file);
+  g_free (log);
+  g_free (mode);
+  g_free (robot);
+  if (rc)
+    return rc;
+
+  struct sigaction sa;
+  memset (&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigaction (SIGINT, &sa, nullptr);
+  sigaction (SIGTERM, &sa, nullptr);
+  signal (SIGPIPE, SIG_IGN);
+
+  Sim sim (o);
+  std::string e;
+  if (!sim.init (&e)) {
+    fprintf (stderr, "pi0-robotsim: %s\n", e.c_str ());
+    return 1;
+  }
+  return sim.run ();
+}
