@@ -19,7 +19,8 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace
+{
 
 double
 time_ns (int iters, const std::function<void ()> &fn)
@@ -63,11 +64,11 @@ main (int argc, char **argv)
   const unsigned H = 50, D = 14;
   std::vector<float> v (H * D);
   for (size_t i = 0; i < v.size (); i++)
-    v[i] = 0.5f * (float) ((i * 7919) % 1000) / 1000.0f;
+    v[i] = 0.5f * (float)((i * 7919) % 1000) / 1000.0f;
   pi0proto::Header h;
-  h.steps = (uint16_t) H;
+  h.steps = (uint16_t)H;
   h.chunk_steps = H;
-  h.dim = (uint16_t) D;
+  h.dim = (uint16_t)D;
   std::vector<uint8_t> buf;
   std::vector<uint8_t> frame;
   pi0proto::encode (h, v.data (), "", frame);
@@ -79,19 +80,35 @@ main (int argc, char **argv)
   pi0safety::parse_robot_config (config (D), &cfg, nullptr);
   std::vector<float> o (D);
 
-  printf ("| %-52s | ns per op    |\n", ("operation (chunk " + std::to_string (H) + "x" + std::to_string (D) + " float32)").c_str ());
+  printf (
+      "| %-52s | ns per op    |\n",
+      ("operation (chunk " + std::to_string (H) + "x" + std::to_string (D) + " float32)").c_str ());
   printf ("|------------------------------------------------------|--------------|\n");
-  row ("encode frame (2876 B)", time_ns (iters, [&] { buf.clear (); pi0proto::encode (h, v.data (), "", buf); }));
-  row ("encode frame + HMAC-SHA256", time_ns (iters, [&] { buf.clear (); pi0proto::encode (h, v.data (), "key", buf); }));
-  row ("decode frame (size, CRC, finite)", time_ns (iters, [&] { pi0proto::decode (frame.data (), frame.size (), lim, "", &out); }));
-  row ("decode frame + HMAC check", time_ns (iters, [&] { pi0proto::decode (frame_mac.data (), frame_mac.size (), lim, "key", &out); }));
-  row ("JSON line of the chunk", time_ns (iters / 10 + 1, [&] { (void) pi0proto::to_json (h, v.data (), "m"); }));
-  row ("safety gate: check_chunk (all finite)", time_ns (iters, [&] { pi0safety::check_chunk (&cfg, v.data (), H, D); }));
-  row ("clamp one action (limits + exact step window)", time_ns (iters * 10, [&] { pi0safety::limit_action (cfg, v.data (), v.data () + D, o.data ()); }));
+  row ("encode frame (2876 B)", time_ns (iters, [&] {
+         buf.clear ();
+         pi0proto::encode (h, v.data (), "", buf);
+       }));
+  row ("encode frame + HMAC-SHA256", time_ns (iters, [&] {
+         buf.clear ();
+         pi0proto::encode (h, v.data (), "key", buf);
+       }));
+  row ("decode frame (size, CRC, finite)",
+       time_ns (iters, [&] { pi0proto::decode (frame.data (), frame.size (), lim, "", &out); }));
+  row ("decode frame + HMAC check", time_ns (iters, [&] {
+         pi0proto::decode (frame_mac.data (), frame_mac.size (), lim, "key", &out);
+       }));
+  row ("JSON line of the chunk",
+       time_ns (iters / 10 + 1, [&] { (void)pi0proto::to_json (h, v.data (), "m"); }));
+  row ("safety gate: check_chunk (all finite)",
+       time_ns (iters, [&] { pi0safety::check_chunk (&cfg, v.data (), H, D); }));
+  row ("clamp one action (limits + exact step window)", time_ns (iters * 10, [&] {
+         pi0safety::limit_action (cfg, v.data (), v.data () + D, o.data ());
+       }));
 
   /* The element: chunk mode to a UDP port on loopback nobody reads (split into 3 datagrams). */
   {
-    std::string desc = "pi0actionsink mode=chunk target=udp://127.0.0.1:9 robot-config=/tmp/pi0bench-robot.json";
+    std::string desc =
+        "pi0actionsink mode=chunk target=udp://127.0.0.1:9 robot-config=/tmp/pi0bench-robot.json";
     g_file_set_contents ("/tmp/pi0bench-robot.json", config (D).c_str (), -1, nullptr);
     GstElement *sink = gst_parse_launch (desc.c_str (), nullptr);
     gst_object_ref_sink (sink);
@@ -100,20 +117,21 @@ main (int argc, char **argv)
     guint64 seq = 0;
     const int n = iters / 10 + 1;
     row ("pi0actionsink render, chunk mode, UDP (per chunk)", time_ns (n, [&] {
-      GstBuffer *b = gst_buffer_new ();
-      GstPi0ActionMeta *m = gst_buffer_add_pi0_action_meta (b, H, D, v.data (), "m");
-      m->sequence = ++seq;
-      m->observation_time = 0;
-      gst_harness_push (hs, b);
-    }));
+           GstBuffer *b = gst_buffer_new ();
+           GstPi0ActionMeta *m = gst_buffer_add_pi0_action_meta (b, H, D, v.data (), "m");
+           m->sequence = ++seq;
+           m->observation_time = 0;
+           gst_harness_push (hs, b);
+         }));
     gst_harness_teardown (hs);
     gst_object_unref (sink);
   }
   /* Stream mode: one control tick (clock wake-up, row selection, clamp, encode, send). The
    * figure includes the harness's crank round trip between two threads. */
   {
-    std::string desc = "pi0actionsink mode=stream target=udp://127.0.0.1:9 max-action-age=18446744073709551615 "
-                       "robot-config=/tmp/pi0bench-robot.json";
+    std::string desc =
+        "pi0actionsink mode=stream target=udp://127.0.0.1:9 max-action-age=18446744073709551615 "
+        "robot-config=/tmp/pi0bench-robot.json";
     GstElement *sink = gst_parse_launch (desc.c_str (), nullptr);
     gst_object_ref_sink (sink);
     GstHarness *hs = gst_harness_new_with_element (sink, "sink", nullptr);
@@ -125,9 +143,9 @@ main (int argc, char **argv)
     m->observation_time = 0;
     gst_harness_push (hs, b);
     row ("pi0actionsink stream tick incl. test-clock crank", time_ns (2000, [&] {
-      gst_harness_crank_single_clock_wait (hs);
-      gst_harness_wait_for_clock_id_waits (hs, 1, 5);
-    }));
+           gst_harness_crank_single_clock_wait (hs);
+           gst_harness_wait_for_clock_id_waits (hs, 1, 5);
+         }));
     gst_harness_teardown (hs);
     gst_object_unref (sink);
   }

@@ -59,7 +59,8 @@
 GST_DEBUG_CATEGORY_STATIC (gst_pi0_action_sink_debug);
 #define GST_CAT_DEFAULT gst_pi0_action_sink_debug
 
-namespace {
+namespace
+{
 
 constexpr GstClockTime kDefaultMaxActionAge = GST_SECOND;
 constexpr GstClockTime kDefaultHoldTimeout = 100 * GST_MSECOND;
@@ -68,7 +69,7 @@ constexpr GstClockTime kDefaultReconnectMin = 100 * GST_MSECOND;
 constexpr GstClockTime kDefaultReconnectMax = 2 * GST_SECOND;
 constexpr double kDefaultControlRate = 50.0;
 constexpr guint kDefaultSendBuffer = 64 * 1024;
-constexpr guint kDefaultDatagramSize = (guint) pi0proto::kDefaultDatagramSize;
+constexpr guint kDefaultDatagramSize = (guint)pi0proto::kDefaultDatagramSize;
 constexpr const char *kDefaultTarget = "stdout";
 
 enum {
@@ -113,11 +114,11 @@ struct Settings {
 };
 
 struct Stats {
-  guint64 sent = 0;       /* action rows handed to the transport */
-  guint64 frames = 0;     /* messages of any kind handed to the transport */
-  guint64 rejected = 0;   /* chunks refused whole (non-finite, no meta, no time) */
-  guint64 clamped = 0;    /* action rows with at least one value clamped */
-  guint64 stale = 0;      /* chunks dropped for age, or wholly in the past */
+  guint64 sent = 0;     /* action rows handed to the transport */
+  guint64 frames = 0;   /* messages of any kind handed to the transport */
+  guint64 rejected = 0; /* chunks refused whole (non-finite, no meta, no time) */
+  guint64 clamped = 0;  /* action rows with at least one value clamped */
+  guint64 stale = 0;    /* chunks dropped for age, or wholly in the past */
   guint64 holds = 0;
   guint64 stops = 0;
   guint64 reconnects = 0; /* TCP connections established after the first */
@@ -170,7 +171,7 @@ parse_target (const std::string &t, TargetType *type, GInetSocketAddress **addr,
       *err = std::string ("target host \"") + host +
              "\" is not a numeric IP address (names are not resolved)";
     } else {
-      *addr = G_INET_SOCKET_ADDRESS (g_inet_socket_address_new (ia, (guint16) port));
+      *addr = G_INET_SOCKET_ADDRESS (g_inet_socket_address_new (ia, (guint16)port));
       g_object_unref (ia);
       *type = udp ? TargetType::kUdp : TargetType::kTcp;
       ok = true;
@@ -263,10 +264,11 @@ public:
       return;
     }
     if (!connected_) {
-      GIOCondition c = g_socket_condition_check (sock_, (GIOCondition) (G_IO_OUT | G_IO_ERR | G_IO_HUP));
+      GIOCondition c =
+          g_socket_condition_check (sock_, (GIOCondition)(G_IO_OUT | G_IO_ERR | G_IO_HUP));
       if (!c) {
         /* A peer that drops SYNs would keep us "connecting" forever: give up and retry. */
-        if (now - connect_started_ > (gint64) std::max<GstClockTime> (backoff_max_, GST_SECOND))
+        if (now - connect_started_ > (gint64)std::max<GstClockTime> (backoff_max_, GST_SECOND))
           fail (now);
         return;
       }
@@ -285,7 +287,8 @@ public:
       ever_connected_ = true;
     }
     /* Read and discard whatever the peer sends (we expect nothing), to see it close. */
-    GIOCondition c = g_socket_condition_check (sock_, (GIOCondition) (G_IO_IN | G_IO_ERR | G_IO_HUP));
+    GIOCondition c =
+        g_socket_condition_check (sock_, (GIOCondition)(G_IO_IN | G_IO_ERR | G_IO_HUP));
     if (c & (G_IO_ERR | G_IO_HUP)) {
       fail (now);
       return;
@@ -316,9 +319,10 @@ public:
         return SendResult::kSent;
       case TargetType::kUdp: {
         GError *e = nullptr;
-        gssize n = g_socket_send_to (sock_, G_SOCKET_ADDRESS (addr_), (const gchar *) data, len, nullptr, &e);
+        gssize n = g_socket_send_to (sock_, G_SOCKET_ADDRESS (addr_), (const gchar *)data, len,
+                                     nullptr, &e);
         g_clear_error (&e);
-        return n == (gssize) len ? SendResult::kSent : SendResult::kDropped;
+        return n == (gssize)len ? SendResult::kSent : SendResult::kDropped;
       }
       case TargetType::kTcp: {
         if (!connected_)
@@ -367,18 +371,18 @@ private:
   void start_connect (gint64 now)
   {
     GError *e = nullptr;
-    sock_ = g_socket_new (g_socket_address_get_family (G_SOCKET_ADDRESS (addr_)), G_SOCKET_TYPE_STREAM,
-                          G_SOCKET_PROTOCOL_TCP, &e);
+    sock_ = g_socket_new (g_socket_address_get_family (G_SOCKET_ADDRESS (addr_)),
+                          G_SOCKET_TYPE_STREAM, G_SOCKET_PROTOCOL_TCP, &e);
     if (!sock_) {
       GST_WARNING ("cannot create TCP socket: %s", e->message);
       g_clear_error (&e);
-      next_attempt_ = now + (gint64) backoff_;
+      next_attempt_ = now + (gint64)backoff_;
       return;
     }
     g_socket_set_blocking (sock_, FALSE);
     g_socket_set_option (sock_, IPPROTO_TCP, TCP_NODELAY, 1, nullptr);
     /* Keep the kernel's share of the backlog small too: the bound we promise is ours plus this. */
-    g_socket_set_option (sock_, SOL_SOCKET, SO_SNDBUF, (gint) max_buffer_, nullptr);
+    g_socket_set_option (sock_, SOL_SOCKET, SO_SNDBUF, (gint)max_buffer_, nullptr);
     connected_ = false;
     connect_started_ = now;
     if (g_socket_connect (sock_, G_SOCKET_ADDRESS (addr_), nullptr, &e)) {
@@ -404,7 +408,8 @@ private:
     while (connected_ && !queue_.empty ()) {
       auto &f = queue_.front ();
       GError *e = nullptr;
-      gssize n = g_socket_send (sock_, (const gchar *) f.data () + head_off_, f.size () - head_off_, nullptr, &e);
+      gssize n = g_socket_send (sock_, (const gchar *)f.data () + head_off_, f.size () - head_off_,
+                                nullptr, &e);
       if (n < 0) {
         const bool would_block = g_error_matches (e, G_IO_ERROR, G_IO_ERROR_WOULD_BLOCK);
         g_clear_error (&e);
@@ -412,7 +417,7 @@ private:
           fail (now);
         return;
       }
-      head_off_ += (size_t) n;
+      head_off_ += (size_t)n;
       if (head_off_ == f.size ()) {
         queued_ -= f.size ();
         queue_.pop_front ();
@@ -439,7 +444,7 @@ private:
   void fail (gint64 now)
   {
     drop_connection ();
-    next_attempt_ = now + (gint64) backoff_;
+    next_attempt_ = now + (gint64)backoff_;
     backoff_ = std::min (backoff_ * 2, backoff_max_);
   }
 
@@ -548,10 +553,11 @@ struct _GstPi0ActionSink {
 
 #define gst_pi0_action_sink_parent_class parent_class
 G_DEFINE_TYPE (GstPi0ActionSink, gst_pi0_action_sink, GST_TYPE_BASE_SINK);
-GST_ELEMENT_REGISTER_DEFINE (pi0actionsink, "pi0actionsink", GST_RANK_NONE, GST_TYPE_PI0_ACTION_SINK);
+GST_ELEMENT_REGISTER_DEFINE (pi0actionsink, "pi0actionsink", GST_RANK_NONE,
+                             GST_TYPE_PI0_ACTION_SINK);
 
-static GstStaticPadTemplate sink_template =
-    GST_STATIC_PAD_TEMPLATE ("sink", GST_PAD_SINK, GST_PAD_ALWAYS, GST_STATIC_CAPS (GST_PI0_OBSERVATION_MEDIA_TYPE));
+static GstStaticPadTemplate sink_template = GST_STATIC_PAD_TEMPLATE (
+    "sink", GST_PAD_SINK, GST_PAD_ALWAYS, GST_STATIC_CAPS (GST_PI0_OBSERVATION_MEDIA_TYPE));
 
 GType
 gst_pi0_action_sink_mode_get_type (void)
@@ -559,7 +565,8 @@ gst_pi0_action_sink_mode_get_type (void)
   static GType type = 0;
   static const GEnumValue values[] = {
       {GST_PI0_ACTION_SINK_MODE_CHUNK, "Send each chunk whole when it arrives", "chunk"},
-      {GST_PI0_ACTION_SINK_MODE_STREAM, "Send one action per control tick from the newest chunk", "stream"},
+      {GST_PI0_ACTION_SINK_MODE_STREAM, "Send one action per control tick from the newest chunk",
+       "stream"},
       {0, nullptr, nullptr}};
   if (g_once_init_enter (&type))
     g_once_init_leave (&type, g_enum_register_static ("GstPi0ActionSinkMode", values));
@@ -583,7 +590,8 @@ gst_pi0_action_sink_format_get_type (void)
 /* ---------------------------------------------------------------------------------------- */
 /* Everything below that takes State & is called with priv->lock held.                       */
 
-namespace {
+namespace
+{
 
 void
 warn (State &st, Pending &p, const std::string &msg)
@@ -624,7 +632,7 @@ send_message (State &st, Pending &p, pi0proto::Kind kind, const float *values, g
     h.kind = kind;
     h.flags = flags;
     if (kind == pi0proto::Kind::kAction) {
-      h.flags &= (uint8_t) ~pi0proto::kFlagLast;
+      h.flags &= (uint8_t)~pi0proto::kFlagLast;
       if (done + n == steps && (flags & pi0proto::kFlagLast))
         h.flags |= pi0proto::kFlagLast;
     }
@@ -636,9 +644,9 @@ send_message (State &st, Pending &p, pi0proto::Kind kind, const float *values, g
     h.step_period_ns = st.period;
     h.step_index = step_index + done;
     h.chunk_steps = kind == pi0proto::Kind::kAction ? chunk_steps : n;
-    h.steps = (uint16_t) n;
-    h.dim = (uint16_t) ((n || kind == pi0proto::Kind::kHello) ? dim : 0);
-    const float *rows = values ? values + (size_t) done * dim : nullptr;
+    h.steps = (uint16_t)n;
+    h.dim = (uint16_t)((n || kind == pi0proto::Kind::kHello) ? dim : 0);
+    const float *rows = values ? values + (size_t)done * dim : nullptr;
     st.buf.clear ();
     if (st.binary) {
       pi0proto::encode (h, rows, st.s.hmac_key, st.buf);
@@ -658,9 +666,10 @@ send_message (State &st, Pending &p, pi0proto::Kind kind, const float *values, g
   } while (done < steps);
   st.stats.dropped += st.transport.take_queue_drops ();
   if (kind != pi0proto::Kind::kHello) {
-    Emitted e{pi0proto::kind_name (kind), chunk_id, step_index, steps, (guint) (steps ? dim : 0), {}};
+    Emitted e{pi0proto::kind_name (kind), chunk_id, step_index, steps,
+              (guint)(steps ? dim : 0),   {}};
     if (steps)
-      e.values.assign (values, values + (size_t) steps * dim);
+      e.values.assign (values, values + (size_t)steps * dim);
     p.emitted.push_back (std::move (e));
   }
 }
@@ -670,15 +679,16 @@ const float *
 commanded_now (State &st, GstClockTime now)
 {
   if (!st.sent_rows.empty () && st.dim) {
-    const guint nrows = (guint) (st.sent_rows.size () / st.dim);
+    const guint nrows = (guint)(st.sent_rows.size () / st.dim);
     guint j = st.sent_first;
-    if (GST_CLOCK_TIME_IS_VALID (now) && GST_CLOCK_TIME_IS_VALID (st.sent_obs) && now > st.sent_obs && st.period)
-      j = (guint) std::min<guint64> ((now - st.sent_obs) / st.period, G_MAXUINT);
+    if (GST_CLOCK_TIME_IS_VALID (now) && GST_CLOCK_TIME_IS_VALID (st.sent_obs) &&
+        now > st.sent_obs && st.period)
+      j = (guint)std::min<guint64> ((now - st.sent_obs) / st.period, G_MAXUINT);
     if (j < st.sent_first)
       j = st.sent_first;
     if (j > st.sent_first + nrows - 1)
       j = st.sent_first + nrows - 1;
-    return st.sent_rows.data () + (size_t) (j - st.sent_first) * st.dim;
+    return st.sent_rows.data () + (size_t)(j - st.sent_first) * st.dim;
   }
   if (st.have_last)
     return st.last_cmd.data ();
@@ -711,7 +721,7 @@ void
 new_session (State &st)
 {
   do {
-    st.session_id = ((guint64) g_random_int () << 32) | g_random_int ();
+    st.session_id = ((guint64)g_random_int () << 32) | g_random_int ();
   } while (st.session_id == 0);
   st.seq = 0;
   st.announced = false;
@@ -727,7 +737,8 @@ announce (State &st, Pending &p, GstClockTime now)
   if (st.transport.is_network () && !st.transport.connected ())
     return;
   st.announced = true;
-  send_message (st, p, pi0proto::Kind::kHello, nullptr, 0, 0, 0, 0, GST_CLOCK_TIME_NONE, now, 0, "");
+  send_message (st, p, pi0proto::Kind::kHello, nullptr, 0, 0, 0, 0, GST_CLOCK_TIME_NONE, now, 0,
+                "");
   const guint64 holds = st.stats.holds;
   const bool hold_sent = st.hold_sent;
   send_hold (st, p, now);
@@ -763,7 +774,8 @@ stream_step (State &st, Pending &p, GstClockTime now)
   if (age > st.s.max_action_age) {
     st.have_chunk = false;
     st.stats.stale++;
-    warn (st, p, "chunk " + std::to_string (c.chunk_id) + " became older than max-action-age; dropped");
+    warn (st, p,
+          "chunk " + std::to_string (c.chunk_id) + " became older than max-action-age; dropped");
     return;
   }
   const guint64 k = age / st.period;
@@ -774,9 +786,10 @@ stream_step (State &st, Pending &p, GstClockTime now)
   if (k < c.next)
     return; /* already sent (tick faster than the chunk's rows) */
   std::vector<float> row (st.dim);
-  const float *prev = st.have_last ? st.last_cmd.data ()
-                                   : (st.have_cfg && !st.cfg.initial.empty () ? st.cfg.initial.data () : nullptr);
-  const float *in = c.values.data () + (size_t) k * st.dim;
+  const float *prev =
+      st.have_last ? st.last_cmd.data ()
+                   : (st.have_cfg && !st.cfg.initial.empty () ? st.cfg.initial.data () : nullptr);
+  const float *in = c.values.data () + (size_t)k * st.dim;
   unsigned changed = 0;
   if (st.have_cfg)
     changed = pi0safety::limit_action (st.cfg, prev, in, row.data ());
@@ -787,11 +800,11 @@ stream_step (State &st, Pending &p, GstClockTime now)
   uint8_t flags = pi0proto::kFlagStream | (changed ? pi0proto::kFlagClamped : 0);
   if (k + 1 == c.limit)
     flags |= pi0proto::kFlagLast;
-  send_message (st, p, pi0proto::Kind::kAction, row.data (), 1, (guint) k, c.limit, c.chunk_id, c.obs, now,
-                flags, c.model_id);
+  send_message (st, p, pi0proto::Kind::kAction, row.data (), 1, (guint)k, c.limit, c.chunk_id,
+                c.obs, now, flags, c.model_id);
   st.last_cmd = row;
   st.have_last = true;
-  c.next = (guint) k + 1;
+  c.next = (guint)k + 1;
   st.last_fresh = c.obs + k * st.period;
   st.hold_sent = st.stop_sent = false;
 }
@@ -807,7 +820,8 @@ watchdog (State &st, Pending &p, GstClockTime now)
     GST_INFO ("no fresh action for %" GST_TIME_FORMAT ": HOLD", GST_TIME_ARGS (idle));
   }
   if (!st.stop_sent && idle >= st.s.stop_timeout) {
-    send_message (st, p, pi0proto::Kind::kStop, nullptr, 0, 0, 0, 0, GST_CLOCK_TIME_NONE, now, 0, "");
+    send_message (st, p, pi0proto::Kind::kStop, nullptr, 0, 0, 0, 0, GST_CLOCK_TIME_NONE, now, 0,
+                  "");
     st.stop_sent = true;
     st.hold_sent = true;
     st.stats.stops++;
@@ -839,7 +853,8 @@ flush_pending (GstPi0ActionSink *self, Pending &p)
 {
   for (auto &e : p.emitted) {
     GBytes *b = g_bytes_new (e.values.data (), e.values.size () * sizeof (float));
-    g_signal_emit (self, signals[SIGNAL_ACTION], 0, e.kind, e.chunk_id, e.step_index, e.steps, e.dim, b);
+    g_signal_emit (self, signals[SIGNAL_ACTION], 0, e.kind, e.chunk_id, e.step_index, e.steps,
+                   e.dim, b);
     g_bytes_unref (b);
   }
   for (auto &w : p.warnings)
@@ -934,12 +949,14 @@ gst_pi0_action_sink_start (GstBaseSink *bsink)
   }
   if (s.reconnect_max < s.reconnect_min) {
     g_clear_object (&addr);
-    GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS, ("reconnect-max must not be shorter than reconnect-min"), (nullptr));
+    GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS,
+                       ("reconnect-max must not be shorter than reconnect-min"), (nullptr));
     return FALSE;
   }
   if (s.stop_timeout < s.hold_timeout) {
     g_clear_object (&addr);
-    GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS, ("stop-timeout must not be shorter than hold-timeout"), (nullptr));
+    GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS,
+                       ("stop-timeout must not be shorter than hold-timeout"), (nullptr));
     return FALSE;
   }
   pi0safety::RobotConfig cfg;
@@ -947,16 +964,18 @@ gst_pi0_action_sink_start (GstBaseSink *bsink)
   if (!s.robot_config.empty ()) {
     if (!pi0safety::load_robot_config (s.robot_config, &cfg, &err)) {
       g_clear_object (&addr);
-      GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS, ("Invalid robot configuration: %s", err.c_str ()), (nullptr));
+      GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS,
+                         ("Invalid robot configuration: %s", err.c_str ()), (nullptr));
       return FALSE;
     }
     have_cfg = true;
   } else if (!s.allow_unlimited) {
     g_clear_object (&addr);
-    GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS,
-                       ("No robot-config: refusing to send actions without joint limits"),
-                       ("Set robot-config to a JSON file with joints, lower, upper and max_step, or set "
-                        "allow-unlimited=true to send unclamped (but still finite) actions, e.g. for recording."));
+    GST_ELEMENT_ERROR (
+        self, RESOURCE, SETTINGS,
+        ("No robot-config: refusing to send actions without joint limits"),
+        ("Set robot-config to a JSON file with joints, lower, upper and max_step, or set "
+         "allow-unlimited=true to send unclamped (but still finite) actions, e.g. for recording."));
     return FALSE;
   }
   const bool binary = s.format == GST_PI0_ACTION_SINK_FORMAT_BINARY ||
@@ -964,17 +983,19 @@ gst_pi0_action_sink_start (GstBaseSink *bsink)
                        (type == TargetType::kUdp || type == TargetType::kTcp));
   if (!binary && type == TargetType::kUdp) {
     g_clear_object (&addr);
-    GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS,
-                       ("format=json cannot be sent over UDP: a line may not fit a datagram; use binary"),
-                       (nullptr));
+    GST_ELEMENT_ERROR (
+        self, RESOURCE, SETTINGS,
+        ("format=json cannot be sent over UDP: a line may not fit a datagram; use binary"),
+        (nullptr));
     return FALSE;
   }
   if (have_cfg && binary && type == TargetType::kUdp &&
       pi0proto::rows_per_frame (cfg.dim (), !s.hmac_key.empty (), s.datagram_size) == 0) {
     g_clear_object (&addr);
-    GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS,
-                       ("datagram-size %u cannot hold one action of %u joints", s.datagram_size, cfg.dim ()),
-                       (nullptr));
+    GST_ELEMENT_ERROR (
+        self, RESOURCE, SETTINGS,
+        ("datagram-size %u cannot hold one action of %u joints", s.datagram_size, cfg.dim ()),
+        (nullptr));
     return FALSE;
   }
 
@@ -984,8 +1005,8 @@ gst_pi0_action_sink_start (GstBaseSink *bsink)
   if (!st.transport.open (type, addr, path, s, &err)) {
     lk.unlock ();
     g_clear_object (&addr);
-    GST_ELEMENT_ERROR (self, RESOURCE, OPEN_WRITE, ("Cannot open target %s: %s", s.target.c_str (), err.c_str ()),
-                       (nullptr));
+    GST_ELEMENT_ERROR (self, RESOURCE, OPEN_WRITE,
+                       ("Cannot open target %s: %s", s.target.c_str (), err.c_str ()), (nullptr));
     return FALSE;
   }
   g_clear_object (&addr);
@@ -994,7 +1015,7 @@ gst_pi0_action_sink_start (GstBaseSink *bsink)
   st.cfg = cfg;
   st.have_cfg = have_cfg;
   st.dim = have_cfg ? cfg.dim () : 0;
-  st.period = (GstClockTime) (GST_SECOND / s.control_rate + 0.5);
+  st.period = (GstClockTime)(GST_SECOND / s.control_rate + 0.5);
   if (st.period == 0)
     st.period = 1;
   st.stats = Stats ();
@@ -1013,7 +1034,8 @@ gst_pi0_action_sink_start (GstBaseSink *bsink)
   pump (st, p, GST_CLOCK_TIME_NONE);
   lk.unlock ();
   flush_pending (self, p);
-  GST_INFO_OBJECT (self, "sending to %s (%s, %s mode, %.1f Hz)", s.target.c_str (), binary ? "binary" : "json",
+  GST_INFO_OBJECT (self, "sending to %s (%s, %s mode, %.1f Hz)", s.target.c_str (),
+                   binary ? "binary" : "json",
                    s.mode == GST_PI0_ACTION_SINK_MODE_STREAM ? "stream" : "chunk", s.control_rate);
   return TRUE;
 }
@@ -1154,25 +1176,27 @@ render_locked (GstPi0ActionSink *self, State &st, GstBuffer *buf, Pending &p, st
     warn (st, p, "buffer without GstPi0ActionMeta: nothing sent");
     return GST_FLOW_OK;
   }
-  if (meta->horizon == 0 || meta->dim == 0 || !meta->actions || meta->horizon > pi0proto::kMaxSteps ||
-      meta->dim > pi0proto::kMaxDim) {
-    *error = "action chunk of " + std::to_string (meta->horizon) + "x" + std::to_string (meta->dim) +
+  if (meta->horizon == 0 || meta->dim == 0 || !meta->actions ||
+      meta->horizon > pi0proto::kMaxSteps || meta->dim > pi0proto::kMaxDim) {
+    *error = "action chunk of " + std::to_string (meta->horizon) + "x" +
+             std::to_string (meta->dim) +
              " is outside what the protocol carries (1..4096 x 1..256)";
     return GST_FLOW_NOT_NEGOTIATED;
   }
   if (st.dim == 0) {
     if (st.binary && st.transport.is_datagram () &&
         pi0proto::rows_per_frame (meta->dim, !st.s.hmac_key.empty (), st.s.datagram_size) == 0) {
-      *error = "datagram-size " + std::to_string (st.s.datagram_size) + " cannot hold one action of " +
-               std::to_string (meta->dim) + " values";
+      *error = "datagram-size " + std::to_string (st.s.datagram_size) +
+               " cannot hold one action of " + std::to_string (meta->dim) + " values";
       return GST_FLOW_NOT_NEGOTIATED;
     }
     st.dim = meta->dim; /* no configuration: the first chunk fixes the session's dimension */
   }
   if (meta->dim != st.dim) {
-    *error = "action chunk has " + std::to_string (meta->dim) + " values per action but " +
-             (st.have_cfg ? "the robot configuration has " + std::to_string (st.cfg.dim ()) + " joints"
-                          : "this stream started with " + std::to_string (st.dim));
+    *error =
+        "action chunk has " + std::to_string (meta->dim) + " values per action but " +
+        (st.have_cfg ? "the robot configuration has " + std::to_string (st.cfg.dim ()) + " joints"
+                     : "this stream started with " + std::to_string (st.dim));
     return GST_FLOW_NOT_NEGOTIATED;
   }
   if (st.flushing || st.unlocked)
@@ -1183,16 +1207,20 @@ render_locked (GstPi0ActionSink *self, State &st, GstBuffer *buf, Pending &p, st
 
   /* Whole-chunk gate: the meta's flag and our own scan (the flag can be stale if someone
    * wrote the actions after adding the meta). */
-  const pi0safety::Verdict v = pi0safety::check_chunk (st.have_cfg ? &st.cfg : nullptr, meta->actions,
-                                                       meta->horizon, meta->dim);
+  const pi0safety::Verdict v = pi0safety::check_chunk (st.have_cfg ? &st.cfg : nullptr,
+                                                       meta->actions, meta->horizon, meta->dim);
   if (v != pi0safety::Verdict::kOk || (meta->flags & GST_PI0_ACTION_FLAG_NON_FINITE)) {
     st.stats.rejected++;
-    warn (st, p, "chunk " + std::to_string (meta->sequence) + " holds a non-finite value: rejected whole, nothing sent");
+    warn (st, p,
+          "chunk " + std::to_string (meta->sequence) +
+              " holds a non-finite value: rejected whole, nothing sent");
     return GST_FLOW_OK;
   }
   if (!GST_CLOCK_TIME_IS_VALID (meta->observation_time)) {
     st.stats.rejected++;
-    warn (st, p, "chunk " + std::to_string (meta->sequence) + " has no observation time: cannot tell its age, rejected");
+    warn (st, p,
+          "chunk " + std::to_string (meta->sequence) +
+              " has no observation time: cannot tell its age, rejected");
     return GST_FLOW_OK;
   }
   if (!GST_CLOCK_TIME_IS_VALID (now)) {
@@ -1207,14 +1235,15 @@ render_locked (GstPi0ActionSink *self, State &st, GstBuffer *buf, Pending &p, st
   const guint64 first = age / st.period;
   if (age > st.s.max_action_age || first >= limit) {
     st.stats.stale++;
-    warn (st, p, "chunk " + std::to_string (meta->sequence) + " is stale (observation " +
-                     std::to_string (age / GST_MSECOND) + " ms old): dropped");
+    warn (st, p,
+          "chunk " + std::to_string (meta->sequence) + " is stale (observation " +
+              std::to_string (age / GST_MSECOND) + " ms old): dropped");
     return GST_FLOW_OK;
   }
 
   if (st.s.mode == GST_PI0_ACTION_SINK_MODE_STREAM) {
     /* The newest chunk replaces whatever is left of the previous one at the next tick. */
-    st.chunk.values.assign (meta->actions, meta->actions + (size_t) meta->horizon * meta->dim);
+    st.chunk.values.assign (meta->actions, meta->actions + (size_t)meta->horizon * meta->dim);
     st.chunk.horizon = meta->horizon;
     st.chunk.limit = limit;
     st.chunk.next = 0;
@@ -1227,16 +1256,16 @@ render_locked (GstPi0ActionSink *self, State &st, GstBuffer *buf, Pending &p, st
 
   /* Chunk mode: rows [first, limit) now, clamped in order; the first against what the robot
    * is executing at this moment. */
-  const guint rows = limit - (guint) first;
-  std::vector<float> out ((size_t) rows * st.dim);
+  const guint rows = limit - (guint)first;
+  std::vector<float> out ((size_t)rows * st.dim);
   std::vector<float> prev_buf;
   const float *ref = commanded_now (st, now);
   if (ref)
     prev_buf.assign (ref, ref + st.dim);
   bool any_clamped = false;
   for (guint r = 0; r < rows; r++) {
-    const float *in = meta->actions + (size_t) (first + r) * st.dim;
-    float *o = out.data () + (size_t) r * st.dim;
+    const float *in = meta->actions + (size_t)(first + r) * st.dim;
+    float *o = out.data () + (size_t)r * st.dim;
     if (st.have_cfg) {
       const float *prev = r ? o - st.dim : (prev_buf.empty () ? nullptr : prev_buf.data ());
       if (pi0safety::limit_action (st.cfg, prev, in, o)) {
@@ -1247,11 +1276,12 @@ render_locked (GstPi0ActionSink *self, State &st, GstBuffer *buf, Pending &p, st
       memcpy (o, in, st.dim * sizeof (float));
     }
   }
-  send_message (st, p, pi0proto::Kind::kAction, out.data (), rows, (guint) first, limit, meta->sequence, obs, now,
-                (uint8_t) (pi0proto::kFlagLast | (any_clamped ? pi0proto::kFlagClamped : 0)),
+  send_message (st, p, pi0proto::Kind::kAction, out.data (), rows, (guint)first, limit,
+                meta->sequence, obs, now,
+                (uint8_t)(pi0proto::kFlagLast | (any_clamped ? pi0proto::kFlagClamped : 0)),
                 meta->model_id ? meta->model_id : "");
   st.sent_rows = std::move (out);
-  st.sent_first = (guint) first;
+  st.sent_first = (guint)first;
   st.sent_obs = obs;
   st.have_last = false;
   st.last_fresh = obs + (limit - 1) * st.period;
@@ -1276,7 +1306,8 @@ gst_pi0_action_sink_render (GstBaseSink *bsink, GstBuffer *buf)
   }
   flush_pending (self, p);
   if (ret == GST_FLOW_NOT_NEGOTIATED) {
-    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION, ("Action chunk does not match the robot: %s", error.c_str ()),
+    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
+                       ("Action chunk does not match the robot: %s", error.c_str ()),
                        ("nothing of this chunk was sent"));
   } else if (ret != GST_FLOW_OK) {
     GST_ELEMENT_ERROR (self, STREAM, FAILED, ("%s", error.c_str ()), (nullptr));
@@ -1291,37 +1322,71 @@ make_stats (Private *priv)
 {
   std::lock_guard<std::mutex> g (priv->lock);
   const Stats &s = priv->st.stats;
-  return gst_structure_new ("pi0actionsink-stats", "sent", G_TYPE_UINT64, s.sent, "frames", G_TYPE_UINT64, s.frames,
-                            "rejected", G_TYPE_UINT64, s.rejected, "clamped", G_TYPE_UINT64, s.clamped, "stale",
-                            G_TYPE_UINT64, s.stale, "holds", G_TYPE_UINT64, s.holds, "stops", G_TYPE_UINT64, s.stops,
-                            "reconnects", G_TYPE_UINT64, s.reconnects, "dropped", G_TYPE_UINT64, s.dropped,
-                            "sessions", G_TYPE_UINT64, s.sessions, "queued-bytes", G_TYPE_UINT64,
-                            (guint64) priv->st.transport.queued_bytes (), nullptr);
+  return gst_structure_new ("pi0actionsink-stats", "sent", G_TYPE_UINT64, s.sent, "frames",
+                            G_TYPE_UINT64, s.frames, "rejected", G_TYPE_UINT64, s.rejected,
+                            "clamped", G_TYPE_UINT64, s.clamped, "stale", G_TYPE_UINT64, s.stale,
+                            "holds", G_TYPE_UINT64, s.holds, "stops", G_TYPE_UINT64, s.stops,
+                            "reconnects", G_TYPE_UINT64, s.reconnects, "dropped", G_TYPE_UINT64,
+                            s.dropped, "sessions", G_TYPE_UINT64, s.sessions, "queued-bytes",
+                            G_TYPE_UINT64, (guint64)priv->st.transport.queued_bytes (), nullptr);
 }
 
 static void
-gst_pi0_action_sink_set_property (GObject *object, guint prop_id, const GValue *value, GParamSpec *pspec)
+gst_pi0_action_sink_set_property (GObject *object, guint prop_id, const GValue *value,
+                                  GParamSpec *pspec)
 {
   GstPi0ActionSink *self = GST_PI0_ACTION_SINK (object);
   std::lock_guard<std::mutex> g (self->priv->settings_lock);
   Settings &s = self->priv->settings;
   switch (prop_id) {
-    case PROP_TARGET: s.target = g_value_get_string (value) ? g_value_get_string (value) : kDefaultTarget; break;
-    case PROP_FORMAT: s.format = (GstPi0ActionSinkFormat) g_value_get_enum (value); break;
-    case PROP_MODE: s.mode = (GstPi0ActionSinkMode) g_value_get_enum (value); break;
-    case PROP_CONTROL_RATE: s.control_rate = g_value_get_double (value); break;
-    case PROP_EXECUTE_STEPS: s.execute_steps = g_value_get_uint (value); break;
-    case PROP_ROBOT_CONFIG: s.robot_config = g_value_get_string (value) ? g_value_get_string (value) : ""; break;
-    case PROP_ALLOW_UNLIMITED: s.allow_unlimited = g_value_get_boolean (value); break;
-    case PROP_MAX_ACTION_AGE: s.max_action_age = g_value_get_uint64 (value); break;
-    case PROP_HOLD_TIMEOUT: s.hold_timeout = g_value_get_uint64 (value); break;
-    case PROP_STOP_TIMEOUT: s.stop_timeout = g_value_get_uint64 (value); break;
-    case PROP_HMAC_KEY: s.hmac_key = g_value_get_string (value) ? g_value_get_string (value) : ""; break;
-    case PROP_MAX_SEND_BUFFER: s.max_send_buffer = g_value_get_uint (value); break;
-    case PROP_DATAGRAM_SIZE: s.datagram_size = g_value_get_uint (value); break;
-    case PROP_RECONNECT_MIN: s.reconnect_min = g_value_get_uint64 (value); break;
-    case PROP_RECONNECT_MAX: s.reconnect_max = g_value_get_uint64 (value); break;
-    default: G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec); break;
+    case PROP_TARGET:
+      s.target = g_value_get_string (value) ? g_value_get_string (value) : kDefaultTarget;
+      break;
+    case PROP_FORMAT:
+      s.format = (GstPi0ActionSinkFormat)g_value_get_enum (value);
+      break;
+    case PROP_MODE:
+      s.mode = (GstPi0ActionSinkMode)g_value_get_enum (value);
+      break;
+    case PROP_CONTROL_RATE:
+      s.control_rate = g_value_get_double (value);
+      break;
+    case PROP_EXECUTE_STEPS:
+      s.execute_steps = g_value_get_uint (value);
+      break;
+    case PROP_ROBOT_CONFIG:
+      s.robot_config = g_value_get_string (value) ? g_value_get_string (value) : "";
+      break;
+    case PROP_ALLOW_UNLIMITED:
+      s.allow_unlimited = g_value_get_boolean (value);
+      break;
+    case PROP_MAX_ACTION_AGE:
+      s.max_action_age = g_value_get_uint64 (value);
+      break;
+    case PROP_HOLD_TIMEOUT:
+      s.hold_timeout = g_value_get_uint64 (value);
+      break;
+    case PROP_STOP_TIMEOUT:
+      s.stop_timeout = g_value_get_uint64 (value);
+      break;
+    case PROP_HMAC_KEY:
+      s.hmac_key = g_value_get_string (value) ? g_value_get_string (value) : "";
+      break;
+    case PROP_MAX_SEND_BUFFER:
+      s.max_send_buffer = g_value_get_uint (value);
+      break;
+    case PROP_DATAGRAM_SIZE:
+      s.datagram_size = g_value_get_uint (value);
+      break;
+    case PROP_RECONNECT_MIN:
+      s.reconnect_min = g_value_get_uint64 (value);
+      break;
+    case PROP_RECONNECT_MAX:
+      s.reconnect_max = g_value_get_uint64 (value);
+      break;
+    default:
+      G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
+      break;
   }
 }
 
@@ -1336,21 +1401,51 @@ gst_pi0_action_sink_get_property (GObject *object, guint prop_id, GValue *value,
   std::lock_guard<std::mutex> g (self->priv->settings_lock);
   const Settings &s = self->priv->settings;
   switch (prop_id) {
-    case PROP_TARGET: g_value_set_string (value, s.target.c_str ()); break;
-    case PROP_FORMAT: g_value_set_enum (value, s.format); break;
-    case PROP_MODE: g_value_set_enum (value, s.mode); break;
-    case PROP_CONTROL_RATE: g_value_set_double (value, s.control_rate); break;
-    case PROP_EXECUTE_STEPS: g_value_set_uint (value, s.execute_steps); break;
-    case PROP_ROBOT_CONFIG: g_value_set_string (value, s.robot_config.empty () ? nullptr : s.robot_config.c_str ()); break;
-    case PROP_ALLOW_UNLIMITED: g_value_set_boolean (value, s.allow_unlimited); break;
-    case PROP_MAX_ACTION_AGE: g_value_set_uint64 (value, s.max_action_age); break;
-    case PROP_HOLD_TIMEOUT: g_value_set_uint64 (value, s.hold_timeout); break;
-    case PROP_STOP_TIMEOUT: g_value_set_uint64 (value, s.stop_timeout); break;
-    case PROP_MAX_SEND_BUFFER: g_value_set_uint (value, s.max_send_buffer); break;
-    case PROP_DATAGRAM_SIZE: g_value_set_uint (value, s.datagram_size); break;
-    case PROP_RECONNECT_MIN: g_value_set_uint64 (value, s.reconnect_min); break;
-    case PROP_RECONNECT_MAX: g_value_set_uint64 (value, s.reconnect_max); break;
-    default: G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec); break;
+    case PROP_TARGET:
+      g_value_set_string (value, s.target.c_str ());
+      break;
+    case PROP_FORMAT:
+      g_value_set_enum (value, s.format);
+      break;
+    case PROP_MODE:
+      g_value_set_enum (value, s.mode);
+      break;
+    case PROP_CONTROL_RATE:
+      g_value_set_double (value, s.control_rate);
+      break;
+    case PROP_EXECUTE_STEPS:
+      g_value_set_uint (value, s.execute_steps);
+      break;
+    case PROP_ROBOT_CONFIG:
+      g_value_set_string (value, s.robot_config.empty () ? nullptr : s.robot_config.c_str ());
+      break;
+    case PROP_ALLOW_UNLIMITED:
+      g_value_set_boolean (value, s.allow_unlimited);
+      break;
+    case PROP_MAX_ACTION_AGE:
+      g_value_set_uint64 (value, s.max_action_age);
+      break;
+    case PROP_HOLD_TIMEOUT:
+      g_value_set_uint64 (value, s.hold_timeout);
+      break;
+    case PROP_STOP_TIMEOUT:
+      g_value_set_uint64 (value, s.stop_timeout);
+      break;
+    case PROP_MAX_SEND_BUFFER:
+      g_value_set_uint (value, s.max_send_buffer);
+      break;
+    case PROP_DATAGRAM_SIZE:
+      g_value_set_uint (value, s.datagram_size);
+      break;
+    case PROP_RECONNECT_MIN:
+      g_value_set_uint64 (value, s.reconnect_min);
+      break;
+    case PROP_RECONNECT_MAX:
+      g_value_set_uint64 (value, s.reconnect_max);
+      break;
+    default:
+      G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
+      break;
   }
 }
 
@@ -1386,7 +1481,8 @@ gst_pi0_action_sink_class_init (GstPi0ActionSinkClass *klass)
   GObjectClass *gobject_class = G_OBJECT_CLASS (klass);
   GstElementClass *element_class = GST_ELEMENT_CLASS (klass);
   GstBaseSinkClass *bsink_class = GST_BASE_SINK_CLASS (klass);
-  const GParamFlags rw_ready = (GParamFlags) (G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS | GST_PARAM_MUTABLE_READY);
+  const GParamFlags rw_ready =
+      (GParamFlags)(G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS | GST_PARAM_MUTABLE_READY);
 
   GST_DEBUG_CATEGORY_INIT (gst_pi0_action_sink_debug, "pi0actionsink", 0, "Pi0 action sink");
 
@@ -1400,76 +1496,109 @@ gst_pi0_action_sink_class_init (GstPi0ActionSinkClass *klass)
    * Where actions go: `udp://IP:PORT`, `tcp://IP:PORT`, `file:///path` or `stdout`. Numeric
    * addresses only; examples use loopback, anything else must be set explicitly.
    */
-  g_object_class_install_property (gobject_class, PROP_TARGET,
+  g_object_class_install_property (
+      gobject_class, PROP_TARGET,
       g_param_spec_string ("target", "Target",
                            "Where actions go: udp://IP:PORT, tcp://IP:PORT, file:///path or stdout",
                            kDefaultTarget, rw_ready));
-  g_object_class_install_property (gobject_class, PROP_FORMAT,
-      g_param_spec_enum ("format", "Format",
-                         "Message encoding: auto (binary for udp/tcp, JSON lines for file/stdout), json or binary",
-                         gst_pi0_action_sink_format_get_type (), GST_PI0_ACTION_SINK_FORMAT_AUTO, rw_ready));
-  g_object_class_install_property (gobject_class, PROP_MODE,
+  g_object_class_install_property (
+      gobject_class, PROP_FORMAT,
+      g_param_spec_enum (
+          "format", "Format",
+          "Message encoding: auto (binary for udp/tcp, JSON lines for file/stdout), json or binary",
+          gst_pi0_action_sink_format_get_type (), GST_PI0_ACTION_SINK_FORMAT_AUTO, rw_ready));
+  g_object_class_install_property (
+      gobject_class, PROP_MODE,
       g_param_spec_enum ("mode", "Mode",
-                         "chunk: send each chunk whole on arrival; stream: one action per control tick from the newest chunk",
-                         gst_pi0_action_sink_mode_get_type (), GST_PI0_ACTION_SINK_MODE_STREAM, rw_ready));
-  g_object_class_install_property (gobject_class, PROP_CONTROL_RATE,
+                         "chunk: send each chunk whole on arrival; stream: one action per control "
+                         "tick from the newest chunk",
+                         gst_pi0_action_sink_mode_get_type (), GST_PI0_ACTION_SINK_MODE_STREAM,
+                         rw_ready));
+  g_object_class_install_property (
+      gobject_class, PROP_CONTROL_RATE,
       g_param_spec_double ("control-rate", "Control rate",
-                           "Robot control rate in Hz: one chunk row per tick (also the step period written in frames)",
+                           "Robot control rate in Hz: one chunk row per tick (also the step period "
+                           "written in frames)",
                            0.1, 1000.0, kDefaultControlRate, rw_ready));
-  g_object_class_install_property (gobject_class, PROP_EXECUTE_STEPS,
+  g_object_class_install_property (
+      gobject_class, PROP_EXECUTE_STEPS,
       g_param_spec_uint ("execute-steps", "Execute steps",
-                         "Use at most this many rows of each chunk (0 = all rows)", 0, G_MAXUINT, 0, rw_ready));
-  g_object_class_install_property (gobject_class, PROP_ROBOT_CONFIG,
+                         "Use at most this many rows of each chunk (0 = all rows)", 0, G_MAXUINT, 0,
+                         rw_ready));
+  g_object_class_install_property (
+      gobject_class, PROP_ROBOT_CONFIG,
       g_param_spec_string ("robot-config", "Robot configuration",
-                           "JSON file with joints, lower/upper limits and max_step per tick; every action is clamped to it",
+                           "JSON file with joints, lower/upper limits and max_step per tick; every "
+                           "action is clamped to it",
                            nullptr, rw_ready));
-  g_object_class_install_property (gobject_class, PROP_ALLOW_UNLIMITED,
-      g_param_spec_boolean ("allow-unlimited", "Allow unlimited",
-                            "Start without robot-config (actions are still checked for NaN/Inf but not clamped)",
-                            FALSE, rw_ready));
-  g_object_class_install_property (gobject_class, PROP_MAX_ACTION_AGE,
-      g_param_spec_uint64 ("max-action-age", "Maximum action age",
-                           "Drop actions whose observation was captured longer ago than this, in nanoseconds",
-                           GST_MSECOND, G_MAXUINT64, kDefaultMaxActionAge, rw_ready));
-  g_object_class_install_property (gobject_class, PROP_HOLD_TIMEOUT,
-      g_param_spec_uint64 ("hold-timeout", "Hold timeout",
-                           "Send HOLD after this long without a fresh action, in nanoseconds of pipeline clock",
-                           GST_MSECOND, G_MAXUINT64, kDefaultHoldTimeout, rw_ready));
-  g_object_class_install_property (gobject_class, PROP_STOP_TIMEOUT,
-      g_param_spec_uint64 ("stop-timeout", "Stop timeout",
-                           "Send STOP after this long without a fresh action, in nanoseconds (>= hold-timeout)",
-                           GST_MSECOND, G_MAXUINT64, kDefaultStopTimeout, rw_ready));
+  g_object_class_install_property (
+      gobject_class, PROP_ALLOW_UNLIMITED,
+      g_param_spec_boolean (
+          "allow-unlimited", "Allow unlimited",
+          "Start without robot-config (actions are still checked for NaN/Inf but not clamped)",
+          FALSE, rw_ready));
+  g_object_class_install_property (
+      gobject_class, PROP_MAX_ACTION_AGE,
+      g_param_spec_uint64 (
+          "max-action-age", "Maximum action age",
+          "Drop actions whose observation was captured longer ago than this, in nanoseconds",
+          GST_MSECOND, G_MAXUINT64, kDefaultMaxActionAge, rw_ready));
+  g_object_class_install_property (
+      gobject_class, PROP_HOLD_TIMEOUT,
+      g_param_spec_uint64 (
+          "hold-timeout", "Hold timeout",
+          "Send HOLD after this long without a fresh action, in nanoseconds of pipeline clock",
+          GST_MSECOND, G_MAXUINT64, kDefaultHoldTimeout, rw_ready));
+  g_object_class_install_property (
+      gobject_class, PROP_STOP_TIMEOUT,
+      g_param_spec_uint64 (
+          "stop-timeout", "Stop timeout",
+          "Send STOP after this long without a fresh action, in nanoseconds (>= hold-timeout)",
+          GST_MSECOND, G_MAXUINT64, kDefaultStopTimeout, rw_ready));
   /* Write-only: a key must not be readable back through gst-inspect or a property dump. */
-  g_object_class_install_property (gobject_class, PROP_HMAC_KEY,
-      g_param_spec_string ("hmac-key", "HMAC key",
-                           "Shared key: when set, every binary frame carries an HMAC-SHA256 trailer (write-only)",
-                           nullptr, (GParamFlags) (G_PARAM_WRITABLE | G_PARAM_STATIC_STRINGS | GST_PARAM_MUTABLE_READY)));
-  g_object_class_install_property (gobject_class, PROP_MAX_SEND_BUFFER,
-      g_param_spec_uint ("max-send-buffer", "Maximum send buffer",
-                         "TCP: bytes queued for a slow peer before the oldest unsent frames are dropped",
-                         1024, 64 * 1024 * 1024, kDefaultSendBuffer, rw_ready));
-  g_object_class_install_property (gobject_class, PROP_DATAGRAM_SIZE,
-      g_param_spec_uint ("datagram-size", "Datagram size",
-                         "UDP: largest frame in bytes; bigger chunks are split per docs/protocol.md",
-                         128, 65507, kDefaultDatagramSize, rw_ready));
-  g_object_class_install_property (gobject_class, PROP_RECONNECT_MIN,
-      g_param_spec_uint64 ("reconnect-min", "Reconnect minimum",
-                           "TCP: first reconnect delay in nanoseconds (doubles per failure up to reconnect-max)",
-                           GST_MSECOND, 60 * GST_SECOND, kDefaultReconnectMin, rw_ready));
-  g_object_class_install_property (gobject_class, PROP_RECONNECT_MAX,
-      g_param_spec_uint64 ("reconnect-max", "Reconnect maximum", "TCP: longest reconnect delay in nanoseconds",
-                           GST_MSECOND, 600 * GST_SECOND, kDefaultReconnectMax, rw_ready));
+  g_object_class_install_property (
+      gobject_class, PROP_HMAC_KEY,
+      g_param_spec_string (
+          "hmac-key", "HMAC key",
+          "Shared key: when set, every binary frame carries an HMAC-SHA256 trailer (write-only)",
+          nullptr,
+          (GParamFlags)(G_PARAM_WRITABLE | G_PARAM_STATIC_STRINGS | GST_PARAM_MUTABLE_READY)));
+  g_object_class_install_property (
+      gobject_class, PROP_MAX_SEND_BUFFER,
+      g_param_spec_uint (
+          "max-send-buffer", "Maximum send buffer",
+          "TCP: bytes queued for a slow peer before the oldest unsent frames are dropped", 1024,
+          64 * 1024 * 1024, kDefaultSendBuffer, rw_ready));
+  g_object_class_install_property (
+      gobject_class, PROP_DATAGRAM_SIZE,
+      g_param_spec_uint (
+          "datagram-size", "Datagram size",
+          "UDP: largest frame in bytes; bigger chunks are split per docs/protocol.md", 128, 65507,
+          kDefaultDatagramSize, rw_ready));
+  g_object_class_install_property (
+      gobject_class, PROP_RECONNECT_MIN,
+      g_param_spec_uint64 (
+          "reconnect-min", "Reconnect minimum",
+          "TCP: first reconnect delay in nanoseconds (doubles per failure up to reconnect-max)",
+          GST_MSECOND, 60 * GST_SECOND, kDefaultReconnectMin, rw_ready));
+  g_object_class_install_property (
+      gobject_class, PROP_RECONNECT_MAX,
+      g_param_spec_uint64 ("reconnect-max", "Reconnect maximum",
+                           "TCP: longest reconnect delay in nanoseconds", GST_MSECOND,
+                           600 * GST_SECOND, kDefaultReconnectMax, rw_ready));
   /**
    * GstPi0ActionSink:stats:
    *
    * Counters since start: sent (action rows), frames, rejected (chunks), clamped (rows), stale
    * (chunks), holds, stops, reconnects, dropped (frames), sessions, queued-bytes.
    */
-  g_object_class_install_property (gobject_class, PROP_STATS,
-      g_param_spec_boxed ("stats", "Statistics",
-                          "Counters: sent, frames, rejected, clamped, stale, holds, stops, reconnects, dropped, "
-                          "sessions, queued-bytes",
-                          GST_TYPE_STRUCTURE, (GParamFlags) (G_PARAM_READABLE | G_PARAM_STATIC_STRINGS)));
+  g_object_class_install_property (
+      gobject_class, PROP_STATS,
+      g_param_spec_boxed (
+          "stats", "Statistics",
+          "Counters: sent, frames, rejected, clamped, stale, holds, stops, reconnects, dropped, "
+          "sessions, queued-bytes",
+          GST_TYPE_STRUCTURE, (GParamFlags)(G_PARAM_READABLE | G_PARAM_STATIC_STRINGS)));
 
   /**
    * GstPi0ActionSink::action:
@@ -1484,14 +1613,15 @@ gst_pi0_action_sink_class_init (GstPi0ActionSinkClass *klass)
    * Emitted after every message handed to the transport, from the thread that sent it
    * (streaming, control or application thread), with no lock held.
    */
-  signals[SIGNAL_ACTION] = g_signal_new ("action", G_TYPE_FROM_CLASS (klass), G_SIGNAL_RUN_LAST, 0, nullptr, nullptr,
-                                         nullptr, G_TYPE_NONE, 6, G_TYPE_STRING, G_TYPE_UINT64, G_TYPE_UINT, G_TYPE_UINT,
-                                         G_TYPE_UINT, G_TYPE_BYTES);
+  signals[SIGNAL_ACTION] =
+      g_signal_new ("action", G_TYPE_FROM_CLASS (klass), G_SIGNAL_RUN_LAST, 0, nullptr, nullptr,
+                    nullptr, G_TYPE_NONE, 6, G_TYPE_STRING, G_TYPE_UINT64, G_TYPE_UINT, G_TYPE_UINT,
+                    G_TYPE_UINT, G_TYPE_BYTES);
 
   gst_element_class_add_static_pad_template (element_class, &sink_template);
-  gst_element_class_set_static_metadata (element_class, "Pi0 action sink", "Sink/Network",
-                                         "Sends Pi0 action chunks to a robot: finite, clamped, fresh, framed",
-                                         "gst-pi0 developers");
+  gst_element_class_set_static_metadata (
+      element_class, "Pi0 action sink", "Sink/Network",
+      "Sends Pi0 action chunks to a robot: finite, clamped, fresh, framed", "gst-pi0 developers");
   element_class->change_state = gst_pi0_action_sink_change_state;
   bsink_class->start = gst_pi0_action_sink_start;
   bsink_class->stop = gst_pi0_action_sink_stop;
@@ -1500,6 +1630,6 @@ gst_pi0_action_sink_class_init (GstPi0ActionSinkClass *klass)
   bsink_class->unlock = gst_pi0_action_sink_unlock;
   bsink_class->unlock_stop = gst_pi0_action_sink_unlock_stop;
 
-  gst_type_mark_as_plugin_api (gst_pi0_action_sink_mode_get_type (), (GstPluginAPIFlags) 0);
-  gst_type_mark_as_plugin_api (gst_pi0_action_sink_format_get_type (), (GstPluginAPIFlags) 0);
+  gst_type_mark_as_plugin_api (gst_pi0_action_sink_mode_get_type (), (GstPluginAPIFlags)0);
+  gst_type_mark_as_plugin_api (gst_pi0_action_sink_format_get_type (), (GstPluginAPIFlags)0);
 }

@@ -12,9 +12,11 @@
 #include <cstdio>
 #include <cstring>
 
-namespace pi0proto {
+namespace pi0proto
+{
 
-namespace {
+namespace
+{
 
 /* Byte offsets of the v1 header (docs/protocol.md, "Header"). */
 constexpr size_t kOffMagic = 0, kOffVersion = 4, kOffKind = 6, kOffFlags = 7, kOffSession = 8,
@@ -26,25 +28,25 @@ static_assert (kOffReserved + 4 == kHeaderSize, "header layout");
 void
 put16 (uint8_t *p, uint16_t v)
 {
-  p[0] = (uint8_t) v;
-  p[1] = (uint8_t) (v >> 8);
+  p[0] = (uint8_t)v;
+  p[1] = (uint8_t)(v >> 8);
 }
 void
 put32 (uint8_t *p, uint32_t v)
 {
   for (int i = 0; i < 4; i++)
-    p[i] = (uint8_t) (v >> (8 * i));
+    p[i] = (uint8_t)(v >> (8 * i));
 }
 void
 put64 (uint8_t *p, uint64_t v)
 {
   for (int i = 0; i < 8; i++)
-    p[i] = (uint8_t) (v >> (8 * i));
+    p[i] = (uint8_t)(v >> (8 * i));
 }
 uint16_t
 get16 (const uint8_t *p)
 {
-  return (uint16_t) (p[0] | (p[1] << 8));
+  return (uint16_t)(p[0] | (p[1] << 8));
 }
 uint32_t
 get32 (const uint8_t *p)
@@ -88,8 +90,8 @@ bits_finite (uint32_t bits)
 void
 hmac_sha256 (const std::string &key, const uint8_t *data, size_t len, uint8_t out[kHmacSize])
 {
-  GHmac *h = g_hmac_new (G_CHECKSUM_SHA256, (const guchar *) key.data (), key.size ());
-  g_hmac_update (h, data, (gssize) len);
+  GHmac *h = g_hmac_new (G_CHECKSUM_SHA256, (const guchar *)key.data (), key.size ());
+  g_hmac_update (h, data, (gssize)len);
   gsize out_len = kHmacSize;
   g_hmac_get_digest (h, out, &out_len);
   g_hmac_unref (h);
@@ -98,7 +100,7 @@ hmac_sha256 (const std::string &key, const uint8_t *data, size_t len, uint8_t ou
 bool
 kind_valid (uint8_t k)
 {
-  return k >= (uint8_t) Kind::kAction && k <= (uint8_t) Kind::kHello;
+  return k >= (uint8_t)Kind::kAction && k <= (uint8_t)Kind::kHello;
 }
 
 } // namespace
@@ -107,22 +109,38 @@ const char *
 error_name (Error e)
 {
   switch (e) {
-    case Error::kOk: return "ok";
-    case Error::kTruncated: return "truncated";
-    case Error::kTrailing: return "trailing-bytes";
-    case Error::kBadMagic: return "bad-magic";
-    case Error::kBadVersion: return "bad-version";
-    case Error::kBadKind: return "bad-kind";
-    case Error::kBadFlags: return "bad-flags";
-    case Error::kBadReserved: return "bad-reserved";
-    case Error::kBadDims: return "bad-dims";
-    case Error::kBadStepRange: return "bad-step-range";
-    case Error::kTooLarge: return "too-large";
-    case Error::kBadCrc: return "bad-crc";
-    case Error::kHmacMissing: return "hmac-missing";
-    case Error::kHmacUnexpected: return "hmac-unexpected";
-    case Error::kBadHmac: return "bad-hmac";
-    case Error::kNonFinite: return "non-finite";
+    case Error::kOk:
+      return "ok";
+    case Error::kTruncated:
+      return "truncated";
+    case Error::kTrailing:
+      return "trailing-bytes";
+    case Error::kBadMagic:
+      return "bad-magic";
+    case Error::kBadVersion:
+      return "bad-version";
+    case Error::kBadKind:
+      return "bad-kind";
+    case Error::kBadFlags:
+      return "bad-flags";
+    case Error::kBadReserved:
+      return "bad-reserved";
+    case Error::kBadDims:
+      return "bad-dims";
+    case Error::kBadStepRange:
+      return "bad-step-range";
+    case Error::kTooLarge:
+      return "too-large";
+    case Error::kBadCrc:
+      return "bad-crc";
+    case Error::kHmacMissing:
+      return "hmac-missing";
+    case Error::kHmacUnexpected:
+      return "hmac-unexpected";
+    case Error::kBadHmac:
+      return "bad-hmac";
+    case Error::kNonFinite:
+      return "non-finite";
   }
   return "unknown";
 }
@@ -131,10 +149,14 @@ const char *
 kind_name (Kind k)
 {
   switch (k) {
-    case Kind::kAction: return "action";
-    case Kind::kHold: return "hold";
-    case Kind::kStop: return "stop";
-    case Kind::kHello: return "hello";
+    case Kind::kAction:
+      return "action";
+    case Kind::kHold:
+      return "hold";
+    case Kind::kStop:
+      return "stop";
+    case Kind::kHello:
+      return "hello";
   }
   return "unknown";
 }
@@ -151,24 +173,24 @@ crc32 (const uint8_t *data, size_t len, uint32_t crc)
 size_t
 frame_size (uint32_t steps, uint32_t dim, bool hmac)
 {
-  return kHeaderSize + (size_t) steps * dim * 4 + kCrcSize + (hmac ? kHmacSize : 0);
+  return kHeaderSize + (size_t)steps * dim * 4 + kCrcSize + (hmac ? kHmacSize : 0);
 }
 
 void
 encode (const Header &h, const float *values, const std::string &key, std::vector<uint8_t> &out)
 {
   const bool hmac = !key.empty ();
-  const size_t n = (size_t) h.steps * h.dim;
+  const size_t n = (size_t)h.steps * h.dim;
   const size_t start = out.size ();
   out.resize (start + frame_size (h.steps, h.dim, hmac));
   uint8_t *p = out.data () + start;
 
-  uint8_t flags = (uint8_t) (h.flags & ~kFlagHmac);
+  uint8_t flags = (uint8_t)(h.flags & ~kFlagHmac);
   if (hmac)
     flags |= kFlagHmac;
   put32 (p + kOffMagic, kMagic);
   put16 (p + kOffVersion, kVersion);
-  p[kOffKind] = (uint8_t) h.kind;
+  p[kOffKind] = (uint8_t)h.kind;
   p[kOffFlags] = flags;
   put64 (p + kOffSession, h.session_id);
   put64 (p + kOffSeq, h.seq);
@@ -188,10 +210,10 @@ encode (const Header &h, const float *values, const std::string &key, std::vecto
     put32 (q + 4 * i, bits);
   }
   q += 4 * n;
-  put32 (q, crc32 (p, (size_t) (q - p)));
+  put32 (q, crc32 (p, (size_t)(q - p)));
   q += kCrcSize;
   if (hmac)
-    hmac_sha256 (key, p, (size_t) (q - p), q);
+    hmac_sha256 (key, p, (size_t)(q - p), q);
 }
 
 Error
@@ -211,7 +233,7 @@ peek_header (const uint8_t *p, size_t len, const Limits &limits, Header *h, size
     return Error::kBadReserved;
 
   Header hd;
-  hd.kind = (Kind) p[kOffKind];
+  hd.kind = (Kind)p[kOffKind];
   hd.flags = p[kOffFlags];
   hd.session_id = get64 (p + kOffSession);
   hd.seq = get64 (p + kOffSeq);
@@ -233,7 +255,7 @@ peek_header (const uint8_t *p, size_t len, const Limits &limits, Header *h, size
       if (hd.steps == 0 || hd.dim == 0 || hd.chunk_steps == 0)
         return Error::kBadDims;
       /* 64-bit sum: both terms are < 2^32. */
-      if ((uint64_t) hd.step_index + hd.steps > hd.chunk_steps)
+      if ((uint64_t)hd.step_index + hd.steps > hd.chunk_steps)
         return Error::kBadStepRange;
       break;
     case Kind::kHold:
@@ -253,7 +275,8 @@ peek_header (const uint8_t *p, size_t len, const Limits &limits, Header *h, size
 
   /* steps and dim are bounded above, so this cannot overflow. */
   const size_t total = frame_size (hd.steps, hd.dim, (hd.flags & kFlagHmac) != 0);
-  const size_t max_size = limits.max_frame_size < kMaxFrameSize ? limits.max_frame_size : kMaxFrameSize;
+  const size_t max_size =
+      limits.max_frame_size < kMaxFrameSize ? limits.max_frame_size : kMaxFrameSize;
   if (total > max_size)
     return Error::kTooLarge;
   if (h)
@@ -277,7 +300,7 @@ decode (const uint8_t *p, size_t len, const Limits &limits, const std::string &k
     return Error::kTrailing;
 
   const bool has_hmac = (hd.flags & kFlagHmac) != 0;
-  const size_t n = (size_t) hd.steps * hd.dim;
+  const size_t n = (size_t)hd.steps * hd.dim;
   const size_t crc_off = kHeaderSize + 4 * n;
   if (get32 (p + crc_off) != crc32 (p, crc_off))
     return Error::kBadCrc;
@@ -291,7 +314,7 @@ decode (const uint8_t *p, size_t len, const Limits &limits, const std::string &k
     /* Constant time: do not tell an attacker how many leading bytes were right. */
     uint8_t diff = 0;
     for (size_t i = 0; i < kHmacSize; i++)
-      diff |= (uint8_t) (mac[i] ^ p[crc_off + kCrcSize + i]);
+      diff |= (uint8_t)(mac[i] ^ p[crc_off + kCrcSize + i]);
     if (diff != 0)
       return Error::kBadHmac;
   }
@@ -316,10 +339,10 @@ rows_per_frame (uint32_t dim, bool hmac, size_t max_frame_size)
   const size_t fixed = frame_size (0, 0, hmac);
   if (dim == 0 || max_frame_size <= fixed)
     return 0;
-  size_t rows = (max_frame_size - fixed) / ((size_t) dim * 4);
+  size_t rows = (max_frame_size - fixed) / ((size_t)dim * 4);
   if (rows > 0xFFFF)
     rows = 0xFFFF;
-  return (uint32_t) rows;
+  return (uint32_t)rows;
 }
 
 std::string
@@ -344,7 +367,7 @@ to_json (const Header &h, const float *values, const std::string &model_id)
   snprintf (buf, sizeof buf,
             ",\"step_period_ns\":%" PRIu64 ",\"step_index\":%u,\"chunk_steps\":%u,\"steps\":%u,"
             "\"dim\":%u",
-            h.step_period_ns, h.step_index, h.chunk_steps, (unsigned) h.steps, (unsigned) h.dim);
+            h.step_period_ns, h.step_index, h.chunk_steps, (unsigned)h.steps, (unsigned)h.dim);
   s += buf;
   s += ",\"last\":";
   s += (h.flags & kFlagLast) ? "true" : "false";
@@ -352,7 +375,7 @@ to_json (const Header &h, const float *values, const std::string &model_id)
   s += (h.flags & kFlagClamped) ? "true" : "false";
   /* model_id comes from upstream: escape it rather than trust it. */
   s += ",\"model_id\":\"";
-  const bool utf8 = g_utf8_validate (model_id.data (), (gssize) model_id.size (), nullptr);
+  const bool utf8 = g_utf8_validate (model_id.data (), (gssize)model_id.size (), nullptr);
   for (unsigned char c : model_id) {
     if (c >= 0x80 && !utf8) {
       s += '?';
@@ -360,25 +383,25 @@ to_json (const Header &h, const float *values, const std::string &model_id)
     }
     if (c == '"' || c == '\\') {
       s += '\\';
-      s += (char) c;
+      s += (char)c;
     } else if (c < 0x20) {
       snprintf (buf, sizeof buf, "\\u%04x", c);
       s += buf;
     } else {
-      s += (char) c;
+      s += (char)c;
     }
   }
   s += "\",\"values\":[";
   for (uint32_t r = 0; r < h.steps; r++) {
     s += r ? ",[" : "[";
     for (uint32_t c = 0; c < h.dim; c++) {
-      const float v = values[(size_t) r * h.dim + c];
+      const float v = values[(size_t)r * h.dim + c];
       uint32_t bits;
       memcpy (&bits, &v, 4);
       if (!bits_finite (bits))
         snprintf (buf, sizeof buf, "%snull", c ? "," : "");
       else
-        snprintf (buf, sizeof buf, "%s%.9g", c ? "," : "", (double) v);
+        snprintf (buf, sizeof buf, "%s%.9g", c ? "," : "", (double)v);
       s += buf;
     }
     s += "]";

@@ -11,7 +11,8 @@
 #include <string>
 #include <vector>
 
-namespace pi0proto {
+namespace pi0proto
+{
 
 /* "PI0A" read as bytes. */
 constexpr uint32_t kMagic = 0x41304950u;
@@ -24,7 +25,8 @@ constexpr size_t kHmacSize = 32;
 constexpr uint32_t kMaxDim = 256;
 constexpr uint32_t kMaxSteps = 4096;
 /* Largest frame a decoder ever accepts, whatever Limits says. */
-constexpr size_t kMaxFrameSize = kHeaderSize + (size_t) kMaxDim * kMaxSteps * 4 + kCrcSize + kHmacSize;
+constexpr size_t kMaxFrameSize =
+    kHeaderSize + (size_t)kMaxDim * kMaxSteps * 4 + kCrcSize + kHmacSize;
 /* Default datagram budget: fits a 1500-byte Ethernet MTU after IPv4/IPv6 + UDP headers, so no
  * frame is ever IP-fragmented (a lost fragment would lose the whole frame). */
 constexpr size_t kDefaultDatagramSize = 1400;
@@ -69,21 +71,21 @@ struct Frame {
 
 enum class Error {
   kOk = 0,
-  kTruncated,      /* fewer bytes than the header announces */
-  kTrailing,       /* more bytes than one frame */
+  kTruncated, /* fewer bytes than the header announces */
+  kTrailing,  /* more bytes than one frame */
   kBadMagic,
   kBadVersion,
   kBadKind,
-  kBadFlags,       /* unknown flag bits */
-  kBadReserved,    /* reserved field not zero */
-  kBadDims,        /* dim/steps out of range or inconsistent with the kind */
-  kBadStepRange,   /* step_index + steps > chunk_steps */
-  kTooLarge,       /* announced size over the receiver's limit */
+  kBadFlags,     /* unknown flag bits */
+  kBadReserved,  /* reserved field not zero */
+  kBadDims,      /* dim/steps out of range or inconsistent with the kind */
+  kBadStepRange, /* step_index + steps > chunk_steps */
+  kTooLarge,     /* announced size over the receiver's limit */
   kBadCrc,
   kHmacMissing,    /* receiver has a key, frame has no HMAC */
   kHmacUnexpected, /* frame has an HMAC, receiver has no key */
   kBadHmac,
-  kNonFinite,      /* a payload value is NaN or infinite */
+  kNonFinite, /* a payload value is NaN or infinite */
 };
 
 const char *error_name (Error e);

@@ -13,9 +13,11 @@
 #include <cstring>
 #include <limits>
 
-namespace pi0safety {
+namespace pi0safety
+{
 
-namespace {
+namespace
+{
 
 bool
 finite_bits (float v)
@@ -48,8 +50,8 @@ read_array (JsonObject *obj, const char *name, size_t want, bool required, std::
   out->clear ();
   for (guint i = 0; i < want; i++) {
     JsonNode *e = json_array_get_element (arr, i);
-    if (!JSON_NODE_HOLDS_VALUE (e) ||
-        (json_node_get_value_type (e) != G_TYPE_DOUBLE && json_node_get_value_type (e) != G_TYPE_INT64)) {
+    if (!JSON_NODE_HOLDS_VALUE (e) || (json_node_get_value_type (e) != G_TYPE_DOUBLE &&
+                                       json_node_get_value_type (e) != G_TYPE_INT64)) {
       *error = std::string ("\"") + name + "\"[" + std::to_string (i) + "] is not a number";
       return false;
     }
@@ -59,7 +61,7 @@ read_array (JsonObject *obj, const char *name, size_t want, bool required, std::
       *error = std::string ("\"") + name + "\"[" + std::to_string (i) + "] is not a finite float";
       return false;
     }
-    out->push_back ((float) d);
+    out->push_back ((float)d);
   }
   return true;
 }
@@ -71,12 +73,12 @@ read_array (JsonObject *obj, const char *name, size_t want, bool required, std::
 bool
 diff_le (float a, float b, float s)
 {
-  const double x = a, y = -(double) b;
+  const double x = a, y = -(double)b;
   const double d = x + y;
   const double bp = d - x;
   const double err = (x - (d - bp)) + (y - bp);
-  if (d != (double) s)
-    return d < (double) s;
+  if (d != (double)s)
+    return d < (double)s;
   return err <= 0;
 }
 
@@ -86,7 +88,7 @@ float
 window_low (float prev, float step)
 {
   const float inf = std::numeric_limits<float>::infinity ();
-  float lo = (float) ((double) prev - (double) step);
+  float lo = (float)((double)prev - (double)step);
   while (!diff_le (prev, lo, step))
     lo = std::nextafter (lo, inf);
   for (float down = std::nextafter (lo, -inf); std::isfinite (down) && diff_le (prev, down, step);
@@ -99,7 +101,7 @@ float
 window_high (float prev, float step)
 {
   const float inf = std::numeric_limits<float>::infinity ();
-  float hi = (float) ((double) prev + (double) step);
+  float hi = (float)((double)prev + (double)step);
   while (!diff_le (hi, prev, step))
     hi = std::nextafter (hi, -inf);
   for (float up = std::nextafter (hi, inf); std::isfinite (up) && diff_le (up, prev, step);
@@ -119,7 +121,7 @@ parse_robot_config (const std::string &json, RobotConfig *out, std::string *erro
   GError *gerr = nullptr;
   bool ok = false;
 
-  if (!json_parser_load_from_data (parser, json.data (), (gssize) json.size (), &gerr)) {
+  if (!json_parser_load_from_data (parser, json.data (), (gssize)json.size (), &gerr)) {
     err = std::string ("not valid JSON: ") + gerr->message;
     g_clear_error (&gerr);
     goto done;
@@ -165,7 +167,8 @@ parse_robot_config (const std::string &json, RobotConfig *out, std::string *erro
         err = j + ": max_step must be > 0";
         goto done;
       }
-      if (!cfg.initial.empty () && !(cfg.initial[i] >= cfg.lower[i] && cfg.initial[i] <= cfg.upper[i])) {
+      if (!cfg.initial.empty () &&
+          !(cfg.initial[i] >= cfg.lower[i] && cfg.initial[i] <= cfg.upper[i])) {
         err = j + ": initial position is outside the limits";
         goto done;
       }
@@ -252,7 +255,7 @@ check_chunk (const RobotConfig *cfg, const float *values, unsigned horizon, unsi
     return Verdict::kBadShape;
   if (cfg && cfg->dim () != dim)
     return Verdict::kBadShape;
-  if (!all_finite (values, (size_t) horizon * dim))
+  if (!all_finite (values, (size_t)horizon * dim))
     return Verdict::kNonFinite;
   return Verdict::kOk;
 }
@@ -261,9 +264,12 @@ const char *
 verdict_name (Verdict v)
 {
   switch (v) {
-    case Verdict::kOk: return "ok";
-    case Verdict::kNonFinite: return "non-finite";
-    case Verdict::kBadShape: return "bad-shape";
+    case Verdict::kOk:
+      return "ok";
+    case Verdict::kNonFinite:
+      return "non-finite";
+    case Verdict::kBadShape:
+      return "bad-shape";
   }
   return "unknown";
 }

@@ -10,7 +10,8 @@
 #include <string>
 #include <vector>
 
-namespace pi0safety {
+namespace pi0safety
+{
 
 /* A robot configuration (docs/elements/pi0actionsink.md, "Robot configuration"). */
 struct RobotConfig {
@@ -18,7 +19,7 @@ struct RobotConfig {
   std::vector<float> lower, upper; /* absolute limits per joint, lower <= upper */
   std::vector<float> max_step;     /* largest change per control tick per joint, > 0 */
   std::vector<float> initial;      /* optional: position assumed before the first action */
-  unsigned dim () const { return (unsigned) joint_names.size (); }
+  unsigned dim () const { return (unsigned)joint_names.size (); }
 };
 
 /* Parses a robot configuration from JSON text. Every number must be finite, every array the

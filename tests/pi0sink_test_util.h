@@ -21,13 +21,16 @@
 #include <string>
 #include <vector>
 
-namespace pi0sinktest {
+namespace pi0sinktest
+{
 
 inline GstBuffer *
-make_chunk (guint horizon, guint dim, const std::vector<float> &values, guint64 seq, GstClockTime obs)
+make_chunk (guint horizon, guint dim, const std::vector<float> &values, guint64 seq,
+            GstClockTime obs)
 {
   GstBuffer *b = gst_buffer_new ();
-  GstPi0ActionMeta *m = gst_buffer_add_pi0_action_meta (b, horizon, dim, values.data (), "test-model");
+  GstPi0ActionMeta *m =
+      gst_buffer_add_pi0_action_meta (b, horizon, dim, values.data (), "test-model");
   m->sequence = seq;
   m->observation_time = obs;
   return b;
@@ -73,13 +76,18 @@ public:
   }
 
 private:
-  static void on_action (GstElement *, const gchar *kind, guint64 chunk, guint step, guint steps, guint dim,
-                         GBytes *values, gpointer ud)
+  static void on_action (GstElement *, const gchar *kind, guint64 chunk, guint step, guint steps,
+                         guint dim, GBytes *values, gpointer ud)
   {
-    Recorder *self = (Recorder *) ud;
+    Recorder *self = (Recorder *)ud;
     gsize len = 0;
-    const float *v = (const float *) g_bytes_get_data (values, &len);
-    Rec r{kind, chunk, step, steps, dim, std::vector<float> (v, v + len / sizeof (float)),
+    const float *v = (const float *)g_bytes_get_data (values, &len);
+    Rec r{kind,
+          chunk,
+          step,
+          steps,
+          dim,
+          std::vector<float> (v, v + len / sizeof (float)),
           self->clock_ ? gst_clock_get_time (self->clock_) : GST_CLOCK_TIME_NONE};
     std::lock_guard<std::mutex> g (self->m_);
     self->recs_.push_back (std::move (r));
@@ -155,7 +163,8 @@ class JsonLine
 public:
   explicit JsonLine (const std::string &line) : p_ (json_parser_new ())
   {
-    ok_ = json_parser_load_from_data (p_, line.c_str (), -1, nullptr) && JSON_NODE_HOLDS_OBJECT (json_parser_get_root (p_));
+    ok_ = json_parser_load_from_data (p_, line.c_str (), -1, nullptr) &&
+          JSON_NODE_HOLDS_OBJECT (json_parser_get_root (p_));
   }
   ~JsonLine () { g_object_unref (p_); }
   JsonLine (const JsonLine &) = delete;
@@ -163,17 +172,21 @@ public:
   JsonObject *obj () const { return json_node_get_object (json_parser_get_root (p_)); }
   std::string str (const char *k) const
   {
-    return json_object_has_member (obj (), k) && JSON_NODE_HOLDS_VALUE (json_object_get_member (obj (), k))
+    return json_object_has_member (obj (), k) &&
+                   JSON_NODE_HOLDS_VALUE (json_object_get_member (obj (), k))
                ? json_object_get_string_member (obj (), k)
                : "";
   }
-  gint64 num (const char *k) const { return json_object_has_member (obj (), k) ? json_object_get_int_member (obj (), k) : -1; }
+  gint64 num (const char *k) const
+  {
+    return json_object_has_member (obj (), k) ? json_object_get_int_member (obj (), k) : -1;
+  }
   std::vector<float> row (const char *k = "values") const
   {
     std::vector<float> v;
     JsonArray *a = json_object_get_array_member (obj (), k);
     for (guint i = 0; i < json_array_get_length (a); i++)
-      v.push_back ((float) json_array_get_double_element (a, i));
+      v.push_back ((float)json_array_get_double_element (a, i));
     return v;
   }
 
@@ -188,7 +201,8 @@ class UdpReceiver
 public:
   explicit UdpReceiver (std::string key = "") : key_ (std::move (key))
   {
-    sock_ = g_socket_new (G_SOCKET_FAMILY_IPV4, G_SOCKET_TYPE_DATAGRAM, G_SOCKET_PROTOCOL_UDP, nullptr);
+    sock_ =
+        g_socket_new (G_SOCKET_FAMILY_IPV4, G_SOCKET_TYPE_DATAGRAM, G_SOCKET_PROTOCOL_UDP, nullptr);
     GInetAddress *lo = g_inet_address_new_loopback (G_SOCKET_FAMILY_IPV4);
     GSocketAddress *sa = g_inet_socket_address_new (lo, 0);
     g_socket_bind (sock_, sa, TRUE, nullptr);
@@ -208,12 +222,12 @@ public:
     std::vector<pi0proto::Frame> out;
     std::vector<uint8_t> buf (70000);
     for (int i = 0; i < 1000000; i++) {
-      gssize n = g_socket_receive (sock_, (gchar *) buf.data (), buf.size (), nullptr, nullptr);
+      gssize n = g_socket_receive (sock_, (gchar *)buf.data (), buf.size (), nullptr, nullptr);
       if (n < 0)
         break;
       pi0proto::Frame f;
       pi0proto::Limits lim;
-      if (pi0proto::decode (buf.data (), (size_t) n, lim, key_, &f) == pi0proto::Error::kOk)
+      if (pi0proto::decode (buf.data (), (size_t)n, lim, key_, &f) == pi0proto::Error::kOk)
         out.push_back (std::move (f));
       else if (bad)
         (*bad)++;
@@ -281,7 +295,7 @@ public:
     }
     JsonLine j (line);
     g_free (line);
-    port_ = j.ok () ? (int) j.num ("port") : -1;
+    port_ = j.ok () ? (int)j.num ("port") : -1;
     return port_ > 0;
   }
   int port () const { return port_; }
@@ -338,7 +352,7 @@ private:
 inline bool
 exact_within (float a, float b, float s)
 {
-  const double x = a, y = -(double) b;
+  const double x = a, y = -(double)b;
   double d = x + y;
   const double bp = d - x;
   double err = (x - (d - bp)) + (y - bp);
@@ -346,8 +360,8 @@ exact_within (float a, float b, float s)
     d = -d;
     err = -err;
   }
-  if (d != (double) s)
-    return d < (double) s;
+  if (d != (double)s)
+    return d < (double)s;
   return err <= 0;
 }
 

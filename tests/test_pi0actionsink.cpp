@@ -22,7 +22,8 @@
 using namespace pi0sinktest;
 using pi0test::HarnessPtr;
 
-namespace {
+namespace
+{
 
 constexpr GstClockTime kPeriod = 20 * GST_MSECOND; /* control-rate 50 */
 
@@ -70,7 +71,8 @@ struct Fixture {
     for (int i = 0; i < 100000 && now () < t; i++)
       crank ();
   }
-  GstFlowReturn push (guint horizon, guint dim, const std::vector<float> &v, guint64 seq, GstClockTime obs)
+  GstFlowReturn push (guint horizon, guint dim, const std::vector<float> &v, guint64 seq,
+                      GstClockTime obs)
   {
     return gst_harness_push (h.get (), make_chunk (horizon, dim, v, seq, obs));
   }
@@ -82,7 +84,7 @@ ramp3 (guint horizon, float start, float stepv)
   std::vector<float> v;
   for (guint i = 0; i < horizon; i++)
     for (int j = 0; j < 3; j++)
-      v.push_back (start + stepv * (float) i + 0.01f * (float) j);
+      v.push_back (start + stepv * (float)i + 0.01f * (float)j);
   return v;
 }
 
@@ -124,7 +126,8 @@ TEST (ActionSink, PropertiesAndDefaults)
   gchar *target = nullptr;
   gdouble rate = 0;
   guint64 hold = 0, stop = 0;
-  g_object_get (e, "target", &target, "control-rate", &rate, "hold-timeout", &hold, "stop-timeout", &stop, nullptr);
+  g_object_get (e, "target", &target, "control-rate", &rate, "hold-timeout", &hold, "stop-timeout",
+                &stop, nullptr);
   EXPECT_STREQ (target, "stdout");
   EXPECT_EQ (rate, 50.0);
   EXPECT_EQ (hold, 100 * GST_MSECOND);
@@ -140,7 +143,8 @@ TEST (ActionSink, PropertiesAndDefaults)
   for (guint i = 0; i < n; i++) {
     if (props[i]->owner_type != G_OBJECT_TYPE (e))
       continue;
-    EXPECT_TRUE (g_param_spec_get_blurb (props[i]) && *g_param_spec_get_blurb (props[i])) << props[i]->name;
+    EXPECT_TRUE (g_param_spec_get_blurb (props[i]) && *g_param_spec_get_blurb (props[i]))
+        << props[i]->name;
     if (props[i]->flags & G_PARAM_WRITABLE) {
       EXPECT_TRUE (props[i]->flags & GST_PARAM_MUTABLE_READY) << props[i]->name;
     }
@@ -154,7 +158,9 @@ TEST (ActionSink, RefusesToStartWithoutLimitsOrWithABadConfig)
   TempDir dir;
   std::string err = start_error ("pi0actionsink target=stdout");
   EXPECT_NE (err.find ("robot-config"), std::string::npos) << err;
-  err = start_error ("pi0actionsink robot-config=" + dir.file ("bad.json", R"({"joints":["a"],"lower":[1],"upper":[0],"max_step":[1]})"));
+  err = start_error (
+      "pi0actionsink robot-config=" +
+      dir.file ("bad.json", R"({"joints":["a"],"lower":[1],"upper":[0],"max_step":[1]})"));
   EXPECT_NE (err.find ("lower limit is above the upper limit"), std::string::npos) << err;
   err = start_error ("pi0actionsink robot-config=/nonexistent/robot.json");
   EXPECT_NE (err.find ("cannot read robot config"), std::string::npos) << err;
@@ -164,40 +170,52 @@ TEST (ActionSink, RefusesToStartWithoutLimitsOrWithABadConfig)
   EXPECT_NE (err.find ("is not udp://"), std::string::npos) << err;
   err = start_error ("pi0actionsink allow-unlimited=true target=udp://127.0.0.1");
   EXPECT_NE (err.find ("needs an IP address and a port"), std::string::npos) << err;
-  err = start_error ("pi0actionsink allow-unlimited=true hold-timeout=500000000 stop-timeout=100000000");
+  err = start_error (
+      "pi0actionsink allow-unlimited=true hold-timeout=500000000 stop-timeout=100000000");
   EXPECT_NE (err.find ("stop-timeout"), std::string::npos) << err;
   err = start_error ("pi0actionsink allow-unlimited=true format=json target=udp://127.0.0.1:9");
   EXPECT_NE (err.find ("cannot be sent over UDP"), std::string::npos) << err;
-  err = start_error ("pi0actionsink allow-unlimited=true reconnect-min=500000000 reconnect-max=100000000");
+  err = start_error (
+      "pi0actionsink allow-unlimited=true reconnect-min=500000000 reconnect-max=100000000");
   EXPECT_NE (err.find ("reconnect-max"), std::string::npos) << err;
   err = start_error ("pi0actionsink target=udp://127.0.0.1:9 datagram-size=128 robot-config=" +
-                     dir.file ("big.json", std::string (R"({"joints":[)") + [] {
-                       std::string s;
-                       for (int i = 0; i < 40; i++)
-                         s += (i ? ",\"j" : "\"j") + std::to_string (i) + "\"";
-                       return s;
-                     }() + R"(],"lower":[)" + [] {
-                       std::string s;
-                       for (int i = 0; i < 40; i++)
-                         s += i ? ",0" : "0";
-                       return s;
-                     }() + R"(],"upper":[)" + [] {
-                       std::string s;
-                       for (int i = 0; i < 40; i++)
-                         s += i ? ",1" : "1";
-                       return s;
-                     }() + R"(],"max_step":[)" + [] {
-                       std::string s;
-                       for (int i = 0; i < 40; i++)
-                         s += i ? ",1" : "1";
-                       return s;
-                     }() + "]}"));
+                     dir.file (
+                         "big.json", std::string (R"({"joints":[)") +
+                                         [] {
+                                           std::string s;
+                                           for (int i = 0; i < 40; i++)
+                                             s += (i ? ",\"j" : "\"j") + std::to_string (i) + "\"";
+                                           return s;
+                                         }() +
+                                         R"(],"lower":[)" +
+                                         [] {
+                                           std::string s;
+                                           for (int i = 0; i < 40; i++)
+                                             s += i ? ",0" : "0";
+                                           return s;
+                                         }() +
+                                         R"(],"upper":[)" +
+                                         [] {
+                                           std::string s;
+                                           for (int i = 0; i < 40; i++)
+                                             s += i ? ",1" : "1";
+                                           return s;
+                                         }() +
+                                         R"(],"max_step":[)" +
+                                         [] {
+                                           std::string s;
+                                           for (int i = 0; i < 40; i++)
+                                             s += i ? ",1" : "1";
+                                           return s;
+                                         }() +
+                                         "]}"));
   EXPECT_NE (err.find ("cannot hold one action"), std::string::npos) << err;
-  err = start_error ("pi0actionsink allow-unlimited=true target=file:///nonexistent-dir/actions.jsonl");
+  err = start_error (
+      "pi0actionsink allow-unlimited=true target=file:///nonexistent-dir/actions.jsonl");
   EXPECT_NE (err.find ("cannot open /nonexistent-dir/actions.jsonl"), std::string::npos) << err;
   /* And a good one starts. */
-  EXPECT_EQ ("", start_error ("pi0actionsink target=file://" + dir.file ("out.jsonl") + " robot-config=" +
-                                  dir.file ("ok.json", kRobot3)));
+  EXPECT_EQ ("", start_error ("pi0actionsink target=file://" + dir.file ("out.jsonl") +
+                              " robot-config=" + dir.file ("ok.json", kRobot3)));
 }
 
 TEST (ActionSink, DimensionMismatchIsAnErrorAndSendsNothing)
@@ -212,7 +230,9 @@ TEST (ActionSink, DimensionMismatchIsAnErrorAndSendsNothing)
   auto m = pi0test::pop_message (bus, GST_MESSAGE_ERROR);
   ASSERT_TRUE (m);
   std::string text = pi0test::message_text (m.get ());
-  EXPECT_NE (text.find ("4 values per action but the robot configuration has 3 joints"), std::string::npos) << text;
+  EXPECT_NE (text.find ("4 values per action but the robot configuration has 3 joints"),
+             std::string::npos)
+      << text;
   EXPECT_EQ (f.rec.count ("action"), 0u);
   EXPECT_EQ (stat (f.sink, "sent"), 0u);
   for (auto &l : read_lines (f.dir.path () + "/out.jsonl"))
@@ -232,7 +252,8 @@ TEST (ActionSink, WithoutConfigTheFirstChunkFixesTheDimension)
   EXPECT_EQ (GST_FLOW_NOT_NEGOTIATED, f.push (2, 2, {0, 0, 0, 0}, 2, 0));
   auto m = pi0test::pop_message (bus, GST_MESSAGE_ERROR);
   ASSERT_TRUE (m);
-  EXPECT_NE (pi0test::message_text (m.get ()).find ("this stream started with 3"), std::string::npos);
+  EXPECT_NE (pi0test::message_text (m.get ()).find ("this stream started with 3"),
+             std::string::npos);
   EXPECT_EQ (f.rec.count ("action"), 1u);
   gst_element_set_bus (f.sink, nullptr);
   gst_object_unref (bus);
@@ -279,15 +300,16 @@ TEST (ActionSink, NonFiniteChunksAreNeverForwarded)
   f.make ("mode=chunk target=" + rx.target (), kRobotWide3);
   std::mt19937 rng (2024);
   std::uniform_real_distribution<float> val (-50.f, 50.f);
-  const float bad[] = {std::numeric_limits<float>::quiet_NaN (), std::numeric_limits<float>::signaling_NaN (),
-                       std::numeric_limits<float>::infinity (), -std::numeric_limits<float>::infinity ()};
+  const float bad[] = {
+      std::numeric_limits<float>::quiet_NaN (), std::numeric_limits<float>::signaling_NaN (),
+      std::numeric_limits<float>::infinity (), -std::numeric_limits<float>::infinity ()};
   guint64 injected = 0, good = 0;
   std::vector<guint64> good_ids;
   std::vector<pi0proto::Frame> wire;
   int bad_frames = 0;
   for (guint64 i = 1; i <= 3000; i++) {
     guint horizon = 1 + rng () % 20;
-    std::vector<float> v ((size_t) horizon * 3);
+    std::vector<float> v ((size_t)horizon * 3);
     for (auto &x : v)
       x = val (rng);
     const bool poison = rng () % 2;
@@ -358,7 +380,8 @@ TEST (ActionSink, EveryOutputRespectsLimitsAndMaxStep)
    * inside [lower, upper] and within max_step of the previous command, HOLDs included. */
   Fixture f;
   UdpReceiver rx;
-  f.make ("mode=stream target=" + rx.target () + " hold-timeout=30000000 stop-timeout=60000000", kRobot3);
+  f.make ("mode=stream target=" + rx.target () + " hold-timeout=30000000 stop-timeout=60000000",
+          kRobot3);
   pi0safety::RobotConfig cfg;
   ASSERT_TRUE (pi0safety::parse_robot_config (kRobot3, &cfg, nullptr));
   std::mt19937 rng (77);
@@ -371,7 +394,7 @@ TEST (ActionSink, EveryOutputRespectsLimitsAndMaxStep)
   guint64 seq = 0;
   for (int round = 0; round < 60; round++) {
     guint horizon = 1 + rng () % 8;
-    std::vector<float> v ((size_t) horizon * 3);
+    std::vector<float> v ((size_t)horizon * 3);
     for (auto &x : v)
       x = (rng () % 3 == 0) ? specials[rng () % specials.size ()] : wide (rng);
     ASSERT_EQ (GST_FLOW_OK, f.push (horizon, 3, v, ++seq, f.now ()));
@@ -419,23 +442,25 @@ TEST (ActionSink, ChunkModeBoundsEachChunkAgainstTheRowBeingExecuted)
    * against the old chunk's row due at that moment (docs/elements/pi0actionsink.md), and
    * each further row against the row before it. HOLD holds exactly that row. */
   Fixture f;
-  f.make ("mode=chunk hold-timeout=40000000 stop-timeout=80000000 target=file://" + f.dir.file ("o.jsonl"), kRobot3);
+  f.make ("mode=chunk hold-timeout=40000000 stop-timeout=80000000 target=file://" +
+              f.dir.file ("o.jsonl"),
+          kRobot3);
   pi0safety::RobotConfig cfg;
   ASSERT_TRUE (pi0safety::parse_robot_config (kRobot3, &cfg, nullptr));
   std::mt19937 rng (5);
   std::uniform_real_distribution<float> wide (-3.f, 3.f);
   for (int round = 0; round < 150; round++) {
     guint horizon = 1 + rng () % 10;
-    std::vector<float> v ((size_t) horizon * 3);
+    std::vector<float> v ((size_t)horizon * 3);
     for (auto &x : v)
       x = (rng () % 5 == 0) ? (rng () % 2 ? 1e30f : -1e30f) : wide (rng);
-    ASSERT_EQ (GST_FLOW_OK, f.push (horizon, 3, v, (guint64) round + 1, f.now ()));
-    for (int t = 0, n = (int) (rng () % 12); t < n; t++)
+    ASSERT_EQ (GST_FLOW_OK, f.push (horizon, 3, v, (guint64)round + 1, f.now ()));
+    for (int t = 0, n = (int)(rng () % 12); t < n; t++)
       f.crank ();
   }
   std::vector<float> prev_rows; /* rows of the last chunk sent */
   GstClockTime prev_obs = 0;
-  std::vector<float> held;      /* position of the last HOLD */
+  std::vector<float> held; /* position of the last HOLD */
   size_t chunks = 0;
   for (auto &r : f.rec.all ()) {
     const std::vector<float> *ref = nullptr;
@@ -443,7 +468,7 @@ TEST (ActionSink, ChunkModeBoundsEachChunkAgainstTheRowBeingExecuted)
     if (!prev_rows.empty ()) {
       guint64 j = (r.clock_time - prev_obs) / kPeriod;
       j = std::min<guint64> (j, prev_rows.size () / 3 - 1);
-      ref_row.assign (prev_rows.begin () + (long) j * 3, prev_rows.begin () + (long) j * 3 + 3);
+      ref_row.assign (prev_rows.begin () + (long)j * 3, prev_rows.begin () + (long)j * 3 + 3);
       ref = &ref_row;
     } else if (!held.empty ()) {
       ref = &held;
@@ -468,7 +493,8 @@ TEST (ActionSink, ChunkModeBoundsEachChunkAgainstTheRowBeingExecuted)
         ASSERT_LE (row[jn], cfg.upper[jn]);
         if (before) {
           ASSERT_TRUE (exact_within (row[jn], before[jn], cfg.max_step[jn]))
-              << "chunk " << r.chunk_id << " row " << i << " joint " << jn << ": " << before[jn] << " -> " << row[jn];
+              << "chunk " << r.chunk_id << " row " << i << " joint " << jn << ": " << before[jn]
+              << " -> " << row[jn];
         }
       }
     }
@@ -484,7 +510,8 @@ TEST (ActionSink, ChunkModeBoundsEachChunkAgainstTheRowBeingExecuted)
 TEST (ActionSink, StaleChunksAreDroppedAndPastStepsSkipped)
 {
   Fixture f;
-  f.make ("mode=chunk max-action-age=500000000 target=file://" + f.dir.file ("o.jsonl"), kRobotWide3);
+  f.make ("mode=chunk max-action-age=500000000 target=file://" + f.dir.file ("o.jsonl"),
+          kRobotWide3);
   gst_test_clock_set_time (f.clock (), 2 * GST_SECOND);
   /* Observation 600 ms old: older than max-action-age. */
   EXPECT_EQ (GST_FLOW_OK, f.push (50, 3, ramp3 (50, 0, 0.01f), 1, 1400 * GST_MSECOND));
@@ -492,7 +519,8 @@ TEST (ActionSink, StaleChunksAreDroppedAndPastStepsSkipped)
   EXPECT_EQ (f.rec.count ("action"), 0u);
   /* 70 ms old at 20 ms per row: rows 0..3 are due at 0, 20, 40, 60 ms, so 0-2 are in the past
    * and row 3 (due 60 ms, the current one) is the first sent. */
-  EXPECT_EQ (GST_FLOW_OK, f.push (10, 3, ramp3 (10, 0, 0.01f), 2, 2 * GST_SECOND - 70 * GST_MSECOND));
+  EXPECT_EQ (GST_FLOW_OK,
+             f.push (10, 3, ramp3 (10, 0, 0.01f), 2, 2 * GST_SECOND - 70 * GST_MSECOND));
   auto recs = f.rec.take ();
   ASSERT_EQ (recs.size (), 1u);
   EXPECT_EQ (recs[0].kind, "action");
@@ -500,7 +528,8 @@ TEST (ActionSink, StaleChunksAreDroppedAndPastStepsSkipped)
   EXPECT_EQ (recs[0].steps, 7u);
   EXPECT_FLOAT_EQ (recs[0].values[0], 0.03f);
   /* Entirely in the past (10 rows = 200 ms, observation 300 ms old): dropped. */
-  EXPECT_EQ (GST_FLOW_OK, f.push (10, 3, ramp3 (10, 0, 0.01f), 3, 2 * GST_SECOND - 300 * GST_MSECOND));
+  EXPECT_EQ (GST_FLOW_OK,
+             f.push (10, 3, ramp3 (10, 0, 0.01f), 3, 2 * GST_SECOND - 300 * GST_MSECOND));
   EXPECT_EQ (stat (f.sink, "stale"), 2u);
   EXPECT_EQ (f.rec.count ("action"), 0u);
 }
@@ -538,13 +567,15 @@ TEST (ActionSink, StreamModeExecutesRowsAlignedToCaptureTime)
 TEST (ActionSink, WatchdogHoldsThenStopsOnTheClockAndThenStaysQuiet)
 {
   Fixture f;
-  f.make ("mode=stream hold-timeout=50000000 stop-timeout=200000000 target=file://" + f.dir.file ("o.jsonl"),
+  f.make ("mode=stream hold-timeout=50000000 stop-timeout=200000000 target=file://" +
+              f.dir.file ("o.jsonl"),
           kRobotWide3);
   f.rec.take ();
   ASSERT_EQ (GST_FLOW_OK, f.push (5, 3, ramp3 (5, 0, 0.1f), 1, 0));
   f.crank_until (600 * GST_MSECOND);
   auto recs = f.rec.take ();
-  GstClockTime last_action = GST_CLOCK_TIME_NONE, hold = GST_CLOCK_TIME_NONE, stop = GST_CLOCK_TIME_NONE;
+  GstClockTime last_action = GST_CLOCK_TIME_NONE, hold = GST_CLOCK_TIME_NONE,
+               stop = GST_CLOCK_TIME_NONE;
   std::vector<float> last_values;
   size_t after_stop = 0;
   for (auto &r : recs) {
@@ -582,7 +613,8 @@ TEST (ActionSink, WatchdogHoldsThenStopsOnTheClockAndThenStaysQuiet)
 TEST (ActionSink, WatchdogInChunkModeCountsFromTheLastRowsDueTime)
 {
   Fixture f;
-  f.make ("mode=chunk hold-timeout=50000000 stop-timeout=100000000 target=file://" + f.dir.file ("o.jsonl"),
+  f.make ("mode=chunk hold-timeout=50000000 stop-timeout=100000000 target=file://" +
+              f.dir.file ("o.jsonl"),
           kRobotWide3);
   f.rec.take ();
   ASSERT_EQ (GST_FLOW_OK, f.push (10, 3, ramp3 (10, 0, 0.01f), 1, 0)); /* rows due 0..180 ms */
@@ -606,7 +638,7 @@ TEST (ActionSink, SequenceNumbersIncreaseAndSessionsChangeOnRestart)
   UdpReceiver rx;
   f.make ("mode=stream target=" + rx.target (), kRobotWide3);
   for (int i = 0; i < 20; i++) {
-    ASSERT_EQ (GST_FLOW_OK, f.push (10, 3, ramp3 (10, 0, 0.01f), (guint64) i + 1, f.now ()));
+    ASSERT_EQ (GST_FLOW_OK, f.push (10, 3, ramp3 (10, 0, 0.01f), (guint64)i + 1, f.now ()));
     f.crank ();
     f.crank ();
   }
@@ -691,7 +723,8 @@ TEST (ActionSink, PauseSendsHoldAndStopsTicking)
 
 /* ---- TCP faults ------------------------------------------------------------------------ */
 
-namespace {
+namespace
+{
 
 /* A listening TCP socket on loopback that accepts nothing and reads nothing (a stalled peer:
  * the kernel completes the handshake from the backlog). */
@@ -700,7 +733,8 @@ struct StalledPeer {
   int port;
   StalledPeer ()
   {
-    sock = g_socket_new (G_SOCKET_FAMILY_IPV4, G_SOCKET_TYPE_STREAM, G_SOCKET_PROTOCOL_TCP, nullptr);
+    sock =
+        g_socket_new (G_SOCKET_FAMILY_IPV4, G_SOCKET_TYPE_STREAM, G_SOCKET_PROTOCOL_TCP, nullptr);
     GInetAddress *lo = g_inet_address_new_loopback (G_SOCKET_FAMILY_IPV4);
     GSocketAddress *sa = g_inet_socket_address_new (lo, 0);
     g_socket_bind (sock, sa, TRUE, nullptr);
@@ -728,18 +762,20 @@ TEST (ActionSinkTcp, PeerAbsentNeverBlocksAndReconnectsWhenItAppears)
   TempDir dir;
   const int port = free_port ();
   Fixture f;
-  f.make ("mode=chunk target=tcp://127.0.0.1:" + std::to_string (port) + " reconnect-min=10000000 reconnect-max=40000000",
+  f.make ("mode=chunk target=tcp://127.0.0.1:" + std::to_string (port) +
+              " reconnect-min=10000000 reconnect-max=40000000",
           kRobotWide3);
   for (int i = 0; i < 50; i++)
-    ASSERT_EQ (GST_FLOW_OK, f.push (5, 3, ramp3 (5, 0, 0.01f), (guint64) i + 1, 0));
+    ASSERT_EQ (GST_FLOW_OK, f.push (5, 3, ramp3 (5, 0, 0.01f), (guint64)i + 1, 0));
   EXPECT_EQ (stat (f.sink, "sent"), 0u);
   EXPECT_GT (stat (f.sink, "dropped"), 0u);
   /* The peer appears: the next pushes connect; the session starts with HELLO, HOLD. */
   SimProc sim;
-  ASSERT_TRUE (sim.start ({"--proto=tcp", "--port=" + std::to_string (port)}, dir.file ("sim.jsonl")));
+  ASSERT_TRUE (
+      sim.start ({"--proto=tcp", "--port=" + std::to_string (port)}, dir.file ("sim.jsonl")));
   bool connected = false;
   for (int i = 0; i < 1000 && !connected; i++) {
-    ASSERT_EQ (GST_FLOW_OK, f.push (5, 3, ramp3 (5, 0, 0.01f), 100 + (guint64) i, 0));
+    ASSERT_EQ (GST_FLOW_OK, f.push (5, 3, ramp3 (5, 0, 0.01f), 100 + (guint64)i, 0));
     connected = sim.count ("execute") > 0;
     if (!connected)
       g_usleep (5000);
@@ -773,8 +809,8 @@ TEST (ActionSinkTcp, PeerNotReadingKeepsTheBufferBoundedAndNeverBlocks)
   StalledPeer peer;
   Fixture f;
   const guint max_buf = 16384;
-  f.make ("mode=chunk max-send-buffer=" + std::to_string (max_buf) + " target=tcp://127.0.0.1:" +
-              std::to_string (peer.port),
+  f.make ("mode=chunk max-send-buffer=" + std::to_string (max_buf) +
+              " target=tcp://127.0.0.1:" + std::to_string (peer.port),
           kRobotWide3);
   /* Let the non-blocking connect complete (bounded). */
   for (int i = 0; i < 1000 && stat (f.sink, "frames") == 0; i++) {
@@ -784,11 +820,12 @@ TEST (ActionSinkTcp, PeerNotReadingKeepsTheBufferBoundedAndNeverBlocks)
   ASSERT_GT (stat (f.sink, "frames"), 0u);
   guint64 max_queued = 0;
   for (int i = 0; i < 4000; i++) {
-    ASSERT_EQ (GST_FLOW_OK, f.push (50, 3, ramp3 (50, 0, 0.0f), (guint64) i + 10, 0));
+    ASSERT_EQ (GST_FLOW_OK, f.push (50, 3, ramp3 (50, 0, 0.0f), (guint64)i + 10, 0));
     max_queued = std::max (max_queued, stat (f.sink, "queued-bytes"));
   }
   EXPECT_LE (max_queued, max_buf);
-  EXPECT_GT (stat (f.sink, "dropped"), 0u) << "a peer that never reads must cost dropped frames, not memory";
+  EXPECT_GT (stat (f.sink, "dropped"), 0u)
+      << "a peer that never reads must cost dropped frames, not memory";
   /* Shutting down with the peer still stalled completes. */
   EXPECT_EQ (gst_element_set_state (f.sink, GST_STATE_NULL), GST_STATE_CHANGE_SUCCESS);
 }
@@ -798,9 +835,11 @@ TEST (ActionSinkTcp, PeerKilledMidStreamThenReplaced)
   TempDir dir;
   const int port = free_port ();
   SimProc sim1;
-  ASSERT_TRUE (sim1.start ({"--proto=tcp", "--port=" + std::to_string (port)}, dir.file ("sim1.jsonl")));
+  ASSERT_TRUE (
+      sim1.start ({"--proto=tcp", "--port=" + std::to_string (port)}, dir.file ("sim1.jsonl")));
   Fixture f;
-  f.make ("mode=chunk target=tcp://127.0.0.1:" + std::to_string (port) + " reconnect-min=5000000 reconnect-max=20000000",
+  f.make ("mode=chunk target=tcp://127.0.0.1:" + std::to_string (port) +
+              " reconnect-min=5000000 reconnect-max=20000000",
           kRobotWide3);
   guint64 seq = 0;
   ASSERT_TRUE (sim1.wait_for ([&] {
@@ -812,7 +851,8 @@ TEST (ActionSinkTcp, PeerKilledMidStreamThenReplaced)
   for (int i = 0; i < 200; i++)
     ASSERT_EQ (GST_FLOW_OK, f.push (50, 3, ramp3 (50, 0, 0.0f), ++seq, 0));
   SimProc sim2;
-  ASSERT_TRUE (sim2.start ({"--proto=tcp", "--port=" + std::to_string (port)}, dir.file ("sim2.jsonl")));
+  ASSERT_TRUE (
+      sim2.start ({"--proto=tcp", "--port=" + std::to_string (port)}, dir.file ("sim2.jsonl")));
   ASSERT_TRUE (sim2.wait_for ([&] {
     EXPECT_EQ (GST_FLOW_OK, f.push (50, 3, ramp3 (50, 0, 0.0f), ++seq, 0));
     return sim2.count ("execute") >= 50;
@@ -831,16 +871,19 @@ TEST (ActionSinkTcp, ThousandStateCyclesWithAStalledPeer)
    * reads), NULL. No deadlock, no GLib warning, and the fd count back to where it was. */
   StalledPeer peer;
   Fixture f;
-  f.make ("mode=chunk max-send-buffer=4096 target=tcp://127.0.0.1:" + std::to_string (peer.port), kRobotWide3);
+  f.make ("mode=chunk max-send-buffer=4096 target=tcp://127.0.0.1:" + std::to_string (peer.port),
+          kRobotWide3);
   ASSERT_EQ (GST_FLOW_OK, f.push (5, 3, ramp3 (5, 0, 0.01f), 1, 0));
   /* Warm-up cycle, so lazily created fds (GLib wakeups, clock threads) exist already. */
   ASSERT_EQ (gst_element_set_state (f.sink, GST_STATE_NULL), GST_STATE_CHANGE_SUCCESS);
   const int baseline = count_fds ();
   for (int i = 0; i < 1000; i++) {
-    ASSERT_NE (gst_element_set_state (f.sink, GST_STATE_PLAYING), GST_STATE_CHANGE_FAILURE) << "cycle " << i;
+    ASSERT_NE (gst_element_set_state (f.sink, GST_STATE_PLAYING), GST_STATE_CHANGE_FAILURE)
+        << "cycle " << i;
     gst_harness_set_src_caps_str (f.h.get (), GST_PI0_OBSERVATION_MEDIA_TYPE);
-    ASSERT_EQ (GST_FLOW_OK, f.push (5, 3, ramp3 (5, 0, 0.01f), (guint64) i + 2, 0)) << "cycle " << i;
-    ASSERT_EQ (gst_element_set_state (f.sink, GST_STATE_NULL), GST_STATE_CHANGE_SUCCESS) << "cycle " << i;
+    ASSERT_EQ (GST_FLOW_OK, f.push (5, 3, ramp3 (5, 0, 0.01f), (guint64)i + 2, 0)) << "cycle " << i;
+    ASSERT_EQ (gst_element_set_state (f.sink, GST_STATE_NULL), GST_STATE_CHANGE_SUCCESS)
+        << "cycle " << i;
     ASSERT_LE (count_fds (), baseline + 4) << "cycle " << i; /* one socket at most while PLAYING */
   }
   EXPECT_EQ (count_fds (), baseline);
@@ -858,9 +901,12 @@ TEST (ActionSinkSim, UdpFramesAreValidatedByTheSimulator)
                            "--robot-config=" + dir.file ("robot.json", kRobot3)},
                           dir.file ("sim.jsonl")));
   Fixture f;
-  f.make ("mode=stream hmac-key=\"" + key + "\" target=udp://127.0.0.1:" + std::to_string (sim.port ()), kRobot3);
+  f.make ("mode=stream hmac-key=\"" + key +
+              "\" target=udp://127.0.0.1:" + std::to_string (sim.port ()),
+          kRobot3);
   for (int c = 0; c < 5; c++) {
-    ASSERT_EQ (GST_FLOW_OK, f.push (8, 3, ramp3 (8, -0.5f + 0.2f * (float) c, 0.03f), (guint64) c + 1, f.now ()));
+    ASSERT_EQ (GST_FLOW_OK,
+               f.push (8, 3, ramp3 (8, -0.5f + 0.2f * (float)c, 0.03f), (guint64)c + 1, f.now ()));
     for (int t = 0; t < 4; t++)
       f.crank ();
   }
@@ -902,10 +948,11 @@ TEST (ActionSinkSim, LargeChunksAreSplitIntoDatagramsAndReassembledInOrder)
   }
   Fixture f;
   f.make ("mode=chunk target=udp://127.0.0.1:" + std::to_string (sim.port ()),
-          "{\"joints\":[" + joints + "],\"lower\":[" + lo + "],\"upper\":[" + hi + "],\"max_step\":[" + st + "]}");
+          "{\"joints\":[" + joints + "],\"lower\":[" + lo + "],\"upper\":[" + hi +
+              "],\"max_step\":[" + st + "]}");
   std::vector<float> v (50 * 14);
   for (size_t i = 0; i < v.size (); i++)
-    v[i] = 0.001f * (float) i;
+    v[i] = 0.001f * (float)i;
   ASSERT_EQ (GST_FLOW_OK, f.push (50, 14, v, 1, 0));
   ASSERT_TRUE (sim.wait_count ("execute", 50));
   std::vector<gint64> steps;
@@ -915,11 +962,11 @@ TEST (ActionSinkSim, LargeChunksAreSplitIntoDatagramsAndReassembledInOrder)
       steps.push_back (j.num ("step_index"));
       auto row = j.row ();
       ASSERT_EQ (row.size (), 14u);
-      EXPECT_EQ (row[0], v[(size_t) j.num ("step_index") * 14]);
+      EXPECT_EQ (row[0], v[(size_t)j.num ("step_index") * 14]);
     }
   }
   ASSERT_EQ (steps.size (), 50u);
   for (gint64 i = 0; i < 50; i++)
-    EXPECT_EQ (steps[(size_t) i], i);
+    EXPECT_EQ (steps[(size_t)i], i);
   EXPECT_EQ (sim.count ("reject"), 0u);
 }

@@ -17,7 +17,8 @@
 
 using namespace pi0proto;
 
-namespace {
+namespace
+{
 
 Header
 action_header (uint16_t steps, uint16_t dim)
@@ -43,7 +44,7 @@ ramp (size_t n)
 {
   std::vector<float> v (n);
   for (size_t i = 0; i < n; i++)
-    v[i] = 0.25f * (float) i - 3.0f;
+    v[i] = 0.25f * (float)i - 3.0f;
   return v;
 }
 
@@ -62,7 +63,7 @@ fix_crc (std::vector<uint8_t> &f, size_t payload_bytes)
   const size_t off = kHeaderSize + payload_bytes;
   uint32_t c = crc32 (f.data (), off);
   for (int i = 0; i < 4; i++)
-    f[off + i] = (uint8_t) (c >> (8 * i));
+    f[off + i] = (uint8_t)(c >> (8 * i));
 }
 
 } // namespace
@@ -70,10 +71,10 @@ fix_crc (std::vector<uint8_t> &f, size_t payload_bytes)
 TEST (Crc32, KnownVector)
 {
   const char *s = "123456789";
-  EXPECT_EQ (crc32 ((const uint8_t *) s, 9), 0xCBF43926u);
+  EXPECT_EQ (crc32 ((const uint8_t *)s, 9), 0xCBF43926u);
   EXPECT_EQ (crc32 (nullptr, 0), 0u);
   /* Incremental use gives the same result as one call. */
-  EXPECT_EQ (crc32 ((const uint8_t *) s + 4, 5, crc32 ((const uint8_t *) s, 4)), 0xCBF43926u);
+  EXPECT_EQ (crc32 ((const uint8_t *)s + 4, 5, crc32 ((const uint8_t *)s, 4)), 0xCBF43926u);
 }
 
 TEST (Frame, LayoutIsLittleEndianAndDocumented)
@@ -84,14 +85,14 @@ TEST (Frame, LayoutIsLittleEndianAndDocumented)
   ASSERT_EQ (f.size (), kHeaderSize + 8 + kCrcSize);
   const uint8_t magic[] = {'P', 'I', '0', 'A'};
   EXPECT_EQ (0, memcmp (f.data (), magic, 4));
-  EXPECT_EQ (f[4], 1);     /* version, low byte first */
+  EXPECT_EQ (f[4], 1); /* version, low byte first */
   EXPECT_EQ (f[5], 0);
-  EXPECT_EQ (f[6], 1);     /* kind action */
+  EXPECT_EQ (f[6], 1); /* kind action */
   EXPECT_EQ (f[7], kFlagLast);
-  EXPECT_EQ (f[8], 0xef);  /* session id, little-endian */
-  EXPECT_EQ (f[16], 42);   /* seq */
-  EXPECT_EQ (f[64], 1);    /* steps */
-  EXPECT_EQ (f[66], 2);    /* dim */
+  EXPECT_EQ (f[8], 0xef); /* session id, little-endian */
+  EXPECT_EQ (f[16], 42);  /* seq */
+  EXPECT_EQ (f[64], 1);   /* steps */
+  EXPECT_EQ (f[66], 2);   /* dim */
   /* 1.0f = 0x3F800000 little-endian. */
   EXPECT_EQ (f[72], 0x00);
   EXPECT_EQ (f[75], 0x3F);
@@ -107,7 +108,7 @@ TEST (Frame, RoundTripAllKindsWithAndWithoutHmac)
         h.step_index = 0;
         h.chunk_steps = h.steps;
       }
-      auto v = ramp ((size_t) h.steps * h.dim);
+      auto v = ramp ((size_t)h.steps * h.dim);
       auto f = encoded (h, v, key);
       EXPECT_EQ (f.size (), frame_size (h.steps, h.dim, !key.empty ()));
       Limits lim;
@@ -133,9 +134,13 @@ TEST (Frame, RoundTripAllKindsWithAndWithoutHmac)
 
 TEST (Frame, RoundTripKeepsExtremeFloatsBitExact)
 {
-  std::vector<float> v = {std::numeric_limits<float>::max (), -std::numeric_limits<float>::max (),
-                          std::numeric_limits<float>::denorm_min (), -0.0f, 1e30f, 0.1f};
-  Header h = action_header (1, (uint16_t) v.size ());
+  std::vector<float> v = {std::numeric_limits<float>::max (),
+                          -std::numeric_limits<float>::max (),
+                          std::numeric_limits<float>::denorm_min (),
+                          -0.0f,
+                          1e30f,
+                          0.1f};
+  Header h = action_header (1, (uint16_t)v.size ());
   auto f = encoded (h, v);
   Frame out;
   ASSERT_EQ (Error::kOk, decode (f.data (), f.size (), Limits (), "", &out));
@@ -150,7 +155,7 @@ TEST (Frame, EveryTruncationIsRejected)
     auto f = encoded (h, v, key);
     for (size_t len = 0; len < f.size (); len++) {
       /* A copy of exactly len bytes, so ASan would catch any read past it. */
-      std::vector<uint8_t> cut (f.begin (), f.begin () + (long) len);
+      std::vector<uint8_t> cut (f.begin (), f.begin () + (long)len);
       Frame out;
       EXPECT_EQ (Error::kTruncated, decode (cut.data (), cut.size (), Limits (), key, &out))
           << "len " << len;
@@ -261,7 +266,7 @@ TEST (Frame, SizeIsCheckedBeforeAnythingIsAllocated)
   /* Receiver-side dim/step limits are honoured too. */
   lim.max_dim = 8;
   EXPECT_EQ (Error::kBadDims, peek_header (hdr.data (), hdr.size (), lim, nullptr, &size));
-  (void) h;
+  (void)h;
 }
 
 TEST (Frame, EveryFlippedBitFailsTheCrc)
@@ -286,7 +291,8 @@ TEST (Frame, HmacFailures)
   auto f = encoded (action_header (2, 3), ramp (6), key);
   EXPECT_EQ (Error::kOk, decode (f.data (), f.size (), Limits (), key, nullptr));
   /* Wrong key. */
-  EXPECT_EQ (Error::kBadHmac, decode (f.data (), f.size (), Limits (), "0123456789abcdeF", nullptr));
+  EXPECT_EQ (Error::kBadHmac,
+             decode (f.data (), f.size (), Limits (), "0123456789abcdeF", nullptr));
   /* Receiver without a key must not silently accept an authenticated frame either. */
   EXPECT_EQ (Error::kHmacUnexpected, decode (f.data (), f.size (), Limits (), "", nullptr));
   /* Every byte of the trailer matters. */
@@ -306,17 +312,17 @@ TEST (Frame, HmacFailures)
   /* Stripping the trailer and clearing the flag needs a new CRC; still refused. */
   auto stripped = f;
   stripped.resize (f.size () - kHmacSize);
-  stripped[7] &= (uint8_t) ~kFlagHmac;
+  stripped[7] &= (uint8_t)~kFlagHmac;
   fix_crc (stripped, 24);
-  EXPECT_EQ (Error::kHmacMissing, decode (stripped.data (), stripped.size (), Limits (), key, nullptr));
+  EXPECT_EQ (Error::kHmacMissing,
+             decode (stripped.data (), stripped.size (), Limits (), key, nullptr));
 }
 
 TEST (Frame, NonFinitePayloadIsRejected)
 {
-  const float bad[] = {std::numeric_limits<float>::quiet_NaN (),
-                       std::numeric_limits<float>::signaling_NaN (),
-                       std::numeric_limits<float>::infinity (),
-                       -std::numeric_limits<float>::infinity ()};
+  const float bad[] = {
+      std::numeric_limits<float>::quiet_NaN (), std::numeric_limits<float>::signaling_NaN (),
+      std::numeric_limits<float>::infinity (), -std::numeric_limits<float>::infinity ()};
   for (float b : bad) {
     for (size_t pos = 0; pos < 6; pos++) {
       auto v = ramp (6);
@@ -335,7 +341,7 @@ TEST (Frame, RandomGarbageNeverDecodes)
   for (int i = 0; i < 20000; i++) {
     std::vector<uint8_t> g (rng () % 200);
     for (auto &b : g)
-      b = (uint8_t) rng ();
+      b = (uint8_t)rng ();
     if (g.size () >= 4 && (i & 1)) {
       /* Half of them with the right magic and version, to get past the first checks. */
       g[0] = 'P', g[1] = 'I', g[2] = '0', g[3] = 'A';
@@ -390,7 +396,7 @@ TEST (Json, LineParsesBackWithTheSameValues)
     JsonArray *row = json_array_get_array_element (rows, r);
     ASSERT_EQ (json_array_get_length (row), 3u);
     for (guint c = 0; c < 3; c++)
-      EXPECT_EQ ((float) json_array_get_double_element (row, c), v[r * 3 + c]);
+      EXPECT_EQ ((float)json_array_get_double_element (row, c), v[r * 3 + c]);
   }
   g_object_unref (p);
 }
@@ -409,7 +415,8 @@ TEST (Json, HoldWithoutTimesUsesNull)
 
 using namespace pi0safety;
 
-namespace {
+namespace
+{
 const char *kConfig = R"({"joints":["a","b","c"],"lower":[-1,-2,0],"upper":[1,2,0.5],
   "max_step":[0.1,0.5,0.05]})";
 }
@@ -420,7 +427,7 @@ const char *kConfig = R"({"joints":["a","b","c"],"lower":[-1,-2,0],"upper":[1,2,
 static bool
 exact_within (float a, float b, float s)
 {
-  const double x = a, y = -(double) b;
+  const double x = a, y = -(double)b;
   double d = x + y;
   const double bp = d - x;
   double err = (x - (d - bp)) + (y - bp);
@@ -428,8 +435,8 @@ exact_within (float a, float b, float s)
     d = -d;
     err = -err;
   }
-  if (d != (double) s)
-    return d < (double) s;
+  if (d != (double)s)
+    return d < (double)s;
   return err <= 0;
 }
 
@@ -483,15 +490,16 @@ TEST (Safety, CheckChunkRejectsNonFiniteAnywhere)
 {
   std::mt19937 rng (99);
   std::uniform_real_distribution<float> val (-10.f, 10.f);
-  const float bad[] = {std::numeric_limits<float>::quiet_NaN (),
-                       std::numeric_limits<float>::signaling_NaN (), -std::numeric_limits<float>::quiet_NaN (),
-                       std::numeric_limits<float>::infinity (), -std::numeric_limits<float>::infinity ()};
+  const float bad[] = {
+      std::numeric_limits<float>::quiet_NaN (), std::numeric_limits<float>::signaling_NaN (),
+      -std::numeric_limits<float>::quiet_NaN (), std::numeric_limits<float>::infinity (),
+      -std::numeric_limits<float>::infinity ()};
   std::vector<float> buf;
   int rejected = 0, injected = 0;
   /* 10^5 random chunks, each with 1-3 non-finite values at random places. */
   for (int i = 0; i < 100000; i++) {
     unsigned h = 1 + rng () % 50, d = 1 + rng () % 32;
-    buf.resize ((size_t) h * d);
+    buf.resize ((size_t)h * d);
     for (auto &x : buf)
       x = val (rng);
     unsigned nbad = 1 + rng () % 3;
@@ -548,8 +556,8 @@ TEST (Safety, LimitActionRespectsLimitsAndStepProperty)
     unsigned expect_changed = 0;
     for (int j = 0; j < 3; j++) {
       /* The oracle, in double. */
-      ASSERT_GE ((double) out[j], (double) cfg.lower[j]);
-      ASSERT_LE ((double) out[j], (double) cfg.upper[j]);
+      ASSERT_GE ((double)out[j], (double)cfg.lower[j]);
+      ASSERT_LE ((double)out[j], (double)cfg.upper[j]);
       if (have_prev) {
         ASSERT_TRUE (exact_within (out[j], prev[j], cfg.max_step[j]))
             << "joint " << j << " prev " << prev[j] << " in " << in[j] << " out " << out[j];

@@ -18,7 +18,8 @@
 
 using namespace pi0sinktest;
 
-namespace {
+namespace
+{
 
 const char *kKey = "robot key";
 
@@ -33,9 +34,9 @@ frame (uint64_t session, uint64_t seq, std::vector<float> v, unsigned dim, const
   h.seq = seq;
   h.chunk_id = seq;
   h.step_period_ns = 20000000;
-  h.steps = (uint16_t) (v.size () / dim);
+  h.steps = (uint16_t)(v.size () / dim);
   h.chunk_steps = h.steps;
-  h.dim = (uint16_t) dim;
+  h.dim = (uint16_t)dim;
   std::vector<uint8_t> out;
   pi0proto::encode (h, v.data (), key, out);
   return out;
@@ -49,7 +50,7 @@ public:
     sock_ = g_socket_new (G_SOCKET_FAMILY_IPV4, tcp ? G_SOCKET_TYPE_STREAM : G_SOCKET_TYPE_DATAGRAM,
                           tcp ? G_SOCKET_PROTOCOL_TCP : G_SOCKET_PROTOCOL_UDP, nullptr);
     GInetAddress *lo = g_inet_address_new_loopback (G_SOCKET_FAMILY_IPV4);
-    addr_ = g_inet_socket_address_new (lo, (guint16) port);
+    addr_ = g_inet_socket_address_new (lo, (guint16)port);
     g_object_unref (lo);
     if (tcp)
       ok_ = g_socket_connect (sock_, addr_, nullptr, nullptr);
@@ -65,8 +66,8 @@ public:
   void send (const std::vector<uint8_t> &b)
   {
     GError *e = nullptr;
-    gssize n = g_socket_send_to (sock_, addr_, (const gchar *) b.data (), b.size (), nullptr, &e);
-    EXPECT_EQ (n, (gssize) b.size ()) << (e ? e->message : "");
+    gssize n = g_socket_send_to (sock_, addr_, (const gchar *)b.data (), b.size (), nullptr, &e);
+    EXPECT_EQ (n, (gssize)b.size ()) << (e ? e->message : "");
     g_clear_error (&e);
   }
   /* Close with RST instead of FIN: what a crashed or killed sender looks like. */
@@ -102,14 +103,15 @@ TEST (RobotSim, MalformedDatagramsAreRejectedWithTheirReason)
 {
   TempDir dir;
   SimProc sim;
-  ASSERT_TRUE (sim.start ({"--proto=udp", "--port=0", std::string ("--key=") + kKey, "--dim=3", "--max-frame=2000"},
-                          dir.file ("sim.jsonl")));
+  ASSERT_TRUE (sim.start (
+      {"--proto=udp", "--port=0", std::string ("--key=") + kKey, "--dim=3", "--max-frame=2000"},
+      dir.file ("sim.jsonl")));
   Client c (false, sim.port ());
   const std::vector<float> row = {0.1f, 0.2f, 0.3f};
   std::vector<std::pair<std::vector<uint8_t>, std::string>> cases;
   std::vector<uint8_t> garbage (100);
   for (size_t i = 0; i < garbage.size (); i++)
-    garbage[i] = (uint8_t) (i * 37 + 11);
+    garbage[i] = (uint8_t)(i * 37 + 11);
   cases.push_back ({garbage, "bad-magic"});
   cases.push_back ({std::vector<uint8_t> (10, 0), "truncated"});
   cases.push_back ({frame (7, 1, row, 3, ""), "hmac-missing"});
@@ -121,11 +123,13 @@ TEST (RobotSim, MalformedDatagramsAreRejectedWithTheirReason)
   ver[4] = 9;
   cases.push_back ({ver, "bad-version"});
   auto huge = frame (7, 1, row, 3, kKey);
-  huge[64] = 0x00, huge[65] = 0x10, huge[66] = 0x00, huge[67] = 0x01, huge[60] = 0x00, huge[61] = 0x10;
+  huge[64] = 0x00, huge[65] = 0x10, huge[66] = 0x00, huge[67] = 0x01, huge[60] = 0x00,
+  huge[61] = 0x10;
   cases.push_back ({huge, "too-large"});
   cases.push_back ({std::vector<uint8_t> (3000, 0x41), "too-large"});
   /* Non-finite payload with a correct CRC and HMAC: only the finiteness check catches it. */
-  cases.push_back ({frame (7, 1, {0.1f, std::numeric_limits<float>::quiet_NaN (), 0.3f}, 3, kKey), "non-finite"});
+  cases.push_back ({frame (7, 1, {0.1f, std::numeric_limits<float>::quiet_NaN (), 0.3f}, 3, kKey),
+                    "non-finite"});
   auto trailing = frame (7, 1, row, 3, kKey);
   trailing.push_back (0);
   cases.push_back ({trailing, "trailing-bytes"});
@@ -163,10 +167,11 @@ TEST (RobotSim, LimitViolationsAreRefusedWhenTheSimulatorKnowsTheRobot)
 {
   TempDir dir;
   SimProc sim;
-  ASSERT_TRUE (sim.start ({"--proto=udp", "--port=0", "--robot-config=" +
-                                                         dir.file ("r.json", R"({"joints":["a","b"],"lower":[-1,-1],
+  ASSERT_TRUE (
+      sim.start ({"--proto=udp", "--port=0",
+                  "--robot-config=" + dir.file ("r.json", R"({"joints":["a","b"],"lower":[-1,-1],
                                                            "upper":[1,1],"max_step":[1,1]})")},
-                          dir.file ("sim.jsonl")));
+                 dir.file ("sim.jsonl")));
   Client c (false, sim.port ());
   c.send (frame (3, 1, {0.5f, 1.5f}, 2, ""));
   c.send (frame (3, 2, {0.5f, 0.5f}, 2, ""));
@@ -186,7 +191,7 @@ TEST (RobotSim, TcpFrameCutByCloseOrResetIsNeverExecuted)
     Client c (true, sim.port ());
     ASSERT_TRUE (c.ok ());
     std::vector<uint8_t> bytes = whole;
-    bytes.insert (bytes.end (), next.begin (), next.begin () + (long) next.size () / 2);
+    bytes.insert (bytes.end (), next.begin (), next.begin () + (long)next.size () / 2);
     c.send (bytes);
     ASSERT_TRUE (sim.wait_count ("execute", 2)); /* the two rows of the whole frame */
     c.close ();
@@ -199,7 +204,8 @@ TEST (RobotSim, TcpFrameCutByCloseOrResetIsNeverExecuted)
     std::vector<uint8_t> bytes (next.begin (), next.begin () + 40);
     c.send (bytes);
     ASSERT_TRUE (sim.wait_count ("connected", 2));
-    g_usleep (20000); /* let the 40 bytes reach the simulator's buffer (the check below holds either way) */
+    g_usleep (
+        20000); /* let the 40 bytes reach the simulator's buffer (the check below holds either way) */
     c.reset ();
   }
   ASSERT_TRUE (sim.wait_count ("disconnected", 2));
@@ -259,9 +265,11 @@ TEST (RobotSim, ExitsCleanlyOnSigintAndAfterDuration)
 
 /* ---- the modes, against the real sink ---------------------------------------------------- */
 
-namespace {
+namespace
+{
 
-const char *kRobot = R"({"joints":["a","b","c"],"lower":[-10,-10,-10],"upper":[10,10,10],"max_step":[1,1,1]})";
+const char *kRobot =
+    R"({"joints":["a","b","c"],"lower":[-10,-10,-10],"upper":[10,10,10],"max_step":[1,1,1]})";
 
 GstElement *
 make_sink (TempDir &dir, const std::string &props, pi0test::HarnessPtr &h)
@@ -281,7 +289,7 @@ chunk (guint horizon)
 {
   std::vector<float> v;
   for (guint i = 0; i < horizon * 3; i++)
-    v.push_back (0.01f * (float) (i / 3));
+    v.push_back (0.01f * (float)(i / 3));
   return v;
 }
 
@@ -314,9 +322,11 @@ TEST (RobotSimModes, HostileRobotResetsAndTalksBackTheSinkSurvives)
   SimProc sim;
   ASSERT_TRUE (sim.start ({"--proto=tcp", "--port=0", "--mode=hostile"}, dir.file ("sim.jsonl")));
   pi0test::HarnessPtr h;
-  GstElement *sink = make_sink (dir, "mode=chunk reconnect-min=1000000 reconnect-max=5000000 target=tcp://127.0.0.1:" +
-                                         std::to_string (sim.port ()),
-                                h);
+  GstElement *sink =
+      make_sink (dir,
+                 "mode=chunk reconnect-min=1000000 reconnect-max=5000000 target=tcp://127.0.0.1:" +
+                     std::to_string (sim.port ()),
+                 h);
   guint64 seq = 0;
   ASSERT_TRUE (sim.wait_for ([&] {
     EXPECT_EQ (GST_FLOW_OK, gst_harness_push (h.get (), make_chunk (5, 3, chunk (5), ++seq, 0)));
@@ -335,7 +345,9 @@ TEST (RobotSimModes, SlowRobotGetsEveryFrameItAcceptsInOrder)
   SimProc sim;
   ASSERT_TRUE (sim.start ({"--proto=tcp", "--port=0", "--mode=slow"}, dir.file ("sim.jsonl")));
   pi0test::HarnessPtr h;
-  GstElement *sink = make_sink (dir, "mode=chunk max-send-buffer=8192 target=tcp://127.0.0.1:" + std::to_string (sim.port ()), h);
+  GstElement *sink = make_sink (
+      dir, "mode=chunk max-send-buffer=8192 target=tcp://127.0.0.1:" + std::to_string (sim.port ()),
+      h);
   guint64 seq = 0;
   for (int i = 0; i < 300; i++) {
     ASSERT_EQ (GST_FLOW_OK, gst_harness_push (h.get (), make_chunk (20, 3, chunk (20), ++seq, 0)));
@@ -352,7 +364,8 @@ TEST (RobotSimModes, DeadUdpRobotDoesNotStallTheSink)
   SimProc sim;
   ASSERT_TRUE (sim.start ({"--proto=udp", "--port=0", "--mode=dead"}, dir.file ("sim.jsonl")));
   pi0test::HarnessPtr h;
-  GstElement *sink = make_sink (dir, "mode=chunk target=udp://127.0.0.1:" + std::to_string (sim.port ()), h);
+  GstElement *sink =
+      make_sink (dir, "mode=chunk target=udp://127.0.0.1:" + std::to_string (sim.port ()), h);
   for (guint64 i = 1; i <= 3000; i++)
     ASSERT_EQ (GST_FLOW_OK, gst_harness_push (h.get (), make_chunk (20, 3, chunk (20), i, 0)));
   EXPECT_GT (stat (sink, "frames"), 0u);

@@ -15,7 +15,8 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace
+{
 
 void
 check (bool ok)
@@ -39,7 +40,7 @@ one_frame (const uint8_t *data, size_t size, const std::string &key, const pi0pr
     return;
   }
   check (announced == size && size <= lim.max_frame_size);
-  check (f.values.size () == (size_t) f.header.steps * f.header.dim);
+  check (f.values.size () == (size_t)f.header.steps * f.header.dim);
   for (float v : f.values) {
     uint32_t bits;
     memcpy (&bits, &v, 4);
@@ -48,7 +49,7 @@ one_frame (const uint8_t *data, size_t size, const std::string &key, const pi0pr
   std::vector<uint8_t> again;
   pi0proto::encode (f.header, f.values.data (), key, again);
   check (again.size () == size && memcmp (again.data (), data, size) == 0);
-  (void) pi0proto::to_json (f.header, f.values.data (), "fuzz");
+  (void)pi0proto::to_json (f.header, f.values.data (), "fuzz");
 }
 
 /* The TCP reader's loop: header first, then wait for the announced size. */
@@ -63,7 +64,7 @@ as_stream (const uint8_t *data, size_t size, const pi0proto::Limits &lim)
     check (n >= pi0proto::kHeaderSize + pi0proto::kCrcSize);
     if (size - off < n)
       return;
-    (void) pi0proto::decode (data + off, n, lim, "", nullptr);
+    (void)pi0proto::decode (data + off, n, lim, "", nullptr);
     off += n;
   }
 }
@@ -79,17 +80,18 @@ with_valid_checksums (const uint8_t *data, size_t size)
   lim.max_frame_size = 1 << 20;
   size_t n = 0;
   pi0proto::Header h;
-  if (pi0proto::peek_header (f.data (), f.size (), lim, &h, &n) != pi0proto::Error::kOk || n != f.size ())
+  if (pi0proto::peek_header (f.data (), f.size (), lim, &h, &n) != pi0proto::Error::kOk ||
+      n != f.size ())
     return;
   const bool hmac = (h.flags & pi0proto::kFlagHmac) != 0;
   const size_t crc_off = n - pi0proto::kCrcSize - (hmac ? pi0proto::kHmacSize : 0);
   const uint32_t c = pi0proto::crc32 (f.data (), crc_off);
   for (int i = 0; i < 4; i++)
-    f[crc_off + i] = (uint8_t) (c >> (8 * i));
+    f[crc_off + i] = (uint8_t)(c >> (8 * i));
   if (hmac) {
     /* Re-encoding from the parsed header gives the same bytes with a correct trailer; then
      * let the fuzzer's payload bits (possibly NaN) through unchanged. */
-    std::vector<float> vals ((size_t) h.steps * h.dim);
+    std::vector<float> vals ((size_t)h.steps * h.dim);
     if (!vals.empty ())
       memcpy (vals.data (), f.data () + pi0proto::kHeaderSize, vals.size () * 4);
     std::vector<uint8_t> g;

@@ -32,7 +32,8 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace
+{
 
 volatile sig_atomic_t quit_signal = 0;
 
@@ -62,16 +63,13 @@ mono_ns ()
 {
   struct timespec ts;
   clock_gettime (CLOCK_MONOTONIC, &ts);
-  return (uint64_t) ts.tv_sec * 1000000000ull + (uint64_t) ts.tv_nsec;
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 class Sim
 {
 public:
-  explicit Sim (const Options &o) : o_ (o)
-  {
-    limits_.max_frame_size = o.max_frame;
-  }
+  explicit Sim (const Options &o) : o_ (o) { limits_.max_frame_size = o.max_frame; }
 
   bool init (std::string *err)
   {
@@ -95,7 +93,7 @@ public:
     struct sockaddr_in sa;
     memset (&sa, 0, sizeof sa);
     sa.sin_family = AF_INET;
-    sa.sin_port = htons ((uint16_t) o_.port);
+    sa.sin_port = htons ((uint16_t)o_.port);
     if (inet_pton (AF_INET, o_.bind.c_str (), &sa.sin_addr) != 1) {
       *err = "--bind must be a numeric IPv4 address";
       return false;
@@ -107,7 +105,7 @@ public:
     }
     int one = 1;
     setsockopt (fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (bind (fd_, (struct sockaddr *) &sa, sizeof sa) != 0) {
+    if (bind (fd_, (struct sockaddr *)&sa, sizeof sa) != 0) {
       *err = std::string ("bind: ") + strerror (errno);
       return false;
     }
@@ -116,12 +114,14 @@ public:
       return false;
     }
     socklen_t len = sizeof sa;
-    getsockname (fd_, (struct sockaddr *) &sa, &len);
+    getsockname (fd_, (struct sockaddr *)&sa, &len);
     port_ = ntohs (sa.sin_port);
     char line[256];
     snprintf (line, sizeof line,
-              "{\"event\":\"listening\",\"proto\":\"%s\",\"address\":\"%s\",\"port\":%d,\"mode\":\"%s\",\"hmac\":%s}",
-              o_.proto.c_str (), o_.bind.c_str (), port_, mode_name (), o_.key.empty () ? "false" : "true");
+              "{\"event\":\"listening\",\"proto\":\"%s\",\"address\":\"%s\",\"port\":%d,\"mode\":"
+              "\"%s\",\"hmac\":%s}",
+              o_.proto.c_str (), o_.bind.c_str (), port_, mode_name (),
+              o_.key.empty () ? "false" : "true");
     printf ("%s\n", line);
     fflush (stdout);
     if (log_ != stdout)
@@ -131,7 +131,7 @@ public:
 
   int run ()
   {
-    const uint64_t end = o_.duration > 0 ? mono_ns () + (uint64_t) (o_.duration * 1e9) : 0;
+    const uint64_t end = o_.duration > 0 ? mono_ns () + (uint64_t)(o_.duration * 1e9) : 0;
     while (!quit_signal && (end == 0 || mono_ns () < end)) {
       struct pollfd pf[2];
       int n = 0;
@@ -140,7 +140,7 @@ public:
       }
       if (conn_ >= 0 && o_.mode != Mode::kDead)
         pf[n++] = {conn_, POLLIN, 0};
-      int r = poll (pf, (nfds_t) n, 50);
+      int r = poll (pf, (nfds_t)n, 50);
       if (r < 0 && errno != EINTR)
         break;
       if (r <= 0)
@@ -164,7 +164,7 @@ public:
     snprintf (line, sizeof line,
               "{\"event\":\"exit\",\"signal\":%d,\"frames\":%" PRIu64 ",\"executed\":%" PRIu64
               ",\"rejected\":%" PRIu64 ",\"partial\":%" PRIu64 ",\"sessions\":%" PRIu64 "}",
-              (int) quit_signal, frames_, executed_, rejected_, partial_, sessions_);
+              (int)quit_signal, frames_, executed_, rejected_, partial_, sessions_);
     emit (line);
     if (log_ && log_ != stdout)
       fclose (log_);
@@ -177,10 +177,14 @@ private:
   const char *mode_name () const
   {
     switch (o_.mode) {
-      case Mode::kNormal: return "normal";
-      case Mode::kSlow: return "slow";
-      case Mode::kDead: return "dead";
-      case Mode::kHostile: return "hostile";
+      case Mode::kNormal:
+        return "normal";
+      case Mode::kSlow:
+        return "slow";
+      case Mode::kDead:
+        return "dead";
+      case Mode::kHostile:
+        return "hostile";
     }
     return "?";
   }
@@ -196,7 +200,8 @@ private:
   {
     rejected_++;
     char line[160];
-    snprintf (line, sizeof line, "{\"event\":\"reject\",\"reason\":\"%s\",\"bytes\":%zu}", reason, bytes);
+    snprintf (line, sizeof line, "{\"event\":\"reject\",\"reason\":\"%s\",\"bytes\":%zu}", reason,
+              bytes);
     emit (line);
   }
 
@@ -205,7 +210,7 @@ private:
     std::string s = "[";
     char b[32];
     for (size_t i = 0; i < n; i++) {
-      snprintf (b, sizeof b, "%s%.9g", i ? "," : "", (double) v[i]);
+      snprintf (b, sizeof b, "%s%.9g", i ? "," : "", (double)v[i]);
       s += b;
     }
     return s + "]";
@@ -215,11 +220,11 @@ private:
   {
     uint8_t junk[64];
     for (auto &b : junk)
-      b = (uint8_t) g_random_int ();
+      b = (uint8_t)g_random_int ();
     if (to)
-      (void) sendto (fd, junk, sizeof junk, MSG_NOSIGNAL | MSG_DONTWAIT, to, tolen);
+      (void)sendto (fd, junk, sizeof junk, MSG_NOSIGNAL | MSG_DONTWAIT, to, tolen);
     else
-      (void) send (fd, junk, sizeof junk, MSG_NOSIGNAL | MSG_DONTWAIT);
+      (void)send (fd, junk, sizeof junk, MSG_NOSIGNAL | MSG_DONTWAIT);
   }
 
   /* One complete, exactly-sized candidate frame. */
@@ -244,7 +249,8 @@ private:
       chunk_base_.clear ();
       sessions_++;
       char line[128];
-      snprintf (line, sizeof line, "{\"event\":\"session\",\"session\":\"%016" PRIx64 "\"}", session_);
+      snprintf (line, sizeof line, "{\"event\":\"session\",\"session\":\"%016" PRIx64 "\"}",
+                session_);
       emit (line);
     } else if (h.seq <= last_seq_) {
       reject ("old-seq", len);
@@ -252,7 +258,7 @@ private:
     }
     if (have_cfg_ && h.steps > 0) {
       for (size_t i = 0; i < f.values.size (); i++) {
-        const unsigned j = (unsigned) (i % h.dim);
+        const unsigned j = (unsigned)(i % h.dim);
         if (f.values[i] < cfg_.lower[j] || f.values[i] > cfg_.upper[j]) {
           reject ("limit", len);
           return;
@@ -264,14 +270,17 @@ private:
     const uint64_t now = mono_ns ();
     char head[256];
     snprintf (head, sizeof head,
-              "\"session\":\"%016" PRIx64 "\",\"seq\":%" PRIu64 ",\"chunk_id\":%" PRIu64 ",\"recv_ns\":%" PRIu64,
+              "\"session\":\"%016" PRIx64 "\",\"seq\":%" PRIu64 ",\"chunk_id\":%" PRIu64
+              ",\"recv_ns\":%" PRIu64,
               h.session_id, h.seq, h.chunk_id, now);
     switch (h.kind) {
       case pi0proto::Kind::kHello:
-        emit (std::string ("{\"event\":\"hello\",") + head + ",\"dim\":" + std::to_string (h.dim) + "}");
+        emit (std::string ("{\"event\":\"hello\",") + head + ",\"dim\":" + std::to_string (h.dim) +
+              "}");
         break;
       case pi0proto::Kind::kHold:
-        emit (std::string ("{\"event\":\"hold\",") + head + ",\"values\":" + values_json (f.values.data (), f.values.size ()) + "}");
+        emit (std::string ("{\"event\":\"hold\",") + head +
+              ",\"values\":" + values_json (f.values.data (), f.values.size ()) + "}");
         break;
       case pi0proto::Kind::kStop:
         emit (std::string ("{\"event\":\"stop\",") + head + "}");
@@ -291,12 +300,13 @@ private:
           }
         }
         for (uint32_t r = 0; r < h.steps; r++) {
-          const uint64_t at = base + (uint64_t) (h.step_index + r - base_step) * h.step_period_ns;
+          const uint64_t at = base + (uint64_t)(h.step_index + r - base_step) * h.step_period_ns;
           char row[160];
-          snprintf (row, sizeof row, ",\"step_index\":%u,\"at_ns\":%" PRIu64 ",\"clamped\":%s,\"values\":", h.step_index + r,
-                    at, (h.flags & pi0proto::kFlagClamped) ? "true" : "false");
+          snprintf (row, sizeof row,
+                    ",\"step_index\":%u,\"at_ns\":%" PRIu64 ",\"clamped\":%s,\"values\":",
+                    h.step_index + r, at, (h.flags & pi0proto::kFlagClamped) ? "true" : "false");
           emit (std::string ("{\"event\":\"execute\",") + head + row +
-                values_json (f.values.data () + (size_t) r * h.dim, h.dim) + "}");
+                values_json (f.values.data () + (size_t)r * h.dim, h.dim) + "}");
           executed_++;
         }
         break;
@@ -311,18 +321,19 @@ private:
     std::vector<uint8_t> buf (limits_.max_frame_size + 1);
     struct sockaddr_storage from;
     socklen_t fromlen = sizeof from;
-    ssize_t n = recvfrom (fd_, buf.data (), buf.size (), MSG_TRUNC, (struct sockaddr *) &from, &fromlen);
+    ssize_t n =
+        recvfrom (fd_, buf.data (), buf.size (), MSG_TRUNC, (struct sockaddr *)&from, &fromlen);
     if (n < 0)
       return;
     if (o_.mode == Mode::kSlow)
       g_usleep (20000);
-    if ((size_t) n > limits_.max_frame_size) {
-      reject ("too-large", (size_t) n);
+    if ((size_t)n > limits_.max_frame_size) {
+      reject ("too-large", (size_t)n);
       return;
     }
-    handle_frame (buf.data (), (size_t) n);
+    handle_frame (buf.data (), (size_t)n);
     if (o_.mode == Mode::kHostile)
-      send_garbage (fd_, (struct sockaddr *) &from, fromlen);
+      send_garbage (fd_, (struct sockaddr *)&from, fromlen);
   }
 
   void accept_conn ()
@@ -354,7 +365,8 @@ private:
     if (!rbuf_.empty ()) {
       partial_++;
       char line[128];
-      snprintf (line, sizeof line, "{\"event\":\"partial\",\"bytes\":%zu,\"why\":\"%s\"}", rbuf_.size (), why);
+      snprintf (line, sizeof line, "{\"event\":\"partial\",\"bytes\":%zu,\"why\":\"%s\"}",
+                rbuf_.size (), why);
       emit (line);
     }
     rbuf_.clear ();
@@ -391,7 +403,8 @@ private:
     size_t off = 0;
     while (rbuf_.size () - off >= pi0proto::kHeaderSize) {
       size_t size = 0;
-      pi0proto::Error e = pi0proto::peek_header (rbuf_.data () + off, rbuf_.size () - off, limits_, nullptr, &size);
+      pi0proto::Error e =
+          pi0proto::peek_header (rbuf_.data () + off, rbuf_.size () - off, limits_, nullptr, &size);
       if (e != pi0proto::Error::kOk) {
         reject (pi0proto::error_name (e), rbuf_.size () - off);
         rbuf_.clear ();
@@ -405,12 +418,12 @@ private:
       frames_on_conn_++;
       if (o_.mode == Mode::kHostile && frames_on_conn_ % 3 == 0) {
         send_garbage (conn_, nullptr, 0);
-        rbuf_.erase (rbuf_.begin (), rbuf_.begin () + (long) off);
+        rbuf_.erase (rbuf_.begin (), rbuf_.begin () + (long)off);
         reset_conn ();
         return;
       }
     }
-    rbuf_.erase (rbuf_.begin (), rbuf_.begin () + (long) off);
+    rbuf_.erase (rbuf_.begin (), rbuf_.begin () + (long)off);
   }
 
   Options o_;
@@ -438,20 +451,26 @@ main (int argc, char **argv)
   Options o;
   gchar *proto = nullptr, *bind_addr = nullptr, *key = nullptr, *key_file = nullptr, *log = nullptr,
         *mode = nullptr, *robot = nullptr;
-  gint port = o.port, dim = 0, max_frame = (gint) o.max_frame;
+  gint port = o.port, dim = 0, max_frame = (gint)o.max_frame;
   gdouble duration = 0;
   GOptionEntry entries[] = {
       {"proto", 0, 0, G_OPTION_ARG_STRING, &proto, "udp (default) or tcp", "P"},
-      {"bind", 0, 0, G_OPTION_ARG_STRING, &bind_addr, "IPv4 address to listen on (default 127.0.0.1)", "IP"},
+      {"bind", 0, 0, G_OPTION_ARG_STRING, &bind_addr,
+       "IPv4 address to listen on (default 127.0.0.1)", "IP"},
       {"port", 0, 0, G_OPTION_ARG_INT, &port, "port (default 9870; 0 = any free port)", "N"},
-      {"key", 0, 0, G_OPTION_ARG_STRING, &key, "HMAC key: frames must carry a valid HMAC-SHA256", "K"},
+      {"key", 0, 0, G_OPTION_ARG_STRING, &key, "HMAC key: frames must carry a valid HMAC-SHA256",
+       "K"},
       {"key-file", 0, 0, G_OPTION_ARG_FILENAME, &key_file, "read the HMAC key from a file", "FILE"},
-      {"log", 0, 0, G_OPTION_ARG_FILENAME, &log, "write JSON-lines events here instead of stdout", "FILE"},
+      {"log", 0, 0, G_OPTION_ARG_FILENAME, &log, "write JSON-lines events here instead of stdout",
+       "FILE"},
       {"mode", 0, 0, G_OPTION_ARG_STRING, &mode, "normal, slow, dead or hostile", "M"},
-      {"duration", 0, 0, G_OPTION_ARG_DOUBLE, &duration, "exit after this many seconds (0 = run until signalled)", "S"},
-      {"max-frame", 0, 0, G_OPTION_ARG_INT, &max_frame, "largest frame accepted, bytes (default 65536)", "B"},
+      {"duration", 0, 0, G_OPTION_ARG_DOUBLE, &duration,
+       "exit after this many seconds (0 = run until signalled)", "S"},
+      {"max-frame", 0, 0, G_OPTION_ARG_INT, &max_frame,
+       "largest frame accepted, bytes (default 65536)", "B"},
       {"dim", 0, 0, G_OPTION_ARG_INT, &dim, "expected number of joints (0 = any)", "N"},
-      {"robot-config", 0, 0, G_OPTION_ARG_FILENAME, &robot, "reject frames outside these joint limits", "FILE"},
+      {"robot-config", 0, 0, G_OPTION_ARG_FILENAME, &robot,
+       "reject frames outside these joint limits", "FILE"},
       {nullptr, 0, 0, G_OPTION_ARG_NONE, nullptr, nullptr, nullptr}};
   GOptionContext *ctx = g_option_context_new ("- robot simulator for pi0actionsink");
   g_option_context_add_main_entries (ctx, entries, nullptr);
@@ -484,8 +503,8 @@ main (int argc, char **argv)
     o.robot_config = robot;
   o.port = port;
   o.duration = duration;
-  o.dim = dim > 0 ? (unsigned) dim : 0;
-  o.max_frame = max_frame > (gint) (pi0proto::kHeaderSize + 4) ? (size_t) max_frame : o.max_frame;
+  o.dim = dim > 0 ? (unsigned)dim : 0;
+  o.max_frame = max_frame > (gint)(pi0proto::kHeaderSize + 4) ? (size_t)max_frame : o.max_frame;
   const std::string m = mode ? mode : "normal";
   if (m == "normal")
     o.mode = Mode::kNormal;
