@@ -5,6 +5,8 @@
 
 #include "gstpi0elements.h"
 
+#include "gstcudaprep.h"
+
 gboolean
 gst_pi0_elements_register (GstPlugin *plugin)
 {
@@ -12,5 +14,6 @@ gst_pi0_elements_register (GstPlugin *plugin)
 
   /* Every element registers even without CUDA or LibTorch, so gst-inspect, caps and property
    * tests work everywhere; elements that cannot run fail in start() with a clear error. */
+  ok &= GST_ELEMENT_REGISTER (cudaprep, plugin);
   return ok;
 }
