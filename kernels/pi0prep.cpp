@@ -16,6 +16,10 @@
 #include <thread>
 #include <vector>
 
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 namespace pi0prep {
 
 const char *
@@ -190,7 +194,7 @@ compute_geometry (const Params &p, int in_w, int in_h)
 }
 
 AxisWeights
-antialias_weights (int in_size, double in0, double in1, int out_size)
+antialias_weights (int in_size, double in0, double in1, int out_size, int bits)
 {
   /* PIL's precompute_coeffs + normalize_coeffs_8bpc for the bilinear (triangle) filter. */
   AxisWeights a;
@@ -198,6 +202,7 @@ antialias_weights (int in_size, double in0, double in1, int out_size)
   const double filterscale = std::max (scale, 1.0);
   const double support = 1.0 * filterscale;
   a.out_size = out_size;
+  a.bits = bits;
   a.ksize = static_cast<int> (std::ceil (support)) * 2 + 1;
   a.first.resize (out_size);
   a.count.resize (out_size);
@@ -223,8 +228,8 @@ antialias_weights (int in_size, double in0, double in1, int out_size)
     for (int x = 0; x < xmax; x++) {
       double v = ww != 0.0 ? k[x] / ww : k[x];
       a.coeffs[static_cast<size_t> (xx) * a.ksize + x] =
-          v < 0 ? static_cast<int32_t> (-0.5 + v * (1 << kPrecisionBits))
-                : static_cast<int32_t> (0.5 + v * (1 << kPrecisionBits));
+          v < 0 ? static_cast<int32_t> (-0.5 + v * (1 << bits))
+                : static_cast<int32_t> (0.5 + v * (1 << bits));
     }
     a.first[xx] = xmin;
     a.count[xx] = std::max (xmax, 0);
@@ -342,27 +347,39 @@ ThreadPool::run (int n_tasks, const std::function<void (int)> &fn)
 namespace {
 
 inline uint8_t
-clip8 (int32_t ss)
+clip8 (int32_t ss, int bits)
 {
-  if (ss >= (1 << kPrecisionBits << 8))
+  if (ss >= (1 << bits << 8))
     return 255;
   if (ss <= 0)
     return 0;
-  return static_cast<uint8_t> (ss >> kPrecisionBits);
+  return static_cast<uint8_t> (ss >> bits);
 }
 
+/* floor (v + 0.5) clamped to 0..255, without a libm call (no SSE4.1 roundss on baseline x86-64). */
 inline uint8_t
 round8 (float v)
 {
-  v = std::floor (v + 0.5f);
-  return static_cast<uint8_t> (v < 0.f ? 0.f : v > 255.f ? 255.f : v);
+  const float f = v + 0.5f;
+  if (!(f > 0.f))
+    return 0;
+  if (f >= 255.f)
+    return 255;
+  return static_cast<uint8_t> (static_cast<int> (f));
 }
 
-/* One row of YUV converted to packed RGB. */
+/* One row of YUV converted to packed RGB, columns [x0, x1). The coefficients are multiples of
+ * 2^-14 (make_yuv_matrix), so this integer form equals floor(v + 0.5) of the float formula
+ * exactly, which is what the CUDA kernel and the test reference compute. */
 void
-yuv_row_to_rgb (const Image &img, int y, uint8_t *dst)
+yuv_row_to_rgb (const Image &img, int y, uint8_t *dst, int x0 = 0, int x1 = -1)
 {
   const YuvMatrix &m = img.yuv;
+  if (x1 < 0)
+    x1 = img.width;
+  const int ys = static_cast<int> (m.ys * 16384.f), rv = static_cast<int> (m.rv * 16384.f),
+            gu = static_cast<int> (m.gu * 16384.f), gv = static_cast<int> (m.gv * 16384.f),
+            bu = static_cast<int> (m.bu * 16384.f), yo = static_cast<int> (m.y_offset);
   const uint8_t *Y = img.planes[0] + img.strides[0] * y;
   const uint8_t *U, *V;
   int cstep;
@@ -375,19 +392,89 @@ yuv_row_to_rgb (const Image &img, int y, uint8_t *dst)
     V = img.planes[2] + img.strides[2] * (y / 2);
     cstep = 1;
   }
-  for (int x = 0; x < img.width; x++) {
-    const float yy = m.ys * (Y[x] - m.y_offset);
-    const float u = U[(x / 2) * cstep] - 128.f, v = V[(x / 2) * cstep] - 128.f;
-    dst[3 * x + 0] = round8 (yy + m.rv * v);
-    dst[3 * x + 1] = round8 (yy - m.gu * u - m.gv * v);
-    dst[3 * x + 2] = round8 (yy + m.bu * u);
+  auto clamp8 = [] (int v) { return static_cast<uint8_t> (v < 0 ? 0 : v > 255 ? 255 : v); };
+  for (int x = x0; x < x1; x++) {
+    const int yy = ys * (Y[x] - yo) + 8192;
+    const int u = U[(x / 2) * cstep] - 128, v = V[(x / 2) * cstep] - 128;
+    dst[3 * x + 0] = clamp8 ((yy + rv * v) >> 14);
+    dst[3 * x + 1] = clamp8 ((yy - gu * u - gv * v) >> 14);
+    dst[3 * x + 2] = clamp8 ((yy + bu * u) >> 14);
+  }
+}
+
+/* One row of YUV converted to three planar rows (R, G, B), same arithmetic as above. Pairs of
+ * pixels share a chroma sample, which keeps the loop free of per-pixel index math so that it
+ * vectorizes. */
+#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
+#define PI0_MULTIVERSION __attribute__ ((target_clones ("avx2", "default")))
+#else
+#define PI0_MULTIVERSION
+#endif
+
+template <int CSTEP>
+inline __attribute__ ((always_inline)) void
+yuv_pairs (const uint8_t *__restrict Y, const uint8_t *__restrict U, const uint8_t *__restrict V,
+           int pairs, int ys, int yo, int rv, int gu, int gv, int bu, uint8_t *__restrict R,
+           uint8_t *__restrict G, uint8_t *__restrict B)
+{
+  for (int i = 0; i < pairs; i++) {
+    const int u = U[CSTEP * i] - 128, v = V[CSTEP * i] - 128;
+    const int rc = rv * v + 8192, gc = 8192 - gu * u - gv * v, bc = bu * u + 8192;
+    const int y0 = ys * (Y[2 * i] - yo), y1 = ys * (Y[2 * i + 1] - yo);
+    R[2 * i] = static_cast<uint8_t> (std::min (std::max ((y0 + rc) >> 14, 0), 255));
+    R[2 * i + 1] = static_cast<uint8_t> (std::min (std::max ((y1 + rc) >> 14, 0), 255));
+    G[2 * i] = static_cast<uint8_t> (std::min (std::max ((y0 + gc) >> 14, 0), 255));
+    G[2 * i + 1] = static_cast<uint8_t> (std::min (std::max ((y1 + gc) >> 14, 0), 255));
+    B[2 * i] = static_cast<uint8_t> (std::min (std::max ((y0 + bc) >> 14, 0), 255));
+    B[2 * i + 1] = static_cast<uint8_t> (std::min (std::max ((y1 + bc) >> 14, 0), 255));
+  }
+}
+
+PI0_MULTIVERSION void
+yuv_pairs_i420 (const uint8_t *Y, const uint8_t *U, const uint8_t *V, int pairs, int ys, int yo,
+                int rv, int gu, int gv, int bu, uint8_t *R, uint8_t *G, uint8_t *B)
+{
+  yuv_pairs<1> (Y, U, V, pairs, ys, yo, rv, gu, gv, bu, R, G, B);
+}
+
+PI0_MULTIVERSION void
+yuv_pairs_nv12 (const uint8_t *Y, const uint8_t *U, const uint8_t *V, int pairs, int ys, int yo,
+                int rv, int gu, int gv, int bu, uint8_t *R, uint8_t *G, uint8_t *B)
+{
+  yuv_pairs<2> (Y, U, V, pairs, ys, yo, rv, gu, gv, bu, R, G, B);
+}
+
+void
+yuv_row_to_planar (const Image &img, int y, uint8_t *R, uint8_t *G, uint8_t *B)
+{
+  const YuvMatrix &m = img.yuv;
+  const int ys = static_cast<int> (m.ys * 16384.f), rv = static_cast<int> (m.rv * 16384.f),
+            gu = static_cast<int> (m.gu * 16384.f), gv = static_cast<int> (m.gv * 16384.f),
+            bu = static_cast<int> (m.bu * 16384.f), yo = static_cast<int> (m.y_offset);
+  const uint8_t *Y = img.planes[0] + img.strides[0] * y;
+  const uint8_t *C = img.planes[1] + img.strides[1] * (y / 2);
+  const bool i420 = img.format == Format::I420;
+  const uint8_t *Vp = i420 ? img.planes[2] + img.strides[2] * (y / 2) : C + 1;
+  const int w = img.width, pairs = w / 2;
+  if (i420)
+    yuv_pairs_i420 (Y, C, Vp, pairs, ys, yo, rv, gu, gv, bu, R, G, B);
+  else
+    yuv_pairs_nv12 (Y, C, Vp, pairs, ys, yo, rv, gu, gv, bu, R, G, B);
+  if (w & 1) {
+    auto clamp8 = [] (int v) { return static_cast<uint8_t> (v < 0 ? 0 : v > 255 ? 255 : v); };
+    const int x = w - 1, cstep = i420 ? 1 : 2;
+    const int u = C[cstep * (x / 2)] - 128, v = Vp[cstep * (x / 2)] - 128;
+    const int yy = ys * (Y[x] - yo) + 8192;
+    R[x] = clamp8 ((yy + rv * v) >> 14);
+    G[x] = clamp8 ((yy - gu * u - gv * v) >> 14);
+    B[x] = clamp8 ((yy + bu * u) >> 14);
   }
 }
 
 /* Horizontal pass weights laid out per output column over the bytes of B-byte pixels, padded
  * to a multiple of the accumulator block so the inner loop has a fixed length and vectorizes. */
 struct HPlan {
-  int bpp = 3, block = 24, len = 0;
+  int bpp = 3, block = 24, len = 0, bits = kPrecisionBits;
   std::vector<int> start;        /* first byte read, per output column */
   std::vector<int32_t> w;        /* len weights per column */
   bool fits = true;              /* every column's window lies inside the row */
@@ -398,6 +485,7 @@ make_hplan (const AxisWeights &a, int bpp, int row_bytes)
 {
   HPlan h;
   h.bpp = bpp;
+  h.bits = a.bits;
   h.block = bpp == 3 ? 24 : 8;
   h.len = (a.ksize * bpp + h.block - 1) / h.block * h.block;
   h.start.resize (a.out_size);
@@ -425,11 +513,6 @@ make_hplan (const AxisWeights &a, int bpp, int row_bytes)
   return h;
 }
 
-#if defined(__GNUC__) && defined(__x86_64__) && !defined(__clang__)
-#define PI0_MULTIVERSION __attribute__ ((target_clones ("avx2", "default")))
-#else
-#define PI0_MULTIVERSION
-#endif
 
 /* One input row -> three uint8 planes' rows (R, G, B) of the intermediate image. */
 PI0_MULTIVERSION void
@@ -443,13 +526,13 @@ hpass_row_3 (const uint8_t *row, const HPlan &h, int n_out, const int off[3], ui
     for (int blk = 0; blk < h.len; blk += 24)
       for (int q = 0; q < 24; q++)
         acc[q] += static_cast<int32_t> (s[blk + q]) * w[blk + q];
-    int32_t c[3] = {1 << (kPrecisionBits - 1), 1 << (kPrecisionBits - 1),
-                    1 << (kPrecisionBits - 1)};
+    const int32_t half = 1 << (h.bits - 1);
+    int32_t c[3] = {half, half, half};
     for (int q = 0; q < 24; q++)
       c[q % 3] += acc[q];
-    r[j] = clip8 (c[off[0]]);
-    g[j] = clip8 (c[off[1]]);
-    b[j] = clip8 (c[off[2]]);
+    r[j] = clip8 (c[off[0]], h.bits);
+    g[j] = clip8 (c[off[1]], h.bits);
+    b[j] = clip8 (c[off[2]], h.bits);
   }
 }
 
@@ -466,10 +549,10 @@ hpass_row_4 (const uint8_t *row, const HPlan &h, int n_out, const int off[3], ui
         acc[q] += static_cast<int32_t> (s[blk + q]) * w[blk + q];
     int32_t c[4];
     for (int q = 0; q < 4; q++)
-      c[q] = (1 << (kPrecisionBits - 1)) + acc[q] + acc[q + 4];
-    r[j] = clip8 (c[off[0]]);
-    g[j] = clip8 (c[off[1]]);
-    b[j] = clip8 (c[off[2]]);
+      c[q] = (1 << (h.bits - 1)) + acc[q] + acc[q + 4];
+    r[j] = clip8 (c[off[0]], h.bits);
+    g[j] = clip8 (c[off[1]], h.bits);
+    b[j] = clip8 (c[off[2]], h.bits);
   }
 }
 
@@ -483,10 +566,10 @@ hpass_row_1 (const uint8_t *row, const HPlan &h, int n_out, uint8_t *r)
     for (int blk = 0; blk < h.len; blk += 8)
       for (int q = 0; q < 8; q++)
         acc[q] += static_cast<int32_t> (s[blk + q]) * w[blk + q];
-    int32_t c = 1 << (kPrecisionBits - 1);
+    int32_t c = 1 << (h.bits - 1);
     for (int q = 0; q < 8; q++)
       c += acc[q];
-    r[j] = clip8 (c);
+    r[j] = clip8 (c, h.bits);
   }
 }
 
@@ -497,28 +580,28 @@ hpass_row_scalar (const uint8_t *row, const AxisWeights &a, int bpp, const int o
 {
   for (int j = 0; j < a.out_size; j++) {
     const int32_t *w = a.coeffs.data () + static_cast<size_t> (j) * a.ksize;
-    int32_t c[3] = {1 << (kPrecisionBits - 1), 1 << (kPrecisionBits - 1),
-                    1 << (kPrecisionBits - 1)};
+    const int32_t half = 1 << (a.bits - 1);
+    int32_t c[3] = {half, half, half};
     for (int k = 0; k < a.count[j]; k++) {
       const uint8_t *px = row + static_cast<size_t> (a.first[j] + k) * bpp;
       for (int ch = 0; ch < 3; ch++)
         c[ch] += px[off[ch]] * w[k];
     }
-    r[j] = clip8 (c[0]);
-    g[j] = clip8 (c[1]);
-    b[j] = clip8 (c[2]);
+    r[j] = clip8 (c[0], a.bits);
+    g[j] = clip8 (c[1], a.bits);
+    b[j] = clip8 (c[2], a.bits);
   }
 }
 
 PI0_MULTIVERSION void
 vpass_row (const uint8_t *tmp, size_t tmp_stride, int n, const int32_t *w, int count,
-           uint8_t *out)
+           uint8_t *out, int bits)
 {
   int32_t acc[256];
   for (int x0 = 0; x0 < n; x0 += 256) {
     const int m = std::min (256, n - x0);
     for (int x = 0; x < m; x++)
-      acc[x] = 1 << (kPrecisionBits - 1);
+      acc[x] = 1 << (bits - 1);
     for (int k = 0; k < count; k++) {
       const uint8_t *s = tmp + k * tmp_stride + x0;
       const int32_t wk = w[k];
@@ -526,7 +609,177 @@ vpass_row (const uint8_t *tmp, size_t tmp_stride, int n, const int32_t *w, int c
         acc[x] += static_cast<int32_t> (s[x]) * wk;
     }
     for (int x = 0; x < m; x++)
-      out[x0 + x] = clip8 (acc[x]);
+      out[x0 + x] = clip8 (acc[x], bits);
+  }
+}
+
+
+/* ---- filter=antialias: vertical pass first ---- */
+
+/* out[i] = clip (sum_k w[k] * rows[k][i]) for i < len; w has kFastBits fractional bits. */
+#if defined(__GNUC__) && defined(__x86_64__)
+__attribute__ ((target ("avx2"))) void
+vsum_avx2 (const uint8_t *const *rows, const int16_t *w, int n, int len, uint8_t *out, int bits)
+{
+  int i = 0;
+  const __m256i half = _mm256_set1_epi32 (1 << (bits - 1));
+  for (; i + 16 <= len; i += 16) {
+    __m256i lo = half, hi = half;
+    int k = 0;
+    /* Pairs of rows: interleaved 16-bit lanes, one pmaddwd gives w0*a + w1*b per lane. */
+    for (; k + 1 < n; k += 2) {
+      const __m256i a = _mm256_cvtepu8_epi16 (_mm_loadu_si128 ((const __m128i *) (rows[k] + i)));
+      const __m256i b = _mm256_cvtepu8_epi16 (_mm_loadu_si128 ((const __m128i *) (rows[k + 1] + i)));
+      const __m256i wp = _mm256_set1_epi32 (static_cast<int> ((uint16_t) w[k] | ((uint32_t) (uint16_t) w[k + 1] << 16)));
+      lo = _mm256_add_epi32 (lo, _mm256_madd_epi16 (_mm256_unpacklo_epi16 (a, b), wp));
+      hi = _mm256_add_epi32 (hi, _mm256_madd_epi16 (_mm256_unpackhi_epi16 (a, b), wp));
+    }
+    if (k < n) {
+      const __m256i a = _mm256_cvtepu8_epi16 (_mm_loadu_si128 ((const __m128i *) (rows[k] + i)));
+      const __m256i z = _mm256_setzero_si256 ();
+      const __m256i wp = _mm256_set1_epi32 ((uint16_t) w[k]);
+      lo = _mm256_add_epi32 (lo, _mm256_madd_epi16 (_mm256_unpacklo_epi16 (a, z), wp));
+      hi = _mm256_add_epi32 (hi, _mm256_madd_epi16 (_mm256_unpackhi_epi16 (a, z), wp));
+    }
+    const __m128i sh = _mm_cvtsi32_si128 (bits);
+    lo = _mm256_sra_epi32 (lo, sh);
+    hi = _mm256_sra_epi32 (hi, sh);
+    /* The in-lane unpacks above and the in-lane packs here cancel out: bytes come back in
+     * order after the final 64-bit permute. Saturation is PIL's clip to 0..255. */
+    const __m256i p16 = _mm256_packs_epi32 (lo, hi);
+    const __m256i p8 = _mm256_permute4x64_epi64 (_mm256_packus_epi16 (p16, p16), 0x08);
+    _mm_storeu_si128 ((__m128i *) (out + i), _mm256_castsi256_si128 (p8));
+  }
+  for (; i < len; i++) {
+    int32_t acc = 1 << (bits - 1);
+    for (int k = 0; k < n; k++)
+      acc += rows[k][i] * w[k];
+    out[i] = clip8 (acc, bits);
+  }
+}
+#endif
+
+void
+vsum_generic (const uint8_t *const *rows, const int16_t *w, int n, int len, uint8_t *out, int bits)
+{
+  int32_t acc[512];
+  for (int i0 = 0; i0 < len; i0 += 512) {
+    const int m = std::min (512, len - i0);
+    for (int i = 0; i < m; i++)
+      acc[i] = 1 << (bits - 1);
+    for (int k = 0; k < n; k++) {
+      const uint8_t *s = rows[k] + i0;
+      const int32_t wk = w[k];
+      for (int i = 0; i < m; i++)
+        acc[i] += s[i] * wk;
+    }
+    for (int i = 0; i < m; i++)
+      out[i0 + i] = clip8 (acc[i], bits);
+  }
+}
+
+void
+vsum (const uint8_t *const *rows, const int16_t *w, int n, int len, uint8_t *out, int bits)
+{
+#if defined(__GNUC__) && defined(__x86_64__)
+  static const bool avx2 = __builtin_cpu_supports ("avx2");
+  if (avx2) {
+    vsum_avx2 (rows, w, n, len, out, bits);
+    return;
+  }
+#endif
+  vsum_generic (rows, w, n, len, out, bits);
+}
+
+/* filter=antialias horizontal pass on one plane: int16 weights, windows padded to 16 taps. */
+struct HPlan16 {
+  int len = 16;
+  std::vector<int> start;
+  std::vector<int16_t> w;
+  bool fits = true;
+};
+
+HPlan16
+make_hplan16 (const AxisWeights &a, int row_len)
+{
+  HPlan16 h;
+  h.len = (a.ksize + 15) / 16 * 16;
+  h.start.resize (a.out_size);
+  h.w.assign (static_cast<size_t> (a.out_size) * h.len, 0);
+  for (int j = 0; j < a.out_size; j++) {
+    int s = a.first[j], shift = 0;
+    if (s + h.len > row_len) {
+      shift = s + h.len - row_len;
+      if (shift > s) {
+        h.fits = false;
+        shift = s;
+      }
+    }
+    h.start[j] = s - shift;
+    for (int k = 0; k < a.count[j] && shift + k < h.len; k++)
+      h.w[static_cast<size_t> (j) * h.len + shift + k] =
+          static_cast<int16_t> (a.coeffs[static_cast<size_t> (j) * a.ksize + k]);
+  }
+  return h;
+}
+
+#if defined(__GNUC__) && defined(__x86_64__)
+__attribute__ ((target ("avx2"))) void
+hpass16_avx2 (const uint8_t *row, const HPlan16 &h, int n_out, uint8_t *out, int bits)
+{
+  const int L = h.len;
+  int j = 0;
+  const __m128i sh = _mm_cvtsi32_si128 (bits);
+  const __m128i half = _mm_set1_epi32 (1 << (bits - 1));
+  for (; j + 4 <= n_out; j += 4) {
+    __m256i acc[4];
+    for (int q = 0; q < 4; q++) {
+      const uint8_t *s = row + h.start[j + q];
+      const int16_t *w = h.w.data () + static_cast<size_t> (j + q) * L;
+      __m256i a = _mm256_setzero_si256 ();
+      for (int b = 0; b < L; b += 16) {
+        const __m256i px = _mm256_cvtepu8_epi16 (_mm_loadu_si128 ((const __m128i *) (s + b)));
+        a = _mm256_add_epi32 (a, _mm256_madd_epi16 (px, _mm256_loadu_si256 ((const __m256i *) (w + b))));
+      }
+      acc[q] = a;
+    }
+    /* Four dot products reduced together. */
+    const __m256i t = _mm256_hadd_epi32 (_mm256_hadd_epi32 (acc[0], acc[1]),
+                                         _mm256_hadd_epi32 (acc[2], acc[3]));
+    __m128i s4 = _mm_add_epi32 (_mm256_castsi256_si128 (t), _mm256_extracti128_si256 (t, 1));
+    s4 = _mm_sra_epi32 (_mm_add_epi32 (s4, half), sh);
+    const __m128i p16 = _mm_packs_epi32 (s4, s4);
+    const int v = _mm_cvtsi128_si32 (_mm_packus_epi16 (p16, p16));
+    std::memcpy (out + j, &v, 4);
+  }
+  for (; j < n_out; j++) {
+    const uint8_t *s = row + h.start[j];
+    const int16_t *w = h.w.data () + static_cast<size_t> (j) * L;
+    int32_t acc = 1 << (bits - 1);
+    for (int k = 0; k < L; k++)
+      acc += s[k] * w[k];
+    out[j] = clip8 (acc, bits);
+  }
+}
+#endif
+
+void
+hpass16 (const uint8_t *row, const HPlan16 &h, int n_out, uint8_t *out, int bits)
+{
+#if defined(__GNUC__) && defined(__x86_64__)
+  static const bool avx2 = __builtin_cpu_supports ("avx2");
+  if (avx2) {
+    hpass16_avx2 (row, h, n_out, out, bits);
+    return;
+  }
+#endif
+  for (int j = 0; j < n_out; j++) {
+    const uint8_t *s = row + h.start[j];
+    const int16_t *w = h.w.data () + static_cast<size_t> (j) * h.len;
+    int32_t acc = 1 << (bits - 1);
+    for (int k = 0; k < h.len; k++)
+      acc += s[k] * w[k];
+    out[j] = clip8 (acc, bits);
   }
 }
 
@@ -610,14 +863,16 @@ struct ViewJob {
   const Image *img = nullptr;
   Geometry g;
   AxisWeights hw, vw;
+  std::vector<int16_t> vw16;   /* filter=antialias: vertical weights as int16 */
+  HPlan16 hp16;                /* filter=antialias: horizontal pass per plane */
   HPlan hp;
   AxisTaps ht, vt;
   void *out = nullptr;
 };
 
-/* Output rows [r0, r1) of the resized rectangle (rows relative to it), antialias filter. */
+/* Output rows [r0, r1) of the resized rectangle (rows relative to it), filter=pil. */
 void
-antialias_band (const Params &p, const ViewJob &job, int r0, int r1)
+pil_band (const Params &p, const ViewJob &job, int r0, int r1)
 {
   const Image &img = *job.img;
   const Geometry &g = job.g;
@@ -683,11 +938,113 @@ antialias_band (const Params &p, const ViewJob &job, int r0, int r1)
     const int32_t *w = job.vw.coeffs.data () + static_cast<size_t> (r) * job.vw.ksize;
     for (int c = 0; c < 3; c++) {
       vpass_row (planes[c] + static_cast<size_t> (job.vw.first[r] - src_first) * nw, nw, nw, w,
-                 job.vw.count[r], ln);
+                 job.vw.count[r], ln, job.vw.bits);
       for (int x = 0; x < nw; x++)
         frow[x] = ln[x] * nm.scale[c] + nm.bias[c];
       const size_t base = (static_cast<size_t> (c) * H + g.dst_y + r) * W + g.dst_x;
       store_row (p, job.out, base, frow.data (), nw);
+    }
+  }
+}
+
+
+/* Output rows [r0, r1) of the resized rectangle, filter=antialias (vertical pass first). */
+void
+antialias_band (const Params &p, const ViewJob &job, int r0, int r1)
+{
+  const Image &img = *job.img;
+  const Geometry &g = job.g;
+  const int nw = g.dst_w, W = p.out_width, H = p.out_height;
+  const bool yuv = img.format == Format::NV12 || img.format == Format::I420;
+  const int bpp = yuv ? 3 : format_pixel_stride (img.format);
+  int off[3];
+  if (yuv) {
+    off[0] = 0; off[1] = 1; off[2] = 2;
+  } else {
+    rgb_offsets (img.format, off);
+  }
+  /* Only the source columns some output column reads (packed input). YUV is converted to
+   * planar R, G, B rows, filtered as one 3*width row, then horizontally per plane. */
+  const int x_lo = yuv ? 0 : job.hw.first[0];
+  const int x_hi = yuv ? 3 * img.width : job.hw.first[nw - 1] + job.hw.count[nw - 1];
+  const int vbpp = yuv ? 1 : bpp;
+  const size_t row_bytes = static_cast<size_t> (img.width) * bpp;
+
+  thread_local std::vector<uint8_t> line, ring, planes, deint;
+  thread_local std::vector<int> tags;
+  thread_local std::vector<float> frow;
+  if (line.size () < row_bytes + 64)
+    line.resize (row_bytes + 64);
+  if (planes.size () < 3 * static_cast<size_t> (nw))
+    planes.resize (3 * static_cast<size_t> (nw));
+  if (frow.size () < static_cast<size_t> (nw))
+    frow.resize (nw);
+  /* Converted YUV rows, kept while the vertical windows (which only move down) still need
+   * them: each source row is converted once per band. */
+  const int n_slots = job.vw.ksize + 1;
+  if (yuv) {
+    if (ring.size () < row_bytes * n_slots)
+      ring.resize (row_bytes * n_slots);
+    tags.assign (n_slots, -1);
+  }
+  const Norm nm (p);
+  uint8_t *pr = planes.data (), *pg = pr + nw, *pb = pg + nw;
+  std::vector<const uint8_t *> rows (job.vw.ksize);
+  for (int r = r0; r < r1; r++) {
+    const int n = job.vw.count[r];
+    for (int k = 0; k < n; k++) {
+      const int y = job.vw.first[r] + k;
+      if (yuv) {
+        const int slot = y % n_slots;
+        uint8_t *dst = ring.data () + row_bytes * slot;
+        if (tags[slot] != y) {
+          yuv_row_to_planar (img, y, dst, dst + img.width, dst + 2 * img.width);
+          tags[slot] = y;
+        }
+        rows[k] = dst;
+      } else {
+        rows[k] = img.planes[0] + img.strides[0] * y + static_cast<size_t> (x_lo) * bpp;
+      }
+    }
+    vsum (rows.data (), job.vw16.data () + static_cast<size_t> (r) * job.vw.ksize, n,
+          (x_hi - x_lo) * vbpp, line.data () + static_cast<size_t> (x_lo) * vbpp, job.vw.bits);
+    /* Planes of the vertically filtered row (YUV rows are planar already), then the
+     * horizontal pass on each. */
+    const uint8_t *pl[3];
+    if (yuv) {
+      for (int c = 0; c < 3; c++)
+        pl[c] = line.data () + static_cast<size_t> (c) * img.width;
+    } else if (bpp == 1) {
+      pl[0] = pl[1] = pl[2] = line.data ();
+    } else {
+      if (deint.size () < 3 * static_cast<size_t> (img.width))
+        deint.resize (3 * static_cast<size_t> (img.width));
+      for (int c = 0; c < 3; c++) {
+        uint8_t *d = deint.data () + static_cast<size_t> (c) * img.width;
+        const uint8_t *s = line.data () + off[c];
+        for (int x = x_lo; x < x_hi; x++)
+          d[x] = s[static_cast<size_t> (x) * bpp];
+        pl[c] = d;
+      }
+    }
+    uint8_t *dst[3] = {pr, pg, pb};
+    for (int c = 0; c < 3; c++) {
+      if (c > 0 && pl[c] == pl[0]) {
+        std::memcpy (dst[c], dst[0], nw);
+      } else if (job.hp16.fits) {
+        hpass16 (pl[c], job.hp16, nw, dst[c], job.hw.bits);
+      } else {
+        const int o1[3] = {0, 0, 0};
+        std::vector<uint8_t> scratch (2 * static_cast<size_t> (nw));
+        hpass_row_scalar (pl[c], job.hw, 1, o1, dst[c], scratch.data (), scratch.data () + nw);
+      }
+    }
+    const uint8_t *src[3] = {pr, pg, pb};
+    for (int c = 0; c < 3; c++) {
+      for (int x = 0; x < nw; x++)
+        frow[x] = src[c][x] * nm.scale[c] + nm.bias[c];
+      store_row (p, job.out, (static_cast<size_t> (c) * H + g.dst_y + r) * W + g.dst_x,
+                 frow.data (), nw);
     }
   }
 }
@@ -774,11 +1131,17 @@ prep_cpu (const Params &p, const Image *views, int n_views, void *out, ThreadPoo
     if (valid) {
       const Image &img = views[v];
       j.g = compute_geometry (p, img.width, img.height);
-      if (p.filter == Filter::Antialias) {
-        j.hw = antialias_weights (img.width, j.g.box_x0, j.g.box_x1, j.g.dst_w);
-        j.vw = antialias_weights (img.height, j.g.box_y0, j.g.box_y1, j.g.dst_h);
+      if (p.filter != Filter::Bilinear) {
+        const int bits = filter_bits (p.filter);
+        j.hw = antialias_weights (img.width, j.g.box_x0, j.g.box_x1, j.g.dst_w, bits);
+        j.vw = antialias_weights (img.height, j.g.box_y0, j.g.box_y1, j.g.dst_h, bits);
+        if (p.filter == Filter::Antialias) {
+          j.vw16.assign (j.vw.coeffs.begin (), j.vw.coeffs.end ());
+          j.hp16 = make_hplan16 (j.hw, img.width);
+        }
         const bool yuv = img.format == Format::NV12 || img.format == Format::I420;
-        const int bpp = yuv ? 3 : format_pixel_stride (img.format);
+        /* filter=antialias filters YUV input as planar R, G, B rows (bpp 1). */
+        const int bpp = yuv ? (p.filter == Filter::Antialias ? 1 : 3) : format_pixel_stride (img.format);
         j.hp = make_hplan (j.hw, bpp, img.width * bpp);
       } else {
         j.ht = bilinear_taps (img.width, j.g.box_x0, j.g.box_x1, j.g.dst_w);
@@ -804,6 +1167,8 @@ prep_cpu (const Params &p, const Image *views, int n_views, void *out, ThreadPoo
       fill_pad_rows (p, j.g, t.r0 != 0, j.out, 0, p.out_height);
     else if (p.filter == Filter::Antialias)
       antialias_band (p, j, t.r0, t.r1);
+    else if (p.filter == Filter::Pil)
+      pil_band (p, j, t.r0, t.r1);
     else
       bilinear_band (p, j, t.r0, t.r1);
   };

@@ -146,7 +146,8 @@ ref_geometry (const pi0prep::Params &p, int iw, int ih)
 
 /* PIL bilinear resample weights of output pixel i (fixed point, as ImagingResample uses). */
 inline void
-ref_pil_taps (int in, double in0, double in1, int out, int i, int &first, std::vector<int64_t> &w)
+ref_pil_taps (int in, double in0, double in1, int out, int i, int &first, std::vector<int64_t> &w,
+              int bits)
 {
   const double scale = (in1 - in0) / out;
   const double fscale = std::max (1.0, scale);
@@ -162,14 +163,14 @@ ref_pil_taps (int in, double in0, double in1, int out, int i, int &first, std::v
   }
   w.clear ();
   for (double v : d)
-    w.push_back (int64_t (0.5 + (sum != 0 ? v / sum : v) * (1 << 22)));
+    w.push_back (int64_t (0.5 + (sum != 0 ? v / sum : v) * (1 << bits)));
 }
 
 inline double
-ref_pil_clip (int64_t acc)
+ref_pil_clip (int64_t acc, int bits)
 {
-  acc += 1 << 21;
-  return std::min<int64_t> (255, std::max<int64_t> (0, acc >> 22));
+  acc += int64_t (1) << (bits - 1);
+  return std::min<int64_t> (255, std::max<int64_t> (0, acc >> bits));
 }
 
 /* Whole output [3,H,W] in double, normalized. */
@@ -194,13 +195,15 @@ reference (const pi0prep::Params &p, const Frame *f)
       out[(c * size_t (H) + g.y + y) * W + g.x + x] = v[c] * scale[c] + bias[c];
   };
 
-  if (p.filter == pi0prep::Filter::Antialias) {
-    /* Horizontal pass over every source row, rounded to uint8 (PIL's intermediate image). */
+  if (p.filter == pi0prep::Filter::Pil) {
+    /* PIL: horizontal pass over every source row, rounded to uint8 (its intermediate image),
+     * then vertical; 22-bit weights. */
+    const int bits = 22;
     std::vector<double> mid (size_t (f->height) * g.w * 3);
     int first;
     std::vector<int64_t> w;
     for (int x = 0; x < g.w; x++) {
-      ref_pil_taps (f->width, g.bx0, g.bx1, g.w, x, first, w);
+      ref_pil_taps (f->width, g.bx0, g.bx1, g.w, x, first, w, bits);
       for (int y = 0; y < f->height; y++) {
         int64_t acc[3] = {0, 0, 0};
         for (size_t k = 0; k < w.size (); k++) {
@@ -210,11 +213,11 @@ reference (const pi0prep::Params &p, const Frame *f)
             acc[c] += int64_t (rgb[c]) * w[k];
         }
         for (int c = 0; c < 3; c++)
-          mid[(size_t (y) * g.w + x) * 3 + c] = ref_pil_clip (acc[c]);
+          mid[(size_t (y) * g.w + x) * 3 + c] = ref_pil_clip (acc[c], bits);
       }
     }
     for (int y = 0; y < g.h; y++) {
-      ref_pil_taps (f->height, g.by0, g.by1, g.h, y, first, w);
+      ref_pil_taps (f->height, g.by0, g.by1, g.h, y, first, w, bits);
       for (int x = 0; x < g.w; x++) {
         int64_t acc[3] = {0, 0, 0};
         for (size_t k = 0; k < w.size (); k++)
@@ -222,7 +225,41 @@ reference (const pi0prep::Params &p, const Frame *f)
             acc[c] += int64_t (mid[(size_t (first + k) * g.w + x) * 3 + c]) * w[k];
         double v[3];
         for (int c = 0; c < 3; c++)
-          v[c] = ref_pil_clip (acc[c]);
+          v[c] = ref_pil_clip (acc[c], bits);
+        put (x, y, v);
+      }
+    }
+  } else if (p.filter == pi0prep::Filter::Antialias) {
+    /* The same filter with 14-bit weights, vertical pass first (rounded to uint8), then
+     * horizontal. */
+    const int bits = 14;
+    std::vector<double> mid (size_t (g.h) * f->width * 3);
+    int first;
+    std::vector<int64_t> w;
+    for (int y = 0; y < g.h; y++) {
+      ref_pil_taps (f->height, g.by0, g.by1, g.h, y, first, w, bits);
+      for (int x = 0; x < f->width; x++) {
+        int64_t acc[3] = {0, 0, 0};
+        for (size_t k = 0; k < w.size (); k++) {
+          double rgb[3];
+          ref_rgb (*f, x, first + int (k), rgb);
+          for (int c = 0; c < 3; c++)
+            acc[c] += int64_t (rgb[c]) * w[k];
+        }
+        for (int c = 0; c < 3; c++)
+          mid[(size_t (y) * f->width + x) * 3 + c] = ref_pil_clip (acc[c], bits);
+      }
+    }
+    for (int x = 0; x < g.w; x++) {
+      ref_pil_taps (f->width, g.bx0, g.bx1, g.w, x, first, w, bits);
+      for (int y = 0; y < g.h; y++) {
+        int64_t acc[3] = {0, 0, 0};
+        for (size_t k = 0; k < w.size (); k++)
+          for (int c = 0; c < 3; c++)
+            acc[c] += int64_t (mid[(size_t (y) * f->width + first + k) * 3 + c]) * w[k];
+        double v[3];
+        for (int c = 0; c < 3; c++)
+          v[c] = ref_pil_clip (acc[c], bits);
         put (x, y, v);
       }
     }

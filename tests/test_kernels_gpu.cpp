@@ -60,7 +60,7 @@ TEST (Pi0PrepGpu, EqualsCpuForEveryFormatModeAndDtype)
   const cudaStream_t ss[3] = {streams[0].get (), streams[1].get (), streams[2].get ()};
   for (Format fmt : formats)
     for (Resize rs : {Resize::Pad, Resize::Stretch, Resize::Crop})
-      for (Filter filt : {Filter::Antialias, Filter::Bilinear})
+      for (Filter filt : {Filter::Antialias, Filter::Pil, Filter::Bilinear})
         for (DType dt : {DType::Float32, DType::BFloat16, DType::Float16}) {
           Params p;
           p.resize = rs;
