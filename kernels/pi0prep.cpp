@@ -621,34 +621,40 @@ vpass_row (const uint8_t *tmp, size_t tmp_stride, int n, const int32_t *w, int c
 __attribute__ ((target ("avx2"))) void
 vsum_avx2 (const uint8_t *const *rows, const int16_t *w, int n, int len, uint8_t *out, int bits)
 {
-  int i = 0;
+  /* Weights of each pair of rows, as the 32-bit pattern pmaddwd wants (odd n: zero partner). */
+  int32_t wp[64];
+  const int np = (n + 1) / 2;
+  for (int k = 0; k < np; k++) {
+    const uint16_t w0 = static_cast<uint16_t> (w[2 * k]);
+    const uint16_t w1 = 2 * k + 1 < n ? static_cast<uint16_t> (w[2 * k + 1]) : 0;
+    wp[k] = static_cast<int32_t> (w0 | (static_cast<uint32_t> (w1) << 16));
+  }
+  const uint8_t *zero_row = rows[0];   /* any readable row; its weight is 0 */
   const __m256i half = _mm256_set1_epi32 (1 << (bits - 1));
-  for (; i + 16 <= len; i += 16) {
-    __m256i lo = half, hi = half;
-    int k = 0;
-    /* Pairs of rows: interleaved 16-bit lanes, one pmaddwd gives w0*a + w1*b per lane. */
-    for (; k + 1 < n; k += 2) {
-      const __m256i a = _mm256_cvtepu8_epi16 (_mm_loadu_si128 ((const __m128i *) (rows[k] + i)));
-      const __m256i b = _mm256_cvtepu8_epi16 (_mm_loadu_si128 ((const __m128i *) (rows[k + 1] + i)));
-      const __m256i wp = _mm256_set1_epi32 (static_cast<int> ((uint16_t) w[k] | ((uint32_t) (uint16_t) w[k + 1] << 16)));
-      lo = _mm256_add_epi32 (lo, _mm256_madd_epi16 (_mm256_unpacklo_epi16 (a, b), wp));
-      hi = _mm256_add_epi32 (hi, _mm256_madd_epi16 (_mm256_unpackhi_epi16 (a, b), wp));
+  const __m128i sh = _mm_cvtsi32_si128 (bits);
+  int i = 0;
+  /* 32 bytes per step: four accumulators share each weight broadcast. */
+  for (; i + 32 <= len; i += 32) {
+    __m256i l0 = half, h0 = half, l1 = half, h1 = half;
+    for (int k = 0; k < np; k++) {
+      const uint8_t *ra = rows[2 * k] + i;
+      const uint8_t *rb = (2 * k + 1 < n ? rows[2 * k + 1] : zero_row) + i;
+      const __m256i wk = _mm256_set1_epi32 (wp[k]);
+      const __m256i a0 = _mm256_cvtepu8_epi16 (_mm_loadu_si128 ((const __m128i *) ra));
+      const __m256i b0 = _mm256_cvtepu8_epi16 (_mm_loadu_si128 ((const __m128i *) rb));
+      const __m256i a1 = _mm256_cvtepu8_epi16 (_mm_loadu_si128 ((const __m128i *) (ra + 16)));
+      const __m256i b1 = _mm256_cvtepu8_epi16 (_mm_loadu_si128 ((const __m128i *) (rb + 16)));
+      l0 = _mm256_add_epi32 (l0, _mm256_madd_epi16 (_mm256_unpacklo_epi16 (a0, b0), wk));
+      h0 = _mm256_add_epi32 (h0, _mm256_madd_epi16 (_mm256_unpackhi_epi16 (a0, b0), wk));
+      l1 = _mm256_add_epi32 (l1, _mm256_madd_epi16 (_mm256_unpacklo_epi16 (a1, b1), wk));
+      h1 = _mm256_add_epi32 (h1, _mm256_madd_epi16 (_mm256_unpackhi_epi16 (a1, b1), wk));
     }
-    if (k < n) {
-      const __m256i a = _mm256_cvtepu8_epi16 (_mm_loadu_si128 ((const __m128i *) (rows[k] + i)));
-      const __m256i z = _mm256_setzero_si256 ();
-      const __m256i wp = _mm256_set1_epi32 ((uint16_t) w[k]);
-      lo = _mm256_add_epi32 (lo, _mm256_madd_epi16 (_mm256_unpacklo_epi16 (a, z), wp));
-      hi = _mm256_add_epi32 (hi, _mm256_madd_epi16 (_mm256_unpackhi_epi16 (a, z), wp));
-    }
-    const __m128i sh = _mm_cvtsi32_si128 (bits);
-    lo = _mm256_sra_epi32 (lo, sh);
-    hi = _mm256_sra_epi32 (hi, sh);
-    /* The in-lane unpacks above and the in-lane packs here cancel out: bytes come back in
-     * order after the final 64-bit permute. Saturation is PIL's clip to 0..255. */
-    const __m256i p16 = _mm256_packs_epi32 (lo, hi);
-    const __m256i p8 = _mm256_permute4x64_epi64 (_mm256_packus_epi16 (p16, p16), 0x08);
-    _mm_storeu_si128 ((__m128i *) (out + i), _mm256_castsi256_si128 (p8));
+    /* The in-lane unpacks above and the in-lane packs here cancel out; saturation is PIL's
+     * clip to 0..255. */
+    const __m256i p0 = _mm256_packs_epi32 (_mm256_sra_epi32 (l0, sh), _mm256_sra_epi32 (h0, sh));
+    const __m256i p1 = _mm256_packs_epi32 (_mm256_sra_epi32 (l1, sh), _mm256_sra_epi32 (h1, sh));
+    const __m256i p8 = _mm256_permute4x64_epi64 (_mm256_packus_epi16 (p0, p1), 0xD8);
+    _mm256_storeu_si256 ((__m256i *) (out + i), p8);
   }
   for (; i < len; i++) {
     int32_t acc = 1 << (bits - 1);
@@ -948,6 +954,73 @@ pil_band (const Params &p, const ViewJob &job, int r0, int r1)
 }
 
 
+/* Byte planes of packed 3- or 4-byte pixels: plane o holds byte o of every pixel in [x0, x1). */
+#if defined(__GNUC__) && defined(__x86_64__)
+__attribute__ ((target ("avx2"))) void
+byte_planes_simd (const uint8_t *s, int bpp, int x0, int x1, uint8_t *const *P)
+{
+  int x = x0;
+  if (bpp == 3) {
+    /* 16 pixels = 48 bytes per step; each plane gathers from the three 16-byte loads. */
+    const __m128i m[3][3] = {
+      {_mm_setr_epi8 (0, 3, 6, 9, 12, 15, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1),
+       _mm_setr_epi8 (-1, -1, -1, -1, -1, -1, 2, 5, 8, 11, 14, -1, -1, -1, -1, -1),
+       _mm_setr_epi8 (-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 1, 4, 7, 10, 13)},
+      {_mm_setr_epi8 (1, 4, 7, 10, 13, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1),
+       _mm_setr_epi8 (-1, -1, -1, -1, -1, 0, 3, 6, 9, 12, 15, -1, -1, -1, -1, -1),
+       _mm_setr_epi8 (-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 2, 5, 8, 11, 14)},
+      {_mm_setr_epi8 (2, 5, 8, 11, 14, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1),
+       _mm_setr_epi8 (-1, -1, -1, -1, -1, 1, 4, 7, 10, 13, -1, -1, -1, -1, -1, -1),
+       _mm_setr_epi8 (-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 0, 3, 6, 9, 12, 15)},
+    };
+    for (; x + 16 <= x1; x += 16) {
+      const uint8_t *p = s + static_cast<size_t> (x) * 3;
+      const __m128i a0 = _mm_loadu_si128 ((const __m128i *) p);
+      const __m128i a1 = _mm_loadu_si128 ((const __m128i *) (p + 16));
+      const __m128i a2 = _mm_loadu_si128 ((const __m128i *) (p + 32));
+      for (int o = 0; o < 3; o++) {
+        const __m128i v = _mm_or_si128 (_mm_or_si128 (_mm_shuffle_epi8 (a0, m[o][0]),
+                                                      _mm_shuffle_epi8 (a1, m[o][1])),
+                                        _mm_shuffle_epi8 (a2, m[o][2]));
+        _mm_storeu_si128 ((__m128i *) (P[o] + x), v);
+      }
+    }
+  } else {
+    const __m128i g = _mm_setr_epi8 (0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    for (; x + 16 <= x1; x += 16) {
+      const uint8_t *p = s + static_cast<size_t> (x) * 4;
+      __m128i t[4];
+      for (int i = 0; i < 4; i++)
+        t[i] = _mm_shuffle_epi8 (_mm_loadu_si128 ((const __m128i *) (p + 16 * i)), g);
+      const __m128i lo01 = _mm_unpacklo_epi32 (t[0], t[1]), hi01 = _mm_unpackhi_epi32 (t[0], t[1]);
+      const __m128i lo23 = _mm_unpacklo_epi32 (t[2], t[3]), hi23 = _mm_unpackhi_epi32 (t[2], t[3]);
+      _mm_storeu_si128 ((__m128i *) (P[0] + x), _mm_unpacklo_epi64 (lo01, lo23));
+      _mm_storeu_si128 ((__m128i *) (P[1] + x), _mm_unpackhi_epi64 (lo01, lo23));
+      _mm_storeu_si128 ((__m128i *) (P[2] + x), _mm_unpacklo_epi64 (hi01, hi23));
+      _mm_storeu_si128 ((__m128i *) (P[3] + x), _mm_unpackhi_epi64 (hi01, hi23));
+    }
+  }
+  for (; x < x1; x++)
+    for (int o = 0; o < bpp; o++)
+      P[o][x] = s[static_cast<size_t> (x) * bpp + o];
+}
+#endif
+
+void
+byte_planes (const uint8_t *s, int bpp, int x0, int x1, uint8_t *const *P)
+{
+#if defined(__GNUC__) && defined(__x86_64__)
+  static const bool avx2 = __builtin_cpu_supports ("avx2");
+  if (avx2) {
+    byte_planes_simd (s, bpp, x0, x1, P);
+    return;
+  }
+#endif
+  for (int x = x0; x < x1; x++)
+    for (int o = 0; o < bpp; o++)
+      P[o][x] = s[static_cast<size_t> (x) * bpp + o];
+}
+
 /* Output rows [r0, r1) of the resized rectangle, filter=antialias (vertical pass first). */
 void
 antialias_band (const Params &p, const ViewJob &job, int r0, int r1)
@@ -1017,15 +1090,14 @@ antialias_band (const Params &p, const ViewJob &job, int r0, int r1)
     } else if (bpp == 1) {
       pl[0] = pl[1] = pl[2] = line.data ();
     } else {
-      if (deint.size () < 3 * static_cast<size_t> (img.width))
-        deint.resize (3 * static_cast<size_t> (img.width));
-      for (int c = 0; c < 3; c++) {
-        uint8_t *d = deint.data () + static_cast<size_t> (c) * img.width;
-        const uint8_t *s = line.data () + off[c];
-        for (int x = x_lo; x < x_hi; x++)
-          d[x] = s[static_cast<size_t> (x) * bpp];
-        pl[c] = d;
-      }
+      if (deint.size () < 4 * static_cast<size_t> (img.width))
+        deint.resize (4 * static_cast<size_t> (img.width));
+      uint8_t *bp[4];
+      for (int o = 0; o < 4; o++)
+        bp[o] = deint.data () + static_cast<size_t> (o) * img.width;
+      byte_planes (line.data (), bpp, x_lo, x_hi, bp);
+      for (int c = 0; c < 3; c++)
+        pl[c] = bp[off[c]];
     }
     uint8_t *dst[3] = {pr, pg, pb};
     for (int c = 0; c < 3; c++) {
