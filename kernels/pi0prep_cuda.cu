@@ -76,13 +76,13 @@ fetch (const DevImage &im, int x, int y, int rgb[3])
 }
 
 __device__ __forceinline__ int
-clip8 (int ss)
+clip8 (int ss, int bits)
 {
-  if (ss >= (1 << kPrecisionBits << 8))
+  if (ss >= (1 << bits << 8))
     return 255;
   if (ss <= 0)
     return 0;
-  return ss >> kPrecisionBits;
+  return ss >> bits;
 }
 
 __device__ __forceinline__ void
@@ -104,11 +104,11 @@ store_pad (const DevParams &p, void *out, int x, int y)
     store (out, c * plane + static_cast<size_t> (y) * p.W + x, p.bias[c], p.dtype);
 }
 
-/* One block = 32 output columns x th output rows. Stage 1 filters the source rows those
- * output rows need horizontally into shared memory (uint8, like PIL's intermediate image);
- * stage 2 filters vertically, normalizes and writes the three planes. */
+/* filter=pil. One block = 32 output columns x th output rows. Stage 1 filters the source rows
+ * those output rows need horizontally into shared memory (uint8, like PIL's intermediate
+ * image); stage 2 filters vertically, normalizes and writes the three planes. */
 __global__ void
-antialias_kernel (DevImage im, DevParams p, int th, const int *hfirst, const int *hcount,
+pil_kernel (DevImage im, DevParams p, int th, const int *hfirst, const int *hcount,
                   const int *hcoef, int hk, const int *vfirst, const int *vcount,
                   const int *vcoef, int vk, void *out)
 {
@@ -142,9 +142,9 @@ antialias_kernel (DevImage im, DevParams p, int th, const int *hfirst, const int
         acc[2] += rgb[2] * w[k];
       }
       uint8_t *t = tmp + (static_cast<size_t> (i) * kTileW + threadIdx.x) * 3;
-      t[0] = static_cast<uint8_t> (clip8 (acc[0]));
-      t[1] = static_cast<uint8_t> (clip8 (acc[1]));
-      t[2] = static_cast<uint8_t> (clip8 (acc[2]));
+      t[0] = static_cast<uint8_t> (clip8 (acc[0], kPrecisionBits));
+      t[1] = static_cast<uint8_t> (clip8 (acc[1], kPrecisionBits));
+      t[2] = static_cast<uint8_t> (clip8 (acc[2], kPrecisionBits));
     }
   }
   __syncthreads ();
@@ -173,7 +173,79 @@ antialias_kernel (DevImage im, DevParams p, int th, const int *hfirst, const int
     const size_t plane = static_cast<size_t> (p.W) * p.H;
     for (int c = 0; c < 3; c++)
       store (out, c * plane + static_cast<size_t> (oy) * p.W + ox,
-             clip8 (acc[c]) * p.scale[c] + p.bias[c], p.dtype);
+             clip8 (acc[c], kPrecisionBits) * p.scale[c] + p.bias[c], p.dtype);
+  }
+}
+
+/* filter=antialias: the same filter with 14-bit weights, vertical pass first, as the CPU path.
+ * One block = 32 output columns x th output rows. Stage 1 filters vertically, for each of the
+ * block's output rows, the source columns its 32 output columns read (coalesced along x) into
+ * shared memory, rounded to uint8; stage 2 filters horizontally, normalizes and writes. */
+__global__ void
+antialias_kernel (DevImage im, DevParams p, int th, int max_cols, const int *hfirst,
+                  const int *hcount, const int *hcoef, int hk, const int *vfirst,
+                  const int *vcount, const int *vcoef, int vk, void *out)
+{
+  extern __shared__ uint8_t tmp[];   /* [th][max_cols][3] */
+  const int bits = kFastBits;
+  const int ox = blockIdx.x * kTileW + threadIdx.x;
+  const int oy0 = blockIdx.y * th;
+  const int c_lo = max (static_cast<int> (blockIdx.x) * kTileW - p.dst_x, 0);
+  const int c_hi = min (static_cast<int> (blockIdx.x) * kTileW + kTileW - p.dst_x, p.dst_w);
+  const int r_lo = max (oy0 - p.dst_y, 0);
+  const int r_hi = min (oy0 + th - p.dst_y, p.dst_h);
+  int x_first = 0, n_cols = 0;
+  if (c_lo < c_hi) {
+    x_first = hfirst[c_lo];
+    n_cols = min (hfirst[c_hi - 1] + hcount[c_hi - 1] - x_first, max_cols);
+  }
+  const int n_rows = max (r_hi - r_lo, 0);
+  const int tid = threadIdx.y * blockDim.x + threadIdx.x, nthreads = blockDim.x * blockDim.y;
+  for (int idx = tid; idx < n_rows * n_cols; idx += nthreads) {
+    const int rr = idx / n_cols, xc = idx % n_cols;
+    const int r = r_lo + rr;
+    const int *w = vcoef + static_cast<size_t> (r) * vk;
+    const int yf = vfirst[r], nk = vcount[r];
+    int acc[3] = {1 << (bits - 1), 1 << (bits - 1), 1 << (bits - 1)};
+    for (int k = 0; k < nk; k++) {
+      int rgb[3];
+      fetch (im, x_first + xc, yf + k, rgb);
+      acc[0] += rgb[0] * w[k];
+      acc[1] += rgb[1] * w[k];
+      acc[2] += rgb[2] * w[k];
+    }
+    uint8_t *t = tmp + (static_cast<size_t> (rr) * max_cols + xc) * 3;
+    t[0] = static_cast<uint8_t> (clip8 (acc[0], bits));
+    t[1] = static_cast<uint8_t> (clip8 (acc[1], bits));
+    t[2] = static_cast<uint8_t> (clip8 (acc[2], bits));
+  }
+  __syncthreads ();
+
+  if (ox >= p.W)
+    return;
+  const int col = ox - p.dst_x;
+  for (int ry = threadIdx.y; ry < th; ry += blockDim.y) {
+    const int oy = oy0 + ry;
+    if (oy >= p.H)
+      break;
+    const int r = oy - p.dst_y;
+    if (!(r >= 0 && r < p.dst_h && col >= 0 && col < p.dst_w)) {
+      store_pad (p, out, ox, oy);
+      continue;
+    }
+    const int *w = hcoef + static_cast<size_t> (col) * hk;
+    const int xf = hfirst[col] - x_first, nk = hcount[col];
+    int acc[3] = {1 << (bits - 1), 1 << (bits - 1), 1 << (bits - 1)};
+    for (int k = 0; k < nk; k++) {
+      const uint8_t *t = tmp + (static_cast<size_t> (r - r_lo) * max_cols + xf + k) * 3;
+      acc[0] += t[0] * w[k];
+      acc[1] += t[1] * w[k];
+      acc[2] += t[2] * w[k];
+    }
+    const size_t plane = static_cast<size_t> (p.W) * p.H;
+    for (int c = 0; c < 3; c++)
+      store (out, c * plane + static_cast<size_t> (oy) * p.W + ox,
+             clip8 (acc[c], bits) * p.scale[c] + p.bias[c], p.dtype);
   }
 }
 
@@ -218,7 +290,7 @@ struct CudaPrep::Slot {
   Params params;
   bool have = false;
   Geometry g;
-  int hk = 0, vk = 0, th = 1;
+  int hk = 0, vk = 0, th = 1, max_cols = 0;
   size_t shared = 0;
   void *dev = nullptr;
   size_t dev_size = 0;
@@ -289,9 +361,10 @@ CudaPrep::run_view (const Params &p, int slot_index, const Image &img, void *out
     s.have = false;
     s.g = compute_geometry (p, img.width, img.height);
     s.host.clear ();
-    if (p.filter == Filter::Antialias) {
-      AxisWeights hw = antialias_weights (img.width, s.g.box_x0, s.g.box_x1, s.g.dst_w);
-      AxisWeights vw = antialias_weights (img.height, s.g.box_y0, s.g.box_y1, s.g.dst_h);
+    if (p.filter != Filter::Bilinear) {
+      const int bits = filter_bits (p.filter);
+      AxisWeights hw = antialias_weights (img.width, s.g.box_x0, s.g.box_x1, s.g.dst_w, bits);
+      AxisWeights vw = antialias_weights (img.height, s.g.box_y0, s.g.box_y1, s.g.dst_h, bits);
       s.hk = hw.ksize;
       s.vk = vw.ksize;
       s.off[0] = append (s.host, hw.first);
@@ -300,19 +373,35 @@ CudaPrep::run_view (const Params &p, int slot_index, const Image &img, void *out
       s.off[3] = append (s.host, vw.first);
       s.off[4] = append (s.host, vw.count);
       s.off[5] = append (s.host, vw.coeffs);
-      /* Largest tile height whose source rows fit in shared memory. */
       s.th = 0;
-      for (int th = 16; th >= 1 && s.th == 0; th /= 2) {
-        int rows = 0;
-        for (int r0 = -((s.g.dst_y % th)); r0 < s.g.dst_h; r0 += th) {
-          int lo = std::max (r0, 0), hi = std::min (r0 + th, s.g.dst_h);
+      if (p.filter == Filter::Pil) {
+        /* Largest tile height whose source rows fit in shared memory. */
+        for (int th = 16; th >= 1 && s.th == 0; th /= 2) {
+          int rows = 0;
+          for (int r0 = -((s.g.dst_y % th)); r0 < s.g.dst_h; r0 += th) {
+            int lo = std::max (r0, 0), hi = std::min (r0 + th, s.g.dst_h);
+            if (lo < hi)
+              rows = std::max (rows, vw.first[hi - 1] + vw.count[hi - 1] - vw.first[lo]);
+          }
+          if (static_cast<size_t> (rows) * kTileW * 3 <= kMaxShared) {
+            s.th = th;
+            s.shared = static_cast<size_t> (rows) * kTileW * 3;
+          }
+        }
+      } else {
+        /* Widest span of source columns one 32-column tile reads. */
+        int cols = 1;
+        for (int c0 = -(s.g.dst_x % kTileW); c0 < s.g.dst_w; c0 += kTileW) {
+          int lo = std::max (c0, 0), hi = std::min (c0 + kTileW, s.g.dst_w);
           if (lo < hi)
-            rows = std::max (rows, vw.first[hi - 1] + vw.count[hi - 1] - vw.first[lo]);
+            cols = std::max (cols, hw.first[hi - 1] + hw.count[hi - 1] - hw.first[lo]);
         }
-        if (static_cast<size_t> (rows) * kTileW * 3 <= kMaxShared) {
-          s.th = th;
-          s.shared = static_cast<size_t> (rows) * kTileW * 3;
-        }
+        s.max_cols = cols;
+        for (int th = 16; th >= 1 && s.th == 0; th /= 2)
+          if (static_cast<size_t> (th) * cols * 3 <= kMaxShared) {
+            s.th = th;
+            s.shared = static_cast<size_t> (th) * cols * 3;
+          }
       }
       if (s.th == 0)
         return cudaErrorInvalidValue;   /* a downscale beyond ~170x: not supported on CUDA */
@@ -374,14 +463,18 @@ CudaPrep::run_view (const Params &p, int slot_index, const Image &img, void *out
   }
 
   const uint8_t *d = static_cast<const uint8_t *> (s.dev);
-  if (p.filter == Filter::Antialias) {
+  const int *ip[6];
+  for (int i = 0; i < 6; i++)
+    ip[i] = reinterpret_cast<const int *> (d + s.off[i]);
+  if (p.filter == Filter::Pil) {
     const dim3 grid ((p.out_width + kTileW - 1) / kTileW, (p.out_height + s.th - 1) / s.th);
-    antialias_kernel<<<grid, block, s.shared, stream>>> (
-        di, dp, s.th, reinterpret_cast<const int *> (d + s.off[0]),
-        reinterpret_cast<const int *> (d + s.off[1]), reinterpret_cast<const int *> (d + s.off[2]),
-        s.hk, reinterpret_cast<const int *> (d + s.off[3]),
-        reinterpret_cast<const int *> (d + s.off[4]), reinterpret_cast<const int *> (d + s.off[5]),
-        s.vk, out);
+    pil_kernel<<<grid, block, s.shared, stream>>> (di, dp, s.th, ip[0], ip[1], ip[2], s.hk, ip[3],
+                                                   ip[4], ip[5], s.vk, out);
+  } else if (p.filter == Filter::Antialias) {
+    const dim3 grid ((p.out_width + kTileW - 1) / kTileW, (p.out_height + s.th - 1) / s.th);
+    antialias_kernel<<<grid, block, s.shared, stream>>> (di, dp, s.th, s.max_cols, ip[0], ip[1],
+                                                         ip[2], s.hk, ip[3], ip[4], ip[5], s.vk,
+                                                         out);
   } else {
     const dim3 grid ((p.out_width + kTileW - 1) / kTileW, (p.out_height + kThreadsY - 1) / kThreadsY);
     bilinear_kernel<<<grid, block, 0, stream>>> (
