@@ -21,14 +21,18 @@ typedef enum {
 
 /**
  * GstPi0CudaPrepFilter:
- * @GST_PI0_CUDA_PREP_FILTER_ANTIALIAS: PIL's bilinear resize (antialiased when downscaling), as
- *   openpi trains and infers with
+ * @GST_PI0_CUDA_PREP_FILTER_ANTIALIAS: PIL's bilinear filter (antialiased when downscaling), as
+ *   openpi trains and infers with, computed vertical pass first (fast): within one uint8 level
+ *   of openpi's resize_with_pad
  * @GST_PI0_CUDA_PREP_FILTER_BILINEAR: torch.nn.functional.interpolate(mode='bilinear',
  *   align_corners=False, antialias=False), as LeRobot's pi0 does
+ * @GST_PI0_CUDA_PREP_FILTER_PIL: PIL's bilinear resize in its own pass order and fixed point:
+ *   bit-identical to openpi's resize_with_pad on landscape frames, slower on the CPU
  */
 typedef enum {
   GST_PI0_CUDA_PREP_FILTER_ANTIALIAS = 0,
   GST_PI0_CUDA_PREP_FILTER_BILINEAR = 1,
+  GST_PI0_CUDA_PREP_FILTER_PIL = 2,
 } GstPi0CudaPrepFilter;
 
 /**

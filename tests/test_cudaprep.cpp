@@ -366,7 +366,8 @@ TEST (CudaPrep, EnumsAreRegisteredWithNicks)
   ElementPtr e (gst_element_factory_make ("cudaprep", nullptr));
   const struct {
     const char *prop, *nick;
-  } cases[] = {{"resize", "stretch"}, {"filter", "bilinear"}, {"normalize", "imagenet"},
+  } cases[] = {{"resize", "stretch"}, {"filter", "bilinear"}, {"filter", "pil"},
+               {"normalize", "imagenet"},
                {"dtype", "float16"}, {"device", "cpu"}};
   for (auto &c : cases) {
     gst_util_set_object_arg (G_OBJECT (e.get ()), c.prop, c.nick);
