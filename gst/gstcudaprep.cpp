@@ -940,7 +940,7 @@ gst_pi0_cuda_prep_class_init (GstPi0CudaPrepClass *klass)
    *
    * The resampling filter: `antialias` is openpi's PIL bilinear filter, computed vertical pass
    * first (within one uint8 level of openpi, about 90% of values identical); `pil` follows
-   * PIL's pass order too (bit-identical to openpi on landscape frames, ~3x slower on the CPU);
+   * PIL's pass order too (bit-identical to openpi on landscape frames, ~10x slower on the CPU);
    * `bilinear` matches LeRobot's torch interpolate.
    */
   g_object_class_install_property (gobject_class, PROP_FILTER,
