@@ -381,3 +381,17 @@ TEST (CudaPrep, EnumsAreRegisteredWithNicks)
     EXPECT_STREQ (ev->value_nick, c.nick);
   }
 }
+
+TEST (CudaPrep, NonPositiveStdIsRefusedAndKept)
+{
+  ElementPtr e (gst_element_factory_make ("cudaprep", nullptr));
+  ExpectLog expect ("std must be > 0");
+  gst_util_set_object_arg (G_OBJECT (e.get ()), "std", "<0.2, 0.0, 0.3>");
+  EXPECT_EQ (expect.count (), 1);
+  GValue v = G_VALUE_INIT;
+  g_value_init (&v, GST_TYPE_ARRAY);
+  g_object_get_property (G_OBJECT (e.get ()), "std", &v);
+  for (guint i = 0; i < 3; i++)
+    EXPECT_FLOAT_EQ (g_value_get_float (gst_value_array_get_value (&v, i)), 0.5f);
+  g_value_unset (&v);
+}
