@@ -553,7 +553,7 @@ gst_pi0_cuda_prep_start (GstBaseTransform *bt)
 
   if (s.device != GST_PI0_CUDA_PREP_DEVICE_CPU) {
     std::string why;
-    int device = s.cuda_device_id < 0 ? 0 : s.cuda_device_id;
+    [[maybe_unused]] const int device = s.cuda_device_id < 0 ? 0 : s.cuda_device_id;
 #ifdef HAVE_CUDA
     int n = 0;
     cudaError_t err = cudaGetDeviceCount (&n);
