@@ -270,10 +270,12 @@ struct ThreadPool::Impl {
   const std::function<void (int)> *fn = nullptr;
   int n_tasks = 0;
   std::atomic<int> next{0};
-  int running = 0;
+  int finished = 0;   /* workers done with the current generation */
   uint64_t generation = 0;
   bool quit = false;
 
+  /* fn and n_tasks are written under the lock before the generation is published and stay
+   * put until every worker has reported back, so workers read them without the lock. */
   void work ()
   {
     for (int i; (i = next.fetch_add (1)) < n_tasks;)
@@ -293,11 +295,12 @@ ThreadPool::ThreadPool (int n_threads) : impl_ (new Impl)
         if (d->quit)
           return;
         seen = d->generation;
-        d->running++;
         lk.unlock ();
         d->work ();
         lk.lock ();
-        if (--d->running == 0)
+        /* Every worker checks in for every generation, so run() never returns while one is
+         * still inside (or about to enter) work(). */
+        if (++d->finished == static_cast<int> (d->threads.size ()))
           d->done.notify_all ();
       }
     });
@@ -331,13 +334,13 @@ ThreadPool::run (int n_tasks, const std::function<void (int)> &fn)
     d->fn = &fn;
     d->n_tasks = n_tasks;
     d->next = 0;
+    d->finished = 0;
     d->generation++;
   }
   d->wake.notify_all ();
   d->work ();
-  /* Workers that woke late find no task left; wait only for those still inside fn. */
   std::unique_lock<std::mutex> lk (d->lock);
-  d->done.wait (lk, [&] { return d->running == 0; });
+  d->done.wait (lk, [&] { return d->finished == static_cast<int> (d->threads.size ()); });
   d->fn = nullptr;
 }
 
