@@ -7,6 +7,8 @@
 #include "gstpi0actionsink.h"
 #include "gstpi0viewmux.h"
 
+#include "gstcudaprep.h"
+
 gboolean
 gst_pi0_elements_register (GstPlugin *plugin)
 {
@@ -16,5 +18,6 @@ gst_pi0_elements_register (GstPlugin *plugin)
    * tests work everywhere; elements that cannot run fail in start() with a clear error. */
   ok &= GST_ELEMENT_REGISTER (pi0viewmux, plugin);
   ok &= GST_ELEMENT_REGISTER (pi0actionsink, plugin);
+  ok &= GST_ELEMENT_REGISTER (cudaprep, plugin);
   return ok;
 }

@@ -1,0 +1,158 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+/* pi0prep: camera frames -> Pi0 model input ([3,H,W] per view, plane-major, normalized).
+ *
+ * Plain C++ (no GStreamer): a CPU path (prep_cpu, threaded) and a CUDA path (prep_cuda, one
+ * stream per view) with the same results. The semantics are openpi's:
+ *
+ *  - resize=pad: scale by the larger of the two ratios, resized size truncated with int() as
+ *    Python does, centred on a black canvas with the odd pixel going to the bottom/right
+ *    (openpi_client.image_tools.resize_with_pad). stretch: to the output size. crop: scale by
+ *    the smaller ratio and cut the centre (a source box, as PIL's resize(box=...)).
+ *  - filter=pil: PIL's BILINEAR resize exactly (a triangle filter whose support grows with the
+ *    downscale factor), horizontal pass then vertical pass, both in PIL's 22-bit fixed point
+ *    with the intermediate rounded to uint8: bit-identical to openpi's resize_with_pad.
+ *  - filter=antialias (default): the same filter and weights at 14-bit precision, vertical pass
+ *    first. Vertical-first filters whole contiguous rows (it vectorizes with 16-bit multiplies)
+ *    and leaves only the few output rows for the awkward interleaved horizontal pass, which is
+ *    what makes the CPU path fast; the price is a different intermediate rounding: every value
+ *    is within one uint8 level of PIL's, about 85-90% of them identical.
+ *  Integer sums are exact in any order, so the optimised CPU code, the CUDA kernels and the
+ *  test reference agree bit for bit for both.
+ *  - filter=bilinear: torch.nn.functional.interpolate(mode='bilinear', align_corners=False,
+ *    antialias=False) in float, no intermediate rounding.
+ *  - YUV input is first converted to RGB uint8 (round half up, clamp) with the matrix given in
+ *    the Image; chroma is taken from the 2x2 block's sample (no chroma interpolation).
+ *  - out = (v / 255 - mean[c]) / std[c]; padding is black (v = 0) before normalization.
+ */
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace pi0prep {
+
+enum class Format {
+  RGB, BGR,                               /* 3 bytes per pixel */
+  RGBx, BGRx, xRGB, xBGR,                 /* 4 bytes, one ignored */
+  RGBA, BGRA, ARGB, ABGR,                 /* 4 bytes, alpha ignored */
+  GRAY8,                                  /* 1 byte, replicated to R=G=B */
+  NV12,                                   /* Y plane + interleaved UV plane, 2x2 subsampled */
+  I420,                                   /* Y, U, V planes, 2x2 subsampled */
+};
+
+enum class Resize { Pad, Stretch, Crop };
+enum class Filter { Antialias, Pil, Bilinear };
+enum class DType { Float32, Float16, BFloat16 };
+
+const char *format_name (Format f);
+int format_n_planes (Format f);
+/* Bytes per pixel of a packed RGB format (1 for GRAY8, 0 for YUV). */
+int format_pixel_stride (Format f);
+
+/* YUV -> RGB: R = ys*(Y-yo) + rv*(V-128), G = ys*(Y-yo) - gu*(U-128) - gv*(V-128),
+ * B = ys*(Y-yo) + bu*(U-128). The coefficients are multiples of 2^-14 so that float and double
+ * evaluate the sum exactly: CPU, GPU and the test reference then round identically. */
+struct YuvMatrix {
+  float y_offset = 16.f;
+  float ys = 0.f, rv = 0.f, gu = 0.f, gv = 0.f, bu = 0.f;
+};
+/* From the luma weights Kr, Kb (BT.601: 0.299/0.114, BT.709: 0.2126/0.0722) and range. */
+YuvMatrix make_yuv_matrix (double kr, double kb, bool full_range);
+
+/* One input frame in host (prep_cpu) or device (prep_cuda) memory. planes[0] == nullptr means
+ * an invalid (masked) view: the output is the pad value everywhere. */
+struct Image {
+  Format format = Format::RGB;
+  int width = 0, height = 0;
+  const uint8_t *planes[3] = {nullptr, nullptr, nullptr};
+  size_t strides[3] = {0, 0, 0};
+  YuvMatrix yuv;
+};
+
+struct Params {
+  int out_width = 224, out_height = 224;
+  Resize resize = Resize::Pad;
+  Filter filter = Filter::Antialias;
+  float mean[3] = {0.5f, 0.5f, 0.5f};   /* in [0,1] units; pi0: x/127.5 - 1 */
+  float std[3] = {0.5f, 0.5f, 0.5f};
+  DType dtype = DType::Float32;
+};
+
+size_t dtype_size (DType d);
+/* Bytes one view occupies in the output: 3 * out_height * out_width * dtype_size. */
+size_t view_bytes (const Params &p);
+
+/* Bytes each plane of a frame spans: stride * rows of that plane (the last row included in
+ * full). Callers compare this with the memory they hold before handing the frame over. */
+size_t plane_span (Format f, int height, int plane, size_t stride);
+/* Checks sizes and strides against the format (a stride shorter than a row is refused).
+ * Returns an empty string when fine, otherwise what is wrong. */
+std::string validate (const Params &p, const Image &img);
+
+/* ---- geometry and filter weights (shared by the CPU and CUDA paths and the tests) ---- */
+
+/* Where a view lands in the output and which part of the source it comes from. */
+struct Geometry {
+  int dst_x = 0, dst_y = 0, dst_w = 0, dst_h = 0;   /* resized rectangle inside the output */
+  double box_x0 = 0, box_y0 = 0, box_x1 = 0, box_y1 = 0;  /* source box, pixels */
+};
+Geometry compute_geometry (const Params &p, int in_width, int in_height);
+
+constexpr int kPrecisionBits = 32 - 8 - 2;   /* PIL's fixed point for 8-bit images */
+constexpr int kFastBits = 14;                 /* filter=antialias: weights fit int16 */
+inline int
+filter_bits (Filter f)
+{
+  return f == Filter::Pil ? kPrecisionBits : kFastBits;
+}
+
+/* PIL's triangle-filter weights for one axis: out pixel i reads in[bounds[i]..+count[i]) with
+ * weights coeffs[i*ksize ..]. */
+struct AxisWeights {
+  int out_size = 0, ksize = 0;
+  std::vector<int> first, count;
+  std::vector<int32_t> coeffs;   /* fixed point with `bits` fractional bits */
+  int bits = kPrecisionBits;
+};
+AxisWeights antialias_weights (int in_size, double in0, double in1, int out_size,
+                               int bits = kPrecisionBits);
+
+/* Source taps for torch's bilinear (align_corners=False): out i = in[i0]*(1-l) + in[i1]*l. */
+struct AxisTaps {
+  std::vector<int> i0, i1;
+  std::vector<float> lambda;
+};
+AxisTaps bilinear_taps (int in_size, double in0, double in1, int out_size);
+
+/* ---- CPU path ---- */
+
+/* Runs fn(0..n_tasks-1) on its threads (and the caller's). Persistent, so a frame does not pay
+ * for thread creation. */
+class ThreadPool
+{
+public:
+  explicit ThreadPool (int n_threads);
+  ~ThreadPool ();
+  ThreadPool (const ThreadPool &) = delete;
+  ThreadPool &operator= (const ThreadPool &) = delete;
+  int size () const;
+  void run (int n_tasks, const std::function<void (int)> &fn);
+
+private:
+  struct Impl;
+  Impl *impl_;
+};
+
+/* Writes n_views images of [3, out_height, out_width] to out (n_views * view_bytes(p) bytes).
+ * pool == nullptr runs serially on the calling thread. The images must pass validate(). */
+void prep_cpu (const Params &p, const Image *views, int n_views, void *out, ThreadPool *pool);
+
+/* ---- CUDA path (available when built with CUDA: see have_cuda_build) ---- */
+
+bool have_cuda_build ();
+
+} // namespace pi0prep

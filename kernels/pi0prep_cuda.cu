@@ -1,0 +1,502 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The CUDA twin of pi0prep.cpp: one fused kernel per view (format conversion, resize, pad,
+ * normalize, dtype and plane-major layout in one pass over the source). */
+
+#include "pi0prep_cuda.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace pi0prep {
+
+std::string
+cuda_error_text (cudaError_t err)
+{
+  return std::string (cudaGetErrorName (err)) + " (" + cudaGetErrorString (err) + ")";
+}
+
+namespace {
+
+constexpr int kTileW = 32;
+constexpr int kThreadsY = 8;
+constexpr size_t kMaxShared = 48 * 1024;
+
+struct DevImage {
+  int format;
+  int width, height;
+  const uint8_t *p0, *p1, *p2;
+  size_t s0, s1, s2;
+  int off[3];
+  int bpp;
+  YuvMatrix yuv;
+};
+
+struct DevParams {
+  int W, H, dtype;
+  int dst_x, dst_y, dst_w, dst_h;
+  float scale[3], bias[3];
+  int valid;
+};
+
+__device__ __forceinline__ float
+round8f (float v)
+{
+  v = floorf (v + 0.5f);
+  return fminf (fmaxf (v, 0.f), 255.f);
+}
+
+/* RGB of one source pixel. Matches pi0prep.cpp's YUV rounding: the products are exact in
+ * float (coefficients are multiples of 2^-14), so the fma contraction changes nothing. */
+__device__ __forceinline__ void
+fetch (const DevImage &im, int x, int y, int rgb[3])
+{
+  if (im.format == static_cast<int> (Format::NV12) || im.format == static_cast<int> (Format::I420)) {
+    const float yy = im.yuv.ys * (static_cast<float> (im.p0[im.s0 * y + x]) - im.yuv.y_offset);
+    float u, v;
+    if (im.format == static_cast<int> (Format::NV12)) {
+      const uint8_t *c = im.p1 + im.s1 * (y / 2) + (x / 2) * 2;
+      u = c[0] - 128.f;
+      v = c[1] - 128.f;
+    } else {
+      u = im.p1[im.s1 * (y / 2) + x / 2] - 128.f;
+      v = im.p2[im.s2 * (y / 2) + x / 2] - 128.f;
+    }
+    rgb[0] = static_cast<int> (round8f (yy + im.yuv.rv * v));
+    rgb[1] = static_cast<int> (round8f (yy - im.yuv.gu * u - im.yuv.gv * v));
+    rgb[2] = static_cast<int> (round8f (yy + im.yuv.bu * u));
+    return;
+  }
+  const uint8_t *px = im.p0 + im.s0 * y + static_cast<size_t> (x) * im.bpp;
+  rgb[0] = px[im.off[0]];
+  rgb[1] = px[im.off[1]];
+  rgb[2] = px[im.off[2]];
+}
+
+__device__ __forceinline__ int
+clip8 (int ss, int bits)
+{
+  if (ss >= (1 << bits << 8))
+    return 255;
+  if (ss <= 0)
+    return 0;
+  return ss >> bits;
+}
+
+__device__ __forceinline__ void
+store (void *out, size_t idx, float v, int dtype)
+{
+  if (dtype == static_cast<int> (DType::Float32))
+    static_cast<float *> (out)[idx] = v;
+  else if (dtype == static_cast<int> (DType::Float16))
+    static_cast<__half *> (out)[idx] = __float2half_rn (v);
+  else
+    static_cast<__nv_bfloat16 *> (out)[idx] = __float2bfloat16_rn (v);
+}
+
+__device__ __forceinline__ void
+store_pad (const DevParams &p, void *out, int x, int y)
+{
+  const size_t plane = static_cast<size_t> (p.W) * p.H;
+  for (int c = 0; c < 3; c++)
+    store (out, c * plane + static_cast<size_t> (y) * p.W + x, p.bias[c], p.dtype);
+}
+
+/* filter=pil. One block = 32 output columns x th output rows. Stage 1 filters the source rows
+ * those output rows need horizontally into shared memory (uint8, like PIL's intermediate
+ * image); stage 2 filters vertically, normalizes and writes the three planes. */
+__global__ void
+pil_kernel (DevImage im, DevParams p, int th, const int *hfirst, const int *hcount,
+                  const int *hcoef, int hk, const int *vfirst, const int *vcount,
+                  const int *vcoef, int vk, void *out)
+{
+  extern __shared__ uint8_t tmp[];   /* [rows][kTileW][3] */
+  const int ox = blockIdx.x * kTileW + threadIdx.x;   /* output column */
+  const int oy0 = blockIdx.y * th;
+  const int tx0 = blockIdx.x * kTileW - p.dst_x;       /* rect column of thread 0 */
+  const int col = tx0 + threadIdx.x;                   /* this thread's rect column */
+
+  /* The block's rect rows. */
+  const int r_lo = max (oy0 - p.dst_y, 0);
+  const int r_hi = min (oy0 + th - p.dst_y, p.dst_h);   /* exclusive */
+  const bool any_rows = r_lo < r_hi;
+  int src_first = 0, n_rows = 0;
+  if (any_rows) {
+    src_first = vfirst[r_lo];
+    n_rows = vfirst[r_hi - 1] + vcount[r_hi - 1] - src_first;
+  }
+
+  if (any_rows && col >= 0 && col < p.dst_w) {
+    const int *w = hcoef + static_cast<size_t> (col) * hk;
+    const int xf = hfirst[col], nk = hcount[col];
+    for (int i = threadIdx.y; i < n_rows; i += blockDim.y) {
+      int acc[3] = {1 << (kPrecisionBits - 1), 1 << (kPrecisionBits - 1),
+                    1 << (kPrecisionBits - 1)};
+      for (int k = 0; k < nk; k++) {
+        int rgb[3];
+        fetch (im, xf + k, src_first + i, rgb);
+        acc[0] += rgb[0] * w[k];
+        acc[1] += rgb[1] * w[k];
+        acc[2] += rgb[2] * w[k];
+      }
+      uint8_t *t = tmp + (static_cast<size_t> (i) * kTileW + threadIdx.x) * 3;
+      t[0] = static_cast<uint8_t> (clip8 (acc[0], kPrecisionBits));
+      t[1] = static_cast<uint8_t> (clip8 (acc[1], kPrecisionBits));
+      t[2] = static_cast<uint8_t> (clip8 (acc[2], kPrecisionBits));
+    }
+  }
+  __syncthreads ();
+
+  if (ox >= p.W)
+    return;
+  for (int ry = threadIdx.y; ry < th; ry += blockDim.y) {
+    const int oy = oy0 + ry;
+    if (oy >= p.H)
+      break;
+    const int r = oy - p.dst_y;
+    if (!(r >= 0 && r < p.dst_h && col >= 0 && col < p.dst_w)) {
+      store_pad (p, out, ox, oy);
+      continue;
+    }
+    const int *w = vcoef + static_cast<size_t> (r) * vk;
+    const int yf = vfirst[r] - src_first, nk = vcount[r];
+    int acc[3] = {1 << (kPrecisionBits - 1), 1 << (kPrecisionBits - 1),
+                  1 << (kPrecisionBits - 1)};
+    for (int k = 0; k < nk; k++) {
+      const uint8_t *t = tmp + (static_cast<size_t> (yf + k) * kTileW + threadIdx.x) * 3;
+      acc[0] += t[0] * w[k];
+      acc[1] += t[1] * w[k];
+      acc[2] += t[2] * w[k];
+    }
+    const size_t plane = static_cast<size_t> (p.W) * p.H;
+    for (int c = 0; c < 3; c++)
+      store (out, c * plane + static_cast<size_t> (oy) * p.W + ox,
+             clip8 (acc[c], kPrecisionBits) * p.scale[c] + p.bias[c], p.dtype);
+  }
+}
+
+/* filter=antialias: the same filter with 14-bit weights, vertical pass first, as the CPU path.
+ * One block = 32 output columns x th output rows. Stage 1 filters vertically, for each of the
+ * block's output rows, the source columns its 32 output columns read (coalesced along x) into
+ * shared memory, rounded to uint8; stage 2 filters horizontally, normalizes and writes. */
+__global__ void
+antialias_kernel (DevImage im, DevParams p, int th, int max_cols, const int *hfirst,
+                  const int *hcount, const int *hcoef, int hk, const int *vfirst,
+                  const int *vcount, const int *vcoef, int vk, void *out)
+{
+  extern __shared__ uint8_t tmp[];   /* [th][max_cols][3] */
+  const int bits = kFastBits;
+  const int ox = blockIdx.x * kTileW + threadIdx.x;
+  const int oy0 = blockIdx.y * th;
+  const int c_lo = max (static_cast<int> (blockIdx.x) * kTileW - p.dst_x, 0);
+  const int c_hi = min (static_cast<int> (blockIdx.x) * kTileW + kTileW - p.dst_x, p.dst_w);
+  const int r_lo = max (oy0 - p.dst_y, 0);
+  const int r_hi = min (oy0 + th - p.dst_y, p.dst_h);
+  int x_first = 0, n_cols = 0;
+  if (c_lo < c_hi) {
+    x_first = hfirst[c_lo];
+    n_cols = min (hfirst[c_hi - 1] + hcount[c_hi - 1] - x_first, max_cols);
+  }
+  const int n_rows = max (r_hi - r_lo, 0);
+  const int tid = threadIdx.y * blockDim.x + threadIdx.x, nthreads = blockDim.x * blockDim.y;
+  for (int idx = tid; idx < n_rows * n_cols; idx += nthreads) {
+    const int rr = idx / n_cols, xc = idx % n_cols;
+    const int r = r_lo + rr;
+    const int *w = vcoef + static_cast<size_t> (r) * vk;
+    const int yf = vfirst[r], nk = vcount[r];
+    int acc[3] = {1 << (bits - 1), 1 << (bits - 1), 1 << (bits - 1)};
+    for (int k = 0; k < nk; k++) {
+      int rgb[3];
+      fetch (im, x_first + xc, yf + k, rgb);
+      acc[0] += rgb[0] * w[k];
+      acc[1] += rgb[1] * w[k];
+      acc[2] += rgb[2] * w[k];
+    }
+    uint8_t *t = tmp + (static_cast<size_t> (rr) * max_cols + xc) * 3;
+    t[0] = static_cast<uint8_t> (clip8 (acc[0], bits));
+    t[1] = static_cast<uint8_t> (clip8 (acc[1], bits));
+    t[2] = static_cast<uint8_t> (clip8 (acc[2], bits));
+  }
+  __syncthreads ();
+
+  if (ox >= p.W)
+    return;
+  const int col = ox - p.dst_x;
+  for (int ry = threadIdx.y; ry < th; ry += blockDim.y) {
+    const int oy = oy0 + ry;
+    if (oy >= p.H)
+      break;
+    const int r = oy - p.dst_y;
+    if (!(r >= 0 && r < p.dst_h && col >= 0 && col < p.dst_w)) {
+      store_pad (p, out, ox, oy);
+      continue;
+    }
+    const int *w = hcoef + static_cast<size_t> (col) * hk;
+    const int xf = hfirst[col] - x_first, nk = hcount[col];
+    int acc[3] = {1 << (bits - 1), 1 << (bits - 1), 1 << (bits - 1)};
+    for (int k = 0; k < nk; k++) {
+      const uint8_t *t = tmp + (static_cast<size_t> (r - r_lo) * max_cols + xf + k) * 3;
+      acc[0] += t[0] * w[k];
+      acc[1] += t[1] * w[k];
+      acc[2] += t[2] * w[k];
+    }
+    const size_t plane = static_cast<size_t> (p.W) * p.H;
+    for (int c = 0; c < 3; c++)
+      store (out, c * plane + static_cast<size_t> (oy) * p.W + ox,
+             clip8 (acc[c], bits) * p.scale[c] + p.bias[c], p.dtype);
+  }
+}
+
+__global__ void
+bilinear_kernel (DevImage im, DevParams p, const int *hi0, const int *hi1, const float *hl,
+                 const int *vi0, const int *vi1, const float *vl, void *out)
+{
+  const int ox = blockIdx.x * blockDim.x + threadIdx.x;
+  const int oy = blockIdx.y * blockDim.y + threadIdx.y;
+  if (ox >= p.W || oy >= p.H)
+    return;
+  const int x = ox - p.dst_x, y = oy - p.dst_y;
+  if (!p.valid || x < 0 || x >= p.dst_w || y < 0 || y >= p.dst_h) {
+    store_pad (p, out, ox, oy);
+    return;
+  }
+  int a[3], b[3], c[3], d[3];
+  fetch (im, hi0[x], vi0[y], a);
+  fetch (im, hi1[x], vi0[y], b);
+  fetch (im, hi0[x], vi1[y], c);
+  fetch (im, hi1[x], vi1[y], d);
+  const float lx = hl[x], ly = vl[y];
+  const size_t plane = static_cast<size_t> (p.W) * p.H;
+  for (int ch = 0; ch < 3; ch++) {
+    /* Same operation order as the CPU twin; __fmul_rn/__fadd_rn keep nvcc from contracting
+     * into fma, which would round differently. */
+    const float top = __fadd_rn (__fmul_rn (1.f - lx, static_cast<float> (a[ch])),
+                                 __fmul_rn (lx, static_cast<float> (b[ch])));
+    const float bot = __fadd_rn (__fmul_rn (1.f - lx, static_cast<float> (c[ch])),
+                                 __fmul_rn (lx, static_cast<float> (d[ch])));
+    const float v = __fadd_rn (__fmul_rn (1.f - ly, top), __fmul_rn (ly, bot));
+    store (out, ch * plane + static_cast<size_t> (oy) * p.W + ox,
+           __fadd_rn (__fmul_rn (v, p.scale[ch]), p.bias[ch]), p.dtype);
+  }
+}
+
+} // namespace
+
+struct CudaPrep::Slot {
+  /* What the tables were built for. */
+  int in_w = -1, in_h = -1;
+  Params params;
+  bool have = false;
+  Geometry g;
+  int hk = 0, vk = 0, th = 1, max_cols = 0;
+  size_t shared = 0;
+  void *dev = nullptr;
+  size_t dev_size = 0;
+  std::vector<uint8_t> host;   /* the tables as uploaded */
+  size_t off[6] = {0, 0, 0, 0, 0, 0};
+
+  ~Slot ()
+  {
+    if (dev)
+      cudaFree (dev);
+  }
+};
+
+CudaPrep::CudaPrep (int max_views)
+{
+  for (int i = 0; i < max_views; i++)
+    slots_.emplace_back (new Slot);
+}
+
+CudaPrep::~CudaPrep () = default;
+
+static bool
+same_params (const Params &a, const Params &b)
+{
+  return a.out_width == b.out_width && a.out_height == b.out_height && a.resize == b.resize &&
+         a.filter == b.filter;
+}
+
+template <typename T>
+static size_t
+append (std::vector<uint8_t> &buf, const std::vector<T> &v)
+{
+  size_t at = (buf.size () + 15) / 16 * 16;
+  buf.resize (at + v.size () * sizeof (T));
+  if (!v.empty ())
+    std::memcpy (buf.data () + at, v.data (), v.size () * sizeof (T));
+  return at;
+}
+
+cudaError_t
+CudaPrep::run_view (const Params &p, int slot_index, const Image &img, void *out,
+                    cudaStream_t stream)
+{
+  if (slot_index < 0 || slot_index >= static_cast<int> (slots_.size ()))
+    return cudaErrorInvalidValue;
+  Slot &s = *slots_[slot_index];
+
+  DevParams dp{};
+  dp.W = p.out_width;
+  dp.H = p.out_height;
+  dp.dtype = static_cast<int> (p.dtype);
+  for (int c = 0; c < 3; c++) {
+    dp.scale[c] = static_cast<float> (1.0 / (255.0 * p.std[c]));
+    dp.bias[c] = static_cast<float> (-p.mean[c] / p.std[c]);
+  }
+  dp.valid = img.planes[0] != nullptr;
+
+  const dim3 block (kTileW, kThreadsY);
+  if (!dp.valid) {
+    const dim3 grid ((p.out_width + kTileW - 1) / kTileW, (p.out_height + kThreadsY - 1) / kThreadsY);
+    DevImage none{};
+    bilinear_kernel<<<grid, block, 0, stream>>> (none, dp, nullptr, nullptr, nullptr, nullptr,
+                                                 nullptr, nullptr, out);
+    return cudaGetLastError ();
+  }
+
+  if (!s.have || s.in_w != img.width || s.in_h != img.height || !same_params (s.params, p)) {
+    s.have = false;
+    s.g = compute_geometry (p, img.width, img.height);
+    s.host.clear ();
+    if (p.filter != Filter::Bilinear) {
+      const int bits = filter_bits (p.filter);
+      AxisWeights hw = antialias_weights (img.width, s.g.box_x0, s.g.box_x1, s.g.dst_w, bits);
+      AxisWeights vw = antialias_weights (img.height, s.g.box_y0, s.g.box_y1, s.g.dst_h, bits);
+      s.hk = hw.ksize;
+      s.vk = vw.ksize;
+      s.off[0] = append (s.host, hw.first);
+      s.off[1] = append (s.host, hw.count);
+      s.off[2] = append (s.host, hw.coeffs);
+      s.off[3] = append (s.host, vw.first);
+      s.off[4] = append (s.host, vw.count);
+      s.off[5] = append (s.host, vw.coeffs);
+      s.th = 0;
+      if (p.filter == Filter::Pil) {
+        /* Largest tile height whose source rows fit in shared memory. */
+        for (int th = 16; th >= 1 && s.th == 0; th /= 2) {
+          int rows = 0;
+          for (int r0 = -((s.g.dst_y % th)); r0 < s.g.dst_h; r0 += th) {
+            int lo = std::max (r0, 0), hi = std::min (r0 + th, s.g.dst_h);
+            if (lo < hi)
+              rows = std::max (rows, vw.first[hi - 1] + vw.count[hi - 1] - vw.first[lo]);
+          }
+          if (static_cast<size_t> (rows) * kTileW * 3 <= kMaxShared) {
+            s.th = th;
+            s.shared = static_cast<size_t> (rows) * kTileW * 3;
+          }
+        }
+      } else {
+        /* Widest span of source columns one 32-column tile reads. */
+        int cols = 1;
+        for (int c0 = -(s.g.dst_x % kTileW); c0 < s.g.dst_w; c0 += kTileW) {
+          int lo = std::max (c0, 0), hi = std::min (c0 + kTileW, s.g.dst_w);
+          if (lo < hi)
+            cols = std::max (cols, hw.first[hi - 1] + hw.count[hi - 1] - hw.first[lo]);
+        }
+        s.max_cols = cols;
+        for (int th = 16; th >= 1 && s.th == 0; th /= 2)
+          if (static_cast<size_t> (th) * cols * 3 <= kMaxShared) {
+            s.th = th;
+            s.shared = static_cast<size_t> (th) * cols * 3;
+          }
+      }
+      if (s.th == 0)
+        return cudaErrorInvalidValue;   /* a downscale beyond ~170x: not supported on CUDA */
+    } else {
+      AxisTaps ht = bilinear_taps (img.width, s.g.box_x0, s.g.box_x1, s.g.dst_w);
+      AxisTaps vt = bilinear_taps (img.height, s.g.box_y0, s.g.box_y1, s.g.dst_h);
+      s.off[0] = append (s.host, ht.i0);
+      s.off[1] = append (s.host, ht.i1);
+      s.off[2] = append (s.host, ht.lambda);
+      s.off[3] = append (s.host, vt.i0);
+      s.off[4] = append (s.host, vt.i1);
+      s.off[5] = append (s.host, vt.lambda);
+    }
+    if (s.dev_size < s.host.size ()) {
+      if (s.dev)
+        cudaFree (s.dev);
+      s.dev = nullptr;
+      s.dev_size = 0;
+      cudaError_t err = cudaMalloc (&s.dev, s.host.size ());
+      if (err != cudaSuccess)
+        return err;
+      s.dev_size = s.host.size ();
+    }
+    /* Pageable source: the call returns once the data is staged, so s.host may change later. */
+    cudaError_t err = cudaMemcpyAsync (s.dev, s.host.data (), s.host.size (),
+                                       cudaMemcpyHostToDevice, stream);
+    if (err != cudaSuccess)
+      return err;
+    s.in_w = img.width;
+    s.in_h = img.height;
+    s.params = p;
+    s.have = true;
+  }
+
+  dp.dst_x = s.g.dst_x;
+  dp.dst_y = s.g.dst_y;
+  dp.dst_w = s.g.dst_w;
+  dp.dst_h = s.g.dst_h;
+
+  DevImage di{};
+  di.format = static_cast<int> (img.format);
+  di.width = img.width;
+  di.height = img.height;
+  di.p0 = img.planes[0];
+  di.p1 = img.planes[1];
+  di.p2 = img.planes[2];
+  di.s0 = img.strides[0];
+  di.s1 = img.strides[1];
+  di.s2 = img.strides[2];
+  di.bpp = format_pixel_stride (img.format);
+  di.yuv = img.yuv;
+  {
+    static const int table[][3] = {
+      {0, 1, 2}, {2, 1, 0}, {0, 1, 2}, {2, 1, 0}, {1, 2, 3}, {3, 2, 1},
+      {0, 1, 2}, {2, 1, 0}, {1, 2, 3}, {3, 2, 1}, {0, 0, 0},
+    };
+    int fi = std::min (static_cast<int> (img.format), static_cast<int> (Format::GRAY8));
+    std::memcpy (di.off, table[fi], sizeof (di.off));
+  }
+
+  const uint8_t *d = static_cast<const uint8_t *> (s.dev);
+  const int *ip[6];
+  for (int i = 0; i < 6; i++)
+    ip[i] = reinterpret_cast<const int *> (d + s.off[i]);
+  if (p.filter == Filter::Pil) {
+    const dim3 grid ((p.out_width + kTileW - 1) / kTileW, (p.out_height + s.th - 1) / s.th);
+    pil_kernel<<<grid, block, s.shared, stream>>> (di, dp, s.th, ip[0], ip[1], ip[2], s.hk, ip[3],
+                                                   ip[4], ip[5], s.vk, out);
+  } else if (p.filter == Filter::Antialias) {
+    const dim3 grid ((p.out_width + kTileW - 1) / kTileW, (p.out_height + s.th - 1) / s.th);
+    antialias_kernel<<<grid, block, s.shared, stream>>> (di, dp, s.th, s.max_cols, ip[0], ip[1],
+                                                         ip[2], s.hk, ip[3], ip[4], ip[5], s.vk,
+                                                         out);
+  } else {
+    const dim3 grid ((p.out_width + kTileW - 1) / kTileW, (p.out_height + kThreadsY - 1) / kThreadsY);
+    bilinear_kernel<<<grid, block, 0, stream>>> (
+        di, dp, reinterpret_cast<const int *> (d + s.off[0]),
+        reinterpret_cast<const int *> (d + s.off[1]), reinterpret_cast<const float *> (d + s.off[2]),
+        reinterpret_cast<const int *> (d + s.off[3]), reinterpret_cast<const int *> (d + s.off[4]),
+        reinterpret_cast<const float *> (d + s.off[5]), out);
+  }
+  return cudaGetLastError ();
+}
+
+cudaError_t
+prep_cuda (const Params &p, const Image *views, int n_views, void *out,
+           const cudaStream_t *streams, CudaPrep &prep)
+{
+  for (int v = 0; v < n_views; v++) {
+    cudaError_t err = prep.run_view (p, v, views[v], static_cast<uint8_t *> (out) + v * view_bytes (p),
+                                     streams[v]);
+    if (err != cudaSuccess)
+      return err;
+  }
+  return cudaSuccess;
+}
+
+} // namespace pi0prep

@@ -1,0 +1,397 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* cudaprep: tensor meta contents against the plain reference, properties, and every bad input
+ * of issue 3 (unsupported format, device=cuda without a GPU, auto without one, strides and
+ * sizes that do not fit). Observation buffers are built here with the meta API, so these tests
+ * do not depend on pi0viewmux. */
+
+#include <cstring>
+
+#include "prep_reference.h"
+#include "test_helpers.h"
+
+#include <gst/pi0/pi0.h>
+#include <gst/video/video.h>
+#include <gtest/gtest.h>
+
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+#ifdef HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+#include <atomic>
+#include <string>
+
+using namespace pi0test;
+
+namespace {
+
+bool
+have_cuda_device ()
+{
+#ifdef HAVE_CUDA
+  int n = 0;
+  return cudaGetDeviceCount (&n) == cudaSuccess && n > 0;
+#else
+  return false;
+#endif
+}
+
+GstVideoFormat
+to_gst (pi0prep::Format f)
+{
+  switch (f) {
+    case pi0prep::Format::RGB: return GST_VIDEO_FORMAT_RGB;
+    case pi0prep::Format::BGR: return GST_VIDEO_FORMAT_BGR;
+    case pi0prep::Format::RGBx: return GST_VIDEO_FORMAT_RGBx;
+    case pi0prep::Format::BGRx: return GST_VIDEO_FORMAT_BGRx;
+    case pi0prep::Format::xRGB: return GST_VIDEO_FORMAT_xRGB;
+    case pi0prep::Format::xBGR: return GST_VIDEO_FORMAT_xBGR;
+    case pi0prep::Format::RGBA: return GST_VIDEO_FORMAT_RGBA;
+    case pi0prep::Format::BGRA: return GST_VIDEO_FORMAT_BGRA;
+    case pi0prep::Format::ARGB: return GST_VIDEO_FORMAT_ARGB;
+    case pi0prep::Format::ABGR: return GST_VIDEO_FORMAT_ABGR;
+    case pi0prep::Format::GRAY8: return GST_VIDEO_FORMAT_GRAY8;
+    case pi0prep::Format::NV12: return GST_VIDEO_FORMAT_NV12;
+    case pi0prep::Format::I420: return GST_VIDEO_FORMAT_I420;
+  }
+  return GST_VIDEO_FORMAT_UNKNOWN;
+}
+
+/* Appends @f as one memory (planes back to back, with their strides) and a valid view. The
+ * frame's YUV matrix is set to what the element derives from the view's colorimetry. */
+void
+add_frame_view (GstBuffer *buf, GstPi0ObservationMeta *meta, const char *name, Frame &f)
+{
+  GstPi0View *v = gst_pi0_observation_meta_add_view (meta, name);
+  gst_video_info_set_format (&v->info, to_gst (f.format), f.width, f.height);
+  f.yuv = pi0prep::make_yuv_matrix (f.height > 576 ? 0.2126 : 0.299, f.height > 576 ? 0.0722 : 0.114,
+                                    false);
+  std::vector<uint8_t> bytes;
+  for (int p = 0; p < pi0prep::format_n_planes (f.format); p++) {
+    v->info.offset[p] = bytes.size ();
+    v->info.stride[p] = (gint) f.strides[p];
+    bytes.insert (bytes.end (), f.planes[p].begin (), f.planes[p].end ());
+  }
+  v->info.size = bytes.size ();
+  v->flags = GST_PI0_VIEW_FLAG_VALID;
+  v->mem_index = gst_buffer_n_memory (buf);
+  v->n_mem = 1;
+  gpointer copy = g_memdup2 (bytes.data (), bytes.size ());
+  gst_buffer_append_memory (buf, gst_memory_new_wrapped (GST_MEMORY_FLAG_READONLY, copy,
+                                                         bytes.size (), 0, bytes.size (), copy,
+                                                         g_free));
+}
+
+GstBuffer *
+new_observation ()
+{
+  GstBuffer *buf = gst_buffer_new ();
+  gst_buffer_add_pi0_observation_meta (buf);
+  return buf;
+}
+
+HarnessPtr
+make_harness (const char *props = "device=cpu")
+{
+  std::string desc = std::string ("cudaprep ") + props;
+  HarnessPtr h (gst_harness_new_parse (desc.c_str ()));
+  gst_harness_set_src_caps_str (h.get (), GST_PI0_OBSERVATION_MEDIA_TYPE ",views=3");
+  return h;
+}
+
+void
+expect_tensor_matches (GstPi0TensorMeta *tm, const pi0prep::Params &p, guint view,
+                       const Frame *f)
+{
+  const std::vector<double> ref = reference (p, f);
+  const size_t vb = pi0prep::view_bytes (p);
+  const uint8_t *data = static_cast<const uint8_t *> (tm->data) + view * vb;
+  size_t bad = 0;
+  double worst = 0;
+  for (size_t i = 0; i < ref.size (); i++) {
+    const double d = std::fabs (out_value (p, data, i) - ref[i]);
+    worst = std::max (worst, d);
+    bad += d > tolerance (p, ref[i]);
+  }
+  EXPECT_EQ (bad, 0u) << "view " << view << ": worst error " << worst;
+}
+
+} // namespace
+
+TEST (CudaPrep, TensorMetaMatchesReferenceAndViewsPassThrough)
+{
+  std::mt19937 rng (1);
+  Frame a = random_frame (rng, pi0prep::Format::RGB, 641, 479, 29);
+  Frame b = random_frame (rng, pi0prep::Format::NV12, 1280, 720, 0);
+  GstBuffer *buf = new_observation ();
+  GstPi0ObservationMeta *meta = gst_buffer_get_pi0_observation_meta (buf);
+  add_frame_view (buf, meta, "main", a);
+  gst_pi0_observation_meta_add_view (meta, "side");   /* masked */
+  add_frame_view (buf, meta, "top", b);
+  GstMemory *mem0 = gst_buffer_peek_memory (buf, 0);
+
+  HarnessPtr h = make_harness ();
+  ASSERT_EQ (gst_harness_push (h.get (), buf), GST_FLOW_OK);
+  BufferPtr out (gst_harness_pull (h.get ()));
+  ASSERT_TRUE (out);
+  /* In place: the same memories, untouched. */
+  EXPECT_EQ (gst_buffer_n_memory (out.get ()), 2u);
+  EXPECT_EQ (gst_buffer_peek_memory (out.get (), 0), mem0);
+  GstMapInfo map;
+  ASSERT_TRUE (gst_buffer_map_range (out.get (), 0, 1, &map, GST_MAP_READ));
+  std::vector<uint8_t> first (a.planes[0]);
+  EXPECT_EQ (std::memcmp (map.data, first.data (), first.size ()), 0);
+  gst_buffer_unmap (out.get (), &map);
+  ASSERT_NE (gst_buffer_get_pi0_observation_meta (out.get ()), nullptr);
+
+  GstPi0TensorMeta *tm = gst_buffer_get_pi0_tensor_meta (out.get ());
+  ASSERT_NE (tm, nullptr);
+  EXPECT_EQ (tm->dtype, GST_PI0_DTYPE_FLOAT32);
+  EXPECT_EQ (tm->device, GST_PI0_DEVICE_CPU);
+  ASSERT_EQ (tm->n_dims, 4u);
+  EXPECT_EQ (tm->shape[0], 3);
+  EXPECT_EQ (tm->shape[1], 3);
+  EXPECT_EQ (tm->shape[2], 224);
+  EXPECT_EQ (tm->shape[3], 224);
+  ASSERT_EQ (tm->n_masks, 3u);
+  EXPECT_TRUE (tm->image_masks[0]);
+  EXPECT_FALSE (tm->image_masks[1]);
+  EXPECT_TRUE (tm->image_masks[2]);
+  EXPECT_EQ (tm->ready_event, nullptr);
+  pi0prep::Params p;
+  expect_tensor_matches (tm, p, 0, &a);
+  expect_tensor_matches (tm, p, 1, nullptr);
+  expect_tensor_matches (tm, p, 2, &b);
+}
+
+TEST (CudaPrep, PropertiesShapeTheTensor)
+{
+  std::mt19937 rng (2);
+  Frame a = random_frame (rng, pi0prep::Format::BGRx, 333, 250);
+  GstBuffer *buf = new_observation ();
+  add_frame_view (buf, gst_buffer_get_pi0_observation_meta (buf), "main", a);
+
+  HarnessPtr h = make_harness ("device=cpu width=64 height=100 resize=crop filter=bilinear "
+                               "normalize=imagenet dtype=bfloat16 n-threads=3");
+  ASSERT_EQ (gst_harness_push (h.get (), buf), GST_FLOW_OK);
+  BufferPtr out (gst_harness_pull (h.get ()));
+  GstPi0TensorMeta *tm = gst_buffer_get_pi0_tensor_meta (out.get ());
+  ASSERT_NE (tm, nullptr);
+  EXPECT_EQ (tm->dtype, GST_PI0_DTYPE_BFLOAT16);
+  EXPECT_EQ (tm->shape[0], 1);
+  EXPECT_EQ (tm->shape[2], 100);
+  EXPECT_EQ (tm->shape[3], 64);
+  pi0prep::Params p;
+  p.out_width = 64;
+  p.out_height = 100;
+  p.resize = pi0prep::Resize::Crop;
+  p.filter = pi0prep::Filter::Bilinear;
+  p.dtype = pi0prep::DType::BFloat16;
+  const float m[3] = {0.485f, 0.456f, 0.406f}, s[3] = {0.229f, 0.224f, 0.225f};
+  std::memcpy (p.mean, m, sizeof m);
+  std::memcpy (p.std, s, sizeof s);
+  expect_tensor_matches (tm, p, 0, &a);
+}
+
+TEST (CudaPrep, CustomMeanAndStd)
+{
+  ElementPtr e (gst_element_factory_make ("cudaprep", nullptr));
+  ASSERT_TRUE (e);
+  gst_util_set_object_arg (G_OBJECT (e.get ()), "mean", "<0.25, 0.5, 0.75>");
+  gst_util_set_object_arg (G_OBJECT (e.get ()), "std", "<0.1, 0.2, 0.4>");
+  gst_util_set_object_arg (G_OBJECT (e.get ()), "normalize", "custom");
+  GValue v = G_VALUE_INIT;
+  g_value_init (&v, GST_TYPE_ARRAY);
+  g_object_get_property (G_OBJECT (e.get ()), "std", &v);
+  ASSERT_EQ (gst_value_array_get_size (&v), 3u);
+  EXPECT_FLOAT_EQ (g_value_get_float (gst_value_array_get_value (&v, 2)), 0.4f);
+  g_value_unset (&v);
+
+  /* A constant grey 50x50 view: out = (128/255 - mean) / std per channel. */
+  Frame f;
+  f.format = pi0prep::Format::RGB;
+  f.width = f.height = 50;
+  f.strides[0] = 150;
+  f.planes[0].assign (150 * 50, 128);
+  GstBuffer *buf = new_observation ();
+  add_frame_view (buf, gst_buffer_get_pi0_observation_meta (buf), "main", f);
+  HarnessPtr h (gst_harness_new_with_element (e.get (), "sink", "src"));
+  gst_harness_set_src_caps_str (h.get (), GST_PI0_OBSERVATION_MEDIA_TYPE ",views=1");
+  g_object_set (e.get (), "device", 2 /* cpu */, "width", 8, "height", 8, nullptr);
+  ASSERT_EQ (gst_harness_push (h.get (), buf), GST_FLOW_OK);
+  BufferPtr out (gst_harness_pull (h.get ()));
+  GstPi0TensorMeta *tm = gst_buffer_get_pi0_tensor_meta (out.get ());
+  ASSERT_NE (tm, nullptr);
+  const float *d = static_cast<const float *> (tm->data);
+  const double mean[3] = {0.25, 0.5, 0.75}, sd[3] = {0.1, 0.2, 0.4};
+  for (int c = 0; c < 3; c++)
+    EXPECT_NEAR (d[c * 64 + 27], (128.0 / 255.0 - mean[c]) / sd[c], 1e-5) << "channel " << c;
+}
+
+TEST (CudaPrep, UnsupportedFormatIsNotNegotiatedAndNamed)
+{
+  GstBuffer *buf = new_observation ();
+  GstPi0ObservationMeta *meta = gst_buffer_get_pi0_observation_meta (buf);
+  GstPi0View *v = gst_pi0_observation_meta_add_view (meta, "main");
+  gst_video_info_set_format (&v->info, GST_VIDEO_FORMAT_YUY2, 64, 48);
+  v->flags = GST_PI0_VIEW_FLAG_VALID;
+  v->mem_index = 0;
+  v->n_mem = 1;
+  gst_buffer_append_memory (buf, gst_allocator_alloc (nullptr, v->info.size, nullptr));
+
+  HarnessPtr h = make_harness ();
+  ObjectPtr<GstBus> bus (gst_bus_new ());
+  gst_element_set_bus (h->element, bus.get ());
+  EXPECT_EQ (gst_harness_push (h.get (), buf), GST_FLOW_NOT_NEGOTIATED);
+  EXPECT_EQ (gst_harness_buffers_in_queue (h.get ()), 0u);
+  MessagePtr msg = pop_message (bus.get (), GST_MESSAGE_ERROR);
+  ASSERT_TRUE (msg);
+  EXPECT_NE (message_text (msg.get ()).find ("YUY2"), std::string::npos) << message_text (msg.get ());
+}
+
+TEST (CudaPrep, FrameLargerThanItsMemoryIsAnErrorNotARead)
+{
+  for (int variant = 0; variant < 3; variant++) {
+    GstBuffer *buf = new_observation ();
+    GstPi0ObservationMeta *meta = gst_buffer_get_pi0_observation_meta (buf);
+    GstPi0View *v = gst_pi0_observation_meta_add_view (meta, "main");
+    gst_video_info_set_format (&v->info, GST_VIDEO_FORMAT_RGB, 640, 480);
+    v->flags = GST_PI0_VIEW_FLAG_VALID;
+    v->mem_index = 0;
+    v->n_mem = 1;
+    gsize mem_size = v->info.size;
+    const char *expect;
+    if (variant == 0) {
+      v->info.stride[0] = 4000;   /* stride * rows > memory */
+      expect = "do not hold";
+    } else if (variant == 1) {
+      mem_size = v->info.size - 1;   /* one byte short */
+      expect = "do not hold";
+    } else {
+      v->info.stride[0] = 640 * 3 - 2;   /* shorter than a row: would read into the next */
+      expect = "shorter than a row";
+    }
+    gst_buffer_append_memory (buf, gst_allocator_alloc (nullptr, mem_size, nullptr));
+    HarnessPtr h = make_harness ();
+    ObjectPtr<GstBus> bus (gst_bus_new ());
+    gst_element_set_bus (h->element, bus.get ());
+    EXPECT_EQ (gst_harness_push (h.get (), buf), GST_FLOW_ERROR) << "variant " << variant;
+    EXPECT_EQ (gst_harness_buffers_in_queue (h.get ()), 0u);
+    MessagePtr msg = pop_message (bus.get (), GST_MESSAGE_ERROR);
+    ASSERT_TRUE (msg) << "variant " << variant;
+    EXPECT_NE (message_text (msg.get ()).find (expect), std::string::npos)
+        << message_text (msg.get ());
+  }
+}
+
+TEST (CudaPrep, BufferWithoutObservationMetaIsAnError)
+{
+  HarnessPtr h = make_harness ();
+  ObjectPtr<GstBus> bus (gst_bus_new ());
+  gst_element_set_bus (h->element, bus.get ());
+  EXPECT_EQ (gst_harness_push (h.get (), gst_buffer_new_allocate (nullptr, 16, nullptr)),
+            GST_FLOW_ERROR);
+  MessagePtr msg = pop_message (bus.get (), GST_MESSAGE_ERROR);
+  ASSERT_TRUE (msg);
+  EXPECT_NE (message_text (msg.get ()).find ("GstPi0ObservationMeta"), std::string::npos);
+}
+
+TEST (CudaPrep, DeviceCudaWithoutGpuFailsAtStart)
+{
+  if (have_cuda_device ())
+    GTEST_SKIP () << "a CUDA device is present";
+  ElementPtr e (gst_element_factory_make ("cudaprep", nullptr));
+  gst_util_set_object_arg (G_OBJECT (e.get ()), "device", "cuda");
+  ObjectPtr<GstBus> bus (gst_bus_new ());
+  gst_element_set_bus (e.get (), bus.get ());
+  EXPECT_EQ (gst_element_set_state (e.get (), GST_STATE_PAUSED), GST_STATE_CHANGE_FAILURE);
+  MessagePtr msg = pop_message (bus.get (), GST_MESSAGE_ERROR);
+  ASSERT_TRUE (msg);
+  const std::string text = message_text (msg.get ());
+  EXPECT_NE (text.find ("No usable CUDA device"), std::string::npos) << text;
+  gst_element_set_state (e.get (), GST_STATE_NULL);
+}
+
+namespace {
+std::atomic<int> cpu_info_lines{0};
+
+void
+count_cpu_info (GstDebugCategory *cat, GstDebugLevel level, const gchar *, const gchar *, gint,
+                GObject *, GstDebugMessage *message, gpointer)
+{
+  if (level == GST_LEVEL_INFO && std::strcmp (gst_debug_category_get_name (cat), "cudaprep") == 0 &&
+      std::strstr (gst_debug_message_get (message), "using the CPU path"))
+    cpu_info_lines++;
+}
+} // namespace
+
+TEST (CudaPrep, AutoWithoutGpuUsesCpuAndSaysSoOnceAtInfo)
+{
+  if (have_cuda_device ())
+    GTEST_SKIP () << "a CUDA device is present";
+  if (!gst_debug_is_active ())
+    gst_debug_set_active (TRUE);
+  gst_debug_set_threshold_for_name ("cudaprep", GST_LEVEL_INFO);
+  gst_debug_add_log_function (count_cpu_info, nullptr, nullptr);
+  cpu_info_lines = 0;
+  {
+    std::mt19937 rng (3);
+    HarnessPtr h = make_harness ("device=auto");
+    for (int cycle = 0; cycle < 2; cycle++) {
+      for (int i = 0; i < 3; i++) {
+        Frame f = random_frame (rng, pi0prep::Format::I420, 99, 77);
+        GstBuffer *buf = new_observation ();
+        add_frame_view (buf, gst_buffer_get_pi0_observation_meta (buf), "main", f);
+        ASSERT_EQ (gst_harness_push (h.get (), buf), GST_FLOW_OK);
+        BufferPtr out (gst_harness_pull (h.get ()));
+        GstPi0TensorMeta *tm = gst_buffer_get_pi0_tensor_meta (out.get ());
+        ASSERT_NE (tm, nullptr);
+        EXPECT_EQ (tm->device, GST_PI0_DEVICE_CPU);
+        expect_tensor_matches (tm, pi0prep::Params (), 0, &f);
+      }
+      /* Restart: still said only once. */
+      gst_element_set_state (h->element, GST_STATE_NULL);
+      gst_element_set_state (h->element, GST_STATE_PLAYING);
+    }
+  }
+  gst_debug_remove_log_function (count_cpu_info);
+  gst_debug_set_threshold_for_name ("cudaprep", GST_LEVEL_NONE);
+  EXPECT_EQ (cpu_info_lines.load (), 1);
+}
+
+TEST (CudaPrep, EnumsAreRegisteredWithNicks)
+{
+  ElementPtr e (gst_element_factory_make ("cudaprep", nullptr));
+  const struct {
+    const char *prop, *nick;
+  } cases[] = {{"resize", "stretch"}, {"filter", "bilinear"}, {"filter", "pil"},
+               {"normalize", "imagenet"},
+               {"dtype", "float16"}, {"device", "cpu"}};
+  for (auto &c : cases) {
+    gst_util_set_object_arg (G_OBJECT (e.get ()), c.prop, c.nick);
+    GParamSpec *ps = g_object_class_find_property (G_OBJECT_GET_CLASS (e.get ()), c.prop);
+    ASSERT_NE (ps, nullptr);
+    EXPECT_TRUE (ps->flags & (GST_PARAM_MUTABLE_PLAYING | GST_PARAM_MUTABLE_READY)) << c.prop;
+    gint val;
+    g_object_get (e.get (), c.prop, &val, nullptr);
+    GEnumValue *ev = g_enum_get_value (G_PARAM_SPEC_ENUM (ps)->enum_class, val);
+    ASSERT_NE (ev, nullptr);
+    EXPECT_STREQ (ev->value_nick, c.nick);
+  }
+}
+
+TEST (CudaPrep, NonPositiveStdIsRefusedAndKept)
+{
+  ElementPtr e (gst_element_factory_make ("cudaprep", nullptr));
+  ExpectLog expect ("std must be > 0");
+  gst_util_set_object_arg (G_OBJECT (e.get ()), "std", "<0.2, 0.0, 0.3>");
+  EXPECT_EQ (expect.count (), 1);
+  GValue v = G_VALUE_INIT;
+  g_value_init (&v, GST_TYPE_ARRAY);
+  g_object_get_property (G_OBJECT (e.get ()), "std", &v);
+  for (guint i = 0; i < 3; i++)
+    EXPECT_FLOAT_EQ (g_value_get_float (gst_value_array_get_value (&v, i)), 0.5f);
+  g_value_unset (&v);
+}
