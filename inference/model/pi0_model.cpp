@@ -249,7 +249,7 @@ void Pi0Model::init_random(uint64_t seed) {
     return at::empty(shape, cpu).uniform_(-bound, bound, gen);
   };
   auto normal = [&](at::IntArrayRef shape, double std) { return at::empty(shape, cpu).normal_(0.0, std, gen); };
-  for (const auto &m : modules()) {
+  for (const auto &m : modules(/*include_self=*/false)) {
     torch::nn::Module *raw = m.get();
     if (auto *l = dynamic_cast<layers::Linear *>(raw)) {
       double bound = 1.0 / std::sqrt(static_cast<double>(l->weight.size(1)));

@@ -137,6 +137,10 @@ class Pi0Policy final : public Policy {
     if (opts_.device.is_cuda() && !cuda_available())
       throw Error("CUDA device requested but not available");
     model_->set_precision(opts_.device, opts_.dtype);
+    // fp32 means fp32: cuDNN would otherwise run the patch-embedding convolution in TF32
+    // (a process-wide LibTorch setting; cuBLAS TF32 is already off by default).
+    if (opts_.device.is_cuda() && opts_.dtype == at::kFloat)
+      at::globalContext().setAllowTF32CuDNN(false);
     // On CUDA, SDPA's fused kernels (fp32 accumulation inside) replace the explicit softmax.
     model_->set_attention_impl(opts_.device.is_cuda() ? AttentionImpl::Sdpa : AttentionImpl::Eager);
     model_->eval();
