@@ -7,6 +7,7 @@ one JSON document on stdout.
   st-write OUT.safetensors              a file from safetensors.torch.save_file (see TENSORS)
   st-read IN.safetensors                every tensor's dtype, shape and values, and the metadata
   norm STATS.json INPUT.json            openpi's Normalize/Unnormalize formulas in numpy
+  tied-ckpt OUT.safetensors PREFIX      a miniature openpi/LeRobot Pi0 saved with save_model()
 
 The formulas are written from openpi's description (src/openpi/models/tokenizer.py and
 src/openpi/transforms.py), deliberately plainly: they are the oracle, not an optimised path.
@@ -113,6 +114,39 @@ def norm(stats_path, input_path):
     return out
 
 
+def tied_ckpt(path, prefix):
+    """Mirrors how openpi's converter saves (safetensors.torch.save_model, which keeps one name
+    of each tied pair) a module laid out like PI0Pytorch: PaliGemma's lm_head tied to its token
+    embedding, an action expert built as a causal LM whose embedding was then removed (its
+    lm_head stays, unused). PREFIX "model" wraps it as LeRobot's PI0Policy does."""
+    import torch
+    from safetensors.torch import load_file, save_model
+    from torch import nn
+
+    class Norm(nn.Module):
+        def __init__(self, n):
+            super().__init__()
+            self.weight = nn.Parameter(torch.randn(n))
+
+    def node(**children):
+        m = nn.Module()
+        for k, v in children.items():
+            setattr(m, k, v)
+        return m
+
+    torch.manual_seed(0)
+    embed = nn.Embedding(16, 4)
+    lm_head = nn.Linear(4, 16, bias=False)
+    lm_head.weight = embed.weight
+    paligemma = node(model=node(language_model=node(embed_tokens=embed, norm=Norm(4))), lm_head=lm_head)
+    expert = node(model=node(norm=Norm(4)), lm_head=nn.Linear(4, 16, bias=False))
+    net = node(paligemma_with_expert=node(paligemma=paligemma, gemma_expert=expert), state_proj=nn.Linear(6, 4))
+    net.register_buffer("step", torch.tensor([7, 9]))
+    top = node(model=net) if prefix == "model" else net
+    save_model(top, path)
+    return {k: v.double().flatten().tolist() for k, v in load_file(path).items()}
+
+
 def main(argv):
     cmd = argv[1]
     if cmd == "tokenize":
@@ -123,6 +157,8 @@ def main(argv):
         result = st_read(argv[2])
     elif cmd == "norm":
         result = norm(argv[2], argv[3])
+    elif cmd == "tied-ckpt":
+        result = tied_ckpt(argv[2], argv[3])
     else:
         raise SystemExit(f"unknown command {cmd}")
     json.dump(result, sys.stdout)

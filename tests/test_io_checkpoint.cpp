@@ -1,6 +1,7 @@
 // Checkpoint loading by name: openpi / LeRobot key conventions, the tied lm_head, dtype
 // conversion, and one error that lists every problem.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "io/checkpoint.h"
 #include "io/error.h"
@@ -209,4 +210,32 @@ TEST(Checkpoint, DerivedBuffersNeedNotBeInTheFile) {
   });
   EXPECT_EQ(report.loaded, ckpt.size());
   EXPECT_TRUE(torch::equal(pi0::state_dict(*m).at("rope.inv_freq"), torch::arange(4, torch::kFloat32)));
+}
+
+// What openpi's converter really writes: safetensors.torch.save_model() keeps the first name
+// (sorted) of a tied pair, so the file has PaliGemma's lm_head and no embedding, plus the
+// expert's unused lm_head. LeRobot's files are the same under "model.".
+TEST(Checkpoint, LoadsWhatSaveModelWritesForOpenpiAndLeRobot) {
+  PI0_REQUIRE_PYTHON();
+  for (const std::string prefix : {"none", "model"}) {
+    SCOPED_TRACE(prefix);
+    pi0test::TempDir dir;
+    const auto path = dir.file("model.safetensors");
+    std::string out;
+    ASSERT_TRUE(pi0test::run_oracle({"tied-ckpt", path, prefix}, &out)) << out;
+    const auto written = nlohmann::json::parse(out);
+    const std::string p = prefix == "model" ? "model." : "";
+    ASSERT_FALSE(written.contains(p + kEmbed));  // the premise: the embedding's name was dropped
+    ASSERT_TRUE(written.contains(p + kLmHead));
+
+    auto m = tiny_policy();
+    const auto report = pi0::load_checkpoint(*m, path);
+    EXPECT_EQ(report.loaded, 6u);
+    EXPECT_EQ(report.tied, std::vector<std::string>{kEmbed});
+    EXPECT_EQ(report.ignored, std::vector<std::string>{p + kExpertLmHead});
+    const auto sd = pi0::state_dict(*m);
+    const auto embed = torch::tensor(written[p + kLmHead].get<std::vector<double>>()).reshape({16, 4});
+    EXPECT_TRUE(torch::equal(sd.at(kEmbed), embed.to(torch::kFloat32)));
+    EXPECT_TRUE(torch::equal(sd.at("step"), torch::tensor({7, 9}, torch::kInt64)));
+  }
 }
