@@ -19,6 +19,8 @@ using TensorMap = std::map<std::string, torch::Tensor>;
 // mapping and keep it alive, so loading a multi-GB checkpoint costs no copy and no more memory
 // than the page cache; writing into a tensor never changes the file. A tensor whose data is not
 // aligned to its element size (possible in files from other writers) is copied instead.
+// As with any mapping, truncating the file while its tensors are alive makes a later access
+// fault (SIGBUS): replace checkpoints by rename (as save_safetensors does), never in place.
 //
 // The whole header is validated before any tensor is made: header length, JSON syntax, UTF-8,
 // duplicate keys, known dtype, shape and byte-size agreement (with overflow checks), offsets
