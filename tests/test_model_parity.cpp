@@ -151,3 +151,50 @@ TEST_F(TransformersParity, ActionExpertGemmaLayersMatchGemmaModel) {
     expect_close(hs[i], t.at("out.hidden." + std::to_string(i)), "gemma expert layer " + std::to_string(i));
   expect_close(hs.back(), t.at("out.last"), "gemma expert final norm");
 }
+
+/* LeRobot 0.6.1's PI0Pytorch (see tests/parity/make_lerobot_golden.py for how and where the
+ * goldens were made). The checkpoint is loaded through the normal path: LeRobot's "model."
+ * key prefix, config.json next to it. */
+TEST(LeRobotGolden, ActionsAndPrefixCacheMatch) {
+  const std::string dir = source_root() + "/tests/parity/lerobot_pi0";
+  auto model = pi0::load_pi0_model(dir);
+  pi0::TensorMap io = pi0::load_safetensors(dir + "/io.safetensors");
+  pi0::PolicyInput in;
+  in.images = io.at("images");
+  in.image_masks = io.at("image_masks");
+  in.tokens = io.at("tokens");
+  in.token_mask = io.at("token_mask");
+  in.state = io.at("state");
+  in.noise = io.at("noise");
+  ASSERT_FALSE(in.image_masks[2].item<bool>()) << "the golden masks its third camera";
+
+  {
+    c10::InferenceMode guard;
+    auto prefix = model->embed_prefix(in.images.unsqueeze(0), in.image_masks.unsqueeze(0), in.tokens.unsqueeze(0),
+                                      in.token_mask.unsqueeze(0));
+    auto cache = model->prefill(prefix);
+    ASSERT_EQ(static_cast<int>(cache.keys.size()), model->config().text.depth);
+    for (size_t l = 0; l < cache.keys.size(); l++) {
+      for (const char *kind : {"k", "v"}) {
+        const at::Tensor &ours = kind[0] == 'k' ? cache.keys[l] : cache.values[l];
+        const at::Tensor &theirs = io.at(std::string("kv.") + kind + "." + std::to_string(l));
+        ASSERT_EQ(ours.sizes(), theirs.sizes());
+        // Only the valid prefix tokens are read by anyone; padding rows are compared too since
+        // both implementations compute them the same way.
+        EXPECT_TRUE(at::allclose(ours, theirs, 1e-4, 1e-4))
+            << "layer " << l << " " << kind << " max diff " << max_abs(ours, theirs);
+      }
+    }
+  }
+
+  auto policy = pi0::make_pi0_policy(model, {});
+  at::Tensor actions = policy->infer(in);
+  const at::Tensor &expect = io.at("actions");
+  // LeRobot's own tolerance against openpi for sample_actions (fp32).
+  EXPECT_TRUE(at::allclose(actions, expect, 1e-2, 5e-3)) << "max diff " << max_abs(actions, expect);
+  RecordProperty("lerobot_actions_max_abs_diff", std::to_string(max_abs(actions, expect)));
+  // Not vacuous: the goldens are not reproduced by other noise.
+  pi0::PolicyInput other = in;
+  other.noise = in.noise.flip(0);
+  EXPECT_FALSE(at::allclose(policy->infer(other), expect, 1e-2, 5e-3));
+}
