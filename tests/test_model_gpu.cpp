@@ -60,6 +60,10 @@ TEST(ModelGpu, CudaGraphEqualsEager) {
       in.image_masks[s % 3] = false;
       at::Tensor a = eager->infer(in), b = graph->infer(in);
       EXPECT_LE(max_abs(a, b), 1e-5) << c10::toString(dt) << " seed " << s;
+      // The staged path (asked for stage timings) replays the denoising loop alone.
+      pi0::StageTimings t;
+      EXPECT_LE(max_abs(a, graph->infer(in, &t)), 1e-5) << c10::toString(dt) << " seed " << s;
+      EXPECT_GT(t.total_ms, 0.0);
       EXPECT_TRUE(at::isfinite(b).all().item<bool>());
     }
   }

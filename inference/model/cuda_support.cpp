@@ -1,7 +1,6 @@
 #include "model/cuda_support.h"
 
 #include "io/error.h"
-#include "model/pi0_model.h"
 
 #ifdef PI0_MODEL_HAVE_CUDA
 #include <ATen/cuda/CUDAEvent.h>
@@ -34,40 +33,37 @@ void cuda_reset_peak(const c10::Device &device) {
     c10::cuda::CUDACachingAllocator::resetPeakStats(device.index() < 0 ? 0 : device.index());
 }
 
-struct DenoiseGraph::Impl {
+struct CapturedGraph::Impl {
   at::cuda::CUDAGraph graph;
 };
 
-DenoiseGraph::DenoiseGraph(const Pi0Model &model, const PrefixCache &cache, const at::Tensor &state, at::Tensor &x)
+CapturedGraph::CapturedGraph(const std::function<void()> &body, const c10::Device &device)
     : impl_(std::make_unique<Impl>()) {
-  if (!x.is_cuda())
-    throw Error("DenoiseGraph: the buffers must be on a CUDA device");
-  c10::cuda::CUDAGuard device_guard(x.device());
-  at::Tensor saved = x.clone();
-  // Capture must not run on the legacy default stream; a warm-up pass on the same side stream
-  // first initialises cuBLAS handles and workspaces, which must not be created during capture.
-  c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, x.device().index());
-  auto current = c10::cuda::getCurrentCUDAStream(x.device().index());
+  if (!device.is_cuda())
+    throw Error("CapturedGraph: a CUDA device is required");
+  c10::cuda::CUDAGuard device_guard(device);
+  // Capture must not run on the legacy default stream: use a side stream ordered after the
+  // current one, and order the current one after it again when done.
+  auto current = c10::cuda::getCurrentCUDAStream(device.index());
+  c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, device.index());
   at::cuda::CUDAEvent ready;
   ready.record(current);
   ready.block(side);
   {
     c10::cuda::CUDAStreamGuard stream_guard(side);
-    model.denoise_loop(cache, state, x);
-    x.copy_(saved);
-    impl_->graph.capture_begin();
-    model.denoise_loop(cache, state, x);
+    body();  // warm-up
+    impl_->graph.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
+    body();
     impl_->graph.capture_end();
   }
   at::cuda::CUDAEvent captured;
   captured.record(side);
   captured.block(current);
-  // The capture recorded the kernels without running them: x still holds the noise.
 }
 
-DenoiseGraph::~DenoiseGraph() = default;
+CapturedGraph::~CapturedGraph() = default;
 
-void DenoiseGraph::replay() { impl_->graph.replay(); }
+void CapturedGraph::replay() { impl_->graph.replay(); }
 
 #else  // no CUDA in this build
 
@@ -76,13 +72,13 @@ void synchronize_device(const c10::Device &) {}
 int64_t cuda_peak_allocated_bytes(const c10::Device &) { return -1; }
 void cuda_reset_peak(const c10::Device &) {}
 
-struct DenoiseGraph::Impl {};
+struct CapturedGraph::Impl {};
 
-DenoiseGraph::DenoiseGraph(const Pi0Model &, const PrefixCache &, const at::Tensor &, at::Tensor &) {
+CapturedGraph::CapturedGraph(const std::function<void()> &, const c10::Device &) {
   throw Error("this build has no CUDA graph support (built without the CUDA toolkit or LibTorch CUDA)");
 }
-DenoiseGraph::~DenoiseGraph() = default;
-void DenoiseGraph::replay() {}
+CapturedGraph::~CapturedGraph() = default;
+void CapturedGraph::replay() {}
 
 #endif
 

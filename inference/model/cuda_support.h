@@ -5,15 +5,13 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
 namespace pi0 {
-
-class Pi0Model;
-struct PrefixCache;
 
 /* True when this build can capture CUDA graphs (LibTorch CUDA + CUDA toolkit). */
 bool cuda_graphs_built();
@@ -25,16 +23,18 @@ void synchronize_device(const c10::Device &device);
 int64_t cuda_peak_allocated_bytes(const c10::Device &device);
 void cuda_reset_peak(const c10::Device &device);
 
-/* The 10 denoising steps captured once as a CUDA graph over fixed buffers, then replayed: each
- * replay is one launch, with no host synchronisation inside the loop. The buffers (cache, state,
- * x) must stay alive and keep their addresses; callers copy new data into them before replay().
- * x holds the noise before and the actions after. */
-class DenoiseGraph {
+/* A piece of GPU work captured once as a CUDA graph over fixed buffers, then replayed: each
+ * replay is one launch, with no host synchronisation inside. The body runs once eagerly first
+ * (a warm-up that also creates cuBLAS workspaces, which must not happen during capture), then is
+ * captured in thread-local mode so that other threads' CUDA calls (other elements of a pipeline)
+ * are not disturbed. Every tensor the body reads or writes must stay alive at the same address;
+ * callers copy new inputs into those buffers before replay(). */
+class CapturedGraph {
  public:
-  DenoiseGraph(const Pi0Model &model, const PrefixCache &cache, const at::Tensor &state, at::Tensor &x);
-  ~DenoiseGraph();
-  DenoiseGraph(const DenoiseGraph &) = delete;
-  DenoiseGraph &operator=(const DenoiseGraph &) = delete;
+  CapturedGraph(const std::function<void()> &body, const c10::Device &device);
+  ~CapturedGraph();
+  CapturedGraph(const CapturedGraph &) = delete;
+  CapturedGraph &operator=(const CapturedGraph &) = delete;
   void replay();
 
  private:

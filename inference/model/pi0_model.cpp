@@ -106,8 +106,16 @@ SiglipVisionModel::SiglipVisionModel(const VisionConfig &c, const at::TensorOpti
 at::Tensor SiglipVisionModel::forward(const at::Tensor &pixels, std::vector<at::Tensor> *hidden_states) const {
   // Patch and position embeddings stay in fp32 (openpi keeps them so under bf16).
   const auto &pe = *embeddings->patch_embedding;
-  at::Tensor x = at::conv2d(pixels.to(pe.weight.scalar_type()), pe.weight, pe.bias, {pe.stride, pe.stride});
-  x = x.flatten(2).transpose(1, 2);
+  // The stride = kernel convolution as patchify + one matmul: the same sums as the conv (weight
+  // [out, in, ky, kx] flattened in that order), no cuDNN algorithm choice (no TF32), and shape
+  // rules that stay simple to capture.
+  const int64_t n = pixels.size(0), c = pixels.size(1), p = pe.stride;
+  const int64_t gh = pixels.size(2) / p, gw = pixels.size(3) / p;
+  at::Tensor patches = pixels.to(pe.weight.scalar_type())
+                           .reshape({n, c, gh, p, gw, p})
+                           .permute({0, 2, 4, 1, 3, 5})
+                           .reshape({n, gh * gw, c * p * p});
+  at::Tensor x = at::linear(patches, pe.weight.reshape({pe.weight.size(0), c * p * p}), pe.bias);
   x = x + embeddings->position_embedding->weight.to(x.scalar_type());
   x = x.to(layers.empty() ? x.scalar_type() : layers[0]->self_attn->q_proj->weight.scalar_type());
   if (hidden_states)
@@ -334,13 +342,13 @@ at::Tensor Pi0Model::attention(const at::Tensor &q, const at::Tensor &k_in, cons
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   at::Tensor allowed = mask.unsqueeze(1);
   if (attn_impl_ == AttentionImpl::Sdpa) {
-    at::Tensor bias = at::where(allowed, at::scalar_tensor(0.0f, q.options().dtype(dtype_)),
-                                at::scalar_tensor(kMaskedLogit, q.options().dtype(dtype_)));
+    at::Tensor bias = at::zeros(allowed.sizes(), q.options().dtype(dtype_)).masked_fill_(allowed.logical_not(),
+                                                                                          kMaskedLogit);
     return at::scaled_dot_product_attention(q.to(dtype_), k.to(dtype_), v, bias, 0.0, false, scale);
   }
   // Logits and softmax in fp32 whatever the weights are (openpi's preferred_element_type=f32).
   at::Tensor logits = at::matmul(q.to(at::kFloat), k.to(at::kFloat).transpose(-1, -2)) * scale;
-  logits = at::where(allowed, logits, at::scalar_tensor(kMaskedLogit, logits.options()));
+  logits.masked_fill_(allowed.logical_not(), kMaskedLogit);
   at::Tensor probs = at::softmax(logits, -1);
   return at::matmul(probs.to(v.scalar_type()), v);
 }

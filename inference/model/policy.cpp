@@ -134,13 +134,11 @@ Batched check_and_batch(const PolicyInput &in, const PolicySpec &spec, const c10
 class Pi0Policy final : public Policy {
  public:
   Pi0Policy(std::shared_ptr<Pi0Model> model, const PolicyOptions &opts) : model_(std::move(model)), opts_(opts) {
+    if (opts_.device.is_cuda() && !opts_.device.has_index())
+      opts_.device = c10::Device(c10::kCUDA, 0);
     if (opts_.device.is_cuda() && !cuda_available())
       throw Error("CUDA device requested but not available");
     model_->set_precision(opts_.device, opts_.dtype);
-    // fp32 means fp32: cuDNN would otherwise run the patch-embedding convolution in TF32
-    // (a process-wide LibTorch setting; cuBLAS TF32 is already off by default).
-    if (opts_.device.is_cuda() && opts_.dtype == at::kFloat)
-      at::globalContext().setAllowTF32CuDNN(false);
     // On CUDA, SDPA's fused kernels (fp32 accumulation inside) replace the explicit softmax.
     model_->set_attention_impl(opts_.device.is_cuda() ? AttentionImpl::Sdpa : AttentionImpl::Eager);
     model_->eval();
@@ -152,6 +150,21 @@ class Pi0Policy final : public Policy {
   at::Tensor infer(const PolicyInput &input, StageTimings *timings) override {
     c10::InferenceMode guard;
     Batched b = check_and_batch(input, spec_, opts_.device, model_->config().vocab_size);
+    if (use_graph_ && !timings) {
+      // The whole observation -> actions computation is one captured graph: per call, six small
+      // host-to-device copies, one replay, one copy back.
+      copy_in(b);
+      if (!full_graph_)
+        full_graph_ = std::make_unique<CapturedGraph>(
+            [this] {
+              PrefixCache cache = model_->prefill(model_->embed_prefix(g_images_, g_masks_, g_tokens_, g_token_mask_));
+              g_x_.copy_(g_noise_);
+              model_->denoise_loop(cache, g_state_, g_x_);
+            },
+            opts_.device);
+      full_graph_->replay();
+      return g_x_.squeeze(0).to(at::kCPU).clone();
+    }
     auto sync = [&] {
       if (timings)
         synchronize_device(opts_.device);
@@ -168,27 +181,27 @@ class Pi0Policy final : public Policy {
     // Stage 3: 10 Euler steps of the action expert over the cached prefix.
     at::Tensor actions;
     if (use_graph_) {
-      if (!graph_) {
-        graph_cache_.keys.clear();
-        graph_cache_.values.clear();
+      copy_in(b);
+      if (!denoise_graph_) {
         for (size_t l = 0; l < cache.keys.size(); l++) {
-          graph_cache_.keys.push_back(cache.keys[l].clone());
-          graph_cache_.values.push_back(cache.values[l].clone());
+          g_cache_.keys.push_back(cache.keys[l].clone());
+          g_cache_.values.push_back(cache.values[l].clone());
         }
-        graph_cache_.mask = cache.mask.clone();
-        graph_state_ = b.state.clone();
-        graph_x_ = b.noise.clone();
-        graph_ = std::make_unique<DenoiseGraph>(*model_, graph_cache_, graph_state_, graph_x_);
+        g_cache_.mask = cache.mask.clone();
+        denoise_graph_ = std::make_unique<CapturedGraph>(
+            [this] {
+              g_x_.copy_(g_noise_);
+              model_->denoise_loop(g_cache_, g_state_, g_x_);
+            },
+            opts_.device);
       }
       for (size_t l = 0; l < cache.keys.size(); l++) {
-        graph_cache_.keys[l].copy_(cache.keys[l]);
-        graph_cache_.values[l].copy_(cache.values[l]);
+        g_cache_.keys[l].copy_(cache.keys[l]);
+        g_cache_.values[l].copy_(cache.values[l]);
       }
-      graph_cache_.mask.copy_(cache.mask);
-      graph_state_.copy_(b.state);
-      graph_x_.copy_(b.noise);
-      graph_->replay();
-      actions = graph_x_;
+      g_cache_.mask.copy_(cache.mask);
+      denoise_graph_->replay();
+      actions = g_x_;
     } else {
       actions = b.noise.clone();
       model_->denoise_loop(cache, b.state, actions);
@@ -207,6 +220,27 @@ class Pi0Policy final : public Policy {
   const PolicySpec &spec() const override { return spec_; }
   c10::Device device() const override { return opts_.device; }
   at::ScalarType dtype() const override { return opts_.dtype; }
+
+  /* The graphs read fixed buffers: allocate them once, then copy each observation in. */
+  void copy_in(const Batched &b) {
+    if (!g_images_.defined()) {
+      g_images_ = b.images.clone();
+      g_masks_ = b.image_masks.clone();
+      g_tokens_ = b.tokens.clone();
+      g_token_mask_ = b.token_mask.clone();
+      g_state_ = b.state.clone();
+      g_noise_ = b.noise.clone();
+      g_x_ = b.noise.clone();
+      return;
+    }
+    g_images_.copy_(b.images);
+    g_masks_.copy_(b.image_masks);
+    g_tokens_.copy_(b.tokens);
+    g_token_mask_.copy_(b.token_mask);
+    g_state_.copy_(b.state);
+    g_noise_.copy_(b.noise);
+  }
+
   std::string describe() const override {
     std::ostringstream os;
     os << "pi0 native (" << model_->config().name << "), device " << opts_.device << ", "
@@ -219,9 +253,11 @@ class Pi0Policy final : public Policy {
   PolicyOptions opts_;
   PolicySpec spec_;
   bool use_graph_ = false;
-  std::unique_ptr<DenoiseGraph> graph_;
-  PrefixCache graph_cache_;
-  at::Tensor graph_state_, graph_x_;
+  // CUDA graphs: the whole inference (fast path), and the denoising loop alone (used when stage
+  // timings are asked for, so that vision and prefix can be timed apart).
+  std::unique_ptr<CapturedGraph> full_graph_, denoise_graph_;
+  at::Tensor g_images_, g_masks_, g_tokens_, g_token_mask_, g_state_, g_noise_, g_x_;
+  PrefixCache g_cache_;
 };
 
 }  // namespace
