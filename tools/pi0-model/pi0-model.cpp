@@ -7,6 +7,7 @@
  *                   [--prompt TEXT --tokenizer MODEL] [--out FILE.safetensors] [--no-graph]
  *   pi0-model bench (--config NAME | --checkpoint DIR) [--device] [--dtype] [--iters N] [--warmup N]
  *                   [--no-graph]
+ *   any command: [--threads N]
  */
 #include <algorithm>
 #include <array>
@@ -41,6 +42,7 @@ const char *kUsage =
     "                  [--prompt TEXT --tokenizer MODEL] [--out FILE.safetensors] [--no-graph]\n"
     "  pi0-model bench (--config NAME | --checkpoint DIR) [--device] [--dtype] [--iters N] [--warmup N]\n"
     "                  [--no-graph]\n"
+    "  any command: [--threads N] (CPU intra-op threads)\n"
     "configs: pi0, pi0-tiny\n";
 
 struct Args {
@@ -67,7 +69,7 @@ Args parse_args(int argc, char **argv) {
   static const std::vector<std::string> flags = {"no-graph"};
   static const std::vector<std::string> valued = {"config", "checkpoint", "torchscript", "seed", "weights-seed",
                                                   "out", "tokenizer", "device", "dtype", "inputs", "prompt",
-                                                  "iters", "warmup"};
+                                                  "iters", "warmup", "threads"};
   Args a;
   if (argc < 2)
     throw pi0::Error("no command given");
@@ -275,6 +277,12 @@ int cmd_bench(const Args &a) {
 int main(int argc, char **argv) {
   try {
     Args a = parse_args(argc, argv);
+    if (a.has("threads")) {
+      long long n = a.get_int("threads", 0);
+      if (n < 1)
+        throw pi0::Error("--threads must be at least 1");
+      at::set_num_threads(static_cast<int>(n));
+    }
     if (a.command == "info")
       return cmd_info(a);
     if (a.command == "init")
