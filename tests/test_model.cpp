@@ -237,6 +237,38 @@ TEST(Model, CachedPrefixEqualsFullSequenceForward) {
   }
 }
 
+TEST(Model, Pi0TokenLayoutAtFullLength) {
+  // pi0's sequence geometry (224 px / patch 14 = 256 tokens per view, 816 prefix tokens, 8 heads
+  // of 256 with one K/V head) with narrow widths so that it runs in a second on a CPU.
+  pi0::Pi0Config c = pi0::config_by_name("pi0");
+  c.name = "pi0-narrow";
+  c.vision.width = 32;
+  c.vision.depth = 1;
+  c.vision.mlp_dim = 32;
+  c.vision.num_heads = 2;
+  c.text = pi0::GemmaConfig{64, 1, 64, 8, 1, 256};
+  c.expert = pi0::GemmaConfig{32, 1, 32, 8, 1, 256};
+  c.vocab_size = 1024;
+  auto m = std::make_shared<pi0::Pi0Model>(c);
+  m->init_random(17);
+  c10::InferenceMode guard;
+  auto in = tiny_input(c, 2, 20);
+  in.image_masks[1] = false;
+  Batch b = batch_of(in);
+  auto prefix = m->embed_prefix(b.images, b.masks, b.tokens, b.token_mask);
+  ASSERT_EQ(prefix.embeddings.size(1), 816);
+  EXPECT_EQ(prefix.mask.sum().item<int64_t>(), 2 * 256 + 20);
+  auto cache = m->prefill(prefix);
+  EXPECT_EQ(cache.keys[0].sizes(), (std::vector<int64_t>{1, 1, 816, 256}));
+  at::Tensor t = at::full({1}, 0.7f);
+  EXPECT_LT(rel_err(m->denoise_step(cache, b.state, b.noise, t), m->velocity_full_sequence(prefix, b.state, b.noise, t)),
+            1e-5);
+  at::Tensor x = b.noise.clone();
+  m->denoise_loop(cache, b.state, x);
+  EXPECT_EQ(x.sizes(), (std::vector<int64_t>{1, 50, 32}));
+  EXPECT_TRUE(at::isfinite(x).all().item<bool>());
+}
+
 TEST(Model, TenEulerStepsFromOneToZero) {
   auto m = tiny_model(5);
   c10::InferenceMode guard;

@@ -45,6 +45,8 @@ struct StageTimings {
   double vision_ms = 0, prefix_ms = 0, denoise_ms = 0, total_ms = 0;
 };
 
+/* A Policy is used from one thread at a time (an element's streaming thread): infer() reuses
+ * buffers (and, on CUDA, captured graphs) between calls. */
 class Policy {
  public:
   virtual ~Policy() = default;
