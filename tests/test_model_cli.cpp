@@ -3,6 +3,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "io/safetensors.h"
 #include "test_model_util.h"
 
 using namespace pi0test;
@@ -104,4 +105,29 @@ TEST(ModelCli, BadArgumentsExplainThemselves) {
   r = run_tool("init --config pi0-tiny --seed x --out /tmp/never");
   EXPECT_EQ(r.status, 2);
   EXPECT_TRUE(contains(r.out, "--seed needs a non-negative integer")) << r.out;
+}
+
+TEST(ModelCli, RunsALeRobotCheckpointOnGivenInputs) {
+  // The committed LeRobot goldens through the tool: checkpoint dir, --inputs, --out.
+  TempDir dir;
+  const std::string golden = source_root() + "/tests/parity/lerobot_pi0";
+  Result r = run_tool("run --checkpoint " + golden + " --inputs " + golden + "/io.safetensors --out " + dir.path +
+                      "/actions.safetensors");
+  ASSERT_EQ(r.status, 0) << r.out;
+  at::Tensor ours = pi0::load_safetensors(dir.path + "/actions.safetensors").at("actions");
+  at::Tensor theirs = pi0::load_safetensors(golden + "/io.safetensors").at("actions");
+  EXPECT_TRUE(at::allclose(ours, theirs, 1e-2, 5e-3)) << max_abs(ours, theirs);
+}
+
+TEST(ModelCli, PromptGoesThroughTheTokenizer) {
+  const std::string tok = source_root() + "/tests/data/tokenizer/tiny_paligemma.model";
+  Result a = run_tool("run --config pi0-tiny --seed 1 --prompt 'pick up the red cup' --tokenizer " + tok);
+  Result b = run_tool("run --config pi0-tiny --seed 1 --prompt 'put down the blue box' --tokenizer " + tok);
+  ASSERT_EQ(a.status, 0) << a.out;
+  ASSERT_EQ(b.status, 0) << b.out;
+  EXPECT_EQ(action_rows(a.out).size(), 50u);
+  EXPECT_NE(action_rows(a.out), action_rows(b.out));  // the instruction reaches the actions
+  Result c = run_tool("run --config pi0-tiny --prompt 'x'");
+  EXPECT_EQ(c.status, 2);
+  EXPECT_TRUE(contains(c.out, "--prompt needs --tokenizer")) << c.out;
 }
