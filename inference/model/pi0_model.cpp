@@ -182,15 +182,32 @@ at::Tensor make_attention_mask(const at::Tensor &pad_mask, const at::Tensor &ar_
 
 at::Tensor positions_from_mask(const at::Tensor &pad_mask) { return at::cumsum(pad_mask.to(at::kLong), 1) - 1; }
 
-at::Tensor apply_rope(const at::Tensor &x, const at::Tensor &positions, double theta) {
-  const int64_t d = x.size(-1), half = d / 2;
-  auto fopts = x.options().dtype(at::kFloat);
+namespace {
+
+/* cos/sin of positions * theta^(-2k/d), [B,1,N,d/2] fp32: computed once per forward and shared by
+ * every layer and by q and k. */
+struct RopeTables {
+  at::Tensor cos, sin;
+};
+
+RopeTables rope_tables(const at::Tensor &positions, int64_t d, double theta) {
+  auto fopts = positions.options().dtype(at::kFloat);
   at::Tensor inv_freq = at::reciprocal(at::pow(theta, at::arange(0, d, 2, fopts) / static_cast<double>(d)));
-  at::Tensor freqs = positions.to(at::kFloat).unsqueeze(-1) * inv_freq;  // [B,N,half]
-  at::Tensor cos = freqs.cos().unsqueeze(1), sin = freqs.sin().unsqueeze(1);
+  at::Tensor freqs = positions.to(at::kFloat).unsqueeze(-1) * inv_freq;  // [B,N,d/2]
+  return {freqs.cos().unsqueeze(1), freqs.sin().unsqueeze(1)};
+}
+
+at::Tensor rotate(const at::Tensor &x, const RopeTables &t) {
+  const int64_t half = x.size(-1) / 2;
   at::Tensor xf = x.to(at::kFloat);
   at::Tensor x1 = xf.narrow(-1, 0, half), x2 = xf.narrow(-1, half, half);
-  return at::cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, -1);
+  return at::cat({x1 * t.cos - x2 * t.sin, x2 * t.cos + x1 * t.sin}, -1);
+}
+
+}  // namespace
+
+at::Tensor apply_rope(const at::Tensor &x, const at::Tensor &positions, double theta) {
+  return rotate(x, rope_tables(positions, x.size(-1), theta));
 }
 
 at::Tensor time_embedding(const at::Tensor &t, int64_t dim, double min_period, double max_period) {
@@ -366,6 +383,7 @@ std::vector<at::Tensor> Pi0Model::run_layers(const std::vector<at::Tensor> &inpu
     for (auto &x : xs)
       if (x.defined())
         hidden_states->push_back(x);
+  const RopeTables rope = rope_tables(positions, g.head_dim, cfg_.rope_theta);
   for (int l = 0; l < g.depth; l++) {
     std::vector<at::Tensor> qs, ks, vs;
     std::vector<int64_t> lens;
@@ -381,8 +399,8 @@ std::vector<at::Tensor> Pi0Model::run_layers(const std::vector<at::Tensor> &inpu
       lens.push_back(n);
     }
     // One attention over the experts' tokens concatenated along the sequence.
-    at::Tensor q = apply_rope(qs.size() == 1 ? qs[0] : at::cat(qs, 2), positions, cfg_.rope_theta);
-    at::Tensor k = apply_rope(ks.size() == 1 ? ks[0] : at::cat(ks, 2), positions, cfg_.rope_theta).to(dtype_);
+    at::Tensor q = rotate(qs.size() == 1 ? qs[0] : at::cat(qs, 2), rope);
+    at::Tensor k = rotate(ks.size() == 1 ? ks[0] : at::cat(ks, 2), rope).to(dtype_);
     at::Tensor v = vs.size() == 1 ? vs[0] : at::cat(vs, 2);
     if (cache_in) {
       k = at::cat({cache_in->keys[l], k}, 2);
@@ -436,17 +454,29 @@ at::Tensor Pi0Model::embed_suffix(const at::Tensor &state, const at::Tensor &x_t
   return at::cat({state_tok.to(h.scalar_type()), h}, 1).to(dtype_);
 }
 
+Pi0Model::SuffixLayout Pi0Model::suffix_layout(const PrefixCache &cache) const {
+  const int64_t b = cache.mask.size(0), s = cfg_.suffix_len(), p = cache.mask.size(1);
+  at::Tensor suffix_pad = at::ones({b, s}, cache.mask.options());
+  at::Tensor self_mask = make_attention_mask(suffix_pad, suffix_ar_mask(s - 1, cache.mask.device()));
+  at::Tensor to_prefix = cache.mask.unsqueeze(1).expand({b, s, p});
+  SuffixLayout layout;
+  layout.mask = at::cat({to_prefix, self_mask}, 2);
+  // Suffix positions continue after the valid prefix tokens (padding does not advance them).
+  layout.positions = cache.mask.to(at::kLong).sum(-1, true) + positions_from_mask(suffix_pad);
+  return layout;
+}
+
 at::Tensor Pi0Model::denoise_step(const PrefixCache &cache, const at::Tensor &state, const at::Tensor &x_t,
                                   const at::Tensor &t) const {
+  return denoise_step(cache, suffix_layout(cache), state, x_t, t);
+}
+
+at::Tensor Pi0Model::denoise_step(const PrefixCache &cache, const SuffixLayout &layout, const at::Tensor &state,
+                                  const at::Tensor &x_t, const at::Tensor &t) const {
   at::Tensor suffix = embed_suffix(state, x_t, t);
-  const int64_t b = suffix.size(0), s = suffix.size(1), p = cache.mask.size(1);
-  at::Tensor suffix_pad = at::ones({b, s}, cache.mask.options());
-  at::Tensor self_mask = make_attention_mask(suffix_pad, suffix_ar_mask(s - 1, suffix.device()));
-  at::Tensor to_prefix = cache.mask.unsqueeze(1).expand({b, s, p});
-  at::Tensor mask = at::cat({to_prefix, self_mask}, 2);
-  // Suffix positions continue after the valid prefix tokens (padding does not advance them).
-  at::Tensor positions = cache.mask.to(at::kLong).sum(-1, true) + positions_from_mask(suffix_pad);
-  at::Tensor out = run_layers({at::Tensor(), suffix}, mask, positions, &cache, nullptr, nullptr, true)[1];
+  const int64_t s = suffix.size(1);
+  TORCH_CHECK(s == layout.mask.size(1), "suffix length does not match the config's horizon");
+  at::Tensor out = run_layers({at::Tensor(), suffix}, layout.mask, layout.positions, &cache, nullptr, nullptr, true)[1];
   return action_out_proj->forward(out.narrow(1, 1, s - 1).to(at::kFloat));
 }
 
@@ -465,11 +495,12 @@ at::Tensor Pi0Model::velocity_full_sequence(const PrefixEmbedding &prefix, const
 void Pi0Model::denoise_loop(const PrefixCache &cache, const at::Tensor &state, at::Tensor &x) const {
   const int64_t b = x.size(0);
   const double dt = -1.0 / cfg_.num_steps;
+  const SuffixLayout layout = suffix_layout(cache);  // the same for every step
   for (int step = 0; step < cfg_.num_steps; step++) {
     // t = 1 + step * dt as LeRobot computes it (not by accumulation), so t hits 0.1 exactly.
     const double time = 1.0 + step * dt;
     at::Tensor t = at::full({b}, static_cast<float>(time), x.options().dtype(at::kFloat));
-    x.add_(denoise_step(cache, state, x, t), dt);
+    x.add_(denoise_step(cache, layout, state, x, t), dt);
   }
 }
 

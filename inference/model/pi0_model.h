@@ -203,9 +203,16 @@ class Pi0Model : public torch::nn::Module {
   PrefixCache prefill(const PrefixEmbedding &prefix) const;
   /* [state token, action+time tokens]: [B, 1 + horizon, expert.width] in the compute dtype. */
   at::Tensor embed_suffix(const at::Tensor &state, const at::Tensor &x_t, const at::Tensor &t) const;
+  /* The suffix's attention mask [B, S, P + S] and positions [B, S]: the same for every step. */
+  struct SuffixLayout {
+    at::Tensor mask, positions;
+  };
+  SuffixLayout suffix_layout(const PrefixCache &cache) const;
   /* Velocity v_t [B,H,A] fp32 from the suffix expert attending the cached prefix. */
   at::Tensor denoise_step(const PrefixCache &cache, const at::Tensor &state, const at::Tensor &x_t,
                           const at::Tensor &t) const;
+  at::Tensor denoise_step(const PrefixCache &cache, const SuffixLayout &layout, const at::Tensor &state,
+                          const at::Tensor &x_t, const at::Tensor &t) const;
   /* Same velocity without a cache: both experts over the concatenated sequence in one pass
    * (the training-time forward). The cached path must equal this. */
   at::Tensor velocity_full_sequence(const PrefixEmbedding &prefix, const at::Tensor &state, const at::Tensor &x_t,
