@@ -322,6 +322,14 @@ TEST(Model, SeedGivesBitwiseIdenticalActions) {
   EXPECT_TRUE(at::equal(a, p2->infer(in)));
 }
 
+TEST(Model, WarmupChangesNothing) {
+  auto cold = pi0::make_pi0_policy(tiny_model(41), {});
+  auto warm = pi0::make_pi0_policy(tiny_model(41), {});
+  warm->warmup();
+  auto in = tiny_input(pi0::config_by_name("pi0-tiny"), 2);
+  EXPECT_TRUE(at::equal(cold->infer(in), warm->infer(in)));
+}
+
 TEST(Model, SdpaPathAgreesWithEagerPath) {
   auto m = tiny_model(3);
   c10::InferenceMode guard;

@@ -16,7 +16,7 @@ struct Result {
 };
 
 Result run_tool(const std::string &args) {
-  std::string cmd = build_root() + "/tools/pi0-model/pi0-model " + args + " 2>&1";
+  std::string cmd = build_root() + "/tools/pi0-model/pi0-model " + args + " --threads 1 2>&1";
   Result r;
   FILE *p = popen(cmd.c_str(), "r");
   if (!p)

@@ -53,6 +53,7 @@ TEST(ModelGpu, CudaGraphEqualsEager) {
   for (at::ScalarType dt : {at::kFloat, at::kBFloat16}) {
     auto eager = pi0::make_pi0_policy(tiny_model(33), cuda_opts(dt, false));
     auto graph = pi0::make_pi0_policy(tiny_model(33), cuda_opts(dt, true));
+    graph->warmup();  // captures the graph on a blank observation: real ones must still get through
     EXPECT_NE(graph->describe().find("CUDA graph"), std::string::npos);
     // Several observations through the same captured graph: new inputs must reach it.
     for (uint64_t s : {4, 5, 6}) {

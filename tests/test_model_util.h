@@ -7,6 +7,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
 #include "model/config.h"
@@ -14,6 +15,13 @@
 #include "model/policy.h"
 
 namespace pi0test {
+
+/* One intra-op thread: tiny models gain nothing from more, and on a loaded CI machine spinning
+ * OpenMP threads turn milliseconds into seconds. */
+inline const bool kSingleThreaded = [] {
+  at::set_num_threads(1);
+  return true;
+}();
 
 inline std::shared_ptr<pi0::Pi0Model> tiny_model(uint64_t seed = 1) {
   auto m = std::make_shared<pi0::Pi0Model>(pi0::config_by_name("pi0-tiny"));

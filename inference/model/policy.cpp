@@ -59,6 +59,20 @@ c10::Device parse_device(const std::string &name) {
   return d;
 }
 
+void Policy::warmup() {
+  const PolicySpec &s = spec();
+  if (!s.num_views || !s.image_size || !s.max_tokens || !s.state_dim || !s.horizon || !s.action_dim)
+    return;
+  PolicyInput in;
+  in.images = at::zeros({s.num_views, 3, s.image_size, s.image_size});
+  in.image_masks = at::ones({s.num_views}, at::kBool);
+  in.tokens = at::zeros({s.max_tokens}, at::kLong);
+  in.token_mask = at::arange(s.max_tokens) < 1;
+  in.state = at::zeros({s.state_dim});
+  in.noise = at::zeros({s.horizon, s.action_dim});
+  infer(in);
+}
+
 at::Tensor noise_from_seed(uint64_t seed, int64_t horizon, int64_t action_dim) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   return at::empty({horizon, action_dim}, at::TensorOptions().dtype(at::kFloat)).normal_(0.0, 1.0, gen);

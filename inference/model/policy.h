@@ -53,6 +53,10 @@ class Policy {
   /* Actions float32 CPU [horizon, action_dim]. Throws pi0::Error on inputs that do not match
    * spec() (naming the input and the expected shape), before running anything. */
   virtual at::Tensor infer(const PolicyInput &input, StageTimings *timings = nullptr) = 0;
+  /* Runs one inference on a blank observation so that the first real one does not pay for
+   * one-time work (CUDA graph capture, cuBLAS/cuDNN set-up, first-touch allocation). Call it
+   * before streaming starts. No-op when spec() does not declare every input dimension. */
+  virtual void warmup();
   virtual const PolicySpec &spec() const = 0;
   virtual c10::Device device() const = 0;
   virtual at::ScalarType dtype() const = 0;
