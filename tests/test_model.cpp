@@ -363,8 +363,11 @@ TEST(Model, Bf16KeepsNormsInFp32AndStaysClose) {
   EXPECT_EQ(params["action_time_mlp_in.weight"].scalar_type(), at::kFloat);
   at::Tensor a16 = p16->infer(in);
   EXPECT_EQ(a16.scalar_type(), at::kFloat);
-  // A loose bound on the CPU (the GPU suite holds CUDA bf16 to 2e-2 against fp32).
-  EXPECT_LT(rel_err(a16, ref), 5e-2);
+  // The bf16 bound (measured here: ~1.5e-3), with the CPU's explicit fp32 softmax and
+  // with the SDPA attention that the CUDA path uses.
+  EXPECT_LT(rel_err(a16, ref), 2e-2);
+  m16->set_attention_impl(pi0::AttentionImpl::Sdpa);
+  EXPECT_LT(rel_err(p16->infer(in), ref), 2e-2);
 }
 
 TEST(Model, Fp16IsRefusedWithAReason) {
