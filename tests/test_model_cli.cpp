@@ -119,6 +119,18 @@ TEST(ModelCli, RunsALeRobotCheckpointOnGivenInputs) {
   EXPECT_TRUE(at::allclose(ours, theirs, 1e-2, 5e-3)) << max_abs(ours, theirs);
 }
 
+TEST(ModelCli, InfoReadsACheckpointConfig) {
+  const std::string golden = source_root() + "/tests/parity/lerobot_pi0";
+  Result r = run_tool("info --checkpoint " + golden);
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(contains(r.out, "config: lerobot-golden-tiny")) << r.out;
+  // The count of the module tree equals the number of values in the LeRobot file.
+  int64_t n = 0;
+  for (const auto &kv : pi0::load_safetensors(golden + "/model.safetensors"))
+    n += kv.second.numel();
+  EXPECT_TRUE(contains(r.out, "\nparameters: " + std::to_string(n) + "\n")) << r.out;
+}
+
 TEST(ModelCli, PromptGoesThroughTheTokenizer) {
   const std::string tok = source_root() + "/tests/data/tokenizer/tiny_paligemma.model";
   Result a = run_tool("run --config pi0-tiny --seed 1 --prompt 'pick up the red cup' --tokenizer " + tok);
