@@ -10,6 +10,7 @@ APT_PACKAGES=(
   gstreamer1.0-tools gstreamer1.0-plugins-base gstreamer1.0-plugins-good
   gstreamer1.0-plugins-bad libgl-dev
   libgtest-dev libgmock-dev libjson-glib-dev libsentencepiece-dev sentencepiece
+  nlohmann-json3-dev
   python3-pil
   clang libclang-rt-14-dev
 )
