@@ -6,7 +6,9 @@
 #include "io/error.h"
 
 #ifdef PI0_HAVE_SENTENCEPIECE
-#include <sentencepiece_processor.h>
+#include <dlfcn.h>
+
+#include <cstdlib>
 #endif
 
 namespace pi0 {
@@ -74,18 +76,74 @@ std::string Tokenizer::clean_prompt(const std::string &prompt) {
 
 #ifdef PI0_HAVE_SENTENCEPIECE
 
-struct Tokenizer::Impl {
-  sentencepiece::SentencePieceProcessor sp;
+// libsentencepiece lives behind our shim (spm_shim.cpp), loaded with RTLD_DEEPBIND so that its
+// symbols never bind to LibTorch's same-named ones (see the comment there).
+namespace {
+struct SpmApi {
+  void *(*load)(const char *, char **) = nullptr;
+  void (*free_model)(void *) = nullptr;
+  int (*encode)(void *, const char *, size_t, int **, size_t *, char **) = nullptr;
+  int (*vocab_size)(void *) = nullptr;
+  int (*bos_id)(void *) = nullptr;
+  std::string error;
 };
 
-bool Tokenizer::available() { return true; }
+const SpmApi &spm_api() {
+  // Loaded once and never unloaded (a process-wide singleton, deliberately leaked).
+  static const SpmApi *api = [] {
+    auto *a = new SpmApi();
+    std::vector<std::string> candidates;
+    if (const char *env = std::getenv("PI0_SPM_SHIM")) candidates.push_back(env);
+    candidates.push_back(PI0_SPM_SHIM_BUILD);
+    candidates.push_back(PI0_SPM_SHIM_INSTALLED);
+    void *h = nullptr;
+    std::string tried;
+    for (const auto &c : candidates) {
+      h = dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+      if (h) break;
+      const char *e = dlerror();
+      tried += "\n  " + c + ": " + (e ? e : "?");
+    }
+    if (!h) {
+      a->error = "cannot load gst-pi0's SentencePiece module:" + tried;
+      return a;
+    }
+    a->load = reinterpret_cast<decltype(a->load)>(dlsym(h, "pi0spm_load"));
+    a->free_model = reinterpret_cast<decltype(a->free_model)>(dlsym(h, "pi0spm_free"));
+    a->encode = reinterpret_cast<decltype(a->encode)>(dlsym(h, "pi0spm_encode"));
+    a->vocab_size = reinterpret_cast<decltype(a->vocab_size)>(dlsym(h, "pi0spm_vocab_size"));
+    a->bos_id = reinterpret_cast<decltype(a->bos_id)>(dlsym(h, "pi0spm_bos_id"));
+    if (!a->load || !a->free_model || !a->encode || !a->vocab_size || !a->bos_id)
+      a->error = "gst-pi0's SentencePiece module lacks its entry points";
+    return a;
+  }();
+  return *api;
+}
+
+std::string take_error(char *e) {
+  std::string s = e ? e : "unknown error";
+  std::free(e);
+  return s;
+}
+}  // namespace
+
+struct Tokenizer::Impl {
+  void *model = nullptr;
+  ~Impl() {
+    if (model) spm_api().free_model(model);
+  }
+};
+
+bool Tokenizer::available() { return spm_api().error.empty(); }
 
 Tokenizer Tokenizer::load(const std::string &model_path) {
+  const SpmApi &api = spm_api();
+  if (!api.error.empty()) throw Error(model_path + ": " + api.error);
   auto impl = std::make_shared<Impl>();
-  const auto status = impl->sp.Load(model_path);
-  if (!status.ok())
-    throw Error(model_path + ": cannot load SentencePiece model: " + status.ToString());
-  if (impl->sp.bos_id() < 0)
+  char *err = nullptr;
+  impl->model = api.load(model_path.c_str(), &err);
+  if (!impl->model) throw Error(model_path + ": cannot load SentencePiece model: " + take_error(err));
+  if (api.bos_id(impl->model) < 0)
     throw Error(model_path + ": SentencePiece model has no BOS piece, which the Pi0 prompt format needs");
   Tokenizer t;
   t.impl_ = std::move(impl);
@@ -95,14 +153,18 @@ Tokenizer Tokenizer::load(const std::string &model_path) {
 
 std::vector<int64_t> Tokenizer::encode(const std::string &text) const {
   if (!impl_) throw Error("tokenizer used before Tokenizer::load()");
-  std::vector<int> ids;
-  const auto status = impl_->sp.Encode(text, &ids);
-  if (!status.ok()) throw Error(path_ + ": SentencePiece encoding failed: " + status.ToString());
-  return {ids.begin(), ids.end()};
+  int *ids = nullptr;
+  size_t n = 0;
+  char *err = nullptr;
+  if (spm_api().encode(impl_->model, text.data(), text.size(), &ids, &n, &err) != 0)
+    throw Error(path_ + ": SentencePiece encoding failed: " + take_error(err));
+  std::vector<int64_t> out(ids, ids + n);
+  std::free(ids);
+  return out;
 }
 
-int Tokenizer::vocab_size() const { return impl_ ? impl_->sp.GetPieceSize() : 0; }
-int Tokenizer::bos_id() const { return impl_ ? impl_->sp.bos_id() : -1; }
+int Tokenizer::vocab_size() const { return impl_ ? spm_api().vocab_size(impl_->model) : 0; }
+int Tokenizer::bos_id() const { return impl_ ? spm_api().bos_id(impl_->model) : -1; }
 
 #else  // !PI0_HAVE_SENTENCEPIECE
 
