@@ -8,16 +8,23 @@
 #include "gstpi0viewmux.h"
 
 #include "gstcudaprep.h"
+#ifdef HAVE_PI0INFER
+#include "gstpi0infer.h"
+#endif
 
 gboolean
 gst_pi0_elements_register (GstPlugin *plugin)
 {
   gboolean ok = TRUE;
 
-  /* Every element registers even without CUDA or LibTorch, so gst-inspect, caps and property
-   * tests work everywhere; elements that cannot run fail in start() with a clear error. */
+  /* Every element but pi0infer registers without CUDA or LibTorch too, so gst-inspect, caps and
+   * property tests work everywhere; an element that cannot run fails in start() with a clear
+   * error. pi0infer exists only in builds with LibTorch. */
   ok &= GST_ELEMENT_REGISTER (pi0viewmux, plugin);
   ok &= GST_ELEMENT_REGISTER (pi0actionsink, plugin);
   ok &= GST_ELEMENT_REGISTER (cudaprep, plugin);
+#ifdef HAVE_PI0INFER
+  ok &= GST_ELEMENT_REGISTER (pi0infer, plugin);
+#endif
   return ok;
 }

@@ -3,6 +3,7 @@
  * 200 PLAYING<->NULL cycles with data flowing, no GstObject or GstMiniObject is left that was
  * not there before. */
 
+#include "leaks_helpers.h"
 #include "test_helpers.h"
 
 #include <gst/pi0/pi0.h>
@@ -18,58 +19,19 @@ using namespace pi0test;
 namespace
 {
 
-GstTracer *
-leaks_tracer ()
-{
-  GstTracer *found = nullptr;
-  GList *tracers = gst_tracing_get_active_tracers ();
-  for (GList *l = tracers; l; l = l->next) {
-    if (!found && g_str_equal (G_OBJECT_TYPE_NAME (l->data), "GstLeaksTracer"))
-      found = (GstTracer *)gst_object_ref (l->data);
-  }
-  g_list_free_full (tracers, gst_object_unref);
-  return found;
-}
-
-/* Objects created since tracking started and not destroyed since, by type name. The tracker
- * lists types and addresses only (it takes no references), so it is safe mid-run. */
-std::map<std::string, int>
-alive_since_start (GstTracer *tracer)
-{
-  std::map<std::pair<std::string, std::string>, int> balance;
-  std::map<std::string, int> out;
-  GstStructure *cp = nullptr;
-  g_signal_emit_by_name (tracer, "activity-get-checkpoint", &cp);
-  if (!cp)
-    return out;
-  for (auto [field, delta] :
-       {std::make_pair ("objects-created-list", 1), std::make_pair ("objects-removed-list", -1)}) {
-    const GValue *list = gst_structure_get_value (cp, field);
-    for (guint i = 0; list && i < gst_value_list_get_size (list); i++) {
-      const GstStructure *o = gst_value_get_structure (gst_value_list_get_value (list, i));
-      balance[{gst_structure_get_string (o, "type-name"),
-               gst_structure_get_string (o, "address")}] += delta;
-    }
-  }
-  gst_structure_free (cp);
-  for (const auto &kv : balance) {
-    if (kv.second > 0)
-      out[kv.first.first] += kv.second;
-  }
-  return out;
-}
-
 struct Counter {
   std::mutex lock;
   std::condition_variable cond;
   int n = 0;
+  bool count_actions = false; /* count buffers with an action meta instead of observations */
 };
 
 void
 on_handoff (GstElement *, GstBuffer *buf, GstPad *, gpointer user_data)
 {
   auto c = static_cast<Counter *> (user_data);
-  bool has_meta = gst_buffer_get_pi0_observation_meta (buf) != nullptr;
+  bool has_meta = c->count_actions ? gst_buffer_get_pi0_action_meta (buf) != nullptr
+                                   : gst_buffer_get_pi0_observation_meta (buf) != nullptr;
   std::lock_guard<std::mutex> lk (c->lock);
   if (has_meta)
     c->n++;
@@ -138,3 +100,36 @@ TEST_P (ViewMuxSoak, PlayingNullCyclesLeakNothing)
 }
 
 INSTANTIATE_TEST_SUITE_P (LiveAndNonLive, ViewMuxSoak, ::testing::Bool ());
+
+#ifdef HAVE_PI0INFER
+/* The whole CPU chain with the policy: 100 cycles, each loading and warming up the model. */
+TEST (InferSoak, PlayingNullCyclesLeakNothing)
+{
+  ObjectPtr<GstTracer> tracer (leaks_tracer ());
+  if (!tracer)
+    GTEST_SKIP () << "run with GST_TRACERS=leaks (meson test does)";
+  GError *err = nullptr;
+  ElementPtr pipe (gst_parse_launch (
+      "pi0viewmux name=mux ! cudaprep width=32 height=32 device=cpu ! "
+      "pi0infer model=builtin:pi0-tiny require-state=false instruction=wave ! "
+      "fakesink name=out signal-handoffs=true sync=false "
+      "videotestsrc ! video/x-raw,format=RGB,width=64,height=48,framerate=30/1 ! mux.main "
+      "videotestsrc pattern=ball ! video/x-raw,format=NV12,width=32,height=24,framerate=15/1 ! mux.side",
+      &err));
+  ASSERT_EQ (err, nullptr) << err->message;
+  GstElement *sink = gst_bin_get_by_name (GST_BIN (pipe.get ()), "out");
+  Counter c;
+  c.count_actions = true;
+  g_signal_connect (sink, "handoff", G_CALLBACK (on_handoff), &c);
+  gst_object_unref (sink);
+
+  run_cycles (pipe.get (), c, 2, 2);
+  g_signal_emit_by_name (tracer.get (), "activity-start-tracking");
+  run_cycles (pipe.get (), c, 100, 2);
+  auto leaked = alive_since_start (tracer.get ());
+  g_signal_emit_by_name (tracer.get (), "activity-stop-tracking");
+  for (const auto &kv : leaked)
+    ADD_FAILURE () << kv.second << " " << kv.first << " created during the cycles still alive";
+  EXPECT_TRUE (leaked.empty ());
+}
+#endif

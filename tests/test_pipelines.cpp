@@ -53,12 +53,19 @@ load_pipelines ()
   return out;
 }
 
+struct Counts {
+  std::atomic<int> observations{0}, actions{0};
+};
+
 GstPadProbeReturn
 count_buffer (GstPad *, GstPadProbeInfo *info, gpointer user_data)
 {
-  auto n = static_cast<std::atomic<int> *> (user_data);
-  if (gst_buffer_get_pi0_observation_meta (GST_PAD_PROBE_INFO_BUFFER (info)))
-    (*n)++;
+  auto n = static_cast<Counts *> (user_data);
+  GstBuffer *buf = GST_PAD_PROBE_INFO_BUFFER (info);
+  if (gst_buffer_get_pi0_observation_meta (buf))
+    n->observations++;
+  if (gst_buffer_get_pi0_action_meta (buf))
+    n->actions++;
   return GST_PAD_PROBE_OK;
 }
 
@@ -90,7 +97,7 @@ TEST_P (Pipelines, ParsesAndRuns)
     GTEST_SKIP () << p.name << " parses; running it needs " << p.needs;
 
   /* Count observations reaching every sink; keep fakesink quiet. */
-  std::atomic<int> n{0};
+  Counts n;
   GstIterator *it = gst_bin_iterate_sinks (GST_BIN (pipe.get ()));
   GValue v = G_VALUE_INIT;
   while (gst_iterator_next (it, &v) == GST_ITERATOR_OK) {
@@ -112,7 +119,11 @@ TEST_P (Pipelines, ParsesAndRuns)
   if (msg && GST_MESSAGE_TYPE (msg.get ()) == GST_MESSAGE_ERROR)
     FAIL () << p.name << ": " << message_text (msg.get ());
   gst_element_set_state (pipe.get (), GST_STATE_NULL);
-  EXPECT_GT (n.load (), 0) << p.name << ": no observation reached a sink";
+  EXPECT_GT (n.observations.load (), 0) << p.name << ": no observation reached a sink";
+  /* A line with the policy in it must deliver action chunks. */
+  if (p.line.find ("pi0infer") != std::string::npos) {
+    EXPECT_GT (n.actions.load (), 0) << p.name << ": no action chunk reached a sink";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P (All, Pipelines, ::testing::ValuesIn (load_pipelines ()),

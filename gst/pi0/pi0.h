@@ -8,3 +8,4 @@
 #include <gst/pi0/gstpi0observationmeta.h>
 #include <gst/pi0/gstpi0tensormeta.h>
 #include <gst/pi0/gstpi0actionmeta.h>
+#include <gst/pi0/gstpi0events.h>

@@ -23,6 +23,13 @@ char *dup_error(const std::string &s) {
 
 extern "C" {
 
+// The entry points tokenizer.cpp looks up with dlsym.
+void *pi0spm_load(const char *path, char **error);
+void pi0spm_free(void *handle);
+int pi0spm_encode(void *handle, const char *text, size_t len, int **ids, size_t *n, char **error);
+int pi0spm_vocab_size(void *handle);
+int pi0spm_bos_id(void *handle);
+
 __attribute__((visibility("default"))) void *pi0spm_load(const char *path, char **error) {
   auto *sp = new sentencepiece::SentencePieceProcessor();
   const auto status = sp->Load(path);

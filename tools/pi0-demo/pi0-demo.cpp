@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* pi0-demo: runs the longest gst-pi0 chain that exists today on synthetic cameras and prints
- * what a robot would get: one line per observation (which views are valid, how old each
- * frame is, the robot state) and a summary at the end.
+/* pi0-demo: the whole gst-pi0 chain on synthetic input, with a simulated robot at the end.
  *
- * Three test cameras of different sizes, formats and rates feed pi0viewmux with a synthetic
- * joint state; the top camera stalls for a while mid-run (--stall), so the output shows it
- * being masked and coming back. */
+ * Three test cameras of different sizes, formats and rates and a synthetic 7-joint state feed
+ * pi0viewmux -> cudaprep -> pi0infer (the builtin, untrained pi0-tiny) -> pi0actionsink, which
+ * sends the chunks over UDP on loopback to pi0-robotsim. The top camera stalls for a while
+ * mid-run (--stall-start/--stall-end), so the output shows it masked and coming back. It
+ * prints observations with their first action as they go, and at the end a summary:
+ * observations, chunks, what the simulated robot executed, and the latency of each stage
+ * from the camera's capture to the frame leaving for the robot. */
 
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -17,44 +19,85 @@
 #include <gst/gst.h>
 #include <gst/pi0/pi0.h>
 
+#include <glib/gstdio.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
+#include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
-namespace
-{
+namespace {
 
 struct Options {
   double duration = 5.0;
   double stall_start = 1.5, stall_end = 3.0;
-  int print_every = 5;
+  int print_every = 10;
   bool live = true;
+  gchar *instruction = nullptr;
+};
+
+/* Running times (ns) at which one observation passed each point of the chain. */
+struct Trace {
+  GstClockTime capture = GST_CLOCK_TIME_NONE, muxed = GST_CLOCK_TIME_NONE,
+               prepped = GST_CLOCK_TIME_NONE, inferred = GST_CLOCK_TIME_NONE,
+               sent = GST_CLOCK_TIME_NONE;
 };
 
 struct Demo {
   Options opt;
   GMainLoop *loop = nullptr;
   GstElement *pipeline = nullptr;
-  GstElement *state_src = nullptr;
   guint64 state_n = 0;
-  guint64 observations = 0;
-  guint64 printed = 0;
   guint last_mask = 0;
-  GstClockTime first_pts = GST_CLOCK_TIME_NONE;
+  std::mutex lock; /* traces, counters: probes run in several streaming threads */
+  std::map<guint64, Trace> traces;
+  guint64 observations = 0, chunks = 0, holds = 0, stops = 0;
 };
 
+#ifndef HAVE_PI0INFER
+#error "pi0-demo needs pi0infer (a build with LibTorch)"
+#endif
+
 const char *PIPELINE =
-    "pi0viewmux name=mux max-staleness=200000000 max-state-age=50000000 ! fakesink name=out "
-    "sync=false "
+    "pi0viewmux name=mux max-staleness=200000000 max-state-age=50000000 ! "
+    "cudaprep name=prep width=32 height=32 ! queue max-size-buffers=1 leaky=downstream ! "
+    "pi0infer name=infer model=builtin:pi0-tiny action-dims=7 ! "
+    "pi0actionsink name=sink target=udp://127.0.0.1:%d robot-config=%s mode=chunk "
+    "max-action-age=500000000 "
     "videotestsrc is-live=%s pattern=smpte name=cam_main ! "
     "video/x-raw,format=RGB,width=640,height=480,framerate=30/1 ! queue ! mux.main "
     "videotestsrc is-live=%s pattern=ball name=cam_side ! "
     "video/x-raw,format=NV12,width=320,height=240,framerate=15/1 ! queue ! mux.side "
     "videotestsrc is-live=%s pattern=snow name=cam_top ! "
     "video/x-raw,format=I420,width=1280,height=720,framerate=10/1 ! queue ! mux.top "
-    "appsrc name=state is-live=%s format=time do-timestamp=false "
-    "caps=application/x-pi0-state,dim=(int)7 ! queue ! mux.state";
+    "appsrc name=state is-live=%s format=time caps=application/x-pi0-state,dim=(int)7 ! "
+    "queue ! mux.state";
+
+const char *ROBOT_CONFIG = R"({
+  "joints":   ["j1", "j2", "j3", "j4", "j5", "j6", "gripper"],
+  "lower":    [-3.0, -3.0, -3.0, -3.0, -3.0, -3.0, 0.0],
+  "upper":    [ 3.0,  3.0,  3.0,  3.0,  3.0,  3.0, 1.0],
+  "max_step": [ 0.5,  0.5,  0.5,  0.5,  0.5,  0.5, 0.5],
+  "initial":  [ 0.0,  0.0,  0.0,  0.0,  0.0,  0.0, 0.0]
+}
+)";
+
+GstClockTime
+running_time_now (GstElement *pipeline)
+{
+  GstClock *clock = gst_element_get_clock (pipeline);
+  if (!clock)
+    return GST_CLOCK_TIME_NONE;
+  GstClockTime now = gst_clock_get_time (clock) - gst_element_get_base_time (pipeline);
+  gst_object_unref (clock);
+  return now;
+}
 
 /* A 7-joint arm waving slowly: the state a robot would publish at 100 Hz. */
 void
@@ -62,13 +105,13 @@ on_need_state (GstAppSrc *src, guint, gpointer user_data)
 {
   auto d = static_cast<Demo *> (user_data);
   GstClockTime t = d->state_n * 10 * GST_MSECOND;
-  if (t > (GstClockTime)((d->opt.duration + 1.0) * GST_SECOND)) {
+  if (t > (GstClockTime) ((d->opt.duration + 1.0) * GST_SECOND)) {
     gst_app_src_end_of_stream (src);
     return;
   }
   float joints[7];
   for (int j = 0; j < 7; j++)
-    joints[j] = (float)(0.5 * std::sin (2.0 * M_PI * 0.25 * (double)t / GST_SECOND + j));
+    joints[j] = (float) (0.5 * std::sin (2.0 * M_PI * 0.25 * (double) t / GST_SECOND + j));
   GstBuffer *buf = gst_buffer_new_memdup (joints, sizeof (joints));
   GST_BUFFER_PTS (buf) = t;
   GST_BUFFER_DURATION (buf) = 10 * GST_MSECOND;
@@ -81,65 +124,111 @@ GstPadProbeReturn
 stall_probe (GstPad *, GstPadProbeInfo *info, gpointer user_data)
 {
   auto d = static_cast<Demo *> (user_data);
-  GstBuffer *buf = GST_PAD_PROBE_INFO_BUFFER (info);
-  double t = (double)GST_BUFFER_PTS (buf) / GST_SECOND;
+  double t = (double) GST_BUFFER_PTS (GST_PAD_PROBE_INFO_BUFFER (info)) / GST_SECOND;
   return t >= d->opt.stall_start && t < d->opt.stall_end ? GST_PAD_PROBE_DROP : GST_PAD_PROBE_OK;
+}
+
+enum Point { MUXED, PREPPED, INFERRED };
+
+struct ProbeData {
+  Demo *demo;
+  Point point;
+};
+
+/* Stamps each observation as it leaves an element. */
+GstPadProbeReturn
+stamp_probe (GstPad *, GstPadProbeInfo *info, gpointer user_data)
+{
+  auto pd = static_cast<ProbeData *> (user_data);
+  GstBuffer *buf = GST_PAD_PROBE_INFO_BUFFER (info);
+  GstPi0ObservationMeta *m = gst_buffer_get_pi0_observation_meta (buf);
+  if (!m)
+    return GST_PAD_PROBE_OK;
+  GstClockTime now = running_time_now (pd->demo->pipeline);
+  std::lock_guard<std::mutex> lk (pd->demo->lock);
+  Trace &t = pd->demo->traces[m->sequence];
+  t.capture = m->observation_time;
+  if (pd->point == MUXED) {
+    t.muxed = now;
+    pd->demo->observations++;
+  } else if (pd->point == PREPPED) {
+    t.prepped = now;
+  } else if (gst_buffer_get_pi0_action_meta (buf)) {
+    t.inferred = now;
+  }
+  return GST_PAD_PROBE_OK;
 }
 
 std::string
 view_summary (const GstPi0View *v, GstClockTime obs_time)
 {
-  char line[160];
+  char line[96];
   if (!(v->flags & GST_PI0_VIEW_FLAG_VALID)) {
-    snprintf (line, sizeof (line), "%-4s MASKED%-22s", v->name, "");
+    snprintf (line, sizeof (line), "%-4s MASKED    ", v->name);
     return line;
   }
-  double age_ms = v->capture_time <= obs_time ? (double)(obs_time - v->capture_time) / GST_MSECOND
-                                              : -(double)(v->capture_time - obs_time) / GST_MSECOND;
-  snprintf (line, sizeof (line), "%-4s %4dx%-4d %-4s %5.1f ms%s", v->name,
-            GST_VIDEO_INFO_WIDTH (&v->info), GST_VIDEO_INFO_HEIGHT (&v->info),
-            gst_video_format_to_string (GST_VIDEO_INFO_FORMAT (&v->info)), age_ms,
+  double age_ms = v->capture_time <= obs_time ? (double) (obs_time - v->capture_time) / GST_MSECOND
+                                              : -(double) (v->capture_time - obs_time) / GST_MSECOND;
+  snprintf (line, sizeof (line), "%-4s %5.1f ms%s", v->name, age_ms,
             (v->flags & GST_PI0_VIEW_FLAG_SKEWED) ? "*" : " ");
   return line;
 }
 
+/* After pi0infer: the observation and the first step of its chunk. */
 GstPadProbeReturn
 print_probe (GstPad *, GstPadProbeInfo *info, gpointer user_data)
 {
   auto d = static_cast<Demo *> (user_data);
   GstBuffer *buf = GST_PAD_PROBE_INFO_BUFFER (info);
   GstPi0ObservationMeta *m = gst_buffer_get_pi0_observation_meta (buf);
+  GstPi0ActionMeta *a = gst_buffer_get_pi0_action_meta (buf);
   if (!m)
     return GST_PAD_PROBE_OK;
-  d->observations++;
   guint mask = 0;
   for (guint i = 0; i < m->n_views; i++)
     mask |= (m->views[i].flags & GST_PI0_VIEW_FLAG_VALID) ? 0 : (1u << i);
-  /* Every Nth observation, and every one where a view was masked or came back. */
   bool changed = mask != d->last_mask;
   d->last_mask = mask;
   if (m->sequence % d->opt.print_every != 0 && !changed)
     return GST_PAD_PROBE_OK;
-  d->printed++;
   std::string line;
   char head[64];
   snprintf (head, sizeof (head), "obs %4" G_GUINT64_FORMAT " t=%6.3fs  ", m->sequence,
-            (double)m->observation_time / GST_SECOND);
+            (double) m->observation_time / GST_SECOND);
   line += head;
   for (guint i = 0; i < m->n_views; i++)
-    line += view_summary (&m->views[i], m->observation_time) + " | ";
-  guint dim = 0;
-  const gfloat *st = gst_pi0_observation_meta_get_state (m, &dim);
-  if (st) {
-    char s[96];
-    snprintf (s, sizeof (s), "state[%u] %+.2f %+.2f %+.2f ..%s", dim, st[0], st[1], st[2],
-              (m->state_flags & GST_PI0_STATE_FLAG_STALE) ? " STALE" : "");
+    line += view_summary (&m->views[i], m->observation_time) + " ";
+  if (a) {
+    const gfloat *step0 = gst_pi0_action_meta_get_action (a, 0);
+    char s[160];
+    snprintf (s, sizeof (s), "| %ux%u chunk in %4.1f ms, step 0: %+.2f %+.2f %+.2f ..", a->horizon,
+              a->dim, (double) a->inference_time / GST_MSECOND, step0[0], step0[1], step0[2]);
     line += s;
   } else {
-    line += "no state";
+    line += "| no chunk";
   }
   g_print ("%s\n", line.c_str ());
   return GST_PAD_PROBE_OK;
+}
+
+/* pi0actionsink's `action` signal: what left for the robot, and when. */
+void
+on_action (GstElement *, const gchar *kind, guint64 chunk_id, guint, guint, guint, GBytes *,
+           gpointer user_data)
+{
+  auto d = static_cast<Demo *> (user_data);
+  GstClockTime now = running_time_now (d->pipeline);
+  std::lock_guard<std::mutex> lk (d->lock);
+  if (g_str_equal (kind, "action")) {
+    d->chunks++;
+    auto it = d->traces.find (chunk_id);
+    if (it != d->traces.end () && !GST_CLOCK_TIME_IS_VALID (it->second.sent))
+      it->second.sent = now;
+  } else if (g_str_equal (kind, "hold")) {
+    d->holds++;
+  } else if (g_str_equal (kind, "stop")) {
+    d->stops++;
+  }
 }
 
 gboolean
@@ -179,42 +268,152 @@ gboolean
 on_timeout (gpointer user_data)
 {
   auto d = static_cast<Demo *> (user_data);
-  /* Let the sources finish cleanly so every element sees EOS. */
+  /* Let every element see EOS: the sink sends HOLD, the robot simulator logs it. */
   gst_element_send_event (d->pipeline, gst_event_new_eos ());
   return G_SOURCE_REMOVE;
 }
 
+double
+percentile (std::vector<double> v, double p)
+{
+  if (v.empty ())
+    return NAN;
+  std::sort (v.begin (), v.end ());
+  size_t i = (size_t) std::ceil (p * (double) v.size ()) - 1;
+  return v[std::min (i, v.size () - 1)];
+}
+
 void
-print_stats (GstElement *mux)
+print_latency (Demo &d)
+{
+  std::vector<double> mux, prep, infer, sink, e2e;
+  auto ms = [] (GstClockTime a, GstClockTime b) { return ((double) b - (double) a) / GST_MSECOND; };
+  for (const auto &kv : d.traces) {
+    const Trace &t = kv.second;
+    if (!GST_CLOCK_TIME_IS_VALID (t.sent) || !GST_CLOCK_TIME_IS_VALID (t.inferred))
+      continue;
+    mux.push_back (ms (t.capture, t.muxed));
+    prep.push_back (ms (t.muxed, t.prepped));
+    infer.push_back (ms (t.prepped, t.inferred));
+    sink.push_back (ms (t.inferred, t.sent));
+    e2e.push_back (ms (t.capture, t.sent));
+  }
+  g_print ("\nLatency per chunk sent (%zu chunks; ms, running time on the pipeline clock):\n",
+           e2e.size ());
+  g_print ("  %-34s %8s %8s\n", "stage", "p50", "p99");
+  const std::pair<const char *, std::vector<double> *> rows[] = {
+      {"capture -> observation (mux wait)", &mux},
+      {"preprocessing (cudaprep)", &prep},
+      {"queue + inference (pi0infer)", &infer},
+      {"sink (checks, send)", &sink},
+      {"capture -> sent (end to end)", &e2e},
+  };
+  for (const auto &r : rows)
+    g_print ("  %-34s %8.2f %8.2f\n", r.first, percentile (*r.second, 0.5), percentile (*r.second, 0.99));
+  g_print ("The mux wait is GStreamer's live synchronisation: the muxer waits for the slowest "
+           "camera's declared latency\n(a 10 fps videotestsrc declares one frame, 100 ms) plus "
+           "max-skew, in case a frame captured with the base frame is still on its way.\n");
+}
+
+void
+print_mux_stats (GstElement *mux)
 {
   GstStructure *s = nullptr;
   g_object_get (mux, "stats", &s, nullptr);
   if (!s)
     return;
-  guint64 obs = 0, rejected = 0, stale = 0;
-  gst_structure_get_uint64 (s, "observations", &obs);
-  gst_structure_get_uint64 (s, "state-rejected", &rejected);
-  gst_structure_get_uint64 (s, "state-stale", &stale);
-  g_print ("\nSummary: %" G_GUINT64_FORMAT
-           " observations; state samples rejected %" G_GUINT64_FORMAT
-           ", observations with missing/stale state %" G_GUINT64_FORMAT "\n",
-           obs, rejected, stale);
-  g_print ("  %-5s %10s %8s %8s %8s %8s %8s\n", "view", "frames-in", "used", "skewed", "masked",
-           "late", "dropped");
+  g_print ("\nCameras (pi0viewmux):\n  %-5s %10s %8s %8s %8s\n", "view", "frames-in", "used",
+           "skewed", "masked");
   for (const char *v : {"main", "side", "top"}) {
     const GValue *val = gst_structure_get_value (s, v);
     if (!val)
       continue;
     const GstStructure *vs = gst_value_get_structure (val);
-    guint64 f[6] = {0};
-    const char *names[6] = {"frames-in", "used", "skewed", "masked", "late", "dropped"};
-    for (int i = 0; i < 6; i++)
+    guint64 f[4] = {0};
+    const char *names[4] = {"frames-in", "used", "skewed", "masked"};
+    for (int i = 0; i < 4; i++)
       gst_structure_get_uint64 (vs, names[i], &f[i]);
     g_print ("  %-5s %10" G_GUINT64_FORMAT " %8" G_GUINT64_FORMAT " %8" G_GUINT64_FORMAT
-             " %8" G_GUINT64_FORMAT " %8" G_GUINT64_FORMAT " %8" G_GUINT64_FORMAT "\n",
-             v, f[0], f[1], f[2], f[3], f[4], f[5]);
+             " %8" G_GUINT64_FORMAT "\n",
+             v, f[0], f[1], f[2], f[3]);
   }
   gst_structure_free (s);
+}
+
+/* The simulated robot's log: how many rows it executed, rejected, and held. */
+void
+print_robot (const std::string &log_path)
+{
+  std::ifstream in (log_path);
+  std::string line;
+  guint64 executed = 0, rejected = 0, holds = 0;
+  while (std::getline (in, line)) {
+    if (line.find ("\"event\":\"execute\"") != std::string::npos)
+      executed++;
+    else if (line.find ("\"event\":\"reject\"") != std::string::npos)
+      rejected++;
+    else if (line.find ("\"event\":\"hold\"") != std::string::npos)
+      holds++;
+  }
+  g_print ("\nRobot (pi0-robotsim over UDP on loopback): %" G_GUINT64_FORMAT
+           " action rows executed, %" G_GUINT64_FORMAT " frames rejected, %" G_GUINT64_FORMAT
+           " HOLDs (log: %s)\n",
+           executed, rejected, holds, log_path.c_str ());
+}
+
+/* pi0-robotsim next to this program (build tree or installed). */
+std::string
+find_robotsim (const char *argv0)
+{
+  gchar *dir = g_path_get_dirname (argv0);
+  std::string out;
+  for (const char *rel : {"/pi0-robotsim/pi0-robotsim", "/pi0-robotsim"}) {
+    std::string c = std::string (dir) + rel;
+    if (out.empty () && g_file_test (c.c_str (), G_FILE_TEST_IS_EXECUTABLE) &&
+        !g_file_test (c.c_str (), G_FILE_TEST_IS_DIR))
+      out = c;
+  }
+  g_free (dir);
+  if (out.empty ()) {
+    gchar *p = g_find_program_in_path ("pi0-robotsim");
+    if (p)
+      out = p;
+    g_free (p);
+  }
+  return out;
+}
+
+/* Starts the simulator on a free UDP port; returns its port, or -1. */
+int
+start_robotsim (const std::string &bin, const std::string &config, const std::string &log, GPid *pid)
+{
+  const gchar *argv[] = {bin.c_str (), "--proto", "udp", "--port", "0", "--dim", "7",
+                         "--robot-config", config.c_str (), "--log", log.c_str (), nullptr};
+  gint out_fd = -1;
+  GError *err = nullptr;
+  if (!g_spawn_async_with_pipes (nullptr, (gchar **) argv, nullptr, G_SPAWN_DO_NOT_REAP_CHILD, nullptr,
+                                 nullptr, pid, nullptr, &out_fd, nullptr, &err)) {
+    g_printerr ("cannot start %s: %s\n", bin.c_str (), err->message);
+    g_clear_error (&err);
+    return -1;
+  }
+  /* The first line says where it listens: {"event":"listening",...,"port":N}. With --log the
+   * events go to the file; the listening line is also there, so read the file. */
+  int port = -1;
+  for (int i = 0; i < 500 && port < 0; i++) {
+    std::ifstream in (log);
+    std::string line;
+    while (std::getline (in, line)) {
+      auto at = line.find ("\"port\":");
+      if (line.find ("listening") != std::string::npos && at != std::string::npos)
+        port = std::atoi (line.c_str () + at + 7);
+    }
+    if (port < 0)
+      g_usleep (10000);
+  }
+  if (out_fd >= 0)
+    close (out_fd);
+  return port;
 }
 
 } // namespace
@@ -231,14 +430,17 @@ main (int argc, char **argv)
       {"stall-end", 0, 0, G_OPTION_ARG_DOUBLE, &d.opt.stall_end,
        "When it comes back, in seconds (default 3.0)", "S"},
       {"print-every", 'n', 0, G_OPTION_ARG_INT, &d.opt.print_every,
-       "Print every Nth observation (and each one where a view is masked or returns; default 5)",
+       "Print every Nth observation (and each one where a view is masked or returns; default 10)",
        "N"},
+      {"instruction", 'i', 0, G_OPTION_ARG_STRING, &d.opt.instruction,
+       "The instruction (default \"pick up the red cube\")", "TEXT"},
       {"non-live", 0, 0, G_OPTION_ARG_NONE, &non_live,
-       "Run as fast as possible instead of in real time", nullptr},
+       "Run as fast as possible instead of in real time (no latency figures)", nullptr},
       {nullptr, 0, 0, G_OPTION_ARG_NONE, nullptr, nullptr, nullptr},
   };
   GError *err = nullptr;
-  GOptionContext *ctx = g_option_context_new ("- gst-pi0 demo: three cameras and a robot state");
+  GOptionContext *ctx =
+      g_option_context_new ("- gst-pi0 demo: three cameras and a robot state to a simulated robot");
   g_option_context_add_main_entries (ctx, entries, nullptr);
   g_option_context_add_group (ctx, gst_init_get_option_group ());
   if (!g_option_context_parse (ctx, &argc, &argv, &err)) {
@@ -248,8 +450,8 @@ main (int argc, char **argv)
   }
   g_option_context_free (ctx);
   d.opt.live = !non_live;
-  if (d.opt.print_every < 1)
-    d.opt.print_every = 1;
+  d.opt.print_every = std::max (d.opt.print_every, 1);
+  const char *instruction = d.opt.instruction ? d.opt.instruction : "pick up the red cube";
 
   gst_init (&argc, &argv);
   /* The elements are linked into this program, so it runs from the build tree as it is. */
@@ -258,61 +460,116 @@ main (int argc, char **argv)
     return 1;
   }
 
+  gchar *tmp = g_dir_make_tmp ("pi0-demo-XXXXXX", nullptr);
+  std::string config = std::string (tmp) + "/robot.json", robot_log = std::string (tmp) + "/robot.log";
+  g_file_set_contents (config.c_str (), ROBOT_CONFIG, -1, nullptr);
+  std::string robotsim = find_robotsim (argv[0]);
+  if (robotsim.empty ()) {
+    g_printerr ("pi0-robotsim not found next to %s or on PATH\n", argv[0]);
+    return 1;
+  }
+  GPid sim_pid = 0;
+  int port = start_robotsim (robotsim, config, robot_log, &sim_pid);
+  if (port <= 0) {
+    g_printerr ("pi0-robotsim did not start (see %s)\n", robot_log.c_str ());
+    return 1;
+  }
+
   const char *live = d.opt.live ? "true" : "false";
-  gchar *desc = g_strdup_printf (PIPELINE, live, live, live, live);
+  gchar *desc = g_strdup_printf (PIPELINE, port, config.c_str (), live, live, live, live);
   d.pipeline = gst_parse_launch (desc, &err);
   g_free (desc);
   if (!d.pipeline) {
     g_printerr ("pipeline: %s\n", err ? err->message : "?");
     return 1;
   }
+  GstElement *infer = gst_bin_get_by_name (GST_BIN (d.pipeline), "infer");
+  g_object_set (infer, "instruction", instruction, nullptr);
 
   GstElement *mux = gst_bin_get_by_name (GST_BIN (d.pipeline), "mux");
+  GstElement *prep = gst_bin_get_by_name (GST_BIN (d.pipeline), "prep");
+  GstElement *sink = gst_bin_get_by_name (GST_BIN (d.pipeline), "sink");
   GstElement *top = gst_bin_get_by_name (GST_BIN (d.pipeline), "cam_top");
-  d.state_src = gst_bin_get_by_name (GST_BIN (d.pipeline), "state");
-  g_signal_connect (d.state_src, "need-data", G_CALLBACK (on_need_state), &d);
+  GstElement *state = gst_bin_get_by_name (GST_BIN (d.pipeline), "state");
+  g_signal_connect (state, "need-data", G_CALLBACK (on_need_state), &d);
+  g_signal_connect (sink, "action", G_CALLBACK (on_action), &d);
+
+  ProbeData pd[3] = {{&d, MUXED}, {&d, PREPPED}, {&d, INFERRED}};
+  GstElement *stamped[3] = {mux, prep, infer};
+  for (int i = 0; i < 3; i++) {
+    GstPad *pad = gst_element_get_static_pad (stamped[i], "src");
+    gst_pad_add_probe (pad, GST_PAD_PROBE_TYPE_BUFFER, stamp_probe, &pd[i], nullptr);
+    if (i == 2)
+      gst_pad_add_probe (pad, GST_PAD_PROBE_TYPE_BUFFER, print_probe, &d, nullptr);
+    gst_object_unref (pad);
+  }
   GstPad *pad = gst_element_get_static_pad (top, "src");
   gst_pad_add_probe (pad, GST_PAD_PROBE_TYPE_BUFFER, stall_probe, &d, nullptr);
   gst_object_unref (pad);
-  pad = gst_element_get_static_pad (mux, "src");
-  gst_pad_add_probe (pad, GST_PAD_PROBE_TYPE_BUFFER, print_probe, &d, nullptr);
-  gst_object_unref (pad);
 
   g_print ("gst-pi0 demo: 3 cameras (main 640x480 RGB 30 fps, side 320x240 NV12 15 fps, top "
-           "1280x720 I420 10 fps) + a 7-joint state at 100 Hz -> pi0viewmux.\n"
-           "The top camera stalls from %.1f s to %.1f s. Not yet in this chain: cudaprep, "
-           "pi0infer, pi0actionsink (age = frame age at the observation; * = skewed).\n\n",
-           d.opt.stall_start, d.opt.stall_end);
+           "1280x720 I420 10 fps) + a 7-joint state at 100 Hz\n"
+           "  -> pi0viewmux -> cudaprep (CPU) -> pi0infer (builtin:pi0-tiny: UNTRAINED, random "
+           "weights; its actions mean nothing)\n"
+           "  -> pi0actionsink -> udp://127.0.0.1:%d -> pi0-robotsim\n"
+           "Instruction: \"%s\". The top camera stalls from %.1f s to %.1f s.\n"
+           "Per view: frame age at the observation (* = older than max-skew).\n\n",
+           port, instruction, d.opt.stall_start, d.opt.stall_end);
 
   d.loop = g_main_loop_new (nullptr, FALSE);
   GstBus *bus = gst_element_get_bus (d.pipeline);
   gst_bus_add_watch (bus, on_bus, &d);
   gst_object_unref (bus);
 
-  /* Non-live: the sources stop by themselves after the same amount of stream time. */
   if (!d.opt.live) {
-    int n[3] = {(int)(d.opt.duration * 30), (int)(d.opt.duration * 15), (int)(d.opt.duration * 10)};
+    /* Non-live: the cameras stop by themselves after the same amount of stream time. */
+    int n[3] = {(int) (d.opt.duration * 30), (int) (d.opt.duration * 15), (int) (d.opt.duration * 10)};
     const char *names[3] = {"cam_main", "cam_side", "cam_top"};
     for (int i = 0; i < 3; i++) {
       GstElement *src = gst_bin_get_by_name (GST_BIN (d.pipeline), names[i]);
-      if (src) {
-        g_object_set (src, "num-buffers", n[i], nullptr);
-        gst_object_unref (src);
-      }
+      g_object_set (src, "num-buffers", n[i], nullptr);
+      gst_object_unref (src);
     }
   } else {
-    g_timeout_add ((guint)(d.opt.duration * 1000), on_timeout, &d);
+    g_timeout_add ((guint) (d.opt.duration * 1000), on_timeout, &d);
   }
 
   gst_element_set_state (d.pipeline, GST_STATE_PLAYING);
   g_main_loop_run (d.loop);
-  print_stats (mux);
   gst_element_set_state (d.pipeline, GST_STATE_NULL);
 
-  gst_object_unref (mux);
-  gst_object_unref (top);
-  gst_object_unref (d.state_src);
+  /* Stop the robot and read what it did. */
+  kill (sim_pid, SIGTERM);
+  int status = 0;
+  waitpid (sim_pid, &status, 0);
+  g_spawn_close_pid (sim_pid);
+
+  GstStructure *is = nullptr;
+  g_object_get (infer, "stats", &is, nullptr);
+  guint64 chunks = 0, non_finite = 0;
+  double p50 = 0, p99 = 0;
+  gst_structure_get_uint64 (is, "chunks", &chunks);
+  gst_structure_get_uint64 (is, "non-finite", &non_finite);
+  gst_structure_get_double (is, "inference-p50-ms", &p50);
+  gst_structure_get_double (is, "inference-p99-ms", &p99);
+  gst_structure_free (is);
+
+  g_print ("\nSummary: %" G_GUINT64_FORMAT " observations, %" G_GUINT64_FORMAT
+           " action chunks (inference p50 %.2f ms, p99 %.2f ms; %" G_GUINT64_FORMAT
+           " non-finite), %" G_GUINT64_FORMAT " sent to the robot, %" G_GUINT64_FORMAT " HOLDs, %" G_GUINT64_FORMAT
+           " STOPs\n",
+           d.observations, chunks, p50, p99, non_finite, d.chunks, d.holds, d.stops);
+  print_mux_stats (mux);
+  print_robot (robot_log);
+  if (d.opt.live)
+    print_latency (d);
+
+  for (GstElement *e : {infer, mux, prep, sink, top, state})
+    gst_object_unref (e);
   gst_object_unref (d.pipeline);
   g_main_loop_unref (d.loop);
-  return d.observations > 0 ? 0 : 1;
+  g_unlink (config.c_str ());
+  g_free (tmp);
+  g_free (d.opt.instruction);
+  return d.chunks > 0 ? 0 : 1;
 }

@@ -1,0 +1,1069 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/**
+ * SECTION:element-pi0infer
+ * @title: pi0infer
+ *
+ * Runs a Pi0 policy on each observation and attaches the action chunk as a
+ * #GstPi0ActionMeta, in the robot's units (unnormalized with the policy's norm stats) and
+ * native dimensions, with the observation's sequence number and capture time, the inference
+ * time and the model's id. The buffer itself passes through untouched.
+ *
+ * It reads the model input from the #GstPi0TensorMeta that `cudaprep` adds, the robot state
+ * from the #GstPi0ObservationMeta, and the instruction from the #GstPi0Infer:instruction
+ * property or from a `pi0-instruction` event in the stream (gst_pi0_instruction_event_new()),
+ * which switches tasks at an exact observation. An instruction is tokenized once, not per
+ * frame.
+ *
+ * There is no default model: without #GstPi0Infer:model the element refuses to start and
+ * says what to set. `model=builtin:pi0-tiny` is a small seeded demo model with random weights:
+ * its actions mean nothing and carry %GST_PI0_ACTION_FLAG_UNTRAINED.
+ *
+ * When the cameras outrun the model, put a leaky one-buffer queue in front
+ * (`queue max-size-buffers=1 leaky=downstream`) so that each inference takes the newest
+ * observation instead of working through a backlog. The element answers the LATENCY query
+ * with its measured inference time.
+ *
+ * Observations whose robot state is missing or older than the muxer's `max-state-age` get no
+ * actions while #GstPi0Infer:require-state is set (the default): the policy never runs on a
+ * state it does not have.
+ *
+ * ## Example launch line
+ * |[
+ * gst-launch-1.0 pi0viewmux name=mux ! cudaprep width=32 height=32 ! \
+ *   pi0infer model=builtin:pi0-tiny instruction="pick up the cube" require-state=false ! \
+ *   fakesink silent=false -v \
+ *   videotestsrc num-buffers=30 ! video/x-raw,width=320,height=240,framerate=30/1 ! mux.main \
+ *   videotestsrc num-buffers=15 pattern=ball ! video/x-raw,width=160,height=120,framerate=15/1 ! mux.side
+ * ]|
+ *
+ * Since: 0.1
+ */
+
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include "gstpi0infer.h"
+
+#include <gst/pi0/pi0.h>
+
+#include "io/error.h"
+#include "io/norm_stats.h"
+#include "io/safetensors.h"
+#include "io/checkpoint.h"
+#include "io/tokenizer.h"
+#include "model/config.h"
+#include "model/pi0_model.h"
+#include "model/policy.h"
+
+#include <ATen/ATen.h>
+
+#ifdef PI0_INFER_HAVE_CUDA
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+#endif
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+GST_DEBUG_CATEGORY_STATIC (gst_pi0_infer_debug);
+#define GST_CAT_DEFAULT gst_pi0_infer_debug
+
+/* Locking: settings_lock guards Settings; stats_lock guards Stats. They are never held
+ * together, and neither is held while loading the model, running inference or posting. The
+ * loaded policy and State belong to the streaming thread between start() and stop(). */
+
+#define DEFAULT_NUM_STEPS 10
+#define DEFAULT_PRECISION GST_PI0_INFER_PRECISION_AUTO
+#define DEFAULT_DEVICE GST_PI0_INFER_DEVICE_AUTO
+#define DEFAULT_NORM_MODE NORM_ZSCORE
+#define LATENCY_WINDOW 200
+
+enum {
+  PROP_0,
+  PROP_MODEL,
+  PROP_TOKENIZER,
+  PROP_INSTRUCTION,
+  PROP_NORM_STATS,
+  PROP_NORM_MODE,
+  PROP_ACTION_DIMS,
+  PROP_NUM_STEPS,
+  PROP_PRECISION,
+  PROP_DEVICE,
+  PROP_CUDA_DEVICE_ID,
+  PROP_SEED,
+  PROP_REQUIRE_STATE,
+  PROP_MODEL_ID,
+  PROP_STATS,
+};
+
+typedef enum { NORM_ZSCORE = 0, NORM_QUANTILE = 1 } GstPi0InferNormMode;
+
+#define CAPS GST_PI0_OBSERVATION_MEDIA_TYPE "; " GST_PI0_OBSERVATION_MEDIA_TYPE "(memory:CUDAMemory)"
+static GstStaticPadTemplate sink_template =
+    GST_STATIC_PAD_TEMPLATE ("sink", GST_PAD_SINK, GST_PAD_ALWAYS, GST_STATIC_CAPS (CAPS));
+static GstStaticPadTemplate src_template =
+    GST_STATIC_PAD_TEMPLATE ("src", GST_PAD_SRC, GST_PAD_ALWAYS, GST_STATIC_CAPS (CAPS));
+
+struct Settings {
+  std::string model;
+  std::string tokenizer;
+  std::string instruction;
+  std::string norm_stats;
+  GstPi0InferNormMode norm_mode = DEFAULT_NORM_MODE;
+  int action_dims = 0;
+  int num_steps = DEFAULT_NUM_STEPS;
+  GstPi0InferPrecision precision = DEFAULT_PRECISION;
+  GstPi0InferDevice device = DEFAULT_DEVICE;
+  int cuda_device_id = 0;
+  guint64 seed = 0;
+  bool require_state = true;
+};
+
+struct Stats {
+  guint64 observations = 0; /* buffers seen */
+  guint64 chunks = 0;       /* action metas attached */
+  guint64 skipped_state = 0;
+  guint64 non_finite = 0;
+  guint64 errors = 0;
+  std::string last_error;
+  std::deque<double> latencies_ms; /* the last LATENCY_WINDOW inferences */
+  double warmup_ms = 0;
+};
+
+/* What start() builds and stop() frees. */
+struct Loaded {
+  std::unique_ptr<pi0::Policy> policy;
+  std::optional<pi0::Tokenizer> tokenizer;
+  std::optional<pi0::NormStats> norm;
+  pi0::NormMode norm_mode = pi0::NormMode::ZScore;
+  std::string model_id;
+  bool untrained = false;
+  pi0::PolicySpec spec;
+  int action_dims = 0; /* native dims kept */
+};
+
+struct State {
+  std::string tokens_for; /* the instruction the cached tokens belong to */
+  bool have_tokens = false;
+  at::Tensor tokens, token_mask;
+  bool warned_no_state = false;
+};
+
+struct GstPi0InferPrivate {
+  std::mutex settings_lock;
+  Settings settings;
+  std::mutex stats_lock;
+  Stats stats;
+  std::string model_id; /* under stats_lock: readable while running */
+  std::unique_ptr<Loaded> loaded;
+  State state;
+};
+
+struct _GstPi0Infer {
+  GstBaseTransform parent;
+  GstPi0InferPrivate *priv;
+};
+
+#define gst_pi0_infer_parent_class parent_class
+G_DEFINE_TYPE (GstPi0Infer, gst_pi0_infer, GST_TYPE_BASE_TRANSFORM);
+GST_ELEMENT_REGISTER_DEFINE (pi0infer, "pi0infer", GST_RANK_NONE, GST_TYPE_PI0_INFER);
+
+#define GST_TYPE_PI0_INFER_PRECISION (gst_pi0_infer_precision_get_type ())
+static GType
+gst_pi0_infer_precision_get_type (void)
+{
+  static gsize type = 0;
+  static const GEnumValue values[] = {
+      {GST_PI0_INFER_PRECISION_AUTO, "bf16 on CUDA, fp32 on the CPU", "auto"},
+      {GST_PI0_INFER_PRECISION_BF16, "bf16 weights, fp32 norms and softmax", "bf16"},
+      {GST_PI0_INFER_PRECISION_FP32, "fp32", "fp32"},
+      {0, nullptr, nullptr},
+  };
+  if (g_once_init_enter (&type)) {
+    GType t = g_enum_register_static ("GstPi0InferPrecision", values);
+    g_once_init_leave (&type, t);
+  }
+  return (GType) type;
+}
+
+#define GST_TYPE_PI0_INFER_DEVICE (gst_pi0_infer_device_get_type ())
+static GType
+gst_pi0_infer_device_get_type (void)
+{
+  static gsize type = 0;
+  static const GEnumValue values[] = {
+      {GST_PI0_INFER_DEVICE_AUTO, "CUDA when usable, else the CPU", "auto"},
+      {GST_PI0_INFER_DEVICE_CUDA, "CUDA (fails to start without a usable GPU)", "cuda"},
+      {GST_PI0_INFER_DEVICE_CPU, "The CPU", "cpu"},
+      {0, nullptr, nullptr},
+  };
+  if (g_once_init_enter (&type)) {
+    GType t = g_enum_register_static ("GstPi0InferDevice", values);
+    g_once_init_leave (&type, t);
+  }
+  return (GType) type;
+}
+
+#define GST_TYPE_PI0_INFER_NORM_MODE (gst_pi0_infer_norm_mode_get_type ())
+static GType
+gst_pi0_infer_norm_mode_get_type (void)
+{
+  static gsize type = 0;
+  static const GEnumValue values[] = {
+      {NORM_ZSCORE, "(x - mean) / (std + 1e-6), as pi0 trains", "zscore"},
+      {NORM_QUANTILE, "[q01, q99] to [-1, 1], as pi05 and pi0-FAST train", "quantile"},
+      {0, nullptr, nullptr},
+  };
+  if (g_once_init_enter (&type)) {
+    GType t = g_enum_register_static ("GstPi0InferNormMode", values);
+    g_once_init_leave (&type, t);
+  }
+  return (GType) type;
+}
+
+static void gst_pi0_infer_finalize (GObject *object);
+static void gst_pi0_infer_set_property (GObject *object, guint prop_id, const GValue *value,
+                                        GParamSpec *pspec);
+static void gst_pi0_infer_get_property (GObject *object, guint prop_id, GValue *value,
+                                        GParamSpec *pspec);
+static gboolean gst_pi0_infer_start (GstBaseTransform *trans);
+static gboolean gst_pi0_infer_stop (GstBaseTransform *trans);
+static gboolean gst_pi0_infer_set_caps (GstBaseTransform *trans, GstCaps *incaps, GstCaps *outcaps);
+static gboolean gst_pi0_infer_sink_event (GstBaseTransform *trans, GstEvent *event);
+static gboolean gst_pi0_infer_query (GstBaseTransform *trans, GstPadDirection direction,
+                                     GstQuery *query);
+static GstFlowReturn gst_pi0_infer_transform_ip (GstBaseTransform *trans, GstBuffer *buf);
+
+static void
+gst_pi0_infer_class_init (GstPi0InferClass *klass)
+{
+  auto gobject_class = G_OBJECT_CLASS (klass);
+  auto element_class = GST_ELEMENT_CLASS (klass);
+  auto bt_class = GST_BASE_TRANSFORM_CLASS (klass);
+  const auto rw_ready = (GParamFlags) (G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS |
+                                       GST_PARAM_MUTABLE_READY);
+  const auto rw_playing = (GParamFlags) (G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS |
+                                         GST_PARAM_MUTABLE_PLAYING);
+
+  gobject_class->finalize = gst_pi0_infer_finalize;
+  gobject_class->set_property = gst_pi0_infer_set_property;
+  gobject_class->get_property = gst_pi0_infer_get_property;
+
+  /**
+   * GstPi0Infer:model:
+   *
+   * The policy: a checkpoint directory (config.json + model.safetensors, openpi-PyTorch or
+   * LeRobot layout), a model.safetensors file, a TorchScript file (.pt, .ts, .torchscript), or
+   * `builtin:pi0-tiny` (a seeded demo model with random weights). Required.
+   */
+  g_object_class_install_property (
+      gobject_class, PROP_MODEL,
+      g_param_spec_string ("model", "Model",
+                           "Checkpoint directory, model.safetensors, TorchScript file, or "
+                           "builtin:pi0-tiny (untrained demo). Required",
+                           nullptr, rw_ready));
+  g_object_class_install_property (
+      gobject_class, PROP_TOKENIZER,
+      g_param_spec_string ("tokenizer", "Tokenizer",
+                           "SentencePiece model (the PaliGemma tokenizer); default: the one the "
+                           "checkpoint's config.json names, or the bundled one for builtin models",
+                           nullptr, rw_ready));
+  /**
+   * GstPi0Infer:instruction:
+   *
+   * The task in words. Can change while playing (from the next observation on); a
+   * `pi0-instruction` event in the stream changes it at an exact observation.
+   */
+  g_object_class_install_property (
+      gobject_class, PROP_INSTRUCTION,
+      g_param_spec_string ("instruction", "Instruction",
+                           "The task in words; changes apply from the next observation",
+                           "", rw_playing));
+  g_object_class_install_property (
+      gobject_class, PROP_NORM_STATS,
+      g_param_spec_string ("norm-stats", "Norm stats",
+                           "openpi norm_stats.json (or a directory holding it): normalizes the "
+                           "state and unnormalizes the actions; default: none (identity)",
+                           nullptr, rw_ready));
+  g_object_class_install_property (
+      gobject_class, PROP_NORM_MODE,
+      g_param_spec_enum ("norm-mode", "Norm mode", "How norm-stats are applied",
+                         GST_TYPE_PI0_INFER_NORM_MODE, DEFAULT_NORM_MODE, rw_ready));
+  g_object_class_install_property (
+      gobject_class, PROP_ACTION_DIMS,
+      g_param_spec_int ("action-dims", "Action dims",
+                        "The robot's native action dimensions kept from the model's padded "
+                        "ones (0 = all)",
+                        0, 1024, 0, rw_ready));
+  g_object_class_install_property (
+      gobject_class, PROP_NUM_STEPS,
+      g_param_spec_int ("num-steps", "Denoising steps",
+                        "Flow-matching Euler steps per chunk (native Pi0 models)", 1, 1000,
+                        DEFAULT_NUM_STEPS, rw_ready));
+  g_object_class_install_property (
+      gobject_class, PROP_PRECISION,
+      g_param_spec_enum ("precision", "Precision", "Weight precision (fp16 breaks Pi0: not offered)",
+                         GST_TYPE_PI0_INFER_PRECISION, DEFAULT_PRECISION, rw_ready));
+  g_object_class_install_property (
+      gobject_class, PROP_DEVICE,
+      g_param_spec_enum ("device", "Device", "Where the policy runs", GST_TYPE_PI0_INFER_DEVICE,
+                         DEFAULT_DEVICE, rw_ready));
+  g_object_class_install_property (
+      gobject_class, PROP_CUDA_DEVICE_ID,
+      g_param_spec_int ("cuda-device-id", "CUDA device id", "CUDA device ordinal", 0, 64, 0,
+                        rw_ready));
+  /**
+   * GstPi0Infer:seed:
+   *
+   * The flow-matching noise of observation N is drawn from seed + N, so a replay with the
+   * same seed gives the same actions.
+   */
+  g_object_class_install_property (
+      gobject_class, PROP_SEED,
+      g_param_spec_uint64 ("seed", "Seed",
+                           "Noise seed: observation N uses seed + N (same seed, same actions)", 0,
+                           G_MAXUINT64, 0, rw_playing));
+  g_object_class_install_property (
+      gobject_class, PROP_REQUIRE_STATE,
+      g_param_spec_boolean ("require-state", "Require state",
+                            "Give no actions for observations whose robot state is missing or "
+                            "stale (else a missing state is zeros)",
+                            TRUE, rw_playing));
+  g_object_class_install_property (
+      gobject_class, PROP_MODEL_ID,
+      g_param_spec_string ("model-id", "Model id",
+                           "Identifies the loaded policy (set in the action meta)", nullptr,
+                           (GParamFlags) (G_PARAM_READABLE | G_PARAM_STATIC_STRINGS)));
+  /**
+   * GstPi0Infer:stats:
+   *
+   * `observations`, `chunks`, `skipped-no-state`, `non-finite`, `errors`, `last-error`,
+   * `inference-p50-ms`, `inference-p99-ms` (over the last 200 inferences), `warmup-ms`.
+   */
+  g_object_class_install_property (
+      gobject_class, PROP_STATS,
+      g_param_spec_boxed ("stats", "Statistics",
+                          "Observations, chunks, non-finite, errors, last error, inference time "
+                          "p50/p99 in ms",
+                          GST_TYPE_STRUCTURE,
+                          (GParamFlags) (G_PARAM_READABLE | G_PARAM_STATIC_STRINGS)));
+
+  gst_element_class_add_static_pad_template (element_class, &sink_template);
+  gst_element_class_add_static_pad_template (element_class, &src_template);
+  gst_element_class_set_static_metadata (
+      element_class, "Pi0 policy inference", "Filter/Analyzer/Video",
+      "Runs a Pi0 policy on each observation and attaches the action chunk as metadata",
+      "gst-pi0 developers");
+
+  bt_class->start = GST_DEBUG_FUNCPTR (gst_pi0_infer_start);
+  bt_class->stop = GST_DEBUG_FUNCPTR (gst_pi0_infer_stop);
+  bt_class->set_caps = GST_DEBUG_FUNCPTR (gst_pi0_infer_set_caps);
+  bt_class->sink_event = GST_DEBUG_FUNCPTR (gst_pi0_infer_sink_event);
+  bt_class->query = GST_DEBUG_FUNCPTR (gst_pi0_infer_query);
+  bt_class->transform_ip = GST_DEBUG_FUNCPTR (gst_pi0_infer_transform_ip);
+  /* The buffer is never changed, only a meta added. */
+  bt_class->transform_ip_on_passthrough = FALSE;
+
+  gst_type_mark_as_plugin_api (GST_TYPE_PI0_INFER_PRECISION, (GstPluginAPIFlags) 0);
+  gst_type_mark_as_plugin_api (GST_TYPE_PI0_INFER_DEVICE, (GstPluginAPIFlags) 0);
+  gst_type_mark_as_plugin_api (GST_TYPE_PI0_INFER_NORM_MODE, (GstPluginAPIFlags) 0);
+  GST_DEBUG_CATEGORY_INIT (gst_pi0_infer_debug, "pi0infer", 0, "Pi0 policy inference");
+}
+
+static void
+gst_pi0_infer_init (GstPi0Infer *self)
+{
+  self->priv = new GstPi0InferPrivate ();
+  gst_base_transform_set_in_place (GST_BASE_TRANSFORM (self), TRUE);
+}
+
+static void
+gst_pi0_infer_finalize (GObject *object)
+{
+  delete GST_PI0_INFER (object)->priv;
+  G_OBJECT_CLASS (parent_class)->finalize (object);
+}
+
+static std::string
+value_string (const GValue *value)
+{
+  const gchar *s = g_value_get_string (value);
+  return s ? s : "";
+}
+
+static void
+gst_pi0_infer_set_property (GObject *object, guint prop_id, const GValue *value,
+                            GParamSpec *pspec)
+{
+  auto priv = GST_PI0_INFER (object)->priv;
+  std::lock_guard<std::mutex> lk (priv->settings_lock);
+  Settings &s = priv->settings;
+
+  switch (prop_id) {
+    case PROP_MODEL:
+      s.model = value_string (value);
+      break;
+    case PROP_TOKENIZER:
+      s.tokenizer = value_string (value);
+      break;
+    case PROP_INSTRUCTION:
+      s.instruction = value_string (value);
+      break;
+    case PROP_NORM_STATS:
+      s.norm_stats = value_string (value);
+      break;
+    case PROP_NORM_MODE:
+      s.norm_mode = (GstPi0InferNormMode) g_value_get_enum (value);
+      break;
+    case PROP_ACTION_DIMS:
+      s.action_dims = g_value_get_int (value);
+      break;
+    case PROP_NUM_STEPS:
+      s.num_steps = g_value_get_int (value);
+      break;
+    case PROP_PRECISION:
+      s.precision = (GstPi0InferPrecision) g_value_get_enum (value);
+      break;
+    case PROP_DEVICE:
+      s.device = (GstPi0InferDevice) g_value_get_enum (value);
+      break;
+    case PROP_CUDA_DEVICE_ID:
+      s.cuda_device_id = g_value_get_int (value);
+      break;
+    case PROP_SEED:
+      s.seed = g_value_get_uint64 (value);
+      break;
+    case PROP_REQUIRE_STATE:
+      s.require_state = g_value_get_boolean (value);
+      break;
+    default:
+      G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
+      break;
+  }
+}
+
+static double
+percentile (std::vector<double> v, double p)
+{
+  if (v.empty ())
+    return 0.0;
+  std::sort (v.begin (), v.end ());
+  size_t i = (size_t) std::ceil (p * (double) v.size ()) - 1;
+  return v[std::min (i, v.size () - 1)];
+}
+
+static GstStructure *
+make_stats (GstPi0Infer *self)
+{
+  Stats s;
+  {
+    std::lock_guard<std::mutex> lk (self->priv->stats_lock);
+    s = self->priv->stats;
+  }
+  std::vector<double> lat (s.latencies_ms.begin (), s.latencies_ms.end ());
+  return gst_structure_new ("pi0infer-stats", "observations", G_TYPE_UINT64, s.observations,
+                            "chunks", G_TYPE_UINT64, s.chunks, "skipped-no-state", G_TYPE_UINT64,
+                            s.skipped_state, "non-finite", G_TYPE_UINT64, s.non_finite, "errors",
+                            G_TYPE_UINT64, s.errors, "last-error", G_TYPE_STRING,
+                            s.last_error.c_str (), "inference-p50-ms", G_TYPE_DOUBLE,
+                            percentile (lat, 0.5), "inference-p99-ms", G_TYPE_DOUBLE,
+                            percentile (lat, 0.99), "warmup-ms", G_TYPE_DOUBLE, s.warmup_ms,
+                            nullptr);
+}
+
+static void
+gst_pi0_infer_get_property (GObject *object, guint prop_id, GValue *value, GParamSpec *pspec)
+{
+  auto self = GST_PI0_INFER (object);
+  auto priv = self->priv;
+
+  if (prop_id == PROP_STATS) {
+    g_value_take_boxed (value, make_stats (self));
+    return;
+  }
+  if (prop_id == PROP_MODEL_ID) {
+    std::lock_guard<std::mutex> lk (priv->stats_lock);
+    g_value_set_string (value, priv->model_id.empty () ? nullptr : priv->model_id.c_str ());
+    return;
+  }
+
+  std::lock_guard<std::mutex> lk (priv->settings_lock);
+  const Settings &s = priv->settings;
+  switch (prop_id) {
+    case PROP_MODEL:
+      g_value_set_string (value, s.model.empty () ? nullptr : s.model.c_str ());
+      break;
+    case PROP_TOKENIZER:
+      g_value_set_string (value, s.tokenizer.empty () ? nullptr : s.tokenizer.c_str ());
+      break;
+    case PROP_INSTRUCTION:
+      g_value_set_string (value, s.instruction.c_str ());
+      break;
+    case PROP_NORM_STATS:
+      g_value_set_string (value, s.norm_stats.empty () ? nullptr : s.norm_stats.c_str ());
+      break;
+    case PROP_NORM_MODE:
+      g_value_set_enum (value, s.norm_mode);
+      break;
+    case PROP_ACTION_DIMS:
+      g_value_set_int (value, s.action_dims);
+      break;
+    case PROP_NUM_STEPS:
+      g_value_set_int (value, s.num_steps);
+      break;
+    case PROP_PRECISION:
+      g_value_set_enum (value, s.precision);
+      break;
+    case PROP_DEVICE:
+      g_value_set_enum (value, s.device);
+      break;
+    case PROP_CUDA_DEVICE_ID:
+      g_value_set_int (value, s.cuda_device_id);
+      break;
+    case PROP_SEED:
+      g_value_set_uint64 (value, s.seed);
+      break;
+    case PROP_REQUIRE_STATE:
+      g_value_set_boolean (value, s.require_state);
+      break;
+    default:
+      G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
+      break;
+  }
+}
+
+static Settings
+snapshot_settings (GstPi0Infer *self)
+{
+  std::lock_guard<std::mutex> lk (self->priv->settings_lock);
+  return self->priv->settings;
+}
+
+static void
+record_error (GstPi0Infer *self, const std::string &what)
+{
+  std::lock_guard<std::mutex> lk (self->priv->stats_lock);
+  self->priv->stats.errors++;
+  self->priv->stats.last_error = what;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Loading                                                                                     */
+
+static bool
+path_exists (const std::string &p)
+{
+  struct stat st;
+  return ::stat (p.c_str (), &st) == 0;
+}
+
+static bool
+is_dir (const std::string &p)
+{
+  struct stat st;
+  return ::stat (p.c_str (), &st) == 0 && S_ISDIR (st.st_mode);
+}
+
+static bool
+has_suffix (const std::string &s, const char *suffix)
+{
+  return g_str_has_suffix (s.c_str (), suffix);
+}
+
+/* The bundled tokenizer of the builtin models: installed, or in the source tree. */
+static std::string
+bundled_tokenizer ()
+{
+  std::vector<std::string> candidates;
+  if (const gchar *d = g_getenv ("PI0_DATA_DIR"))
+    candidates.push_back (std::string (d) + "/tiny_paligemma.model");
+  candidates.push_back (std::string (PI0_DATADIR) + "/tiny_paligemma.model");
+  candidates.push_back (std::string (PI0_SOURCE_DATADIR) + "/tiny_paligemma.model");
+  for (const auto &c : candidates) {
+    if (path_exists (c))
+      return c;
+  }
+  return "";
+}
+
+/* A native Pi0 checkpoint with the element's num-steps (config.json + model.safetensors). */
+static std::shared_ptr<pi0::Pi0Model>
+load_native (const std::string &path, int num_steps, std::string *config_tokenizer)
+{
+  gchar *parent = g_path_get_dirname (path.c_str ());
+  std::string dir = is_dir (path) ? path : std::string (parent);
+  g_free (parent);
+  std::string weights = is_dir (path) ? dir + "/model.safetensors" : path;
+  if (!path_exists (weights))
+    throw pi0::Error ("no model.safetensors in '" + dir + "'");
+  std::string config_path = dir + "/config.json";
+  if (!path_exists (config_path))
+    throw pi0::Error ("'" + weights + "' has no config.json beside it: the architecture is unknown");
+  pi0::Pi0Config cfg = pi0::config_from_json_file (config_path);
+  cfg.num_steps = num_steps;
+  /* The file first (memory-mapped, validated): a corrupt one fails before gigabytes of
+   * parameters are allocated. */
+  pi0::TensorMap tensors = pi0::load_safetensors (weights);
+  auto model = std::make_shared<pi0::Pi0Model> (cfg);
+  pi0::load_state_dict (*model, tensors, weights);
+  if (config_tokenizer && !cfg.tokenizer.empty ()) {
+    *config_tokenizer = g_path_is_absolute (cfg.tokenizer.c_str ()) ? cfg.tokenizer
+                                                                     : dir + "/" + cfg.tokenizer;
+  }
+  return model;
+}
+
+/* Inputs of the right shape for the warm-up run. */
+static pi0::PolicyInput
+zero_input (const pi0::PolicySpec &spec)
+{
+  pi0::PolicyInput in;
+  int views = spec.num_views ? spec.num_views : 3, size = spec.image_size ? spec.image_size : 224;
+  int len = spec.max_tokens ? spec.max_tokens : 48, sd = spec.state_dim ? spec.state_dim : 32;
+  in.images = at::zeros ({views, 3, size, size});
+  in.image_masks = at::ones ({views}, at::kBool);
+  in.tokens = at::zeros ({len}, at::kLong);
+  in.token_mask = at::arange (len) < 1;
+  in.state = at::zeros ({sd});
+  return in;
+}
+
+static gboolean
+gst_pi0_infer_start (GstBaseTransform *trans)
+{
+  auto self = GST_PI0_INFER (trans);
+  auto priv = self->priv;
+  Settings s = snapshot_settings (self);
+  auto loaded = std::make_unique<Loaded> ();
+
+  if (s.model.empty ()) {
+    GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS,
+                       ("No model: set model= to a checkpoint directory, a model.safetensors, a "
+                        "TorchScript file, or builtin:pi0-tiny (an untrained demo model)."),
+                       (nullptr));
+    return FALSE;
+  }
+
+  pi0::PolicyOptions opts;
+  bool want_cuda = s.device == GST_PI0_INFER_DEVICE_CUDA ||
+                   (s.device == GST_PI0_INFER_DEVICE_AUTO && pi0::cuda_available ());
+  if (s.device == GST_PI0_INFER_DEVICE_CUDA && !pi0::cuda_available ()) {
+    GST_ELEMENT_ERROR (self, LIBRARY, INIT, ("device=cuda, but no usable CUDA device was found."),
+                       ("LibTorch reports no CUDA device; use device=cpu or device=auto"));
+    return FALSE;
+  }
+  opts.device = want_cuda ? c10::Device (c10::kCUDA, (c10::DeviceIndex) s.cuda_device_id)
+                          : c10::Device (c10::kCPU);
+  opts.dtype = (s.precision == GST_PI0_INFER_PRECISION_BF16 ||
+                (s.precision == GST_PI0_INFER_PRECISION_AUTO && want_cuda))
+                   ? at::kBFloat16
+                   : at::kFloat;
+  if (!want_cuda)
+    GST_INFO_OBJECT (self, "running the policy on the CPU");
+
+  std::string tokenizer_path = s.tokenizer;
+  const std::string &m = s.model;
+  try {
+    if (g_str_has_prefix (m.c_str (), "builtin:")) {
+      std::string name = m.substr (8);
+      if (name != "pi0-tiny") {
+        GST_ELEMENT_ERROR (self, RESOURCE, NOT_FOUND,
+                           ("Unknown builtin model '%s': the only builtin is builtin:pi0-tiny.", m.c_str ()),
+                           (nullptr));
+        return FALSE;
+      }
+      pi0::Pi0Config cfg = pi0::config_by_name ("pi0-tiny");
+      cfg.num_steps = s.num_steps;
+      auto model = std::make_shared<pi0::Pi0Model> (cfg);
+      /* Fixed weights: the demo is the same model everywhere. */
+      model->init_random (0);
+      loaded->policy = pi0::make_pi0_policy (model, opts);
+      loaded->untrained = true;
+      loaded->model_id = "builtin:pi0-tiny (untrained, random weights)";
+      if (tokenizer_path.empty ())
+        tokenizer_path = bundled_tokenizer ();
+    } else if (!path_exists (m)) {
+      GST_ELEMENT_ERROR (self, RESOURCE, NOT_FOUND, ("Model '%s' does not exist.", m.c_str ()),
+                         (nullptr));
+      return FALSE;
+    } else if (is_dir (m) || has_suffix (m, ".safetensors")) {
+      std::string config_tokenizer;
+      auto model = load_native (m, s.num_steps, &config_tokenizer);
+      loaded->policy = pi0::make_pi0_policy (model, opts);
+      loaded->model_id = m;
+      if (tokenizer_path.empty () && path_exists (config_tokenizer))
+        tokenizer_path = config_tokenizer;
+    } else if (has_suffix (m, ".pt") || has_suffix (m, ".ts") || has_suffix (m, ".torchscript")) {
+      loaded->policy = pi0::load_torchscript_policy (m, opts);
+      loaded->model_id = m;
+    } else {
+      GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS,
+                         ("Model '%s' is neither a checkpoint directory, a .safetensors file nor "
+                          "a TorchScript file (.pt, .ts, .torchscript).",
+                          m.c_str ()),
+                         (nullptr));
+      return FALSE;
+    }
+  } catch (const pi0::Error &e) {
+    GST_ELEMENT_ERROR (self, RESOURCE, OPEN_READ, ("Could not load model '%s': %s", m.c_str (), e.what ()),
+                       (nullptr));
+    return FALSE;
+  } catch (const c10::Error &e) {
+    GST_ELEMENT_ERROR (self, LIBRARY, INIT, ("LibTorch could not load model '%s'.", m.c_str ()),
+                       ("%s", e.what_without_backtrace ()));
+    return FALSE;
+  } catch (const std::exception &e) {
+    GST_ELEMENT_ERROR (self, LIBRARY, INIT, ("Could not load model '%s'.", m.c_str ()),
+                       ("%s", e.what ()));
+    return FALSE;
+  }
+  loaded->spec = loaded->policy->spec ();
+
+  if (tokenizer_path.empty ()) {
+    GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS,
+                       ("No tokenizer for model '%s': set tokenizer= to its SentencePiece model "
+                        "(the PaliGemma tokenizer).",
+                        m.c_str ()),
+                       (nullptr));
+    return FALSE;
+  }
+  try {
+    loaded->tokenizer.emplace (pi0::Tokenizer::load (tokenizer_path));
+  } catch (const std::exception &e) {
+    GST_ELEMENT_ERROR (self, RESOURCE, OPEN_READ,
+                       ("Could not load tokenizer '%s': %s", tokenizer_path.c_str (), e.what ()),
+                       (nullptr));
+    return FALSE;
+  }
+
+  if (!s.norm_stats.empty ()) {
+    try {
+      loaded->norm.emplace (pi0::NormStats::load (s.norm_stats));
+    } catch (const std::exception &e) {
+      GST_ELEMENT_ERROR (self, RESOURCE, OPEN_READ,
+                         ("Could not load norm stats '%s': %s", s.norm_stats.c_str (), e.what ()),
+                         (nullptr));
+      return FALSE;
+    }
+    loaded->norm_mode = s.norm_mode == NORM_QUANTILE ? pi0::NormMode::Quantile : pi0::NormMode::ZScore;
+  }
+
+  int model_dims = loaded->spec.action_dim;
+  if (s.action_dims > model_dims && model_dims > 0) {
+    GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS,
+                       ("action-dims=%d, but the model only makes %d.", s.action_dims, model_dims),
+                       (nullptr));
+    return FALSE;
+  }
+  loaded->action_dims = s.action_dims > 0 ? s.action_dims : model_dims;
+
+  /* Warm up (and, on CUDA, capture the graph) now, so the first observation is not slow. */
+  auto t0 = std::chrono::steady_clock::now ();
+  try {
+    loaded->policy->infer (zero_input (loaded->spec));
+  } catch (const std::exception &e) {
+    GST_ELEMENT_ERROR (self, LIBRARY, INIT, ("The model failed its warm-up run: %s", e.what ()),
+                       (nullptr));
+    return FALSE;
+  }
+  double warm_ms = std::chrono::duration<double, std::milli> (std::chrono::steady_clock::now () - t0).count ();
+  GST_INFO_OBJECT (self, "loaded %s: %s (warm-up %.1f ms)", loaded->model_id.c_str (),
+                   loaded->policy->describe ().c_str (), warm_ms);
+
+  {
+    std::lock_guard<std::mutex> lk (priv->stats_lock);
+    priv->stats = Stats ();
+    priv->stats.warmup_ms = warm_ms;
+    priv->model_id = loaded->model_id;
+  }
+  priv->state = State ();
+  priv->loaded = std::move (loaded);
+  return TRUE;
+}
+
+static gboolean
+gst_pi0_infer_stop (GstBaseTransform *trans)
+{
+  auto priv = GST_PI0_INFER (trans)->priv;
+  priv->loaded.reset ();
+  priv->state = State ();
+  return TRUE;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Caps, events, queries                                                                       */
+
+static gboolean
+gst_pi0_infer_set_caps (GstBaseTransform *trans, GstCaps *incaps, GstCaps *outcaps)
+{
+  auto self = GST_PI0_INFER (trans);
+  const GstStructure *st = gst_caps_get_structure (incaps, 0);
+  gint views = 0;
+
+  if (!self->priv->loaded)
+    return TRUE;
+  int slots = self->priv->loaded->spec.num_views;
+  if (gst_structure_get_int (st, "views", &views) && slots > 0 && views > slots) {
+    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
+                       ("The observations have %d views but the model takes at most %d.", views,
+                        slots),
+                       ("caps %" GST_PTR_FORMAT, incaps));
+    return FALSE;
+  }
+  return TRUE;
+}
+
+static gboolean
+gst_pi0_infer_sink_event (GstBaseTransform *trans, GstEvent *event)
+{
+  auto self = GST_PI0_INFER (trans);
+  const gchar *text = nullptr;
+
+  /* Serialized, so it applies from the next observation exactly. */
+  if (gst_pi0_instruction_event_parse (event, &text)) {
+    GST_INFO_OBJECT (self, "instruction from the stream: \"%s\"", text);
+    {
+      std::lock_guard<std::mutex> lk (self->priv->settings_lock);
+      self->priv->settings.instruction = text;
+    }
+    g_object_notify (G_OBJECT (self), "instruction");
+  }
+  return GST_BASE_TRANSFORM_CLASS (parent_class)->sink_event (trans, event);
+}
+
+static gboolean
+gst_pi0_infer_query (GstBaseTransform *trans, GstPadDirection direction, GstQuery *query)
+{
+  auto self = GST_PI0_INFER (trans);
+
+  if (!GST_BASE_TRANSFORM_CLASS (parent_class)->query (trans, direction, query))
+    return FALSE;
+  if (direction == GST_PAD_SRC && GST_QUERY_TYPE (query) == GST_QUERY_LATENCY) {
+    gboolean live;
+    GstClockTime min, max;
+    gst_query_parse_latency (query, &live, &min, &max);
+    /* Our processing time: the p99 of recent inferences, or the warm-up before any. */
+    GstStructure *s = make_stats (self);
+    double p99 = 0, warm = 0;
+    gst_structure_get_double (s, "inference-p99-ms", &p99);
+    gst_structure_get_double (s, "warmup-ms", &warm);
+    gst_structure_free (s);
+    GstClockTime ours = (GstClockTime) ((p99 > 0 ? p99 : warm) * GST_MSECOND);
+    min += ours;
+    if (GST_CLOCK_TIME_IS_VALID (max))
+      max += ours;
+    GST_DEBUG_OBJECT (self, "adding %" GST_TIME_FORMAT " of processing latency", GST_TIME_ARGS (ours));
+    gst_query_set_latency (query, live, min, max);
+  }
+  return TRUE;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Inference                                                                                   */
+
+static at::ScalarType
+torch_dtype (GstPi0DType d)
+{
+  switch (d) {
+    case GST_PI0_DTYPE_FLOAT16:
+      return at::kHalf;
+    case GST_PI0_DTYPE_BFLOAT16:
+      return at::kBFloat16;
+    case GST_PI0_DTYPE_UINT8:
+      return at::kByte;
+    case GST_PI0_DTYPE_FLOAT32:
+    default:
+      return at::kFloat;
+  }
+}
+
+/* The images of the tensor meta as a float [slots,3,H,W] tensor, views beyond the
+ * observation's padded as masked slots. Device memory is waited on through its event on the
+ * current stream: no CPU thread waits for the GPU. */
+static void
+images_from_meta (const GstPi0TensorMeta *tm, int slots, at::Tensor *images, at::Tensor *masks)
+{
+  std::vector<int64_t> shape (tm->shape, tm->shape + tm->n_dims);
+  at::TensorOptions o = at::TensorOptions ().dtype (torch_dtype (tm->dtype));
+  if (tm->device == GST_PI0_DEVICE_CUDA) {
+    o = o.device (c10::Device (c10::kCUDA, (c10::DeviceIndex) tm->device_id));
+#ifdef PI0_INFER_HAVE_CUDA
+    if (tm->ready_event) {
+      cudaError_t err = cudaStreamWaitEvent (
+          c10::cuda::getCurrentCUDAStream ((c10::DeviceIndex) tm->device_id).stream (),
+          (cudaEvent_t) tm->ready_event, 0);
+      if (err != cudaSuccess)
+        throw pi0::Error (std::string ("cudaStreamWaitEvent: ") + cudaGetErrorName (err));
+    }
+#else
+    throw pi0::Error ("the tensor is in CUDA memory but this build has no CUDA LibTorch");
+#endif
+  }
+  /* A view of the meta's memory; the buffer (and so the storage) outlives this call. */
+  at::Tensor t = at::from_blob (tm->data, shape, o);
+  at::Tensor m = at::zeros ({(int64_t) tm->n_masks}, at::kBool);
+  for (guint i = 0; i < tm->n_masks; i++)
+    m[i] = (bool) tm->image_masks[i];
+  int64_t v = shape[0];
+  t = t.to (at::kFloat);
+  if (slots > v) {
+    t = at::cat ({t, at::full ({slots - v, shape[1], shape[2], shape[3]}, -1.0f, t.options ())});
+    m = at::cat ({m, at::zeros ({slots - v}, at::kBool)});
+  }
+  *images = t;
+  *masks = m;
+}
+
+static GstFlowReturn
+gst_pi0_infer_transform_ip (GstBaseTransform *trans, GstBuffer *buf)
+{
+  auto self = GST_PI0_INFER (trans);
+  auto priv = self->priv;
+  Loaded *L = priv->loaded.get ();
+  Settings s = snapshot_settings (self);
+
+  {
+    std::lock_guard<std::mutex> lk (priv->stats_lock);
+    priv->stats.observations++;
+  }
+  if (!L) {
+    GST_ELEMENT_ERROR (self, CORE, FAILED, ("No model loaded."), (nullptr));
+    return GST_FLOW_ERROR;
+  }
+
+  GstPi0TensorMeta *tm = gst_buffer_get_pi0_tensor_meta (buf);
+  GstPi0ObservationMeta *om = gst_buffer_get_pi0_observation_meta (buf);
+  if (!tm || !om) {
+    GST_ELEMENT_ERROR (self, STREAM, FORMAT,
+                       ("An observation without %s reached pi0infer: put pi0viewmux and cudaprep "
+                        "before it.",
+                        !tm ? "a model input tensor (GstPi0TensorMeta)" : "an observation meta"),
+                       ("%" GST_PTR_FORMAT, buf));
+    return GST_FLOW_ERROR;
+  }
+
+  const pi0::PolicySpec &spec = L->spec;
+  if (tm->n_dims != 4 || tm->shape[1] != 3 ||
+      (spec.image_size > 0 && (tm->shape[2] != spec.image_size || tm->shape[3] != spec.image_size)) ||
+      (spec.num_views > 0 && tm->shape[0] > spec.num_views) || tm->dtype == GST_PI0_DTYPE_UINT8) {
+    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
+                       ("The model takes up to %d views of 3x%dx%d float images, but the input "
+                        "tensor is [%" G_GINT64_FORMAT ",%" G_GINT64_FORMAT ",%" G_GINT64_FORMAT
+                        ",%" G_GINT64_FORMAT "] %s: set cudaprep width=%d height=%d.",
+                        spec.num_views, spec.image_size, spec.image_size, tm->shape[0],
+                        tm->shape[1], tm->shape[2], tm->shape[3], gst_pi0_dtype_to_string (tm->dtype),
+                        spec.image_size, spec.image_size),
+                       (nullptr));
+    return GST_FLOW_NOT_NEGOTIATED;
+  }
+
+  /* No state: no actions, unless the user said a missing state is zeros. */
+  guint state_dim = 0;
+  const gfloat *state = gst_pi0_observation_meta_get_state (om, &state_dim);
+  bool stale = (om->state_flags & GST_PI0_STATE_FLAG_STALE) != 0;
+  if ((!state || stale) && s.require_state) {
+    {
+      std::lock_guard<std::mutex> lk (priv->stats_lock);
+      priv->stats.skipped_state++;
+    }
+    if (!priv->state.warned_no_state) {
+      priv->state.warned_no_state = true;
+      GST_ELEMENT_WARNING (self, STREAM, FAILED,
+                           ("Observation %" G_GUINT64_FORMAT " has %s robot state: no actions for "
+                            "it (set require-state=false to use zeros).",
+                            om->sequence, state ? "a stale" : "no"),
+                           (nullptr));
+    }
+    return GST_FLOW_OK;
+  }
+  if (spec.state_dim > 0 && (int) state_dim > spec.state_dim) {
+    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
+                       ("The robot state has %u values but the model takes at most %d.", state_dim,
+                        spec.state_dim),
+                       (nullptr));
+    return GST_FLOW_NOT_NEGOTIATED;
+  }
+
+  auto t0 = std::chrono::steady_clock::now ();
+  at::Tensor actions;
+  try {
+    pi0::PolicyInput in;
+    images_from_meta (tm, spec.num_views, &in.images, &in.image_masks);
+
+    /* Tokenize once per instruction. */
+    if (!priv->state.have_tokens || priv->state.tokens_for != s.instruction) {
+      pi0::Tokens tok = L->tokenizer->encode_prompt (s.instruction, spec.max_tokens ? spec.max_tokens : 48);
+      priv->state.tokens = tok.ids;
+      priv->state.token_mask = tok.mask;
+      priv->state.tokens_for = s.instruction;
+      priv->state.have_tokens = true;
+      GST_DEBUG_OBJECT (self, "tokenized \"%s\"", s.instruction.c_str ());
+    }
+    in.tokens = priv->state.tokens;
+    in.token_mask = priv->state.token_mask;
+
+    at::Tensor st = state ? at::from_blob ((void *) state, {(int64_t) state_dim}, at::kFloat).clone ()
+                          : at::zeros ({1});
+    if (state && L->norm)
+      st = L->norm->normalize_state (st, L->norm_mode).to (at::kFloat);
+    in.state = st;
+    in.seed = s.seed + om->sequence;
+
+    actions = L->policy->infer (in);
+    if (L->norm)
+      actions = L->norm->unnormalize_actions (actions, L->norm_mode, L->action_dims);
+    else
+      actions = actions.narrow (1, 0, L->action_dims);
+    actions = actions.to (at::kFloat).contiguous ();
+  } catch (const c10::Error &e) {
+    record_error (self, e.what_without_backtrace ());
+    GST_ELEMENT_ERROR (self, STREAM, FAILED, ("Inference failed on observation %" G_GUINT64_FORMAT ".",
+                                              om->sequence),
+                       ("LibTorch: %s", e.what_without_backtrace ()));
+    return GST_FLOW_ERROR;
+  } catch (const std::exception &e) {
+    record_error (self, e.what ());
+    GST_ELEMENT_ERROR (self, STREAM, FAILED,
+                       ("Inference failed on observation %" G_GUINT64_FORMAT ": %s", om->sequence,
+                        e.what ()),
+                       (nullptr));
+    return GST_FLOW_ERROR;
+  }
+  double ms = std::chrono::duration<double, std::milli> (std::chrono::steady_clock::now () - t0).count ();
+
+  GstPi0ActionMeta *am = gst_buffer_add_pi0_action_meta (
+      buf, (guint) actions.size (0), (guint) actions.size (1), actions.data_ptr<float> (),
+      L->model_id.c_str ());
+  am->sequence = om->sequence;
+  am->observation_time = om->observation_time;
+  am->inference_time = (GstClockTime) (ms * GST_MSECOND);
+  if (L->untrained)
+    am->flags = (GstPi0ActionFlags) (am->flags | GST_PI0_ACTION_FLAG_UNTRAINED);
+  bool finite = !(am->flags & GST_PI0_ACTION_FLAG_NON_FINITE);
+
+  {
+    std::lock_guard<std::mutex> lk (priv->stats_lock);
+    priv->stats.chunks++;
+    if (!finite)
+      priv->stats.non_finite++;
+    priv->stats.latencies_ms.push_back (ms);
+    if (priv->stats.latencies_ms.size () > LATENCY_WINDOW)
+      priv->stats.latencies_ms.pop_front ();
+  }
+  if (!finite)
+    GST_WARNING_OBJECT (self, "observation %" G_GUINT64_FORMAT ": non-finite actions (flagged)",
+                        om->sequence);
+  GST_LOG_OBJECT (self, "observation %" G_GUINT64_FORMAT ": %ux%u actions in %.2f ms",
+                  om->sequence, am->horizon, am->dim, ms);
+  return GST_FLOW_OK;
+}

@@ -1,0 +1,37 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+#include <gst/base/gstbasetransform.h>
+
+G_BEGIN_DECLS
+
+/**
+ * GstPi0InferPrecision:
+ * @GST_PI0_INFER_PRECISION_AUTO: bf16 weights on CUDA, fp32 on the CPU
+ * @GST_PI0_INFER_PRECISION_BF16: bf16 weights (fp32 norms and softmax)
+ * @GST_PI0_INFER_PRECISION_FP32: fp32 everywhere
+ */
+typedef enum {
+  GST_PI0_INFER_PRECISION_AUTO = 0,
+  GST_PI0_INFER_PRECISION_BF16 = 1,
+  GST_PI0_INFER_PRECISION_FP32 = 2,
+} GstPi0InferPrecision;
+
+/**
+ * GstPi0InferDevice:
+ * @GST_PI0_INFER_DEVICE_AUTO: CUDA when usable, otherwise the CPU
+ * @GST_PI0_INFER_DEVICE_CUDA: CUDA; failing to start without a usable device
+ * @GST_PI0_INFER_DEVICE_CPU: the CPU
+ */
+typedef enum {
+  GST_PI0_INFER_DEVICE_AUTO = 0,
+  GST_PI0_INFER_DEVICE_CUDA = 1,
+  GST_PI0_INFER_DEVICE_CPU = 2,
+} GstPi0InferDevice;
+
+#define GST_TYPE_PI0_INFER (gst_pi0_infer_get_type ())
+G_DECLARE_FINAL_TYPE (GstPi0Infer, gst_pi0_infer, GST, PI0_INFER, GstBaseTransform)
+
+GST_ELEMENT_REGISTER_DECLARE (pi0infer);
+
+G_END_DECLS

@@ -1,0 +1,22 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+#include <gst/pi0/pi0-prelude.h>
+
+G_BEGIN_DECLS
+
+/**
+ * GST_PI0_INSTRUCTION_EVENT_NAME:
+ *
+ * Structure name of the custom serialized downstream event that changes the policy's
+ * instruction from the next observation on: `pi0-instruction, instruction=(string)"..."`.
+ * Being serialized, it takes effect at an exact point of the stream (and is recorded and
+ * replayed with it).
+ */
+#define GST_PI0_INSTRUCTION_EVENT_NAME "pi0-instruction"
+
+GST_PI0_API GstEvent *gst_pi0_instruction_event_new (const gchar *instruction);
+
+GST_PI0_API gboolean gst_pi0_instruction_event_parse (GstEvent *event, const gchar **instruction);
+
+G_END_DECLS

@@ -1,0 +1,578 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* pi0infer on the CPU: action metas from builtin:pi0-tiny, a checkpoint written by
+ * `pi0-model init` and TorchScript modules defined here; seeds, instructions (property and
+ * in-stream event), masked views, latency, and every bad input of the issue. */
+
+#include "test_helpers.h"
+
+#include <glib/gstdio.h>
+#include <gst/pi0/pi0.h>
+#include <gtest/gtest.h>
+#include <torch/script.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+using namespace pi0test;
+
+namespace {
+
+constexpr int TINY = 32; /* pi0-tiny's image size */
+
+std::string
+source_root ()
+{
+  const char *r = g_getenv ("PI0_SOURCE_ROOT");
+  return r ? r : ".";
+}
+
+std::string
+tiny_tokenizer ()
+{
+  return source_root () + "/tests/data/tokenizer/tiny_paligemma.model";
+}
+
+struct TempDir {
+  std::string path;
+  TempDir ()
+  {
+    gchar *p = g_dir_make_tmp ("pi0infer-XXXXXX", nullptr);
+    path = p;
+    g_free (p);
+  }
+  ~TempDir ()
+  {
+    std::string cmd = "rm -rf '" + path + "'";
+    if (std::system (cmd.c_str ()) != 0)
+      g_printerr ("could not remove %s\n", path.c_str ());
+  }
+};
+
+/* One observation as cudaprep would make it: [views,3,size,size] float images from @seed (view
+ * @masked_view, if any, masked and filled with @masked_fill), a 7-joint state unless @no_state. */
+GstBuffer *
+make_observation (guint64 seq, guint64 seed, int views = 3, int size = TINY, int masked_view = -1,
+                  float masked_fill = 0.f, bool no_state = false, bool stale_state = false)
+{
+  GstBuffer *buf = gst_buffer_new ();
+  GST_BUFFER_PTS (buf) = seq * 33 * GST_MSECOND;
+  GstPi0ObservationMeta *om = gst_buffer_add_pi0_observation_meta (buf);
+  om->sequence = seq;
+  om->observation_time = GST_BUFFER_PTS (buf);
+  const char *names[] = {"main", "side", "top", "v3", "v4"};
+  for (int v = 0; v < views; v++) {
+    GstPi0View *view = gst_pi0_observation_meta_add_view (om, names[v]);
+    if (v != masked_view)
+      view->flags = GST_PI0_VIEW_FLAG_VALID;
+  }
+  if (!no_state) {
+    const gfloat state[7] = {0.1f, -0.2f, 0.3f, 0.f, 0.5f, -0.6f, 1.f};
+    gst_pi0_observation_meta_set_state (om, state, 7, om->observation_time,
+                                        stale_state ? GST_PI0_STATE_FLAG_STALE
+                                                    : GST_PI0_STATE_FLAG_NONE);
+  }
+
+  size_t n = (size_t) views * 3 * size * size;
+  GstPi0TensorStorage *st = gst_pi0_tensor_storage_new_host (n * sizeof (float));
+  float *d = (float *) gst_pi0_tensor_storage_get_data (st);
+  GRand *r = g_rand_new_with_seed ((guint32) seed);
+  for (size_t i = 0; i < n; i++)
+    d[i] = (float) g_rand_double_range (r, -1.0, 1.0);
+  g_rand_free (r);
+  if (masked_view >= 0) {
+    size_t per = (size_t) 3 * size * size;
+    for (size_t i = 0; i < per; i++)
+      d[masked_view * per + i] = masked_fill;
+  }
+  const gint64 shape[4] = {views, 3, size, size};
+  GstPi0TensorMeta *tm = gst_buffer_add_pi0_tensor_meta (buf, st, GST_PI0_DTYPE_FLOAT32, 4, shape);
+  gboolean masks[8];
+  for (int v = 0; v < views; v++)
+    masks[v] = v != masked_view;
+  gst_pi0_tensor_meta_set_masks (tm, masks, views);
+  gst_pi0_tensor_storage_unref (st);
+  return buf;
+}
+
+GstElement *
+make_infer (const std::string &model, const char *first_prop = nullptr, ...)
+{
+  GstElement *e = gst_element_factory_make ("pi0infer", nullptr);
+  EXPECT_NE (e, nullptr);
+  g_object_set (e, "model", model.c_str (), nullptr);
+  if (first_prop) {
+    va_list args;
+    va_start (args, first_prop);
+    g_object_set_valist (G_OBJECT (e), first_prop, args);
+    va_end (args);
+  }
+  return e;
+}
+
+struct Infer {
+  ObjectPtr<GstElement> element;
+  HarnessPtr h;
+  ObjectPtr<GstBus> bus;
+  explicit Infer (GstElement *e, int views = 3) : element (e)
+  {
+    gst_object_ref_sink (e);
+    bus.reset (gst_bus_new ());
+    gst_element_set_bus (e, bus.get ());
+    h.reset (gst_harness_new_with_element (e, "sink", "src"));
+    std::string caps = std::string (GST_PI0_OBSERVATION_MEDIA_TYPE) + ",views=(int)" + std::to_string (views);
+    gst_harness_set_src_caps_str (h.get (), caps.c_str ());
+  }
+  ~Infer ()
+  {
+    h.reset ();
+    gst_element_set_bus (element.get (), nullptr);
+  }
+  /* Pushes one observation and returns its actions ([] when it got none). */
+  std::vector<float> run (GstBuffer *obs, GstPi0ActionMeta *out_meta = nullptr, GstFlowReturn *ret = nullptr)
+  {
+    GstFlowReturn r = gst_harness_push (h.get (), obs);
+    if (ret)
+      *ret = r;
+    std::vector<float> v;
+    if (r != GST_FLOW_OK)
+      return v;
+    BufferPtr out (gst_harness_pull (h.get ()));
+    EXPECT_NE (out, nullptr);
+    if (!out)
+      return v;
+    GstPi0ActionMeta *am = gst_buffer_get_pi0_action_meta (out.get ());
+    if (!am)
+      return v;
+    if (out_meta)
+      *out_meta = *am; /* scalar fields only; actions are copied below */
+    v.assign (am->actions, am->actions + (size_t) am->horizon * am->dim);
+    if (out_meta) {
+      out_meta->actions = nullptr;
+      out_meta->model_id = nullptr;
+    }
+    return v;
+  }
+};
+
+/* start() fails: returns the error message posted. */
+MessagePtr
+start_error (GstElement *e)
+{
+  ObjectPtr<GstElement> el (e);
+  gst_object_ref_sink (e);
+  ObjectPtr<GstBus> bus (gst_bus_new ());
+  gst_element_set_bus (e, bus.get ());
+  EXPECT_EQ (gst_element_set_state (e, GST_STATE_PAUSED), GST_STATE_CHANGE_FAILURE);
+  gst_element_set_state (e, GST_STATE_NULL);
+  MessagePtr m (gst_bus_pop_filtered (bus.get (), GST_MESSAGE_ERROR));
+  gst_element_set_bus (e, nullptr);
+  return m;
+}
+
+/* A TorchScript policy defined here: actions = state[0] everywhere (+ 0 * noise), a LibTorch
+ * exception (an impossible view) when state[0] > 100, NaN when state[0] == 7. (Not `assert`:
+ * LibTorch 2.11 deadlocks in GetEventSampledHandler when a scripted assert fires.) */
+std::string
+write_scripted_policy (const std::string &dir)
+{
+  std::string path = dir + "/policy.pt";
+  torch::jit::Module mod ("ScriptedPolicy");
+  mod.register_attribute ("horizon", c10::IntType::get (), 10);
+  mod.register_attribute ("action_dim", c10::IntType::get (), 8);
+  mod.register_attribute ("num_views", c10::IntType::get (), 3);
+  mod.register_attribute ("image_size", c10::IntType::get (), TINY);
+  mod.register_attribute ("max_tokens", c10::IntType::get (), 48);
+  mod.register_attribute ("state_dim", c10::IntType::get (), 32);
+  mod.define (R"JIT(
+def forward(self, images: Tensor, image_masks: Tensor, tokens: Tensor, token_mask: Tensor,
+            state: Tensor, noise: Tensor) -> Tensor:
+    out = noise * 0.0 + state[:, 0].view(1, 1, 1)
+    if bool(state[0, 0] > 100.0):
+        out = out.view(7, -1)
+    if bool(state[0, 0] == 7.0):
+        out = out / 0.0 * 0.0
+    return out
+)JIT");
+  mod.save (path);
+  return path;
+}
+
+GstBuffer *
+with_state (GstBuffer *obs, float first)
+{
+  GstPi0ObservationMeta *om = gst_buffer_get_pi0_observation_meta (obs);
+  gfloat s[7] = {first, 0, 0, 0, 0, 0, 0};
+  gst_pi0_observation_meta_set_state (om, s, 7, om->observation_time, GST_PI0_STATE_FLAG_NONE);
+  return obs;
+}
+
+} // namespace
+
+TEST (Pi0Infer, NoModelIsAnErrorThatSaysWhatToSet)
+{
+  GstElement *e = gst_element_factory_make ("pi0infer", nullptr);
+  MessagePtr m = start_error (e);
+  ASSERT_NE (m, nullptr);
+  std::string t = message_text (m.get ());
+  EXPECT_NE (t.find ("set model="), std::string::npos) << t;
+  EXPECT_NE (t.find ("builtin:pi0-tiny"), std::string::npos) << t;
+}
+
+TEST (Pi0Infer, MissingOrCorruptModelNamesTheFile)
+{
+  TempDir dir;
+  {
+    MessagePtr m = start_error (make_infer (dir.path + "/nothing-here"));
+    ASSERT_NE (m, nullptr);
+    GError *err = nullptr;
+    gst_message_parse_error (m.get (), &err, nullptr);
+    EXPECT_TRUE (g_error_matches (err, GST_RESOURCE_ERROR, GST_RESOURCE_ERROR_NOT_FOUND));
+    g_clear_error (&err);
+    EXPECT_NE (message_text (m.get ()).find ("nothing-here"), std::string::npos);
+  }
+  {
+    /* A checkpoint directory whose weights are garbage. */
+    std::string ck = dir.path + "/ck";
+    g_mkdir (ck.c_str (), 0755);
+    g_file_set_contents ((ck + "/config.json").c_str (), "{\"type\": \"pi0\"}", -1, nullptr);
+    g_file_set_contents ((ck + "/model.safetensors").c_str (), "not a safetensors file", -1, nullptr);
+    MessagePtr m = start_error (make_infer (ck));
+    ASSERT_NE (m, nullptr);
+    std::string t = message_text (m.get ());
+    EXPECT_NE (t.find ("model.safetensors"), std::string::npos) << t;
+  }
+  {
+    MessagePtr m = start_error (make_infer ("builtin:pi0-huge"));
+    ASSERT_NE (m, nullptr);
+    EXPECT_NE (message_text (m.get ()).find ("only builtin is builtin:pi0-tiny"), std::string::npos);
+  }
+  {
+    MessagePtr m = start_error (make_infer ("builtin:pi0-tiny", "tokenizer", "/no/such.model", nullptr));
+    ASSERT_NE (m, nullptr);
+    EXPECT_NE (message_text (m.get ()).find ("/no/such.model"), std::string::npos);
+  }
+  {
+    MessagePtr m = start_error (make_infer ("builtin:pi0-tiny", "norm-stats", "/no/stats.json", nullptr));
+    ASSERT_NE (m, nullptr);
+    EXPECT_NE (message_text (m.get ()).find ("/no/stats.json"), std::string::npos);
+  }
+  {
+    MessagePtr m = start_error (make_infer ("builtin:pi0-tiny", "action-dims", 33, nullptr));
+    ASSERT_NE (m, nullptr);
+    EXPECT_NE (message_text (m.get ()).find ("action-dims=33"), std::string::npos);
+  }
+}
+
+TEST (Pi0Infer, BuiltinTinyAttachesActionsWithObservationTiming)
+{
+  Infer inf (make_infer ("builtin:pi0-tiny", "action-dims", 7, "instruction", "pick up the cube", nullptr));
+  GstPi0ActionMeta am;
+  std::vector<float> a = inf.run (make_observation (5, 1), &am);
+  ASSERT_EQ (a.size (), 50u * 7u);
+  EXPECT_EQ (am.horizon, 50u);
+  EXPECT_EQ (am.dim, 7u);
+  EXPECT_EQ (am.sequence, 5u);
+  EXPECT_EQ (am.observation_time, 5 * 33 * GST_MSECOND);
+  EXPECT_GT (am.inference_time, 0u);
+  EXPECT_TRUE (am.flags & GST_PI0_ACTION_FLAG_UNTRAINED);
+  EXPECT_FALSE (am.flags & GST_PI0_ACTION_FLAG_NON_FINITE);
+  for (float x : a)
+    ASSERT_TRUE (std::isfinite (x));
+  gchar *id = nullptr;
+  g_object_get (inf.element.get (), "model-id", &id, nullptr);
+  EXPECT_NE (std::string (id ? id : "").find ("untrained"), std::string::npos);
+  g_free (id);
+
+  GstStructure *s = nullptr;
+  g_object_get (inf.element.get (), "stats", &s, nullptr);
+  guint64 chunks = 0;
+  gst_structure_get_uint64 (s, "chunks", &chunks);
+  EXPECT_EQ (chunks, 1u);
+  gst_structure_free (s);
+}
+
+TEST (Pi0Infer, SameSeedSameActionsOtherSeedOthers)
+{
+  auto run = [] (guint64 seed) {
+    Infer inf (make_infer ("builtin:pi0-tiny", "seed", seed, nullptr));
+    return inf.run (make_observation (3, 9));
+  };
+  std::vector<float> a = run (11), b = run (11), c = run (12);
+  ASSERT_FALSE (a.empty ());
+  EXPECT_EQ (a, b); /* bitwise */
+  EXPECT_NE (a, c);
+}
+
+TEST (Pi0Infer, InstructionByPropertyAndByEventAtTheRightObservation)
+{
+  auto reference = [] (const char *instruction, guint64 seq) {
+    Infer inf (make_infer ("builtin:pi0-tiny", "instruction", instruction, nullptr));
+    return inf.run (make_observation (seq, 4));
+  };
+  std::vector<float> x1 = reference ("open the drawer", 1), y2 = reference ("close the drawer", 2),
+                     z3 = reference ("wave", 3), x2 = reference ("open the drawer", 2);
+  ASSERT_NE (x2, y2); /* the instruction matters to the model */
+
+  Infer inf (make_infer ("builtin:pi0-tiny", "instruction", "open the drawer", nullptr));
+  EXPECT_EQ (inf.run (make_observation (1, 4)), x1);
+  /* In the stream, between observations 1 and 2. */
+  ASSERT_TRUE (gst_harness_push_event (inf.h.get (), gst_pi0_instruction_event_new ("close the drawer")));
+  EXPECT_EQ (inf.run (make_observation (2, 4)), y2);
+  gchar *now = nullptr;
+  g_object_get (inf.element.get (), "instruction", &now, nullptr);
+  EXPECT_STREQ (now, "close the drawer");
+  g_free (now);
+  /* And by property while playing. */
+  g_object_set (inf.element.get (), "instruction", "wave", nullptr);
+  EXPECT_EQ (inf.run (make_observation (3, 4)), z3);
+}
+
+TEST (Pi0Infer, MaskedViewContentDoesNotChangeActions)
+{
+  Infer inf (make_infer ("builtin:pi0-tiny", nullptr));
+  std::vector<float> a = inf.run (make_observation (1, 2, 3, TINY, 2, -1.f));
+  std::vector<float> b = inf.run (make_observation (1, 2, 3, TINY, 2, 0.7f));
+  ASSERT_FALSE (a.empty ());
+  EXPECT_EQ (a, b);
+  /* Unmasked, the same content change does matter. */
+  std::vector<float> c = inf.run (make_observation (1, 2));
+  std::vector<float> d = inf.run (make_observation (1, 3));
+  EXPECT_NE (c, d);
+}
+
+TEST (Pi0Infer, FewerViewsThanSlotsAreMaskedSlots)
+{
+  Infer inf (make_infer ("builtin:pi0-tiny", nullptr), 2);
+  std::vector<float> a = inf.run (make_observation (1, 2, 2));
+  EXPECT_EQ (a.size (), 50u * 32u);
+}
+
+TEST (Pi0Infer, MissingOrStaleStateGivesNoActions)
+{
+  Infer inf (make_infer ("builtin:pi0-tiny", nullptr));
+  EXPECT_TRUE (inf.run (make_observation (1, 2, 3, TINY, -1, 0, true)).empty ());
+  EXPECT_TRUE (inf.run (make_observation (2, 2, 3, TINY, -1, 0, false, true)).empty ());
+  auto warnings = pop_message (inf.bus.get (), GST_MESSAGE_WARNING);
+  ASSERT_NE (warnings, nullptr);
+  EXPECT_NE (message_text (warnings.get ()).find ("no actions"), std::string::npos);
+  EXPECT_FALSE (inf.run (make_observation (3, 2)).empty ());
+  GstStructure *s = nullptr;
+  g_object_get (inf.element.get (), "stats", &s, nullptr);
+  guint64 skipped = 0;
+  gst_structure_get_uint64 (s, "skipped-no-state", &skipped);
+  EXPECT_EQ (skipped, 2u);
+  gst_structure_free (s);
+
+  g_object_set (inf.element.get (), "require-state", FALSE, nullptr);
+  EXPECT_FALSE (inf.run (make_observation (4, 2, 3, TINY, -1, 0, true)).empty ());
+}
+
+TEST (Pi0Infer, ObservationWithoutTensorIsAStreamFormatError)
+{
+  Infer inf (make_infer ("builtin:pi0-tiny", nullptr));
+  GstBuffer *buf = gst_buffer_new ();
+  gst_buffer_add_pi0_observation_meta (buf);
+  GstFlowReturn r = gst_harness_push (inf.h.get (), buf);
+  EXPECT_EQ (r, GST_FLOW_ERROR);
+  MessagePtr m = pop_message (inf.bus.get (), GST_MESSAGE_ERROR);
+  ASSERT_NE (m, nullptr);
+  GError *err = nullptr;
+  gst_message_parse_error (m.get (), &err, nullptr);
+  EXPECT_TRUE (g_error_matches (err, GST_STREAM_ERROR, GST_STREAM_ERROR_FORMAT));
+  g_clear_error (&err);
+  EXPECT_NE (message_text (m.get ()).find ("cudaprep"), std::string::npos);
+  EXPECT_EQ (gst_harness_try_pull (inf.h.get ()), nullptr);
+}
+
+TEST (Pi0Infer, WrongImageSizeOrViewCountIsNotNegotiated)
+{
+  {
+    Infer inf (make_infer ("builtin:pi0-tiny", nullptr));
+    GstFlowReturn r;
+    inf.run (make_observation (1, 2, 3, 64), nullptr, &r);
+    EXPECT_EQ (r, GST_FLOW_NOT_NEGOTIATED);
+    MessagePtr m = pop_message (inf.bus.get (), GST_MESSAGE_ERROR);
+    ASSERT_NE (m, nullptr);
+    EXPECT_NE (message_text (m.get ()).find ("set cudaprep width=32 height=32"), std::string::npos);
+  }
+  {
+    /* Five views into a three-slot model: refused at caps time. */
+    GstElement *e = make_infer ("builtin:pi0-tiny", nullptr);
+    gst_object_ref_sink (e);
+    ObjectPtr<GstElement> el (e);
+    ObjectPtr<GstBus> bus (gst_bus_new ());
+    gst_element_set_bus (e, bus.get ());
+    HarnessPtr h (gst_harness_new_with_element (e, "sink", "src"));
+    ASSERT_TRUE (gst_harness_push_event (h.get (), gst_event_new_stream_start ("x")));
+    CapsPtr caps (gst_caps_from_string (GST_PI0_OBSERVATION_MEDIA_TYPE ",views=(int)5"));
+    gst_harness_push_event (h.get (), gst_event_new_caps (caps.get ()));
+    GstSegment seg;
+    gst_segment_init (&seg, GST_FORMAT_TIME);
+    gst_harness_push_event (h.get (), gst_event_new_segment (&seg));
+    EXPECT_EQ (gst_harness_push (h.get (), make_observation (1, 2, 5)), GST_FLOW_NOT_NEGOTIATED);
+    MessagePtr m = pop_message (bus.get (), GST_MESSAGE_ERROR);
+    ASSERT_NE (m, nullptr);
+    EXPECT_NE (message_text (m.get ()).find ("5 views but the model takes at most 3"), std::string::npos);
+    h.reset ();
+    gst_element_set_bus (e, nullptr);
+  }
+}
+
+TEST (Pi0Infer, TorchScriptExceptionIsAnElementErrorAndNaNIsFlagged)
+{
+  TempDir dir;
+  std::string pt = write_scripted_policy (dir.path);
+  Infer inf (make_infer (pt, "tokenizer", tiny_tokenizer ().c_str (), nullptr));
+  std::vector<float> a = inf.run (with_state (make_observation (1, 2), 0.25f));
+  ASSERT_EQ (a.size (), 10u * 8u);
+  EXPECT_FLOAT_EQ (a[17], 0.25f);
+
+  GstPi0ActionMeta am;
+  std::vector<float> nan = inf.run (with_state (make_observation (2, 2), 7.f), &am);
+  ASSERT_EQ (nan.size (), 80u);
+  EXPECT_TRUE (std::isnan (nan[0]));
+  EXPECT_TRUE (am.flags & GST_PI0_ACTION_FLAG_NON_FINITE);
+  GstStructure *s = nullptr;
+  g_object_get (inf.element.get (), "stats", &s, nullptr);
+  guint64 nf = 0;
+  gst_structure_get_uint64 (s, "non-finite", &nf);
+  EXPECT_EQ (nf, 1u);
+  gst_structure_free (s);
+
+  GstFlowReturn r;
+  inf.run (with_state (make_observation (3, 2), 1000.f), nullptr, &r);
+  EXPECT_EQ (r, GST_FLOW_ERROR);
+  MessagePtr m = pop_message (inf.bus.get (), GST_MESSAGE_ERROR);
+  ASSERT_NE (m, nullptr);
+  std::string t = message_text (m.get ());
+  EXPECT_NE (t.find ("Inference failed on observation 3"), std::string::npos) << t;
+  EXPECT_NE (t.find ("view"), std::string::npos) << t;
+}
+
+TEST (Pi0Infer, CheckpointWrittenByPi0ModelInit)
+{
+  const char *build = g_getenv ("PI0_BUILD_ROOT");
+  ASSERT_NE (build, nullptr);
+  TempDir dir;
+  std::string ck = dir.path + "/tiny";
+  std::string cmd = std::string (build) + "/tools/pi0-model/pi0-model init --config pi0-tiny --seed 3 --out " + ck +
+                    " --tokenizer " + tiny_tokenizer () + " > /dev/null";
+  ASSERT_EQ (std::system (cmd.c_str ()), 0) << cmd;
+
+  std::vector<float> a, b;
+  {
+    Infer inf (make_infer (ck, "action-dims", 14, nullptr));
+    a = inf.run (make_observation (1, 2));
+    gchar *id = nullptr;
+    g_object_get (inf.element.get (), "model-id", &id, nullptr);
+    EXPECT_STREQ (id, ck.c_str ());
+    g_free (id);
+  }
+  {
+    /* The same weights through the builtin path differ (seed 3 vs the builtin's 0). */
+    Infer inf (make_infer ("builtin:pi0-tiny", "action-dims", 14, nullptr));
+    b = inf.run (make_observation (1, 2));
+  }
+  ASSERT_EQ (a.size (), 50u * 14u);
+  EXPECT_NE (a, b);
+
+  /* With openpi norm stats, actions come back in robot units: z-score inverted. */
+  std::string stats = dir.path + "/norm_stats.json";
+  std::string mean = "[", stdv = "[";
+  for (int i = 0; i < 14; i++) {
+    mean += std::string (i ? "," : "") + std::to_string (10.0 * i);
+    stdv += std::string (i ? "," : "") + "2.0";
+  }
+  mean += "]";
+  stdv += "]";
+  std::string json = "{\"norm_stats\": {\"state\": {\"mean\": [0,0,0,0,0,0,0], \"std\": [1,1,1,1,1,1,1]}, "
+                     "\"actions\": {\"mean\": " + mean + ", \"std\": " + stdv + "}}}";
+  g_file_set_contents (stats.c_str (), json.c_str (), -1, nullptr);
+  Infer inf (make_infer (ck, "action-dims", 14, "norm-stats", stats.c_str (), nullptr));
+  std::vector<float> c = inf.run (make_observation (1, 2));
+  ASSERT_EQ (c.size (), a.size ());
+  for (size_t i = 0; i < c.size (); i++)
+    EXPECT_NEAR (c[i], a[i] * (2.0 + 1e-6) + 10.0 * (i % 14), 1e-3) << i;
+}
+
+TEST (Pi0Infer, AnswersLatencyWithItsInferenceTime)
+{
+  Infer inf (make_infer ("builtin:pi0-tiny", nullptr));
+  for (int i = 0; i < 3; i++)
+    ASSERT_FALSE (inf.run (make_observation (i, 2)).empty ());
+  GstQuery *q = gst_query_new_latency ();
+  GstPad *src = gst_element_get_static_pad (inf.element.get (), "src");
+  ASSERT_TRUE (gst_pad_query (src, q));
+  gboolean live;
+  GstClockTime min, max;
+  gst_query_parse_latency (q, &live, &min, &max);
+  EXPECT_GT (min, 0u); /* the harness upstream reports 0 */
+  gst_query_unref (q);
+  gst_object_unref (src);
+}
+
+namespace {
+GstPadProbeReturn
+count_actions (GstPad *, GstPadProbeInfo *info, gpointer user_data)
+{
+  if (gst_buffer_get_pi0_action_meta (GST_PAD_PROBE_INFO_BUFFER (info)))
+    (*static_cast<int *> (user_data))++;
+  return GST_PAD_PROBE_OK;
+}
+} // namespace
+
+/* pipelines/infer-checkpoint.txt with a checkpoint made by pi0-model init. */
+TEST (Pi0Infer, CheckpointPipelineLineRuns)
+{
+  const char *build = g_getenv ("PI0_BUILD_ROOT");
+  ASSERT_NE (build, nullptr);
+  TempDir dir;
+  std::string ck = dir.path + "/tiny";
+  std::string cmd = std::string (build) + "/tools/pi0-model/pi0-model init --config pi0-tiny --seed 1 --out " + ck +
+                    " --tokenizer " + tiny_tokenizer () + " > /dev/null";
+  ASSERT_EQ (std::system (cmd.c_str ()), 0) << cmd;
+
+  gchar *text = nullptr;
+  ASSERT_TRUE (g_file_get_contents ((source_root () + "/pipelines/infer-checkpoint.txt").c_str (), &text,
+                                    nullptr, nullptr));
+  std::string line;
+  gchar **lines = g_strsplit (text, "\n", -1);
+  for (gchar **l = lines; *l; l++) {
+    if (**l && **l != '#')
+      line += *l;
+  }
+  g_strfreev (lines);
+  g_free (text);
+  size_t at = line.find ("/tmp/pi0-tiny");
+  ASSERT_NE (at, std::string::npos);
+  line.replace (at, strlen ("/tmp/pi0-tiny"), ck);
+
+  GError *err = nullptr;
+  ElementPtr pipe (gst_parse_launch (line.c_str (), &err));
+  ASSERT_EQ (err, nullptr) << err->message;
+  int actions = 0;
+  GstIterator *it = gst_bin_iterate_sinks (GST_BIN (pipe.get ()));
+  GValue v = G_VALUE_INIT;
+  while (gst_iterator_next (it, &v) == GST_ITERATOR_OK) {
+    GstElement *sink = GST_ELEMENT (g_value_get_object (&v));
+    g_object_set (sink, "silent", TRUE, nullptr);
+    GstPad *pad = gst_element_get_static_pad (sink, "sink");
+    gst_pad_add_probe (pad, GST_PAD_PROBE_TYPE_BUFFER, count_actions, &actions, nullptr);
+    gst_object_unref (pad);
+    g_value_reset (&v);
+  }
+  g_value_unset (&v);
+  gst_iterator_free (it);
+  ASSERT_NE (gst_element_set_state (pipe.get (), GST_STATE_PLAYING), GST_STATE_CHANGE_FAILURE);
+  GstBus *bus = gst_element_get_bus (pipe.get ());
+  MessagePtr msg (gst_bus_timed_pop_filtered (bus, 60 * GST_SECOND,
+                                              (GstMessageType) (GST_MESSAGE_EOS | GST_MESSAGE_ERROR)));
+  gst_object_unref (bus);
+  ASSERT_NE (msg, nullptr);
+  ASSERT_EQ (GST_MESSAGE_TYPE (msg.get ()), GST_MESSAGE_EOS) << message_text (msg.get ());
+  gst_element_set_state (pipe.get (), GST_STATE_NULL);
+  EXPECT_GT (actions, 0);
+}
