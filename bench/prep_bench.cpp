@@ -33,7 +33,8 @@
 using namespace pi0prep;
 using Clock = std::chrono::steady_clock;
 
-namespace {
+namespace
+{
 
 constexpr int kW = 1920, kH = 1080, kViews = 3;
 
@@ -105,9 +106,11 @@ struct StockScaler {
       h[v] = gst_harness_new_parse (desc);
       g_free (desc);
       gchar *src = g_strdup_printf ("video/x-raw,format=%s,width=%d,height=%d,framerate=30/1,"
-                                    "pixel-aspect-ratio=1/1", fmt, kW, kH);
+                                    "pixel-aspect-ratio=1/1",
+                                    fmt, kW, kH);
       gchar *sink = g_strdup_printf ("video/x-raw,format=RGB,width=%d,height=%d,"
-                                     "pixel-aspect-ratio=1/1", out_w, out_h);
+                                     "pixel-aspect-ratio=1/1",
+                                     out_w, out_h);
       gst_harness_set_src_caps_str (h[v], src);
       gst_harness_set_sink_caps_str (h[v], sink);
       g_free (src);
@@ -167,44 +170,55 @@ main (int argc, char **argv)
     const char *fname = format_name (f);
     double med, mn;
 
-    measure (iters, [&] { prep_cpu (p, fr.img, kViews, out.data (), &pool); }, med, mn);
+    measure (
+        iters, [&] { prep_cpu (p, fr.img, kViews, out.data (), &pool); }, med, mn);
     rows.push_back ({"cudaprep CPU (" + std::to_string (threads) + " threads)", fname, med, mn,
                      "antialias pad, float32 [3,3,224,224]"});
-    measure (iters, [&] { prep_cpu (p, fr.img, kViews, out.data (), nullptr); }, med, mn);
+    measure (
+        iters, [&] { prep_cpu (p, fr.img, kViews, out.data (), nullptr); }, med, mn);
     rows.push_back ({"cudaprep CPU serial (1 thread)", fname, med, mn, "same output"});
 
     {
       StockScaler s (fr, fname, 224, 224, 1);
-      measure (iters, [&] {
-        GstBuffer *o[kViews];
-        s.run (o);
-        for (int v = 0; v < kViews; v++) {
-          GstMapInfo map;
-          gst_buffer_map (o[v], &map, GST_MAP_READ);
-          normalize_rgb (map.data, out.data () + v * 3 * 224 * 224, 224, 224);
-          gst_buffer_unmap (o[v], &map);
-          gst_buffer_unref (o[v]);
-        }
-      }, med, mn);
+      measure (
+          iters,
+          [&] {
+            GstBuffer *o[kViews];
+            s.run (o);
+            for (int v = 0; v < kViews; v++) {
+              GstMapInfo map;
+              gst_buffer_map (o[v], &map, GST_MAP_READ);
+              normalize_rgb (map.data, out.data () + v * 3 * 224 * 224, 224, 224);
+              gst_buffer_unmap (o[v], &map);
+              gst_buffer_unref (o[v]);
+            }
+          },
+          med, mn);
       rows.push_back ({"videoconvertscale bilinear2 + normalize", fname, med, mn,
                        "letterboxed 224x224 (add-borders), 1 thread"});
-      measure (iters, [&] {
-        GstBuffer *o[kViews];
-        s.run (o);
-        for (auto *b : o)
-          gst_buffer_unref (b);
-      }, med, mn);
+      measure (
+          iters,
+          [&] {
+            GstBuffer *o[kViews];
+            s.run (o);
+            for (auto *b : o)
+              gst_buffer_unref (b);
+          },
+          med, mn);
       rows.push_back ({"videoconvertscale bilinear2 alone", fname, med, mn,
                        "224x224 RGB, no normalize, 1 thread"});
     }
     {
       StockScaler s (fr, fname, 224, 224, threads);
-      measure (iters, [&] {
-        GstBuffer *o[kViews];
-        s.run (o);
-        for (auto *b : o)
-          gst_buffer_unref (b);
-      }, med, mn);
+      measure (
+          iters,
+          [&] {
+            GstBuffer *o[kViews];
+            s.run (o);
+            for (auto *b : o)
+              gst_buffer_unref (b);
+          },
+          med, mn);
       rows.push_back ({"videoconvertscale bilinear2 alone", fname, med, mn,
                        "224x224 RGB, n-threads=" + std::to_string (threads)});
     }
@@ -238,18 +252,21 @@ main (int argc, char **argv)
       if (ok) {
         double per_stream[kViews] = {0, 0, 0};
         /* From system memory: copy into pinned staging, upload and run on each view's stream. */
-        measure (iters, [&] {
-          for (int v = 0; v < kViews; v++) {
-            std::memcpy (pinned[v].data (), fr.data[v].data (), fr.data[v].size ());
-            cudaEventRecord (start[v].get (), ss[v]);
-            cudaMemcpyAsync (dev_in[v].data (), pinned[v].data (), fr.data[v].size (),
-                             cudaMemcpyHostToDevice, ss[v]);
-            prep.run_view (p, v, dev_img[v], dev_out.data () + v * view_bytes (p), ss[v]);
-            cudaEventRecord (done[v].get (), ss[v]);
-          }
-          for (int v = 0; v < kViews; v++)
-            cudaEventSynchronize (done[v].get ());
-        }, med, mn);
+        measure (
+            iters,
+            [&] {
+              for (int v = 0; v < kViews; v++) {
+                std::memcpy (pinned[v].data (), fr.data[v].data (), fr.data[v].size ());
+                cudaEventRecord (start[v].get (), ss[v]);
+                cudaMemcpyAsync (dev_in[v].data (), pinned[v].data (), fr.data[v].size (),
+                                 cudaMemcpyHostToDevice, ss[v]);
+                prep.run_view (p, v, dev_img[v], dev_out.data () + v * view_bytes (p), ss[v]);
+                cudaEventRecord (done[v].get (), ss[v]);
+              }
+              for (int v = 0; v < kViews; v++)
+                cudaEventSynchronize (done[v].get ());
+            },
+            med, mn);
         std::string note = "incl. memcpy to pinned + upload; per stream ms:";
         for (int v = 0; v < kViews; v++) {
           float ms = 0;
@@ -261,15 +278,18 @@ main (int argc, char **argv)
         }
         rows.push_back ({"cudaprep CUDA, system memory", fname, med, mn, note});
         /* From device memory (as from nvcodec): kernels only. */
-        measure (iters, [&] {
-          for (int v = 0; v < kViews; v++) {
-            cudaEventRecord (start[v].get (), ss[v]);
-            prep.run_view (p, v, dev_img[v], dev_out.data () + v * view_bytes (p), ss[v]);
-            cudaEventRecord (done[v].get (), ss[v]);
-          }
-          for (int v = 0; v < kViews; v++)
-            cudaEventSynchronize (done[v].get ());
-        }, med, mn);
+        measure (
+            iters,
+            [&] {
+              for (int v = 0; v < kViews; v++) {
+                cudaEventRecord (start[v].get (), ss[v]);
+                prep.run_view (p, v, dev_img[v], dev_out.data () + v * view_bytes (p), ss[v]);
+                cudaEventRecord (done[v].get (), ss[v]);
+              }
+              for (int v = 0; v < kViews; v++)
+                cudaEventSynchronize (done[v].get ());
+            },
+            med, mn);
         note = "kernels only; per stream ms:";
         for (int v = 0; v < kViews; v++) {
           float ms = 0;
@@ -288,7 +308,8 @@ main (int argc, char **argv)
 
   std::printf ("pi0-prep-bench: 3 views 1920x1080 -> 3x3x224x224, %d iterations, %u hw threads\n",
                iters, std::thread::hardware_concurrency ());
-  std::printf ("| %-42s | %-6s | %10s | %10s | %s\n", "path", "input", "median ms", "min ms", "note");
+  std::printf ("| %-42s | %-6s | %10s | %10s | %s\n", "path", "input", "median ms", "min ms",
+               "note");
   std::printf ("|%s|%s|%s|%s|%s\n", std::string (44, '-').c_str (), std::string (8, '-').c_str (),
                std::string (12, '-').c_str (), std::string (12, '-').c_str (), "------");
   for (auto &r : rows)

@@ -61,7 +61,8 @@
 GST_DEBUG_CATEGORY_STATIC (gst_pi0_cuda_prep_debug);
 #define GST_CAT_DEFAULT gst_pi0_cuda_prep_debug
 
-namespace {
+namespace
+{
 
 constexpr int kDefaultSize = 224;
 const float kImagenetMean[3] = {0.485f, 0.456f, 0.406f};
@@ -117,7 +118,7 @@ struct Block {
   void *data = nullptr;
   size_t size = 0;
 #ifdef HAVE_CUDA
-  cudaEvent_t event = nullptr;   /* recorded when the block is written (device blocks) */
+  cudaEvent_t event = nullptr; /* recorded when the block is written (device blocks) */
 #endif
 };
 
@@ -217,7 +218,8 @@ struct DriverApi {
       api.primary_release =
           reinterpret_cast<int (*) (int)> (dlsym (lib, "cuDevicePrimaryCtxRelease_v2"));
       if (!api.primary_release)
-        api.primary_release = reinterpret_cast<int (*) (int)> (dlsym (lib, "cuDevicePrimaryCtxRelease"));
+        api.primary_release =
+            reinterpret_cast<int (*) (int)> (dlsym (lib, "cuDevicePrimaryCtxRelease"));
       api.ok = api.primary_retain && api.primary_release;
     });
     return api;
@@ -229,14 +231,14 @@ struct DriverApi {
 struct CudaView {
   pi0prep::CudaStream stream;
   pi0prep::CudaEvent done;
-  pi0prep::CudaEvent upload_done;   /* staging may be rewritten once this has fired */
+  pi0prep::CudaEvent upload_done; /* staging may be rewritten once this has fired */
   pi0prep::PinnedBuffer staging;
   pi0prep::DeviceBuffer input;
 };
 
 struct CudaState {
   int device = 0;
-  void *primary_ctx = nullptr;   /* retained CUcontext */
+  void *primary_ctx = nullptr; /* retained CUcontext */
   std::unique_ptr<pi0prep::CudaPrep> prep;
   std::vector<std::unique_ptr<CudaView>> views;
   std::shared_ptr<BlockPool> pool;
@@ -267,20 +269,47 @@ bool
 to_pi0_format (GstVideoFormat f, pi0prep::Format &out)
 {
   switch (f) {
-    case GST_VIDEO_FORMAT_RGB: out = pi0prep::Format::RGB; return true;
-    case GST_VIDEO_FORMAT_BGR: out = pi0prep::Format::BGR; return true;
-    case GST_VIDEO_FORMAT_RGBx: out = pi0prep::Format::RGBx; return true;
-    case GST_VIDEO_FORMAT_BGRx: out = pi0prep::Format::BGRx; return true;
-    case GST_VIDEO_FORMAT_xRGB: out = pi0prep::Format::xRGB; return true;
-    case GST_VIDEO_FORMAT_xBGR: out = pi0prep::Format::xBGR; return true;
-    case GST_VIDEO_FORMAT_RGBA: out = pi0prep::Format::RGBA; return true;
-    case GST_VIDEO_FORMAT_BGRA: out = pi0prep::Format::BGRA; return true;
-    case GST_VIDEO_FORMAT_ARGB: out = pi0prep::Format::ARGB; return true;
-    case GST_VIDEO_FORMAT_ABGR: out = pi0prep::Format::ABGR; return true;
-    case GST_VIDEO_FORMAT_GRAY8: out = pi0prep::Format::GRAY8; return true;
-    case GST_VIDEO_FORMAT_NV12: out = pi0prep::Format::NV12; return true;
-    case GST_VIDEO_FORMAT_I420: out = pi0prep::Format::I420; return true;
-    default: return false;
+    case GST_VIDEO_FORMAT_RGB:
+      out = pi0prep::Format::RGB;
+      return true;
+    case GST_VIDEO_FORMAT_BGR:
+      out = pi0prep::Format::BGR;
+      return true;
+    case GST_VIDEO_FORMAT_RGBx:
+      out = pi0prep::Format::RGBx;
+      return true;
+    case GST_VIDEO_FORMAT_BGRx:
+      out = pi0prep::Format::BGRx;
+      return true;
+    case GST_VIDEO_FORMAT_xRGB:
+      out = pi0prep::Format::xRGB;
+      return true;
+    case GST_VIDEO_FORMAT_xBGR:
+      out = pi0prep::Format::xBGR;
+      return true;
+    case GST_VIDEO_FORMAT_RGBA:
+      out = pi0prep::Format::RGBA;
+      return true;
+    case GST_VIDEO_FORMAT_BGRA:
+      out = pi0prep::Format::BGRA;
+      return true;
+    case GST_VIDEO_FORMAT_ARGB:
+      out = pi0prep::Format::ARGB;
+      return true;
+    case GST_VIDEO_FORMAT_ABGR:
+      out = pi0prep::Format::ABGR;
+      return true;
+    case GST_VIDEO_FORMAT_GRAY8:
+      out = pi0prep::Format::GRAY8;
+      return true;
+    case GST_VIDEO_FORMAT_NV12:
+      out = pi0prep::Format::NV12;
+      return true;
+    case GST_VIDEO_FORMAT_I420:
+      out = pi0prep::Format::I420;
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -292,14 +321,13 @@ yuv_matrix_for (const GstVideoInfo *info)
   GstVideoColorMatrix m = info->colorimetry.matrix;
   if (m == GST_VIDEO_COLOR_MATRIX_UNKNOWN || m == GST_VIDEO_COLOR_MATRIX_RGB)
     m = GST_VIDEO_INFO_HEIGHT (info) > 576 ? GST_VIDEO_COLOR_MATRIX_BT709
-                                            : GST_VIDEO_COLOR_MATRIX_BT601;
+                                           : GST_VIDEO_COLOR_MATRIX_BT601;
   gdouble kr = 0.299, kb = 0.114;
   if (!gst_video_color_matrix_get_Kr_Kb (m, &kr, &kb)) {
     kr = 0.299;
     kb = 0.114;
   }
-  return pi0prep::make_yuv_matrix (kr, kb,
-                                   info->colorimetry.range == GST_VIDEO_COLOR_RANGE_0_255);
+  return pi0prep::make_yuv_matrix (kr, kb, info->colorimetry.range == GST_VIDEO_COLOR_RANGE_0_255);
 }
 
 pi0prep::Params
@@ -345,9 +373,9 @@ struct GstPi0CudaPrepPrivate {
   std::mutex settings_lock;
   Settings settings;
   State state;
-  bool said_cpu = false;   /* the INFO line for device=auto without a GPU, once */
+  bool said_cpu = false; /* the INFO line for device=auto without a GPU, once */
 #ifdef HAVE_GST_CUDA
-  GstCudaContext *gst_context = nullptr;   /* shared through gst.cuda.context */
+  GstCudaContext *gst_context = nullptr; /* shared through gst.cuda.context */
 #endif
 };
 
@@ -358,12 +386,13 @@ struct _GstPi0CudaPrep {
 
 #define gst_pi0_cuda_prep_parent_class parent_class
 G_DEFINE_TYPE (GstPi0CudaPrep, gst_pi0_cuda_prep, GST_TYPE_BASE_TRANSFORM);
-GST_ELEMENT_REGISTER_DEFINE_WITH_CODE (cudaprep, "cudaprep", GST_RANK_NONE, GST_TYPE_PI0_CUDA_PREP,
+GST_ELEMENT_REGISTER_DEFINE_WITH_CODE (
+    cudaprep, "cudaprep", GST_RANK_NONE, GST_TYPE_PI0_CUDA_PREP,
     GST_DEBUG_CATEGORY_INIT (gst_pi0_cuda_prep_debug, "cudaprep", 0,
                              "Pi0 view preprocessing (resize, pad, normalize)"));
 
-#define PI0_CAPS GST_PI0_OBSERVATION_MEDIA_TYPE "; " GST_PI0_OBSERVATION_MEDIA_TYPE \
-  "(memory:CUDAMemory)"
+#define PI0_CAPS                                                                                   \
+  GST_PI0_OBSERVATION_MEDIA_TYPE "; " GST_PI0_OBSERVATION_MEDIA_TYPE "(memory:CUDAMemory)"
 
 static GstStaticPadTemplate sink_template =
     GST_STATIC_PAD_TEMPLATE ("sink", GST_PAD_SINK, GST_PAD_ALWAYS, GST_STATIC_CAPS (PI0_CAPS));
@@ -372,39 +401,43 @@ static GstStaticPadTemplate src_template =
 
 /* ---- enums (g_once: the first caller may be any thread) ---- */
 
-#define DEFINE_ENUM(fn, Name, ...)                                                             \
-  GType fn (void)                                                                              \
-  {                                                                                            \
-    static gsize id = 0;                                                                       \
-    static const GEnumValue values[] = {__VA_ARGS__, {0, NULL, NULL}};                         \
-    if (g_once_init_enter (&id))                                                               \
-      g_once_init_leave (&id, g_enum_register_static (Name, values));                          \
-    return (GType) id;                                                                         \
+#define DEFINE_ENUM(fn, Name, ...)                                                                 \
+  GType fn (void)                                                                                  \
+  {                                                                                                \
+    static gsize id = 0;                                                                           \
+    static const GEnumValue values[] = {__VA_ARGS__, {0, NULL, NULL}};                             \
+    if (g_once_init_enter (&id))                                                                   \
+      g_once_init_leave (&id, g_enum_register_static (Name, values));                              \
+    return (GType)id;                                                                              \
   }
 
 DEFINE_ENUM (gst_pi0_cuda_prep_resize_get_type, "GstPi0CudaPrepResize",
-    {GST_PI0_CUDA_PREP_RESIZE_PAD, "Keep aspect ratio, centre, black padding (openpi)", "pad"},
-    {GST_PI0_CUDA_PREP_RESIZE_STRETCH, "Scale each axis to the output size", "stretch"},
-    {GST_PI0_CUDA_PREP_RESIZE_CROP, "Keep aspect ratio, fill, cut the centre", "crop"})
+             {GST_PI0_CUDA_PREP_RESIZE_PAD, "Keep aspect ratio, centre, black padding (openpi)",
+              "pad"},
+             {GST_PI0_CUDA_PREP_RESIZE_STRETCH, "Scale each axis to the output size", "stretch"},
+             {GST_PI0_CUDA_PREP_RESIZE_CROP, "Keep aspect ratio, fill, cut the centre", "crop"})
 DEFINE_ENUM (gst_pi0_cuda_prep_filter_get_type, "GstPi0CudaPrepFilter",
-    {GST_PI0_CUDA_PREP_FILTER_ANTIALIAS, "PIL bilinear, antialiased when downscaling (openpi)",
-     "antialias"},
-    {GST_PI0_CUDA_PREP_FILTER_BILINEAR,
-     "torch interpolate bilinear, align_corners=False, no antialias (LeRobot)", "bilinear"},
-    {GST_PI0_CUDA_PREP_FILTER_PIL, "PIL bilinear in PIL's pass order: bit-identical to openpi "
-     "on landscape frames, slower on the CPU", "pil"})
+             {GST_PI0_CUDA_PREP_FILTER_ANTIALIAS,
+              "PIL bilinear, antialiased when downscaling (openpi)", "antialias"},
+             {GST_PI0_CUDA_PREP_FILTER_BILINEAR,
+              "torch interpolate bilinear, align_corners=False, no antialias (LeRobot)",
+              "bilinear"},
+             {GST_PI0_CUDA_PREP_FILTER_PIL,
+              "PIL bilinear in PIL's pass order: bit-identical to openpi "
+              "on landscape frames, slower on the CPU",
+              "pil"})
 DEFINE_ENUM (gst_pi0_cuda_prep_normalize_get_type, "GstPi0CudaPrepNormalize",
-    {GST_PI0_CUDA_PREP_NORMALIZE_PI0, "x/127.5 - 1, range [-1, 1] (Pi0)", "pi0"},
-    {GST_PI0_CUDA_PREP_NORMALIZE_IMAGENET, "ImageNet mean and std", "imagenet"},
-    {GST_PI0_CUDA_PREP_NORMALIZE_CUSTOM, "The mean and std properties", "custom"})
+             {GST_PI0_CUDA_PREP_NORMALIZE_PI0, "x/127.5 - 1, range [-1, 1] (Pi0)", "pi0"},
+             {GST_PI0_CUDA_PREP_NORMALIZE_IMAGENET, "ImageNet mean and std", "imagenet"},
+             {GST_PI0_CUDA_PREP_NORMALIZE_CUSTOM, "The mean and std properties", "custom"})
 DEFINE_ENUM (gst_pi0_cuda_prep_device_get_type, "GstPi0CudaPrepDevice",
-    {GST_PI0_CUDA_PREP_DEVICE_AUTO, "CUDA when usable, else CPU", "auto"},
-    {GST_PI0_CUDA_PREP_DEVICE_CUDA, "CUDA (fail to start without a device)", "cuda"},
-    {GST_PI0_CUDA_PREP_DEVICE_CPU, "CPU, multi-threaded", "cpu"})
+             {GST_PI0_CUDA_PREP_DEVICE_AUTO, "CUDA when usable, else CPU", "auto"},
+             {GST_PI0_CUDA_PREP_DEVICE_CUDA, "CUDA (fail to start without a device)", "cuda"},
+             {GST_PI0_CUDA_PREP_DEVICE_CPU, "CPU, multi-threaded", "cpu"})
 DEFINE_ENUM (gst_pi0_cuda_prep_dtype_get_type, "GstPi0CudaPrepDType",
-    {GST_PI0_CUDA_PREP_DTYPE_FLOAT32, "float32", "float32"},
-    {GST_PI0_CUDA_PREP_DTYPE_BFLOAT16, "bfloat16", "bfloat16"},
-    {GST_PI0_CUDA_PREP_DTYPE_FLOAT16, "float16", "float16"})
+             {GST_PI0_CUDA_PREP_DTYPE_FLOAT32, "float32", "float32"},
+             {GST_PI0_CUDA_PREP_DTYPE_BFLOAT16, "bfloat16", "bfloat16"},
+             {GST_PI0_CUDA_PREP_DTYPE_FLOAT16, "float16", "float16"})
 
 /* ---- properties ---- */
 
@@ -414,8 +447,9 @@ set_float3 (const GValue *value, float out[3])
   const guint n = gst_value_array_get_size (value);
   for (guint i = 0; i < 3 && i < n; i++) {
     const GValue *v = gst_value_array_get_value (value, i);
-    out[i] = G_VALUE_HOLDS_FLOAT (v) ? g_value_get_float (v)
-             : G_VALUE_HOLDS_DOUBLE (v) ? (float) g_value_get_double (v) : out[i];
+    out[i] = G_VALUE_HOLDS_FLOAT (v)    ? g_value_get_float (v)
+             : G_VALUE_HOLDS_DOUBLE (v) ? (float)g_value_get_double (v)
+                                        : out[i];
   }
   /* One value means the same for the three channels. */
   if (n == 1)
@@ -441,12 +475,24 @@ gst_pi0_cuda_prep_set_property (GObject *object, guint prop_id, const GValue *va
   std::lock_guard<std::mutex> lk (self->priv->settings_lock);
   Settings &s = self->priv->settings;
   switch (prop_id) {
-    case PROP_WIDTH: s.width = g_value_get_int (value); break;
-    case PROP_HEIGHT: s.height = g_value_get_int (value); break;
-    case PROP_RESIZE: s.resize = (GstPi0CudaPrepResize) g_value_get_enum (value); break;
-    case PROP_FILTER: s.filter = (GstPi0CudaPrepFilter) g_value_get_enum (value); break;
-    case PROP_NORMALIZE: s.normalize = (GstPi0CudaPrepNormalize) g_value_get_enum (value); break;
-    case PROP_MEAN: set_float3 (value, s.mean); break;
+    case PROP_WIDTH:
+      s.width = g_value_get_int (value);
+      break;
+    case PROP_HEIGHT:
+      s.height = g_value_get_int (value);
+      break;
+    case PROP_RESIZE:
+      s.resize = (GstPi0CudaPrepResize)g_value_get_enum (value);
+      break;
+    case PROP_FILTER:
+      s.filter = (GstPi0CudaPrepFilter)g_value_get_enum (value);
+      break;
+    case PROP_NORMALIZE:
+      s.normalize = (GstPi0CudaPrepNormalize)g_value_get_enum (value);
+      break;
+    case PROP_MEAN:
+      set_float3 (value, s.mean);
+      break;
     case PROP_STD: {
       float v[3] = {s.std[0], s.std[1], s.std[2]};
       set_float3 (value, v);
@@ -456,11 +502,21 @@ gst_pi0_cuda_prep_set_property (GObject *object, guint prop_id, const GValue *va
         g_warning ("cudaprep: std must be > 0 for every channel; keeping the previous value");
       break;
     }
-    case PROP_DTYPE: s.dtype = (GstPi0CudaPrepDType) g_value_get_enum (value); break;
-    case PROP_DEVICE: s.device = (GstPi0CudaPrepDevice) g_value_get_enum (value); break;
-    case PROP_CUDA_DEVICE_ID: s.cuda_device_id = g_value_get_int (value); break;
-    case PROP_N_THREADS: s.n_threads = g_value_get_uint (value); break;
-    default: G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec); break;
+    case PROP_DTYPE:
+      s.dtype = (GstPi0CudaPrepDType)g_value_get_enum (value);
+      break;
+    case PROP_DEVICE:
+      s.device = (GstPi0CudaPrepDevice)g_value_get_enum (value);
+      break;
+    case PROP_CUDA_DEVICE_ID:
+      s.cuda_device_id = g_value_get_int (value);
+      break;
+    case PROP_N_THREADS:
+      s.n_threads = g_value_get_uint (value);
+      break;
+    default:
+      G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
+      break;
   }
 }
 
@@ -471,32 +527,58 @@ gst_pi0_cuda_prep_get_property (GObject *object, guint prop_id, GValue *value, G
   std::lock_guard<std::mutex> lk (self->priv->settings_lock);
   const Settings &s = self->priv->settings;
   switch (prop_id) {
-    case PROP_WIDTH: g_value_set_int (value, s.width); break;
-    case PROP_HEIGHT: g_value_set_int (value, s.height); break;
-    case PROP_RESIZE: g_value_set_enum (value, s.resize); break;
-    case PROP_FILTER: g_value_set_enum (value, s.filter); break;
-    case PROP_NORMALIZE: g_value_set_enum (value, s.normalize); break;
-    case PROP_MEAN: get_float3 (value, s.mean); break;
-    case PROP_STD: get_float3 (value, s.std); break;
-    case PROP_DTYPE: g_value_set_enum (value, s.dtype); break;
-    case PROP_DEVICE: g_value_set_enum (value, s.device); break;
-    case PROP_CUDA_DEVICE_ID: g_value_set_int (value, s.cuda_device_id); break;
-    case PROP_N_THREADS: g_value_set_uint (value, s.n_threads); break;
-    default: G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec); break;
+    case PROP_WIDTH:
+      g_value_set_int (value, s.width);
+      break;
+    case PROP_HEIGHT:
+      g_value_set_int (value, s.height);
+      break;
+    case PROP_RESIZE:
+      g_value_set_enum (value, s.resize);
+      break;
+    case PROP_FILTER:
+      g_value_set_enum (value, s.filter);
+      break;
+    case PROP_NORMALIZE:
+      g_value_set_enum (value, s.normalize);
+      break;
+    case PROP_MEAN:
+      get_float3 (value, s.mean);
+      break;
+    case PROP_STD:
+      get_float3 (value, s.std);
+      break;
+    case PROP_DTYPE:
+      g_value_set_enum (value, s.dtype);
+      break;
+    case PROP_DEVICE:
+      g_value_set_enum (value, s.device);
+      break;
+    case PROP_CUDA_DEVICE_ID:
+      g_value_set_int (value, s.cuda_device_id);
+      break;
+    case PROP_N_THREADS:
+      g_value_set_uint (value, s.n_threads);
+      break;
+    default:
+      G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
+      break;
   }
 }
 
 /* ---- start / stop ---- */
 
 #ifdef HAVE_CUDA
-#define CUDA_TRY(self, call, what)                                                             \
-  do {                                                                                         \
-    cudaError_t err_ = (call);                                                                 \
-    if (err_ != cudaSuccess) {                                                                 \
-      GST_ELEMENT_ERROR (self, RESOURCE, FAILED, ("CUDA error while %s: %s", what,             \
-                         pi0prep::cuda_error_text (err_).c_str ()), ("%s", #call));            \
-      return false;                                                                            \
-    }                                                                                          \
+#define CUDA_TRY(self, call, what)                                                                 \
+  do {                                                                                             \
+    cudaError_t err_ = (call);                                                                     \
+    if (err_ != cudaSuccess) {                                                                     \
+      GST_ELEMENT_ERROR (                                                                          \
+          self, RESOURCE, FAILED,                                                                  \
+          ("CUDA error while %s: %s", what, pi0prep::cuda_error_text (err_).c_str ()),             \
+          ("%s", #call));                                                                          \
+      return false;                                                                                \
+    }                                                                                              \
   } while (0)
 
 static bool
@@ -513,7 +595,7 @@ cuda_start (GstPi0CudaPrep *self, int device)
     cs->primary_ctx = nullptr;
 #ifdef HAVE_GST_CUDA
   if (!priv->gst_context && cs->primary_ctx && gst_cuda_load_library ()) {
-    priv->gst_context = gst_cuda_context_new_wrapped ((CUcontext) cs->primary_ctx, device);
+    priv->gst_context = gst_cuda_context_new_wrapped ((CUcontext)cs->primary_ctx, device);
     if (priv->gst_context) {
       GstContext *ctx = gst_context_new_cuda_context (priv->gst_context);
       gst_element_post_message (GST_ELEMENT (self),
@@ -588,8 +670,9 @@ gst_pi0_cuda_prep_start (GstBaseTransform *bt)
 #endif
   }
 
-  const guint n_threads = s.n_threads ? s.n_threads : std::max (1u, std::thread::hardware_concurrency ());
-  st.threads = std::make_unique<pi0prep::ThreadPool> ((int) n_threads);
+  const guint n_threads =
+      s.n_threads ? s.n_threads : std::max (1u, std::thread::hardware_concurrency ());
+  st.threads = std::make_unique<pi0prep::ThreadPool> ((int)n_threads);
   st.host_pool = std::make_shared<BlockPool> ();
   st.host_pool->alloc = host_alloc;
   st.host_pool->release = host_release;
@@ -606,7 +689,8 @@ gst_pi0_cuda_prep_stop (GstBaseTransform *bt)
   /* Blocks still held by buffers downstream are freed when those buffers go. */
   for (auto *pool : {st.host_pool.get ()
 #ifdef HAVE_CUDA
-                     , st.cuda ? st.cuda->pool.get () : nullptr
+                         ,
+                     st.cuda ? st.cuda->pool.get () : nullptr
 #endif
        }) {
     if (!pool)
@@ -639,7 +723,7 @@ cuda_run (GstPi0CudaPrep *self, const pi0prep::Params &p, std::vector<MappedView
           const std::vector<pi0prep::Image> &imgs, const std::vector<bool> &in_device)
 {
   CudaState &cs = *self->priv->state.cuda;
-  const int n = (int) imgs.size ();
+  const int n = (int)imgs.size ();
   const size_t vb = pi0prep::view_bytes (p);
   Block *blk = block_acquire (cs.pool, vb * n);
   auto fail = [&] (const char *what, cudaError_t err) -> Block * {
@@ -736,7 +820,7 @@ gst_pi0_cuda_prep_transform_ip (GstBaseTransform *bt, GstBuffer *buf)
     const GstPi0View *v = gst_pi0_observation_meta_get_view (meta, i);
     pi0prep::Image &im = imgs[i];
     if (!(v->flags & GST_PI0_VIEW_FLAG_VALID))
-      continue;   /* masked: pad value, mask FALSE */
+      continue; /* masked: pad value, mask FALSE */
     const GstVideoFormat vf = GST_VIDEO_INFO_FORMAT (&v->info);
     if (!to_pi0_format (vf, im.format)) {
       GST_ELEMENT_ERROR (self, STREAM, FORMAT,
@@ -754,21 +838,24 @@ gst_pi0_cuda_prep_transform_ip (GstBaseTransform *bt, GstBuffer *buf)
           gst_cuda_context_get_handle (GST_CUDA_MEMORY_CAST (mem)->context) ==
               st.cuda->primary_ctx) {
         /* Read in place: device pointers, no download. */
-        flags = (GstMapFlags) (GST_MAP_READ | GST_MAP_CUDA);
+        flags = (GstMapFlags)(GST_MAP_READ | GST_MAP_CUDA);
         in_device[i] = true;
       } else if (gst_is_cuda_memory (mem)) {
-        GST_WARNING_OBJECT (self, "view %s: CUDA memory from another context; reading it "
-                            "through the host", v->name);
+        GST_WARNING_OBJECT (self,
+                            "view %s: CUDA memory from another context; reading it "
+                            "through the host",
+                            v->name);
       }
     }
 #endif
     if (!gst_pi0_observation_meta_map_view (meta, buf, i, &maps[i].frame, flags)) {
-      GST_ELEMENT_ERROR (self, STREAM, FORMAT,
-                         ("View '%s': its memories do not hold the %dx%d %s frame that the meta "
-                          "describes", v->name, GST_VIDEO_INFO_WIDTH (&v->info),
-                          GST_VIDEO_INFO_HEIGHT (&v->info), gst_video_format_to_string (vf)),
-                         ("strides, offsets or sizes reach past the view's %u memory(ies)",
-                          v->n_mem));
+      GST_ELEMENT_ERROR (
+          self, STREAM, FORMAT,
+          ("View '%s': its memories do not hold the %dx%d %s frame that the meta "
+           "describes",
+           v->name, GST_VIDEO_INFO_WIDTH (&v->info), GST_VIDEO_INFO_HEIGHT (&v->info),
+           gst_video_format_to_string (vf)),
+          ("strides, offsets or sizes reach past the view's %u memory(ies)", v->n_mem));
       return GST_FLOW_ERROR;
     }
     maps[i].mapped = true;
@@ -778,14 +865,15 @@ gst_pi0_cuda_prep_transform_ip (GstBaseTransform *bt, GstBuffer *buf)
     for (int pl = 0; pl < pi0prep::format_n_planes (im.format); pl++) {
       im.planes[pl] = static_cast<const uint8_t *> (GST_VIDEO_FRAME_PLANE_DATA (&f, pl));
       const gint stride = GST_VIDEO_FRAME_PLANE_STRIDE (&f, pl);
-      im.strides[pl] = stride > 0 ? (size_t) stride : 0;
+      im.strides[pl] = stride > 0 ? (size_t)stride : 0;
     }
     im.yuv = yuv_matrix_for (&f.info);
     const std::string bad = pi0prep::validate (p, im);
     if (!bad.empty ()) {
       GST_ELEMENT_ERROR (self, STREAM, FORMAT,
-                         ("View '%s' (%dx%d %s) cannot be read: %s", v->name, im.width,
-                          im.height, gst_video_format_to_string (vf), bad.c_str ()), (NULL));
+                         ("View '%s' (%dx%d %s) cannot be read: %s", v->name, im.width, im.height,
+                          gst_video_format_to_string (vf), bad.c_str ()),
+                         (NULL));
       return GST_FLOW_ERROR;
     }
     masks[i] = TRUE;
@@ -800,8 +888,8 @@ gst_pi0_cuda_prep_transform_ip (GstBaseTransform *bt, GstBuffer *buf)
     if (!blk)
       return GST_FLOW_ERROR;
     ready_event = blk->event;
-    storage = gst_pi0_tensor_storage_new (blk->data, nbytes, GST_PI0_DEVICE_CUDA,
-                                          st.cuda->device, blk, block_return);
+    storage = gst_pi0_tensor_storage_new (blk->data, nbytes, GST_PI0_DEVICE_CUDA, st.cuda->device,
+                                          blk, block_return);
   }
 #endif
   if (!storage) {
@@ -812,17 +900,17 @@ gst_pi0_cuda_prep_transform_ip (GstBaseTransform *bt, GstBuffer *buf)
                          (NULL));
       return GST_FLOW_ERROR;
     }
-    pi0prep::prep_cpu (p, imgs.data (), (int) n, blk->data, st.threads.get ());
-    storage = gst_pi0_tensor_storage_new (blk->data, nbytes, GST_PI0_DEVICE_CPU, 0, blk,
-                                          block_return);
+    pi0prep::prep_cpu (p, imgs.data (), (int)n, blk->data, st.threads.get ());
+    storage =
+        gst_pi0_tensor_storage_new (blk->data, nbytes, GST_PI0_DEVICE_CPU, 0, blk, block_return);
   }
 
   /* An upstream tensor (a second cudaprep, say) would be ambiguous: ours replaces it. */
   while (GstPi0TensorMeta *old = gst_buffer_get_pi0_tensor_meta (buf))
     gst_buffer_remove_meta (buf, &old->meta);
-  const gint64 shape[4] = {(gint64) n, 3, p.out_height, p.out_width};
-  GstPi0TensorMeta *tm = gst_buffer_add_pi0_tensor_meta (buf, storage, to_meta_dtype (p.dtype),
-                                                         4, shape);
+  const gint64 shape[4] = {(gint64)n, 3, p.out_height, p.out_width};
+  GstPi0TensorMeta *tm =
+      gst_buffer_add_pi0_tensor_meta (buf, storage, to_meta_dtype (p.dtype), 4, shape);
   gst_pi0_tensor_storage_unref (storage);
   if (!tm) {
     GST_ELEMENT_ERROR (self, CORE, FAILED, ("Could not attach the tensor meta"), (NULL));
@@ -830,9 +918,8 @@ gst_pi0_cuda_prep_transform_ip (GstBaseTransform *bt, GstBuffer *buf)
   }
   gst_pi0_tensor_meta_set_masks (tm, masks, n);
   tm->ready_event = ready_event;
-  GST_LOG_OBJECT (self, "observation %" G_GUINT64_FORMAT ": [%u,3,%d,%d] %s on %s",
-                  meta->sequence, n, p.out_height, p.out_width,
-                  gst_pi0_dtype_to_string (to_meta_dtype (p.dtype)),
+  GST_LOG_OBJECT (self, "observation %" G_GUINT64_FORMAT ": [%u,3,%d,%d] %s on %s", meta->sequence,
+                  n, p.out_height, p.out_width, gst_pi0_dtype_to_string (to_meta_dtype (p.dtype)),
                   st.use_cuda ? "CUDA" : "CPU");
   return GST_FLOW_OK;
 }
@@ -901,9 +988,9 @@ gst_pi0_cuda_prep_class_init (GstPi0CudaPrepClass *klass)
   GObjectClass *gobject_class = G_OBJECT_CLASS (klass);
   GstElementClass *element_class = GST_ELEMENT_CLASS (klass);
   GstBaseTransformClass *bt_class = GST_BASE_TRANSFORM_CLASS (klass);
-  const GParamFlags rw = (GParamFlags) (G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS);
-  const GParamFlags playing = (GParamFlags) (rw | GST_PARAM_MUTABLE_PLAYING);
-  const GParamFlags ready = (GParamFlags) (rw | GST_PARAM_MUTABLE_READY);
+  const GParamFlags rw = (GParamFlags)(G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS);
+  const GParamFlags playing = (GParamFlags)(rw | GST_PARAM_MUTABLE_PLAYING);
+  const GParamFlags ready = (GParamFlags)(rw | GST_PARAM_MUTABLE_READY);
 
   gobject_class->set_property = gst_pi0_cuda_prep_set_property;
   gobject_class->get_property = gst_pi0_cuda_prep_get_property;
@@ -915,26 +1002,31 @@ gst_pi0_cuda_prep_class_init (GstPi0CudaPrepClass *klass)
    * Width of the model input, in pixels. Taken at each observation.
    */
   g_object_class_install_property (gobject_class, PROP_WIDTH,
-      g_param_spec_int ("width", "Width", "Width of the model input, in pixels", 1, 8192,
-                        kDefaultSize, playing));
+                                   g_param_spec_int ("width", "Width",
+                                                     "Width of the model input, in pixels", 1, 8192,
+                                                     kDefaultSize, playing));
   /**
    * GstPi0CudaPrep:height:
    *
    * Height of the model input, in pixels. Taken at each observation.
    */
   g_object_class_install_property (gobject_class, PROP_HEIGHT,
-      g_param_spec_int ("height", "Height", "Height of the model input, in pixels", 1, 8192,
-                        kDefaultSize, playing));
+                                   g_param_spec_int ("height", "Height",
+                                                     "Height of the model input, in pixels", 1,
+                                                     8192, kDefaultSize, playing));
   /**
    * GstPi0CudaPrep:resize:
    *
    * How a view's aspect ratio is reconciled with the output's: `pad` is openpi's
    * resize-with-pad (what Pi0 checkpoints were trained with).
    */
-  g_object_class_install_property (gobject_class, PROP_RESIZE,
-      g_param_spec_enum ("resize", "Resize", "How the view's aspect ratio is kept: pad (openpi), "
-                         "stretch or crop", gst_pi0_cuda_prep_resize_get_type (),
-                         GST_PI0_CUDA_PREP_RESIZE_PAD, playing));
+  g_object_class_install_property (
+      gobject_class, PROP_RESIZE,
+      g_param_spec_enum ("resize", "Resize",
+                         "How the view's aspect ratio is kept: pad (openpi), "
+                         "stretch or crop",
+                         gst_pi0_cuda_prep_resize_get_type (), GST_PI0_CUDA_PREP_RESIZE_PAD,
+                         playing));
   /**
    * GstPi0CudaPrep:filter:
    *
@@ -943,8 +1035,10 @@ gst_pi0_cuda_prep_class_init (GstPi0CudaPrepClass *klass)
    * PIL's pass order too (bit-identical to openpi on landscape frames, ~10x slower on the CPU);
    * `bilinear` matches LeRobot's torch interpolate.
    */
-  g_object_class_install_property (gobject_class, PROP_FILTER,
-      g_param_spec_enum ("filter", "Filter", "Resampling filter: antialias (PIL bilinear, openpi, "
+  g_object_class_install_property (
+      gobject_class, PROP_FILTER,
+      g_param_spec_enum ("filter", "Filter",
+                         "Resampling filter: antialias (PIL bilinear, openpi, "
                          "within 1 uint8 level), pil (bit-identical to PIL) or bilinear (torch "
                          "interpolate, no antialias)",
                          gst_pi0_cuda_prep_filter_get_type (), GST_PI0_CUDA_PREP_FILTER_ANTIALIAS,
@@ -954,8 +1048,10 @@ gst_pi0_cuda_prep_class_init (GstPi0CudaPrepClass *klass)
    *
    * Normalization of the 0..255 values: pi0 gives [-1, 1].
    */
-  g_object_class_install_property (gobject_class, PROP_NORMALIZE,
-      g_param_spec_enum ("normalize", "Normalize", "Value normalization: pi0 (x/127.5-1), "
+  g_object_class_install_property (
+      gobject_class, PROP_NORMALIZE,
+      g_param_spec_enum ("normalize", "Normalize",
+                         "Value normalization: pi0 (x/127.5-1), "
                          "imagenet, or custom (the mean and std properties)",
                          gst_pi0_cuda_prep_normalize_get_type (), GST_PI0_CUDA_PREP_NORMALIZE_PI0,
                          playing));
@@ -964,8 +1060,10 @@ gst_pi0_cuda_prep_class_init (GstPi0CudaPrepClass *klass)
    *
    * Per-channel (R, G, B) mean in [0, 1] units, used with normalize=custom.
    */
-  g_object_class_install_property (gobject_class, PROP_MEAN,
-      gst_param_spec_array ("mean", "Mean", "Per-channel R,G,B mean in [0,1] units (normalize="
+  g_object_class_install_property (
+      gobject_class, PROP_MEAN,
+      gst_param_spec_array ("mean", "Mean",
+                            "Per-channel R,G,B mean in [0,1] units (normalize="
                             "custom): out = (x/255 - mean) / std",
                             g_param_spec_float ("mean-value", "Mean value", "One channel's mean",
                                                 -G_MAXFLOAT, G_MAXFLOAT, 0.5f, rw),
@@ -975,11 +1073,13 @@ gst_pi0_cuda_prep_class_init (GstPi0CudaPrepClass *klass)
    *
    * Per-channel (R, G, B) standard deviation in [0, 1] units, used with normalize=custom.
    */
-  g_object_class_install_property (gobject_class, PROP_STD,
-      gst_param_spec_array ("std", "Std", "Per-channel R,G,B standard deviation in [0,1] units, "
+  g_object_class_install_property (
+      gobject_class, PROP_STD,
+      gst_param_spec_array ("std", "Std",
+                            "Per-channel R,G,B standard deviation in [0,1] units, "
                             "> 0 (normalize=custom)",
-                            g_param_spec_float ("std-value", "Std value", "One channel's std",
-                                                0.f, G_MAXFLOAT, 0.5f, rw),
+                            g_param_spec_float ("std-value", "Std value", "One channel's std", 0.f,
+                                                G_MAXFLOAT, 0.5f, rw),
                             playing));
   /**
    * GstPi0CudaPrep:dtype:
@@ -987,25 +1087,30 @@ gst_pi0_cuda_prep_class_init (GstPi0CudaPrepClass *klass)
    * Element type of the tensor.
    */
   g_object_class_install_property (gobject_class, PROP_DTYPE,
-      g_param_spec_enum ("dtype", "DType", "Element type of the model input tensor",
-                         gst_pi0_cuda_prep_dtype_get_type (), GST_PI0_CUDA_PREP_DTYPE_FLOAT32,
-                         playing));
+                                   g_param_spec_enum ("dtype", "DType",
+                                                      "Element type of the model input tensor",
+                                                      gst_pi0_cuda_prep_dtype_get_type (),
+                                                      GST_PI0_CUDA_PREP_DTYPE_FLOAT32, playing));
   /**
    * GstPi0CudaPrep:device:
    *
    * Where the work runs. `auto` falls back to the CPU (said once at INFO); `cuda` fails to
    * start without a usable device.
    */
-  g_object_class_install_property (gobject_class, PROP_DEVICE,
-      g_param_spec_enum ("device", "Device", "Where to compute: auto (CUDA if usable, else CPU), "
-                         "cuda or cpu", gst_pi0_cuda_prep_device_get_type (),
-                         GST_PI0_CUDA_PREP_DEVICE_AUTO, ready));
+  g_object_class_install_property (
+      gobject_class, PROP_DEVICE,
+      g_param_spec_enum ("device", "Device",
+                         "Where to compute: auto (CUDA if usable, else CPU), "
+                         "cuda or cpu",
+                         gst_pi0_cuda_prep_device_get_type (), GST_PI0_CUDA_PREP_DEVICE_AUTO,
+                         ready));
   /**
    * GstPi0CudaPrep:cuda-device-id:
    *
    * CUDA device ordinal; -1 picks device 0 or the one of a shared gst.cuda.context.
    */
-  g_object_class_install_property (gobject_class, PROP_CUDA_DEVICE_ID,
+  g_object_class_install_property (
+      gobject_class, PROP_CUDA_DEVICE_ID,
       g_param_spec_int ("cuda-device-id", "CUDA device id",
                         "CUDA device ordinal (-1 = the first, or the shared context's)", -1,
                         G_MAXINT, -1, ready));
@@ -1015,13 +1120,15 @@ gst_pi0_cuda_prep_class_init (GstPi0CudaPrepClass *klass)
    * Threads of the CPU path; 0 uses one per CPU core.
    */
   g_object_class_install_property (gobject_class, PROP_N_THREADS,
-      g_param_spec_uint ("n-threads", "Threads", "Threads for the CPU path, in threads "
-                         "(0 = one per CPU core)", 0, 256, 0, ready));
+                                   g_param_spec_uint ("n-threads", "Threads",
+                                                      "Threads for the CPU path, in threads "
+                                                      "(0 = one per CPU core)",
+                                                      0, 256, 0, ready));
 
   gst_element_class_add_static_pad_template (element_class, &sink_template);
   gst_element_class_add_static_pad_template (element_class, &src_template);
-  gst_element_class_set_static_metadata (element_class, "Pi0 view preprocessing",
-      "Filter/Converter/Video/Scaler",
+  gst_element_class_set_static_metadata (
+      element_class, "Pi0 view preprocessing", "Filter/Converter/Video/Scaler",
       "Resizes, pads and normalizes every view of a Pi0 observation into the model input "
       "tensor (CUDA, or multi-threaded CPU)",
       "gst-pi0 developers");
@@ -1034,9 +1141,9 @@ gst_pi0_cuda_prep_class_init (GstPi0CudaPrepClass *klass)
   bt_class->query = GST_DEBUG_FUNCPTR (gst_pi0_cuda_prep_query);
   bt_class->passthrough_on_same_caps = FALSE;
 
-  gst_type_mark_as_plugin_api (gst_pi0_cuda_prep_resize_get_type (), (GstPluginAPIFlags) 0);
-  gst_type_mark_as_plugin_api (gst_pi0_cuda_prep_filter_get_type (), (GstPluginAPIFlags) 0);
-  gst_type_mark_as_plugin_api (gst_pi0_cuda_prep_normalize_get_type (), (GstPluginAPIFlags) 0);
-  gst_type_mark_as_plugin_api (gst_pi0_cuda_prep_device_get_type (), (GstPluginAPIFlags) 0);
-  gst_type_mark_as_plugin_api (gst_pi0_cuda_prep_dtype_get_type (), (GstPluginAPIFlags) 0);
+  gst_type_mark_as_plugin_api (gst_pi0_cuda_prep_resize_get_type (), (GstPluginAPIFlags)0);
+  gst_type_mark_as_plugin_api (gst_pi0_cuda_prep_filter_get_type (), (GstPluginAPIFlags)0);
+  gst_type_mark_as_plugin_api (gst_pi0_cuda_prep_normalize_get_type (), (GstPluginAPIFlags)0);
+  gst_type_mark_as_plugin_api (gst_pi0_cuda_prep_device_get_type (), (GstPluginAPIFlags)0);
+  gst_type_mark_as_plugin_api (gst_pi0_cuda_prep_dtype_get_type (), (GstPluginAPIFlags)0);
 }

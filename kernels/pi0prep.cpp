@@ -20,25 +20,39 @@
 #include <immintrin.h>
 #endif
 
-namespace pi0prep {
+namespace pi0prep
+{
 
 const char *
 format_name (Format f)
 {
   switch (f) {
-    case Format::RGB: return "RGB";
-    case Format::BGR: return "BGR";
-    case Format::RGBx: return "RGBx";
-    case Format::BGRx: return "BGRx";
-    case Format::xRGB: return "xRGB";
-    case Format::xBGR: return "xBGR";
-    case Format::RGBA: return "RGBA";
-    case Format::BGRA: return "BGRA";
-    case Format::ARGB: return "ARGB";
-    case Format::ABGR: return "ABGR";
-    case Format::GRAY8: return "GRAY8";
-    case Format::NV12: return "NV12";
-    case Format::I420: return "I420";
+    case Format::RGB:
+      return "RGB";
+    case Format::BGR:
+      return "BGR";
+    case Format::RGBx:
+      return "RGBx";
+    case Format::BGRx:
+      return "BGRx";
+    case Format::xRGB:
+      return "xRGB";
+    case Format::xBGR:
+      return "xBGR";
+    case Format::RGBA:
+      return "RGBA";
+    case Format::BGRA:
+      return "BGRA";
+    case Format::ARGB:
+      return "ARGB";
+    case Format::ABGR:
+      return "ABGR";
+    case Format::GRAY8:
+      return "GRAY8";
+    case Format::NV12:
+      return "NV12";
+    case Format::I420:
+      return "I420";
   }
   return "?";
 }
@@ -53,10 +67,16 @@ int
 format_pixel_stride (Format f)
 {
   switch (f) {
-    case Format::RGB: case Format::BGR: return 3;
-    case Format::GRAY8: return 1;
-    case Format::NV12: case Format::I420: return 0;
-    default: return 4;
+    case Format::RGB:
+    case Format::BGR:
+      return 3;
+    case Format::GRAY8:
+      return 1;
+    case Format::NV12:
+    case Format::I420:
+      return 0;
+    default:
+      return 4;
   }
 }
 
@@ -65,10 +85,10 @@ static void
 rgb_offsets (Format f, int off[3])
 {
   static const int table[][3] = {
-    {0, 1, 2}, {2, 1, 0},                       /* RGB BGR */
-    {0, 1, 2}, {2, 1, 0}, {1, 2, 3}, {3, 2, 1}, /* RGBx BGRx xRGB xBGR */
-    {0, 1, 2}, {2, 1, 0}, {1, 2, 3}, {3, 2, 1}, /* RGBA BGRA ARGB ABGR */
-    {0, 0, 0},                                  /* GRAY8 */
+      {0, 1, 2}, {2, 1, 0},                       /* RGB BGR */
+      {0, 1, 2}, {2, 1, 0}, {1, 2, 3}, {3, 2, 1}, /* RGBx BGRx xRGB xBGR */
+      {0, 1, 2}, {2, 1, 0}, {1, 2, 3}, {3, 2, 1}, /* RGBA BGRA ARGB ABGR */
+      {0, 0, 0},                                  /* GRAY8 */
   };
   int i = static_cast<int> (f);
   if (i > static_cast<int> (Format::GRAY8))
@@ -82,7 +102,9 @@ make_yuv_matrix (double kr, double kb, bool full_range)
   const double kg = 1.0 - kr - kb;
   const double ys = full_range ? 1.0 : 255.0 / 219.0;
   const double cs = full_range ? 1.0 : 255.0 / 224.0;
-  auto q = [] (double v) { return static_cast<float> (std::round (v * 16384.0) / 16384.0); };
+  auto q = [] (double v) {
+    return static_cast<float> (std::round (v * 16384.0) / 16384.0);
+  };
   YuvMatrix m;
   m.y_offset = full_range ? 0.f : 16.f;
   m.ys = q (ys);
@@ -116,9 +138,12 @@ static size_t
 plane_row_bytes (Format f, int width, int plane)
 {
   switch (f) {
-    case Format::NV12: return plane == 0 ? width : 2 * ((width + 1) / 2);
-    case Format::I420: return plane == 0 ? width : (width + 1) / 2;
-    default: return static_cast<size_t> (width) * format_pixel_stride (f);
+    case Format::NV12:
+      return plane == 0 ? width : 2 * ((width + 1) / 2);
+    case Format::I420:
+      return plane == 0 ? width : (width + 1) / 2;
+    default:
+      return static_cast<size_t> (width) * format_pixel_stride (f);
   }
 }
 
@@ -137,7 +162,7 @@ validate (const Params &p, const Image &img)
     if (!(p.std[c] > 0.f) || !std::isfinite (p.mean[c]))
       return "std must be > 0 and mean finite";
   if (!img.planes[0])
-    return {};   /* masked view: nothing is read */
+    return {}; /* masked view: nothing is read */
   if (img.width <= 0 || img.height <= 0)
     return "frame size must be positive";
   for (int pl = 0; pl < format_n_planes (img.format); pl++) {
@@ -270,7 +295,7 @@ struct ThreadPool::Impl {
   const std::function<void (int)> *fn = nullptr;
   int n_tasks = 0;
   std::atomic<int> next{0};
-  int finished = 0;   /* workers done with the current generation */
+  int finished = 0; /* workers done with the current generation */
   uint64_t generation = 0;
   bool quit = false;
 
@@ -347,7 +372,8 @@ ThreadPool::run (int n_tasks, const std::function<void (int)> &fn)
 /* ------------------------------------------------------------------------------------------ */
 /* CPU kernels */
 
-namespace {
+namespace
+{
 
 inline uint8_t
 clip8 (int32_t ss, int bits)
@@ -395,7 +421,9 @@ yuv_row_to_rgb (const Image &img, int y, uint8_t *dst, int x0 = 0, int x1 = -1)
     V = img.planes[2] + img.strides[2] * (y / 2);
     cstep = 1;
   }
-  auto clamp8 = [] (int v) { return static_cast<uint8_t> (v < 0 ? 0 : v > 255 ? 255 : v); };
+  auto clamp8 = [] (int v) {
+    return static_cast<uint8_t> (v < 0 ? 0 : v > 255 ? 255 : v);
+  };
   for (int x = x0; x < x1; x++) {
     const int yy = ys * (Y[x] - yo) + 8192;
     const int u = U[(x / 2) * cstep] - 128, v = V[(x / 2) * cstep] - 128;
@@ -464,7 +492,9 @@ yuv_row_to_planar (const Image &img, int y, uint8_t *R, uint8_t *G, uint8_t *B)
   else
     yuv_pairs_nv12 (Y, C, Vp, pairs, ys, yo, rv, gu, gv, bu, R, G, B);
   if (w & 1) {
-    auto clamp8 = [] (int v) { return static_cast<uint8_t> (v < 0 ? 0 : v > 255 ? 255 : v); };
+    auto clamp8 = [] (int v) {
+      return static_cast<uint8_t> (v < 0 ? 0 : v > 255 ? 255 : v);
+    };
     const int x = w - 1, cstep = i420 ? 1 : 2;
     const int u = C[cstep * (x / 2)] - 128, v = Vp[cstep * (x / 2)] - 128;
     const int yy = ys * (Y[x] - yo) + 8192;
@@ -478,9 +508,9 @@ yuv_row_to_planar (const Image &img, int y, uint8_t *R, uint8_t *G, uint8_t *B)
  * to a multiple of the accumulator block so the inner loop has a fixed length and vectorizes. */
 struct HPlan {
   int bpp = 3, block = 24, len = 0, bits = kPrecisionBits;
-  std::vector<int> start;        /* first byte read, per output column */
-  std::vector<int32_t> w;        /* len weights per column */
-  bool fits = true;              /* every column's window lies inside the row */
+  std::vector<int> start; /* first byte read, per output column */
+  std::vector<int32_t> w; /* len weights per column */
+  bool fits = true;       /* every column's window lies inside the row */
 };
 
 HPlan
@@ -515,7 +545,6 @@ make_hplan (const AxisWeights &a, int bpp, int row_bytes)
   }
   return h;
 }
-
 
 /* One input row -> three uint8 planes' rows (R, G, B) of the intermediate image. */
 PI0_MULTIVERSION void
@@ -578,8 +607,8 @@ hpass_row_1 (const uint8_t *row, const HPlan &h, int n_out, uint8_t *r)
 
 /* Plain per-tap loop: rows too narrow for the padded window (tiny images). */
 void
-hpass_row_scalar (const uint8_t *row, const AxisWeights &a, int bpp, const int off[3],
-                  uint8_t *r, uint8_t *g, uint8_t *b)
+hpass_row_scalar (const uint8_t *row, const AxisWeights &a, int bpp, const int off[3], uint8_t *r,
+                  uint8_t *g, uint8_t *b)
 {
   for (int j = 0; j < a.out_size; j++) {
     const int32_t *w = a.coeffs.data () + static_cast<size_t> (j) * a.ksize;
@@ -597,8 +626,8 @@ hpass_row_scalar (const uint8_t *row, const AxisWeights &a, int bpp, const int o
 }
 
 PI0_MULTIVERSION void
-vpass_row (const uint8_t *tmp, size_t tmp_stride, int n, const int32_t *w, int count,
-           uint8_t *out, int bits)
+vpass_row (const uint8_t *tmp, size_t tmp_stride, int n, const int32_t *w, int count, uint8_t *out,
+           int bits)
 {
   int32_t acc[256];
   for (int x0 = 0; x0 < n; x0 += 256) {
@@ -616,7 +645,6 @@ vpass_row (const uint8_t *tmp, size_t tmp_stride, int n, const int32_t *w, int c
   }
 }
 
-
 /* ---- filter=antialias: vertical pass first ---- */
 
 /* out[i] = clip (sum_k w[k] * rows[k][i]) for i < len; w has kFastBits fractional bits. */
@@ -632,7 +660,7 @@ vsum_avx2 (const uint8_t *const *rows, const int16_t *w, int n, int len, uint8_t
     const uint16_t w1 = 2 * k + 1 < n ? static_cast<uint16_t> (w[2 * k + 1]) : 0;
     wp[k] = static_cast<int32_t> (w0 | (static_cast<uint32_t> (w1) << 16));
   }
-  const uint8_t *zero_row = rows[0];   /* any readable row; its weight is 0 */
+  const uint8_t *zero_row = rows[0]; /* any readable row; its weight is 0 */
   const __m256i half = _mm256_set1_epi32 (1 << (bits - 1));
   const __m128i sh = _mm_cvtsi32_si128 (bits);
   int i = 0;
@@ -643,10 +671,10 @@ vsum_avx2 (const uint8_t *const *rows, const int16_t *w, int n, int len, uint8_t
       const uint8_t *ra = rows[2 * k] + i;
       const uint8_t *rb = (2 * k + 1 < n ? rows[2 * k + 1] : zero_row) + i;
       const __m256i wk = _mm256_set1_epi32 (wp[k]);
-      const __m256i a0 = _mm256_cvtepu8_epi16 (_mm_loadu_si128 ((const __m128i *) ra));
-      const __m256i b0 = _mm256_cvtepu8_epi16 (_mm_loadu_si128 ((const __m128i *) rb));
-      const __m256i a1 = _mm256_cvtepu8_epi16 (_mm_loadu_si128 ((const __m128i *) (ra + 16)));
-      const __m256i b1 = _mm256_cvtepu8_epi16 (_mm_loadu_si128 ((const __m128i *) (rb + 16)));
+      const __m256i a0 = _mm256_cvtepu8_epi16 (_mm_loadu_si128 ((const __m128i *)ra));
+      const __m256i b0 = _mm256_cvtepu8_epi16 (_mm_loadu_si128 ((const __m128i *)rb));
+      const __m256i a1 = _mm256_cvtepu8_epi16 (_mm_loadu_si128 ((const __m128i *)(ra + 16)));
+      const __m256i b1 = _mm256_cvtepu8_epi16 (_mm_loadu_si128 ((const __m128i *)(rb + 16)));
       l0 = _mm256_add_epi32 (l0, _mm256_madd_epi16 (_mm256_unpacklo_epi16 (a0, b0), wk));
       h0 = _mm256_add_epi32 (h0, _mm256_madd_epi16 (_mm256_unpackhi_epi16 (a0, b0), wk));
       l1 = _mm256_add_epi32 (l1, _mm256_madd_epi16 (_mm256_unpacklo_epi16 (a1, b1), wk));
@@ -657,7 +685,7 @@ vsum_avx2 (const uint8_t *const *rows, const int16_t *w, int n, int len, uint8_t
     const __m256i p0 = _mm256_packs_epi32 (_mm256_sra_epi32 (l0, sh), _mm256_sra_epi32 (h0, sh));
     const __m256i p1 = _mm256_packs_epi32 (_mm256_sra_epi32 (l1, sh), _mm256_sra_epi32 (h1, sh));
     const __m256i p8 = _mm256_permute4x64_epi64 (_mm256_packus_epi16 (p0, p1), 0xD8);
-    _mm256_storeu_si256 ((__m256i *) (out + i), p8);
+    _mm256_storeu_si256 ((__m256i *)(out + i), p8);
   }
   for (; i < len; i++) {
     int32_t acc = 1 << (bits - 1);
@@ -747,14 +775,15 @@ hpass16_avx2 (const uint8_t *row, const HPlan16 &h, int n_out, uint8_t *out, int
       const int16_t *w = h.w.data () + static_cast<size_t> (j + q) * L;
       __m256i a = _mm256_setzero_si256 ();
       for (int b = 0; b < L; b += 16) {
-        const __m256i px = _mm256_cvtepu8_epi16 (_mm_loadu_si128 ((const __m128i *) (s + b)));
-        a = _mm256_add_epi32 (a, _mm256_madd_epi16 (px, _mm256_loadu_si256 ((const __m256i *) (w + b))));
+        const __m256i px = _mm256_cvtepu8_epi16 (_mm_loadu_si128 ((const __m128i *)(s + b)));
+        a = _mm256_add_epi32 (
+            a, _mm256_madd_epi16 (px, _mm256_loadu_si256 ((const __m256i *)(w + b))));
       }
       acc[q] = a;
     }
     /* Four dot products reduced together. */
-    const __m256i t = _mm256_hadd_epi32 (_mm256_hadd_epi32 (acc[0], acc[1]),
-                                         _mm256_hadd_epi32 (acc[2], acc[3]));
+    const __m256i t =
+        _mm256_hadd_epi32 (_mm256_hadd_epi32 (acc[0], acc[1]), _mm256_hadd_epi32 (acc[2], acc[3]));
     __m128i s4 = _mm_add_epi32 (_mm256_castsi256_si128 (t), _mm256_extracti128_si256 (t, 1));
     s4 = _mm_sra_epi32 (_mm_add_epi32 (s4, half), sh);
     const __m128i p16 = _mm_packs_epi32 (s4, s4);
@@ -872,8 +901,8 @@ struct ViewJob {
   const Image *img = nullptr;
   Geometry g;
   AxisWeights hw, vw;
-  std::vector<int16_t> vw16;   /* filter=antialias: vertical weights as int16 */
-  HPlan16 hp16;                /* filter=antialias: horizontal pass per plane */
+  std::vector<int16_t> vw16; /* filter=antialias: vertical weights as int16 */
+  HPlan16 hp16;              /* filter=antialias: horizontal pass per plane */
   HPlan hp;
   AxisTaps ht, vt;
   void *out = nullptr;
@@ -893,7 +922,9 @@ pil_band (const Params &p, const ViewJob &job, int r0, int r1)
   const int bpp = yuv ? 3 : format_pixel_stride (img.format);
   int off[3];
   if (yuv) {
-    off[0] = 0; off[1] = 1; off[2] = 2;
+    off[0] = 0;
+    off[1] = 1;
+    off[2] = 2;
   } else {
     rgb_offsets (img.format, off);
   }
@@ -956,7 +987,6 @@ pil_band (const Params &p, const ViewJob &job, int r0, int r1)
   }
 }
 
-
 /* Byte planes of packed 3- or 4-byte pixels: plane o holds byte o of every pixel in [x0, x1). */
 #if defined(__GNUC__) && defined(__x86_64__)
 __attribute__ ((target ("avx2"))) void
@@ -966,26 +996,26 @@ byte_planes_simd (const uint8_t *s, int bpp, int x0, int x1, uint8_t *const *P)
   if (bpp == 3) {
     /* 16 pixels = 48 bytes per step; each plane gathers from the three 16-byte loads. */
     const __m128i m[3][3] = {
-      {_mm_setr_epi8 (0, 3, 6, 9, 12, 15, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1),
-       _mm_setr_epi8 (-1, -1, -1, -1, -1, -1, 2, 5, 8, 11, 14, -1, -1, -1, -1, -1),
-       _mm_setr_epi8 (-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 1, 4, 7, 10, 13)},
-      {_mm_setr_epi8 (1, 4, 7, 10, 13, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1),
-       _mm_setr_epi8 (-1, -1, -1, -1, -1, 0, 3, 6, 9, 12, 15, -1, -1, -1, -1, -1),
-       _mm_setr_epi8 (-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 2, 5, 8, 11, 14)},
-      {_mm_setr_epi8 (2, 5, 8, 11, 14, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1),
-       _mm_setr_epi8 (-1, -1, -1, -1, -1, 1, 4, 7, 10, 13, -1, -1, -1, -1, -1, -1),
-       _mm_setr_epi8 (-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 0, 3, 6, 9, 12, 15)},
+        {_mm_setr_epi8 (0, 3, 6, 9, 12, 15, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1),
+         _mm_setr_epi8 (-1, -1, -1, -1, -1, -1, 2, 5, 8, 11, 14, -1, -1, -1, -1, -1),
+         _mm_setr_epi8 (-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 1, 4, 7, 10, 13)},
+        {_mm_setr_epi8 (1, 4, 7, 10, 13, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1),
+         _mm_setr_epi8 (-1, -1, -1, -1, -1, 0, 3, 6, 9, 12, 15, -1, -1, -1, -1, -1),
+         _mm_setr_epi8 (-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 2, 5, 8, 11, 14)},
+        {_mm_setr_epi8 (2, 5, 8, 11, 14, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1),
+         _mm_setr_epi8 (-1, -1, -1, -1, -1, 1, 4, 7, 10, 13, -1, -1, -1, -1, -1, -1),
+         _mm_setr_epi8 (-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 0, 3, 6, 9, 12, 15)},
     };
     for (; x + 16 <= x1; x += 16) {
       const uint8_t *p = s + static_cast<size_t> (x) * 3;
-      const __m128i a0 = _mm_loadu_si128 ((const __m128i *) p);
-      const __m128i a1 = _mm_loadu_si128 ((const __m128i *) (p + 16));
-      const __m128i a2 = _mm_loadu_si128 ((const __m128i *) (p + 32));
+      const __m128i a0 = _mm_loadu_si128 ((const __m128i *)p);
+      const __m128i a1 = _mm_loadu_si128 ((const __m128i *)(p + 16));
+      const __m128i a2 = _mm_loadu_si128 ((const __m128i *)(p + 32));
       for (int o = 0; o < 3; o++) {
-        const __m128i v = _mm_or_si128 (_mm_or_si128 (_mm_shuffle_epi8 (a0, m[o][0]),
-                                                      _mm_shuffle_epi8 (a1, m[o][1])),
-                                        _mm_shuffle_epi8 (a2, m[o][2]));
-        _mm_storeu_si128 ((__m128i *) (P[o] + x), v);
+        const __m128i v = _mm_or_si128 (
+            _mm_or_si128 (_mm_shuffle_epi8 (a0, m[o][0]), _mm_shuffle_epi8 (a1, m[o][1])),
+            _mm_shuffle_epi8 (a2, m[o][2]));
+        _mm_storeu_si128 ((__m128i *)(P[o] + x), v);
       }
     }
   } else {
@@ -994,13 +1024,13 @@ byte_planes_simd (const uint8_t *s, int bpp, int x0, int x1, uint8_t *const *P)
       const uint8_t *p = s + static_cast<size_t> (x) * 4;
       __m128i t[4];
       for (int i = 0; i < 4; i++)
-        t[i] = _mm_shuffle_epi8 (_mm_loadu_si128 ((const __m128i *) (p + 16 * i)), g);
+        t[i] = _mm_shuffle_epi8 (_mm_loadu_si128 ((const __m128i *)(p + 16 * i)), g);
       const __m128i lo01 = _mm_unpacklo_epi32 (t[0], t[1]), hi01 = _mm_unpackhi_epi32 (t[0], t[1]);
       const __m128i lo23 = _mm_unpacklo_epi32 (t[2], t[3]), hi23 = _mm_unpackhi_epi32 (t[2], t[3]);
-      _mm_storeu_si128 ((__m128i *) (P[0] + x), _mm_unpacklo_epi64 (lo01, lo23));
-      _mm_storeu_si128 ((__m128i *) (P[1] + x), _mm_unpackhi_epi64 (lo01, lo23));
-      _mm_storeu_si128 ((__m128i *) (P[2] + x), _mm_unpacklo_epi64 (hi01, hi23));
-      _mm_storeu_si128 ((__m128i *) (P[3] + x), _mm_unpackhi_epi64 (hi01, hi23));
+      _mm_storeu_si128 ((__m128i *)(P[0] + x), _mm_unpacklo_epi64 (lo01, lo23));
+      _mm_storeu_si128 ((__m128i *)(P[1] + x), _mm_unpackhi_epi64 (lo01, lo23));
+      _mm_storeu_si128 ((__m128i *)(P[2] + x), _mm_unpacklo_epi64 (hi01, hi23));
+      _mm_storeu_si128 ((__m128i *)(P[3] + x), _mm_unpackhi_epi64 (hi01, hi23));
     }
   }
   for (; x < x1; x++)
@@ -1035,7 +1065,9 @@ antialias_band (const Params &p, const ViewJob &job, int r0, int r1)
   const int bpp = yuv ? 3 : format_pixel_stride (img.format);
   int off[3];
   if (yuv) {
-    off[0] = 0; off[1] = 1; off[2] = 2;
+    off[0] = 0;
+    off[1] = 1;
+    off[2] = 2;
   } else {
     rgb_offsets (img.format, off);
   }
@@ -1145,8 +1177,8 @@ fetch_rgb (const Image &img, const int off[3], int x, int y, float rgb[3])
     rgb[2] = round8 (yy + m.bu * u);
     return;
   }
-  const uint8_t *px = img.planes[0] + img.strides[0] * y + static_cast<size_t> (x) *
-                                                           format_pixel_stride (img.format);
+  const uint8_t *px = img.planes[0] + img.strides[0] * y +
+                      static_cast<size_t> (x) * format_pixel_stride (img.format);
   for (int c = 0; c < 3; c++)
     rgb[c] = px[off[c]];
 }
@@ -1194,7 +1226,7 @@ prep_cpu (const Params &p, const Image *views, int n_views, void *out, ThreadPoo
 {
   std::vector<ViewJob> jobs (n_views);
   struct Task {
-    int view, r0, r1;   /* r1 < 0: pad fill of the whole view */
+    int view, r0, r1; /* r1 < 0: pad fill of the whole view */
   };
   std::vector<Task> tasks;
   const int n_threads = pool ? pool->size () : 1;
@@ -1216,7 +1248,8 @@ prep_cpu (const Params &p, const Image *views, int n_views, void *out, ThreadPoo
         }
         const bool yuv = img.format == Format::NV12 || img.format == Format::I420;
         /* filter=antialias filters YUV input as planar R, G, B rows (bpp 1). */
-        const int bpp = yuv ? (p.filter == Filter::Antialias ? 1 : 3) : format_pixel_stride (img.format);
+        const int bpp =
+            yuv ? (p.filter == Filter::Antialias ? 1 : 3) : format_pixel_stride (img.format);
         j.hp = make_hplan (j.hw, bpp, img.width * bpp);
       } else {
         j.ht = bilinear_taps (img.width, j.g.box_x0, j.g.box_x1, j.g.dst_w);

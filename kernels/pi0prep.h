@@ -33,15 +33,23 @@
 #include <string>
 #include <vector>
 
-namespace pi0prep {
+namespace pi0prep
+{
 
 enum class Format {
-  RGB, BGR,                               /* 3 bytes per pixel */
-  RGBx, BGRx, xRGB, xBGR,                 /* 4 bytes, one ignored */
-  RGBA, BGRA, ARGB, ABGR,                 /* 4 bytes, alpha ignored */
-  GRAY8,                                  /* 1 byte, replicated to R=G=B */
-  NV12,                                   /* Y plane + interleaved UV plane, 2x2 subsampled */
-  I420,                                   /* Y, U, V planes, 2x2 subsampled */
+  RGB,
+  BGR, /* 3 bytes per pixel */
+  RGBx,
+  BGRx,
+  xRGB,
+  xBGR, /* 4 bytes, one ignored */
+  RGBA,
+  BGRA,
+  ARGB,
+  ABGR,  /* 4 bytes, alpha ignored */
+  GRAY8, /* 1 byte, replicated to R=G=B */
+  NV12,  /* Y plane + interleaved UV plane, 2x2 subsampled */
+  I420,  /* Y, U, V planes, 2x2 subsampled */
 };
 
 enum class Resize { Pad, Stretch, Crop };
@@ -77,7 +85,7 @@ struct Params {
   int out_width = 224, out_height = 224;
   Resize resize = Resize::Pad;
   Filter filter = Filter::Antialias;
-  float mean[3] = {0.5f, 0.5f, 0.5f};   /* in [0,1] units; pi0: x/127.5 - 1 */
+  float mean[3] = {0.5f, 0.5f, 0.5f}; /* in [0,1] units; pi0: x/127.5 - 1 */
   float std[3] = {0.5f, 0.5f, 0.5f};
   DType dtype = DType::Float32;
 };
@@ -97,13 +105,13 @@ std::string validate (const Params &p, const Image &img);
 
 /* Where a view lands in the output and which part of the source it comes from. */
 struct Geometry {
-  int dst_x = 0, dst_y = 0, dst_w = 0, dst_h = 0;   /* resized rectangle inside the output */
-  double box_x0 = 0, box_y0 = 0, box_x1 = 0, box_y1 = 0;  /* source box, pixels */
+  int dst_x = 0, dst_y = 0, dst_w = 0, dst_h = 0;        /* resized rectangle inside the output */
+  double box_x0 = 0, box_y0 = 0, box_x1 = 0, box_y1 = 0; /* source box, pixels */
 };
 Geometry compute_geometry (const Params &p, int in_width, int in_height);
 
-constexpr int kPrecisionBits = 32 - 8 - 2;   /* PIL's fixed point for 8-bit images */
-constexpr int kFastBits = 14;                 /* filter=antialias: weights fit int16 */
+constexpr int kPrecisionBits = 32 - 8 - 2; /* PIL's fixed point for 8-bit images */
+constexpr int kFastBits = 14;              /* filter=antialias: weights fit int16 */
 inline int
 filter_bits (Filter f)
 {
@@ -115,7 +123,7 @@ filter_bits (Filter f)
 struct AxisWeights {
   int out_size = 0, ksize = 0;
   std::vector<int> first, count;
-  std::vector<int32_t> coeffs;   /* fixed point with `bits` fractional bits */
+  std::vector<int32_t> coeffs; /* fixed point with `bits` fractional bits */
   int bits = kPrecisionBits;
 };
 AxisWeights antialias_weights (int in_size, double in0, double in1, int out_size,

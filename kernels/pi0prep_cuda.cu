@@ -10,7 +10,8 @@
 #include <algorithm>
 #include <cstring>
 
-namespace pi0prep {
+namespace pi0prep
+{
 
 std::string
 cuda_error_text (cudaError_t err)
@@ -18,7 +19,8 @@ cuda_error_text (cudaError_t err)
   return std::string (cudaGetErrorName (err)) + " (" + cudaGetErrorString (err) + ")";
 }
 
-namespace {
+namespace
+{
 
 constexpr int kTileW = 32;
 constexpr int kThreadsY = 8;
@@ -53,7 +55,8 @@ round8f (float v)
 __device__ __forceinline__ void
 fetch (const DevImage &im, int x, int y, int rgb[3])
 {
-  if (im.format == static_cast<int> (Format::NV12) || im.format == static_cast<int> (Format::I420)) {
+  if (im.format == static_cast<int> (Format::NV12) ||
+      im.format == static_cast<int> (Format::I420)) {
     const float yy = im.yuv.ys * (static_cast<float> (im.p0[im.s0 * y + x]) - im.yuv.y_offset);
     float u, v;
     if (im.format == static_cast<int> (Format::NV12)) {
@@ -109,18 +112,18 @@ store_pad (const DevParams &p, void *out, int x, int y)
  * image); stage 2 filters vertically, normalizes and writes the three planes. */
 __global__ void
 pil_kernel (DevImage im, DevParams p, int th, const int *hfirst, const int *hcount,
-                  const int *hcoef, int hk, const int *vfirst, const int *vcount,
-                  const int *vcoef, int vk, void *out)
+            const int *hcoef, int hk, const int *vfirst, const int *vcount, const int *vcoef,
+            int vk, void *out)
 {
-  extern __shared__ uint8_t tmp[];   /* [rows][kTileW][3] */
-  const int ox = blockIdx.x * kTileW + threadIdx.x;   /* output column */
+  extern __shared__ uint8_t tmp[];                  /* [rows][kTileW][3] */
+  const int ox = blockIdx.x * kTileW + threadIdx.x; /* output column */
   const int oy0 = blockIdx.y * th;
-  const int tx0 = blockIdx.x * kTileW - p.dst_x;       /* rect column of thread 0 */
-  const int col = tx0 + threadIdx.x;                   /* this thread's rect column */
+  const int tx0 = blockIdx.x * kTileW - p.dst_x; /* rect column of thread 0 */
+  const int col = tx0 + threadIdx.x;             /* this thread's rect column */
 
   /* The block's rect rows. */
   const int r_lo = max (oy0 - p.dst_y, 0);
-  const int r_hi = min (oy0 + th - p.dst_y, p.dst_h);   /* exclusive */
+  const int r_hi = min (oy0 + th - p.dst_y, p.dst_h); /* exclusive */
   const bool any_rows = r_lo < r_hi;
   int src_first = 0, n_rows = 0;
   if (any_rows) {
@@ -162,8 +165,7 @@ pil_kernel (DevImage im, DevParams p, int th, const int *hfirst, const int *hcou
     }
     const int *w = vcoef + static_cast<size_t> (r) * vk;
     const int yf = vfirst[r] - src_first, nk = vcount[r];
-    int acc[3] = {1 << (kPrecisionBits - 1), 1 << (kPrecisionBits - 1),
-                  1 << (kPrecisionBits - 1)};
+    int acc[3] = {1 << (kPrecisionBits - 1), 1 << (kPrecisionBits - 1), 1 << (kPrecisionBits - 1)};
     for (int k = 0; k < nk; k++) {
       const uint8_t *t = tmp + (static_cast<size_t> (yf + k) * kTileW + threadIdx.x) * 3;
       acc[0] += t[0] * w[k];
@@ -183,10 +185,10 @@ pil_kernel (DevImage im, DevParams p, int th, const int *hfirst, const int *hcou
  * shared memory, rounded to uint8; stage 2 filters horizontally, normalizes and writes. */
 __global__ void
 antialias_kernel (DevImage im, DevParams p, int th, int max_cols, const int *hfirst,
-                  const int *hcount, const int *hcoef, int hk, const int *vfirst,
-                  const int *vcount, const int *vcoef, int vk, void *out)
+                  const int *hcount, const int *hcoef, int hk, const int *vfirst, const int *vcount,
+                  const int *vcoef, int vk, void *out)
 {
-  extern __shared__ uint8_t tmp[];   /* [th][max_cols][3] */
+  extern __shared__ uint8_t tmp[]; /* [th][max_cols][3] */
   const int bits = kFastBits;
   const int ox = blockIdx.x * kTileW + threadIdx.x;
   const int oy0 = blockIdx.y * th;
@@ -294,7 +296,7 @@ struct CudaPrep::Slot {
   size_t shared = 0;
   void *dev = nullptr;
   size_t dev_size = 0;
-  std::vector<uint8_t> host;   /* the tables as uploaded */
+  std::vector<uint8_t> host; /* the tables as uploaded */
   size_t off[6] = {0, 0, 0, 0, 0, 0};
 
   ~Slot ()
@@ -350,7 +352,8 @@ CudaPrep::run_view (const Params &p, int slot_index, const Image &img, void *out
 
   const dim3 block (kTileW, kThreadsY);
   if (!dp.valid) {
-    const dim3 grid ((p.out_width + kTileW - 1) / kTileW, (p.out_height + kThreadsY - 1) / kThreadsY);
+    const dim3 grid ((p.out_width + kTileW - 1) / kTileW,
+                     (p.out_height + kThreadsY - 1) / kThreadsY);
     DevImage none{};
     bilinear_kernel<<<grid, block, 0, stream>>> (none, dp, nullptr, nullptr, nullptr, nullptr,
                                                  nullptr, nullptr, out);
@@ -404,7 +407,7 @@ CudaPrep::run_view (const Params &p, int slot_index, const Image &img, void *out
           }
       }
       if (s.th == 0)
-        return cudaErrorInvalidValue;   /* a downscale beyond ~170x: not supported on CUDA */
+        return cudaErrorInvalidValue; /* a downscale beyond ~170x: not supported on CUDA */
     } else {
       AxisTaps ht = bilinear_taps (img.width, s.g.box_x0, s.g.box_x1, s.g.dst_w);
       AxisTaps vt = bilinear_taps (img.height, s.g.box_y0, s.g.box_y1, s.g.dst_h);
@@ -426,8 +429,8 @@ CudaPrep::run_view (const Params &p, int slot_index, const Image &img, void *out
       s.dev_size = s.host.size ();
     }
     /* Pageable source: the call returns once the data is staged, so s.host may change later. */
-    cudaError_t err = cudaMemcpyAsync (s.dev, s.host.data (), s.host.size (),
-                                       cudaMemcpyHostToDevice, stream);
+    cudaError_t err =
+        cudaMemcpyAsync (s.dev, s.host.data (), s.host.size (), cudaMemcpyHostToDevice, stream);
     if (err != cudaSuccess)
       return err;
     s.in_w = img.width;
@@ -455,8 +458,8 @@ CudaPrep::run_view (const Params &p, int slot_index, const Image &img, void *out
   di.yuv = img.yuv;
   {
     static const int table[][3] = {
-      {0, 1, 2}, {2, 1, 0}, {0, 1, 2}, {2, 1, 0}, {1, 2, 3}, {3, 2, 1},
-      {0, 1, 2}, {2, 1, 0}, {1, 2, 3}, {3, 2, 1}, {0, 0, 0},
+        {0, 1, 2}, {2, 1, 0}, {0, 1, 2}, {2, 1, 0}, {1, 2, 3}, {3, 2, 1},
+        {0, 1, 2}, {2, 1, 0}, {1, 2, 3}, {3, 2, 1}, {0, 0, 0},
     };
     int fi = std::min (static_cast<int> (img.format), static_cast<int> (Format::GRAY8));
     std::memcpy (di.off, table[fi], sizeof (di.off));
@@ -472,14 +475,15 @@ CudaPrep::run_view (const Params &p, int slot_index, const Image &img, void *out
                                                    ip[4], ip[5], s.vk, out);
   } else if (p.filter == Filter::Antialias) {
     const dim3 grid ((p.out_width + kTileW - 1) / kTileW, (p.out_height + s.th - 1) / s.th);
-    antialias_kernel<<<grid, block, s.shared, stream>>> (di, dp, s.th, s.max_cols, ip[0], ip[1],
-                                                         ip[2], s.hk, ip[3], ip[4], ip[5], s.vk,
-                                                         out);
+    antialias_kernel<<<grid, block, s.shared, stream>>> (
+        di, dp, s.th, s.max_cols, ip[0], ip[1], ip[2], s.hk, ip[3], ip[4], ip[5], s.vk, out);
   } else {
-    const dim3 grid ((p.out_width + kTileW - 1) / kTileW, (p.out_height + kThreadsY - 1) / kThreadsY);
+    const dim3 grid ((p.out_width + kTileW - 1) / kTileW,
+                     (p.out_height + kThreadsY - 1) / kThreadsY);
     bilinear_kernel<<<grid, block, 0, stream>>> (
         di, dp, reinterpret_cast<const int *> (d + s.off[0]),
-        reinterpret_cast<const int *> (d + s.off[1]), reinterpret_cast<const float *> (d + s.off[2]),
+        reinterpret_cast<const int *> (d + s.off[1]),
+        reinterpret_cast<const float *> (d + s.off[2]),
         reinterpret_cast<const int *> (d + s.off[3]), reinterpret_cast<const int *> (d + s.off[4]),
         reinterpret_cast<const float *> (d + s.off[5]), out);
   }
@@ -487,12 +491,12 @@ CudaPrep::run_view (const Params &p, int slot_index, const Image &img, void *out
 }
 
 cudaError_t
-prep_cuda (const Params &p, const Image *views, int n_views, void *out,
-           const cudaStream_t *streams, CudaPrep &prep)
+prep_cuda (const Params &p, const Image *views, int n_views, void *out, const cudaStream_t *streams,
+           CudaPrep &prep)
 {
   for (int v = 0; v < n_views; v++) {
-    cudaError_t err = prep.run_view (p, v, views[v], static_cast<uint8_t *> (out) + v * view_bytes (p),
-                                     streams[v]);
+    cudaError_t err = prep.run_view (p, v, views[v],
+                                     static_cast<uint8_t *> (out) + v * view_bytes (p), streams[v]);
     if (err != cudaSuccess)
       return err;
   }

@@ -14,7 +14,8 @@
 #include <utility>
 #include <vector>
 
-namespace pi0prep {
+namespace pi0prep
+{
 
 /* "cudaErrorXxx (description)" */
 std::string cuda_error_text (cudaError_t err);

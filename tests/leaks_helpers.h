@@ -11,7 +11,8 @@
 #include <string>
 #include <utility>
 
-namespace pi0test {
+namespace pi0test
+{
 
 /* The active leaks tracer (a new reference), or nullptr. */
 inline GstTracer *
@@ -21,7 +22,7 @@ leaks_tracer ()
   GList *tracers = gst_tracing_get_active_tracers ();
   for (GList *l = tracers; l; l = l->next) {
     if (!found && g_str_equal (G_OBJECT_TYPE_NAME (l->data), "GstLeaksTracer"))
-      found = (GstTracer *) gst_object_ref (l->data);
+      found = (GstTracer *)gst_object_ref (l->data);
   }
   g_list_free_full (tracers, gst_object_unref);
   return found;
@@ -38,13 +39,13 @@ alive_since_start (GstTracer *tracer)
   g_signal_emit_by_name (tracer, "activity-get-checkpoint", &cp);
   if (!cp)
     return out;
-  for (auto [field, delta] : {std::make_pair ("objects-created-list", 1),
-                              std::make_pair ("objects-removed-list", -1)}) {
+  for (auto [field, delta] :
+       {std::make_pair ("objects-created-list", 1), std::make_pair ("objects-removed-list", -1)}) {
     const GValue *list = gst_structure_get_value (cp, field);
     for (guint i = 0; list && i < gst_value_list_get_size (list); i++) {
       const GstStructure *o = gst_value_get_structure (gst_value_list_get_value (list, i));
-      balance[{gst_structure_get_string (o, "type-name"), gst_structure_get_string (o, "address")}] +=
-          delta;
+      balance[{gst_structure_get_string (o, "type-name"),
+               gst_structure_get_string (o, "address")}] += delta;
     }
   }
   gst_structure_free (cp);

@@ -15,7 +15,8 @@
 #include <random>
 #include <vector>
 
-namespace pi0test {
+namespace pi0test
+{
 
 struct Frame {
   pi0prep::Format format;
@@ -104,13 +105,50 @@ ref_rgb (const Frame &f, int x, int y, double rgb[3])
   const uint8_t *px = f.planes[0].data () + f.strides[0] * y;
   int r, g, b;
   switch (f.format) {
-    case Format::RGB: r = 0; g = 1; b = 2; px += 3 * x; break;
-    case Format::BGR: r = 2; g = 1; b = 0; px += 3 * x; break;
-    case Format::RGBx: case Format::RGBA: r = 0; g = 1; b = 2; px += 4 * x; break;
-    case Format::BGRx: case Format::BGRA: r = 2; g = 1; b = 0; px += 4 * x; break;
-    case Format::xRGB: case Format::ARGB: r = 1; g = 2; b = 3; px += 4 * x; break;
-    case Format::xBGR: case Format::ABGR: r = 3; g = 2; b = 1; px += 4 * x; break;
-    default: r = g = b = 0; px += x; break;   /* GRAY8 */
+    case Format::RGB:
+      r = 0;
+      g = 1;
+      b = 2;
+      px += 3 * x;
+      break;
+    case Format::BGR:
+      r = 2;
+      g = 1;
+      b = 0;
+      px += 3 * x;
+      break;
+    case Format::RGBx:
+    case Format::RGBA:
+      r = 0;
+      g = 1;
+      b = 2;
+      px += 4 * x;
+      break;
+    case Format::BGRx:
+    case Format::BGRA:
+      r = 2;
+      g = 1;
+      b = 0;
+      px += 4 * x;
+      break;
+    case Format::xRGB:
+    case Format::ARGB:
+      r = 1;
+      g = 2;
+      b = 3;
+      px += 4 * x;
+      break;
+    case Format::xBGR:
+    case Format::ABGR:
+      r = 3;
+      g = 2;
+      b = 1;
+      px += 4 * x;
+      break;
+    default:
+      r = g = b = 0;
+      px += x;
+      break; /* GRAY8 */
   }
   rgb[0] = px[r];
   rgb[1] = px[g];
@@ -317,9 +355,12 @@ inline double
 tolerance (const pi0prep::Params &p, double ref)
 {
   switch (p.dtype) {
-    case pi0prep::DType::BFloat16: return 1e-3 + std::fabs (ref) * std::ldexp (1.0, -8);
-    case pi0prep::DType::Float16: return 1e-3 + std::fabs (ref) * std::ldexp (1.0, -11);
-    default: return 1e-3;
+    case pi0prep::DType::BFloat16:
+      return 1e-3 + std::fabs (ref) * std::ldexp (1.0, -8);
+    case pi0prep::DType::Float16:
+      return 1e-3 + std::fabs (ref) * std::ldexp (1.0, -11);
+    default:
+      return 1e-3;
   }
 }
 

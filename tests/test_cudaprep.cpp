@@ -25,7 +25,8 @@
 
 using namespace pi0test;
 
-namespace {
+namespace
+{
 
 bool
 have_cuda_device ()
@@ -42,19 +43,32 @@ GstVideoFormat
 to_gst (pi0prep::Format f)
 {
   switch (f) {
-    case pi0prep::Format::RGB: return GST_VIDEO_FORMAT_RGB;
-    case pi0prep::Format::BGR: return GST_VIDEO_FORMAT_BGR;
-    case pi0prep::Format::RGBx: return GST_VIDEO_FORMAT_RGBx;
-    case pi0prep::Format::BGRx: return GST_VIDEO_FORMAT_BGRx;
-    case pi0prep::Format::xRGB: return GST_VIDEO_FORMAT_xRGB;
-    case pi0prep::Format::xBGR: return GST_VIDEO_FORMAT_xBGR;
-    case pi0prep::Format::RGBA: return GST_VIDEO_FORMAT_RGBA;
-    case pi0prep::Format::BGRA: return GST_VIDEO_FORMAT_BGRA;
-    case pi0prep::Format::ARGB: return GST_VIDEO_FORMAT_ARGB;
-    case pi0prep::Format::ABGR: return GST_VIDEO_FORMAT_ABGR;
-    case pi0prep::Format::GRAY8: return GST_VIDEO_FORMAT_GRAY8;
-    case pi0prep::Format::NV12: return GST_VIDEO_FORMAT_NV12;
-    case pi0prep::Format::I420: return GST_VIDEO_FORMAT_I420;
+    case pi0prep::Format::RGB:
+      return GST_VIDEO_FORMAT_RGB;
+    case pi0prep::Format::BGR:
+      return GST_VIDEO_FORMAT_BGR;
+    case pi0prep::Format::RGBx:
+      return GST_VIDEO_FORMAT_RGBx;
+    case pi0prep::Format::BGRx:
+      return GST_VIDEO_FORMAT_BGRx;
+    case pi0prep::Format::xRGB:
+      return GST_VIDEO_FORMAT_xRGB;
+    case pi0prep::Format::xBGR:
+      return GST_VIDEO_FORMAT_xBGR;
+    case pi0prep::Format::RGBA:
+      return GST_VIDEO_FORMAT_RGBA;
+    case pi0prep::Format::BGRA:
+      return GST_VIDEO_FORMAT_BGRA;
+    case pi0prep::Format::ARGB:
+      return GST_VIDEO_FORMAT_ARGB;
+    case pi0prep::Format::ABGR:
+      return GST_VIDEO_FORMAT_ABGR;
+    case pi0prep::Format::GRAY8:
+      return GST_VIDEO_FORMAT_GRAY8;
+    case pi0prep::Format::NV12:
+      return GST_VIDEO_FORMAT_NV12;
+    case pi0prep::Format::I420:
+      return GST_VIDEO_FORMAT_I420;
   }
   return GST_VIDEO_FORMAT_UNKNOWN;
 }
@@ -66,12 +80,12 @@ add_frame_view (GstBuffer *buf, GstPi0ObservationMeta *meta, const char *name, F
 {
   GstPi0View *v = gst_pi0_observation_meta_add_view (meta, name);
   gst_video_info_set_format (&v->info, to_gst (f.format), f.width, f.height);
-  f.yuv = pi0prep::make_yuv_matrix (f.height > 576 ? 0.2126 : 0.299, f.height > 576 ? 0.0722 : 0.114,
-                                    false);
+  f.yuv = pi0prep::make_yuv_matrix (f.height > 576 ? 0.2126 : 0.299,
+                                    f.height > 576 ? 0.0722 : 0.114, false);
   std::vector<uint8_t> bytes;
   for (int p = 0; p < pi0prep::format_n_planes (f.format); p++) {
     v->info.offset[p] = bytes.size ();
-    v->info.stride[p] = (gint) f.strides[p];
+    v->info.stride[p] = (gint)f.strides[p];
     bytes.insert (bytes.end (), f.planes[p].begin (), f.planes[p].end ());
   }
   v->info.size = bytes.size ();
@@ -79,9 +93,9 @@ add_frame_view (GstBuffer *buf, GstPi0ObservationMeta *meta, const char *name, F
   v->mem_index = gst_buffer_n_memory (buf);
   v->n_mem = 1;
   gpointer copy = g_memdup2 (bytes.data (), bytes.size ());
-  gst_buffer_append_memory (buf, gst_memory_new_wrapped (GST_MEMORY_FLAG_READONLY, copy,
-                                                         bytes.size (), 0, bytes.size (), copy,
-                                                         g_free));
+  gst_buffer_append_memory (buf,
+                            gst_memory_new_wrapped (GST_MEMORY_FLAG_READONLY, copy, bytes.size (),
+                                                    0, bytes.size (), copy, g_free));
 }
 
 GstBuffer *
@@ -102,8 +116,7 @@ make_harness (const char *props = "device=cpu")
 }
 
 void
-expect_tensor_matches (GstPi0TensorMeta *tm, const pi0prep::Params &p, guint view,
-                       const Frame *f)
+expect_tensor_matches (GstPi0TensorMeta *tm, const pi0prep::Params &p, guint view, const Frame *f)
 {
   const std::vector<double> ref = reference (p, f);
   const size_t vb = pi0prep::view_bytes (p);
@@ -128,7 +141,7 @@ TEST (CudaPrep, TensorMetaMatchesReferenceAndViewsPassThrough)
   GstBuffer *buf = new_observation ();
   GstPi0ObservationMeta *meta = gst_buffer_get_pi0_observation_meta (buf);
   add_frame_view (buf, meta, "main", a);
-  gst_pi0_observation_meta_add_view (meta, "side");   /* masked */
+  gst_pi0_observation_meta_add_view (meta, "side"); /* masked */
   add_frame_view (buf, meta, "top", b);
   GstMemory *mem0 = gst_buffer_peek_memory (buf, 0);
 
@@ -248,7 +261,8 @@ TEST (CudaPrep, UnsupportedFormatIsNotNegotiatedAndNamed)
   EXPECT_EQ (gst_harness_buffers_in_queue (h.get ()), 0u);
   MessagePtr msg = pop_message (bus.get (), GST_MESSAGE_ERROR);
   ASSERT_TRUE (msg);
-  EXPECT_NE (message_text (msg.get ()).find ("YUY2"), std::string::npos) << message_text (msg.get ());
+  EXPECT_NE (message_text (msg.get ()).find ("YUY2"), std::string::npos)
+      << message_text (msg.get ());
 }
 
 TEST (CudaPrep, FrameLargerThanItsMemoryIsAnErrorNotARead)
@@ -264,13 +278,13 @@ TEST (CudaPrep, FrameLargerThanItsMemoryIsAnErrorNotARead)
     gsize mem_size = v->info.size;
     const char *expect;
     if (variant == 0) {
-      v->info.stride[0] = 4000;   /* stride * rows > memory */
+      v->info.stride[0] = 4000; /* stride * rows > memory */
       expect = "do not hold";
     } else if (variant == 1) {
-      mem_size = v->info.size - 1;   /* one byte short */
+      mem_size = v->info.size - 1; /* one byte short */
       expect = "do not hold";
     } else {
-      v->info.stride[0] = 640 * 3 - 2;   /* shorter than a row: would read into the next */
+      v->info.stride[0] = 640 * 3 - 2; /* shorter than a row: would read into the next */
       expect = "shorter than a row";
     }
     gst_buffer_append_memory (buf, gst_allocator_alloc (nullptr, mem_size, nullptr));
@@ -292,7 +306,7 @@ TEST (CudaPrep, BufferWithoutObservationMetaIsAnError)
   ObjectPtr<GstBus> bus (gst_bus_new ());
   gst_element_set_bus (h->element, bus.get ());
   EXPECT_EQ (gst_harness_push (h.get (), gst_buffer_new_allocate (nullptr, 16, nullptr)),
-            GST_FLOW_ERROR);
+             GST_FLOW_ERROR);
   MessagePtr msg = pop_message (bus.get (), GST_MESSAGE_ERROR);
   ASSERT_TRUE (msg);
   EXPECT_NE (message_text (msg.get ()).find ("GstPi0ObservationMeta"), std::string::npos);
@@ -314,7 +328,8 @@ TEST (CudaPrep, DeviceCudaWithoutGpuFailsAtStart)
   gst_element_set_state (e.get (), GST_STATE_NULL);
 }
 
-namespace {
+namespace
+{
 std::atomic<int> cpu_info_lines{0};
 
 void
@@ -366,9 +381,8 @@ TEST (CudaPrep, EnumsAreRegisteredWithNicks)
   ElementPtr e (gst_element_factory_make ("cudaprep", nullptr));
   const struct {
     const char *prop, *nick;
-  } cases[] = {{"resize", "stretch"}, {"filter", "bilinear"}, {"filter", "pil"},
-               {"normalize", "imagenet"},
-               {"dtype", "float16"}, {"device", "cpu"}};
+  } cases[] = {{"resize", "stretch"},     {"filter", "bilinear"}, {"filter", "pil"},
+               {"normalize", "imagenet"}, {"dtype", "float16"},   {"device", "cpu"}};
   for (auto &c : cases) {
     gst_util_set_object_arg (G_OBJECT (e.get ()), c.prop, c.nick);
     GParamSpec *ps = g_object_class_find_property (G_OBJECT_GET_CLASS (e.get ()), c.prop);

@@ -14,7 +14,8 @@
 
 using namespace pi0test;
 
-namespace {
+namespace
+{
 
 GstBuffer *
 observation (std::vector<Frame> &frames)
@@ -31,7 +32,7 @@ observation (std::vector<Frame> &frames)
     std::vector<uint8_t> bytes;
     for (int p = 0; p < pi0prep::format_n_planes (f.format); p++) {
       v->info.offset[p] = bytes.size ();
-      v->info.stride[p] = (gint) f.strides[p];
+      v->info.stride[p] = (gint)f.strides[p];
       bytes.insert (bytes.end (), f.planes[p].begin (), f.planes[p].end ());
     }
     v->info.size = bytes.size ();
@@ -39,9 +40,9 @@ observation (std::vector<Frame> &frames)
     v->mem_index = gst_buffer_n_memory (buf);
     v->n_mem = 1;
     gpointer copy = g_memdup2 (bytes.data (), bytes.size ());
-    gst_buffer_append_memory (buf, gst_memory_new_wrapped (GST_MEMORY_FLAG_READONLY, copy,
-                                                           bytes.size (), 0, bytes.size (), copy,
-                                                           g_free));
+    gst_buffer_append_memory (buf,
+                              gst_memory_new_wrapped (GST_MEMORY_FLAG_READONLY, copy, bytes.size (),
+                                                      0, bytes.size (), copy, g_free));
   }
   return buf;
 }
@@ -62,7 +63,7 @@ run (const char *props, GstBuffer *buf, bool expect_cuda)
   if (expect_cuda) {
     EXPECT_EQ (tm->device, GST_PI0_DEVICE_CUDA);
     EXPECT_NE (tm->ready_event, nullptr);
-    EXPECT_EQ (cudaEventSynchronize ((cudaEvent_t) tm->ready_event), cudaSuccess);
+    EXPECT_EQ (cudaEventSynchronize ((cudaEvent_t)tm->ready_event), cudaSuccess);
     EXPECT_EQ (cudaMemcpy (host.data (), tm->data, n, cudaMemcpyDeviceToHost), cudaSuccess);
   } else {
     EXPECT_EQ (tm->device, GST_PI0_DEVICE_CPU);

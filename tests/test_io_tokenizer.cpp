@@ -9,13 +9,19 @@
 
 using pi0test::expect_error;
 
-namespace {
+namespace
+{
 
-std::string tiny_model() { return pi0test::source_root() + "/tests/data/tokenizer/tiny_paligemma.model"; }
+std::string
+tiny_model ()
+{
+  return pi0test::source_root () + "/tests/data/tokenizer/tiny_paligemma.model";
+}
 
-#define PI0_REQUIRE_SENTENCEPIECE()                                                   \
-  do {                                                                                \
-    if (!pi0::Tokenizer::available()) GTEST_SKIP() << "built without libsentencepiece"; \
+#define PI0_REQUIRE_SENTENCEPIECE()                                                                \
+  do {                                                                                             \
+    if (!pi0::Tokenizer::available ())                                                             \
+      GTEST_SKIP () << "built without libsentencepiece";                                           \
   } while (0)
 
 const std::vector<std::string> kPrompts = {
@@ -23,110 +29,124 @@ const std::vector<std::string> kPrompts = {
     "  Pick_up the\nblue cup  ",
     "",
     "   \n\t ",
-    "\xe3\x80\x80open\xc2\xa0the drawer\t",  // U+3000 ... U+00A0 ... tab: Unicode strip()
-    "Zebra 123 \xc3\xbc" "n\xc3\xaf" "c\xc3\xb6" "d\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac",
+    "\xe3\x80\x80open\xc2\xa0the drawer\t", // U+3000 ... U+00A0 ... tab: Unicode strip()
+    "Zebra 123 \xc3\xbc"
+    "n\xc3\xaf"
+    "c\xc3\xb6"
+    "d\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac",
     "line1\r\nline2",
     "a_b_c__d",
     "\x1c\x1f hidden separators \xe2\x80\xa8",
-    "put the fork to the left of the plate and the knife to the right, then stack the three blocks on "
+    "put the fork to the left of the plate and the knife to the right, then stack the three blocks "
+    "on "
     "top of each other and place 2 red blocks and 3 blue blocks in the box",
 };
 
-}  // namespace
+} // namespace
 
-TEST(Tokenizer, MatchesPythonSentencepieceWithOpenpiFormat) {
-  PI0_REQUIRE_SENTENCEPIECE();
-  PI0_REQUIRE_PYTHON();
-  const auto tok = pi0::Tokenizer::load(tiny_model());
+TEST (Tokenizer, MatchesPythonSentencepieceWithOpenpiFormat)
+{
+  PI0_REQUIRE_SENTENCEPIECE ();
+  PI0_REQUIRE_PYTHON ();
+  const auto tok = pi0::Tokenizer::load (tiny_model ());
   pi0test::TempDir dir;
-  pi0test::write_bytes(dir.file("prompts.json"), nlohmann::json(kPrompts).dump());
+  pi0test::write_bytes (dir.file ("prompts.json"), nlohmann::json (kPrompts).dump ());
   for (int max_len : {48, 8}) {
-    SCOPED_TRACE("max_len " + std::to_string(max_len));
+    SCOPED_TRACE ("max_len " + std::to_string (max_len));
     std::string out;
-    ASSERT_TRUE(pi0test::run_oracle({"tokenize", tiny_model(), dir.file("prompts.json"), std::to_string(max_len)},
-                                    &out))
+    ASSERT_TRUE (pi0test::run_oracle (
+        {"tokenize", tiny_model (), dir.file ("prompts.json"), std::to_string (max_len)}, &out))
         << out;
-    const auto expected = nlohmann::json::parse(out);
-    ASSERT_EQ(expected.size(), kPrompts.size());
+    const auto expected = nlohmann::json::parse (out);
+    ASSERT_EQ (expected.size (), kPrompts.size ());
     int truncated = 0;
-    for (size_t i = 0; i < kPrompts.size(); i++) {
-      SCOPED_TRACE("prompt " + std::to_string(i));
-      EXPECT_EQ(pi0::Tokenizer::clean_prompt(kPrompts[i]), expected[i]["cleaned"].get<std::string>());
-      const auto t = tok.encode_prompt(kPrompts[i], max_len);
-      ASSERT_EQ(t.ids.sizes(), torch::IntArrayRef({max_len}));
-      ASSERT_EQ(t.ids.scalar_type(), torch::kInt64);
-      ASSERT_EQ(t.mask.scalar_type(), torch::kBool);
-      const auto ids = std::vector<int64_t>(t.ids.data_ptr<int64_t>(), t.ids.data_ptr<int64_t>() + max_len);
-      EXPECT_EQ(ids, expected[i]["ids"].get<std::vector<int64_t>>());
-      const auto want_mask = expected[i]["mask"].get<std::vector<bool>>();
+    for (size_t i = 0; i < kPrompts.size (); i++) {
+      SCOPED_TRACE ("prompt " + std::to_string (i));
+      EXPECT_EQ (pi0::Tokenizer::clean_prompt (kPrompts[i]),
+                 expected[i]["cleaned"].get<std::string> ());
+      const auto t = tok.encode_prompt (kPrompts[i], max_len);
+      ASSERT_EQ (t.ids.sizes (), torch::IntArrayRef ({max_len}));
+      ASSERT_EQ (t.ids.scalar_type (), torch::kInt64);
+      ASSERT_EQ (t.mask.scalar_type (), torch::kBool);
+      const auto ids =
+          std::vector<int64_t> (t.ids.data_ptr<int64_t> (), t.ids.data_ptr<int64_t> () + max_len);
+      EXPECT_EQ (ids, expected[i]["ids"].get<std::vector<int64_t>> ());
+      const auto want_mask = expected[i]["mask"].get<std::vector<bool>> ();
       int n_mask = 0;
       for (int k = 0; k < max_len; k++) {
-        EXPECT_EQ(t.mask[k].item<bool>(), want_mask[k]) << k;
+        EXPECT_EQ (t.mask[k].item<bool> (), want_mask[k]) << k;
         n_mask += want_mask[k];
       }
-      EXPECT_EQ(t.n_real, n_mask);
+      EXPECT_EQ (t.n_real, n_mask);
       truncated += t.truncated;
     }
     // The long prompt is cut at 48; at 8 most prompts are.
-    EXPECT_GE(truncated, max_len == 48 ? 1 : 5);
+    EXPECT_GE (truncated, max_len == 48 ? 1 : 5);
   }
 }
 
-TEST(Tokenizer, PromptLayoutBosTextAnswerTokenPadding) {
-  PI0_REQUIRE_SENTENCEPIECE();
-  const auto tok = pi0::Tokenizer::load(tiny_model());
-  EXPECT_EQ(tok.bos_id(), 2);  // the tiny model keeps PaliGemma's special ids
-  EXPECT_EQ(tok.vocab_size(), 400);
-  const auto text = tok.encode("pick up the red cube");
-  const auto answer = tok.encode("\n");
-  ASSERT_EQ(answer.size(), 1u);
-  const auto t = tok.encode_prompt("pick_up the red cube\n");
-  const int n = static_cast<int>(1 + text.size() + 1);
-  ASSERT_EQ(t.n_real, n);
-  EXPECT_FALSE(t.truncated);
-  EXPECT_EQ(t.ids[0].item<int64_t>(), 2);
-  for (size_t i = 0; i < text.size(); i++) EXPECT_EQ(t.ids[1 + i].item<int64_t>(), text[i]);
-  EXPECT_EQ(t.ids[n - 1].item<int64_t>(), answer[0]);
-  EXPECT_TRUE(t.mask.slice(0, 0, n).all().item<bool>());
-  EXPECT_FALSE(t.mask.slice(0, n).any().item<bool>());
-  EXPECT_EQ(t.ids.slice(0, n).abs().sum().item<int64_t>(), 0);  // openpi pads with 0
+TEST (Tokenizer, PromptLayoutBosTextAnswerTokenPadding)
+{
+  PI0_REQUIRE_SENTENCEPIECE ();
+  const auto tok = pi0::Tokenizer::load (tiny_model ());
+  EXPECT_EQ (tok.bos_id (), 2); // the tiny model keeps PaliGemma's special ids
+  EXPECT_EQ (tok.vocab_size (), 400);
+  const auto text = tok.encode ("pick up the red cube");
+  const auto answer = tok.encode ("\n");
+  ASSERT_EQ (answer.size (), 1u);
+  const auto t = tok.encode_prompt ("pick_up the red cube\n");
+  const int n = static_cast<int> (1 + text.size () + 1);
+  ASSERT_EQ (t.n_real, n);
+  EXPECT_FALSE (t.truncated);
+  EXPECT_EQ (t.ids[0].item<int64_t> (), 2);
+  for (size_t i = 0; i < text.size (); i++)
+    EXPECT_EQ (t.ids[1 + i].item<int64_t> (), text[i]);
+  EXPECT_EQ (t.ids[n - 1].item<int64_t> (), answer[0]);
+  EXPECT_TRUE (t.mask.slice (0, 0, n).all ().item<bool> ());
+  EXPECT_FALSE (t.mask.slice (0, n).any ().item<bool> ());
+  EXPECT_EQ (t.ids.slice (0, n).abs ().sum ().item<int64_t> (), 0); // openpi pads with 0
 
   // Exactly max_len tokens: not truncated, all real.
-  const auto exact = tok.encode_prompt("pick up the red cube", n);
-  EXPECT_FALSE(exact.truncated);
-  EXPECT_TRUE(exact.mask.all().item<bool>());
-  const auto cut = tok.encode_prompt("pick up the red cube", n - 1);
-  EXPECT_TRUE(cut.truncated);
-  EXPECT_EQ(cut.n_real, n - 1);
-  EXPECT_NE(cut.ids[n - 2].item<int64_t>(), answer[0]);  // the answer token is what is cut
+  const auto exact = tok.encode_prompt ("pick up the red cube", n);
+  EXPECT_FALSE (exact.truncated);
+  EXPECT_TRUE (exact.mask.all ().item<bool> ());
+  const auto cut = tok.encode_prompt ("pick up the red cube", n - 1);
+  EXPECT_TRUE (cut.truncated);
+  EXPECT_EQ (cut.n_real, n - 1);
+  EXPECT_NE (cut.ids[n - 2].item<int64_t> (), answer[0]); // the answer token is what is cut
 }
 
-TEST(Tokenizer, CleaningFollowsPython) {
-  EXPECT_EQ(pi0::Tokenizer::clean_prompt("  a_b\nc \t"), "a b c");
-  EXPECT_EQ(pi0::Tokenizer::clean_prompt("\r\nx\r\n"), "x");
-  EXPECT_EQ(pi0::Tokenizer::clean_prompt("x\r\ny"), "x\r y");  // only '\n' is replaced inside
-  EXPECT_EQ(pi0::Tokenizer::clean_prompt("\xc2\xa0" "x\xe3\x80\x80"), "x");
-  EXPECT_EQ(pi0::Tokenizer::clean_prompt(" \xe2\x80\x8b "), "\xe2\x80\x8b");  // U+200B is not whitespace
-  EXPECT_EQ(pi0::Tokenizer::clean_prompt(""), "");
+TEST (Tokenizer, CleaningFollowsPython)
+{
+  EXPECT_EQ (pi0::Tokenizer::clean_prompt ("  a_b\nc \t"), "a b c");
+  EXPECT_EQ (pi0::Tokenizer::clean_prompt ("\r\nx\r\n"), "x");
+  EXPECT_EQ (pi0::Tokenizer::clean_prompt ("x\r\ny"), "x\r y"); // only '\n' is replaced inside
+  EXPECT_EQ (pi0::Tokenizer::clean_prompt ("\xc2\xa0"
+                                           "x\xe3\x80\x80"),
+             "x");
+  EXPECT_EQ (pi0::Tokenizer::clean_prompt (" \xe2\x80\x8b "),
+             "\xe2\x80\x8b"); // U+200B is not whitespace
+  EXPECT_EQ (pi0::Tokenizer::clean_prompt (""), "");
 }
 
-TEST(Tokenizer, ClearErrors) {
+TEST (Tokenizer, ClearErrors)
+{
   pi0test::TempDir dir;
-  if (!pi0::Tokenizer::available()) {
-    expect_error([&] { pi0::Tokenizer::load(tiny_model()); }, {"without libsentencepiece"});
+  if (!pi0::Tokenizer::available ()) {
+    expect_error ([&] { pi0::Tokenizer::load (tiny_model ()); }, {"without libsentencepiece"});
     return;
   }
-  expect_error([&] { pi0::Tokenizer::load(dir.file("missing.model")); },
-               {dir.file("missing.model"), "cannot load SentencePiece model"});
-  pi0test::write_bytes(dir.file("garbage.model"), "this is not a protobuf \xff\xfe");
-  expect_error([&] { pi0::Tokenizer::load(dir.file("garbage.model")); },
-               {dir.file("garbage.model"), "cannot load SentencePiece model"});
+  expect_error ([&] { pi0::Tokenizer::load (dir.file ("missing.model")); },
+                {dir.file ("missing.model"), "cannot load SentencePiece model"});
+  pi0test::write_bytes (dir.file ("garbage.model"), "this is not a protobuf \xff\xfe");
+  expect_error ([&] { pi0::Tokenizer::load (dir.file ("garbage.model")); },
+                {dir.file ("garbage.model"), "cannot load SentencePiece model"});
 
-  const auto tok = pi0::Tokenizer::load(tiny_model());
-  expect_error([&] { tok.encode_prompt("bad \xc3( utf8"); }, {"not valid UTF-8", "offset 4"});
-  expect_error([&] { tok.encode_prompt("overlong \xc0\xaf"); }, {"not valid UTF-8"});
-  expect_error([&] { tok.encode_prompt("surrogate \xed\xa0\x80"); }, {"not valid UTF-8"});
-  expect_error([&] { tok.encode_prompt("x", 0); }, {"max_len must be at least 1"});
+  const auto tok = pi0::Tokenizer::load (tiny_model ());
+  expect_error ([&] { tok.encode_prompt ("bad \xc3( utf8"); }, {"not valid UTF-8", "offset 4"});
+  expect_error ([&] { tok.encode_prompt ("overlong \xc0\xaf"); }, {"not valid UTF-8"});
+  expect_error ([&] { tok.encode_prompt ("surrogate \xed\xa0\x80"); }, {"not valid UTF-8"});
+  expect_error ([&] { tok.encode_prompt ("x", 0); }, {"max_len must be at least 1"});
   pi0::Tokenizer unloaded;
-  expect_error([&] { unloaded.encode_prompt("x"); }, {"before Tokenizer::load()"});
+  expect_error ([&] { unloaded.encode_prompt ("x"); }, {"before Tokenizer::load()"});
 }

@@ -19,12 +19,12 @@
 using namespace pi0prep;
 using pi0test::Frame;
 
-namespace {
+namespace
+{
 
-const Format kAllFormats[] = {Format::RGB,  Format::BGR,  Format::RGBx, Format::BGRx,
-                              Format::xRGB, Format::xBGR, Format::RGBA, Format::BGRA,
-                              Format::ARGB, Format::ABGR, Format::GRAY8, Format::NV12,
-                              Format::I420};
+const Format kAllFormats[] = {Format::RGB,   Format::BGR,  Format::RGBx, Format::BGRx, Format::xRGB,
+                              Format::xBGR,  Format::RGBA, Format::BGRA, Format::ARGB, Format::ABGR,
+                              Format::GRAY8, Format::NV12, Format::I420};
 
 /* Compares every output value with the reference; reports the worst one. */
 void
@@ -157,7 +157,7 @@ TEST (Pi0Prep, MaskedViewIsPadEverywhere)
   Params p;
   Frame f = pi0test::random_frame (rng, Format::RGB, 320, 240);
   Image ims[2] = {Image (), f.image ()};
-  ims[0].format = Format::NV12;   /* format of a masked view does not matter */
+  ims[0].format = Format::NV12; /* format of a masked view does not matter */
   std::vector<uint8_t> out (2 * view_bytes (p), 0xCD);
   prep_cpu (p, ims, 2, out.data (), nullptr);
   const float *o = reinterpret_cast<const float *> (out.data ());
@@ -226,7 +226,8 @@ TEST (Pi0Prep, YuvMatrixCoefficients)
 
 /* ---- oracles ---- */
 
-namespace {
+namespace
+{
 
 struct Oracle {
   std::string python, script, skip_reason;
@@ -389,7 +390,8 @@ run_oracle_test (Filter filter)
   g_free (dir);
   if (!ran && !skip.empty ())
     GTEST_SKIP () << skip;
-  ::testing::Test::RecordProperty ("exact_fraction", std::to_string (double (exact) / std::max (total, 1)));
+  ::testing::Test::RecordProperty ("exact_fraction",
+                                   std::to_string (double (exact) / std::max (total, 1)));
   std::printf ("%d of %d values equal to the oracle (within 1e-3 levels)\n", exact, total);
 }
 

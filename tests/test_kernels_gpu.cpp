@@ -11,7 +11,8 @@
 
 using namespace pi0prep;
 
-namespace {
+namespace
+{
 
 bool
 have_device ()
@@ -20,10 +21,10 @@ have_device ()
   return cudaGetDeviceCount (&n) == cudaSuccess && n > 0;
 }
 
-#define CUDA_OK(call)                                                                          \
-  do {                                                                                         \
-    cudaError_t err_ = (call);                                                                 \
-    ASSERT_EQ (err_, cudaSuccess) << #call << ": " << cuda_error_text (err_);                  \
+#define CUDA_OK(call)                                                                              \
+  do {                                                                                             \
+    cudaError_t err_ = (call);                                                                     \
+    ASSERT_EQ (err_, cudaSuccess) << #call << ": " << cuda_error_text (err_);                      \
   } while (0)
 
 /* Copies a host frame's planes to the device; the returned Image points at device memory. */
@@ -51,7 +52,7 @@ TEST (Pi0PrepGpu, EqualsCpuForEveryFormatModeAndDtype)
   if (!have_device ())
     GTEST_SKIP () << "no CUDA device";
   std::mt19937 rng (2024);
-  const Format formats[] = {Format::RGB, Format::BGR, Format::RGBx, Format::BGRx, Format::xRGB,
+  const Format formats[] = {Format::RGB,  Format::BGR,  Format::RGBx,  Format::BGRx, Format::xRGB,
                             Format::ABGR, Format::RGBA, Format::GRAY8, Format::NV12, Format::I420};
   CudaPrep prep (3);
   CudaStream streams[3];
@@ -92,8 +93,9 @@ TEST (Pi0PrepGpu, EqualsCpuForEveryFormatModeAndDtype)
             worst = std::max (worst, d);
             bad += d > pi0test::tolerance (p, a);
           }
-          EXPECT_EQ (bad, 0u) << format_name (fmt) << " resize=" << int (rs) << " filter="
-                              << int (filt) << " dtype=" << int (dt) << " worst " << worst;
+          EXPECT_EQ (bad, 0u) << format_name (fmt) << " resize=" << int (rs)
+                              << " filter=" << int (filt) << " dtype=" << int (dt) << " worst "
+                              << worst;
           /* And the second view against the plain reference directly. */
           if (fmt == Format::NV12 && dt == DType::Float32) {
             std::vector<double> ref = pi0test::reference (p, &frames[1]);

@@ -18,7 +18,8 @@
 
 using namespace pi0test;
 
-namespace {
+namespace
+{
 
 constexpr int TINY = 32; /* pi0-tiny's image size */
 
@@ -75,15 +76,15 @@ make_observation (guint64 seq, guint64 seed, int views = 3, int size = TINY, int
                                                     : GST_PI0_STATE_FLAG_NONE);
   }
 
-  size_t n = (size_t) views * 3 * size * size;
+  size_t n = (size_t)views * 3 * size * size;
   GstPi0TensorStorage *st = gst_pi0_tensor_storage_new_host (n * sizeof (float));
-  float *d = (float *) gst_pi0_tensor_storage_get_data (st);
-  GRand *r = g_rand_new_with_seed ((guint32) seed);
+  float *d = (float *)gst_pi0_tensor_storage_get_data (st);
+  GRand *r = g_rand_new_with_seed ((guint32)seed);
   for (size_t i = 0; i < n; i++)
-    d[i] = (float) g_rand_double_range (r, -1.0, 1.0);
+    d[i] = (float)g_rand_double_range (r, -1.0, 1.0);
   g_rand_free (r);
   if (masked_view >= 0) {
-    size_t per = (size_t) 3 * size * size;
+    size_t per = (size_t)3 * size * size;
     for (size_t i = 0; i < per; i++)
       d[masked_view * per + i] = masked_fill;
   }
@@ -122,7 +123,8 @@ struct Infer {
     bus.reset (gst_bus_new ());
     gst_element_set_bus (e, bus.get ());
     h.reset (gst_harness_new_with_element (e, "sink", "src"));
-    std::string caps = std::string (GST_PI0_OBSERVATION_MEDIA_TYPE) + ",views=(int)" + std::to_string (views);
+    std::string caps =
+        std::string (GST_PI0_OBSERVATION_MEDIA_TYPE) + ",views=(int)" + std::to_string (views);
     gst_harness_set_src_caps_str (h.get (), caps.c_str ());
   }
   ~Infer ()
@@ -131,7 +133,8 @@ struct Infer {
     gst_element_set_bus (element.get (), nullptr);
   }
   /* Pushes one observation and returns its actions ([] when it got none). */
-  std::vector<float> run (GstBuffer *obs, GstPi0ActionMeta *out_meta = nullptr, GstFlowReturn *ret = nullptr)
+  std::vector<float> run (GstBuffer *obs, GstPi0ActionMeta *out_meta = nullptr,
+                          GstFlowReturn *ret = nullptr)
   {
     GstFlowReturn r = gst_harness_push (h.get (), obs);
     if (ret)
@@ -148,7 +151,7 @@ struct Infer {
       return v;
     if (out_meta)
       *out_meta = *am; /* scalar fields only; actions are copied below */
-    v.assign (am->actions, am->actions + (size_t) am->horizon * am->dim);
+    v.assign (am->actions, am->actions + (size_t)am->horizon * am->dim);
     if (out_meta) {
       out_meta->actions = nullptr;
       out_meta->model_id = nullptr;
@@ -238,7 +241,8 @@ TEST (Pi0Infer, MissingOrCorruptModelNamesTheFile)
     std::string ck = dir.path + "/ck";
     g_mkdir (ck.c_str (), 0755);
     g_file_set_contents ((ck + "/config.json").c_str (), "{\"type\": \"pi0\"}", -1, nullptr);
-    g_file_set_contents ((ck + "/model.safetensors").c_str (), "not a safetensors file", -1, nullptr);
+    g_file_set_contents ((ck + "/model.safetensors").c_str (), "not a safetensors file", -1,
+                         nullptr);
     MessagePtr m = start_error (make_infer (ck));
     ASSERT_NE (m, nullptr);
     std::string t = message_text (m.get ());
@@ -247,15 +251,18 @@ TEST (Pi0Infer, MissingOrCorruptModelNamesTheFile)
   {
     MessagePtr m = start_error (make_infer ("builtin:pi0-huge"));
     ASSERT_NE (m, nullptr);
-    EXPECT_NE (message_text (m.get ()).find ("only builtin is builtin:pi0-tiny"), std::string::npos);
+    EXPECT_NE (message_text (m.get ()).find ("only builtin is builtin:pi0-tiny"),
+               std::string::npos);
   }
   {
-    MessagePtr m = start_error (make_infer ("builtin:pi0-tiny", "tokenizer", "/no/such.model", nullptr));
+    MessagePtr m =
+        start_error (make_infer ("builtin:pi0-tiny", "tokenizer", "/no/such.model", nullptr));
     ASSERT_NE (m, nullptr);
     EXPECT_NE (message_text (m.get ()).find ("/no/such.model"), std::string::npos);
   }
   {
-    MessagePtr m = start_error (make_infer ("builtin:pi0-tiny", "norm-stats", "/no/stats.json", nullptr));
+    MessagePtr m =
+        start_error (make_infer ("builtin:pi0-tiny", "norm-stats", "/no/stats.json", nullptr));
     ASSERT_NE (m, nullptr);
     EXPECT_NE (message_text (m.get ()).find ("/no/stats.json"), std::string::npos);
   }
@@ -268,7 +275,8 @@ TEST (Pi0Infer, MissingOrCorruptModelNamesTheFile)
 
 TEST (Pi0Infer, BuiltinTinyAttachesActionsWithObservationTiming)
 {
-  Infer inf (make_infer ("builtin:pi0-tiny", "action-dims", 7, "instruction", "pick up the cube", nullptr));
+  Infer inf (make_infer ("builtin:pi0-tiny", "action-dims", 7, "instruction", "pick up the cube",
+                         nullptr));
   GstPi0ActionMeta am;
   std::vector<float> a = inf.run (make_observation (5, 1), &am);
   ASSERT_EQ (a.size (), 50u * 7u);
@@ -319,7 +327,8 @@ TEST (Pi0Infer, InstructionByPropertyAndByEventAtTheRightObservation)
   Infer inf (make_infer ("builtin:pi0-tiny", "instruction", "open the drawer", nullptr));
   EXPECT_EQ (inf.run (make_observation (1, 4)), x1);
   /* In the stream, between observations 1 and 2. */
-  ASSERT_TRUE (gst_harness_push_event (inf.h.get (), gst_pi0_instruction_event_new ("close the drawer")));
+  ASSERT_TRUE (
+      gst_harness_push_event (inf.h.get (), gst_pi0_instruction_event_new ("close the drawer")));
   EXPECT_EQ (inf.run (make_observation (2, 4)), y2);
   gchar *now = nullptr;
   g_object_get (inf.element.get (), "instruction", &now, nullptr);
@@ -415,7 +424,8 @@ TEST (Pi0Infer, WrongImageSizeOrViewCountIsNotNegotiated)
     EXPECT_EQ (gst_harness_push (h.get (), make_observation (1, 2, 5)), GST_FLOW_NOT_NEGOTIATED);
     MessagePtr m = pop_message (bus.get (), GST_MESSAGE_ERROR);
     ASSERT_NE (m, nullptr);
-    EXPECT_NE (message_text (m.get ()).find ("5 views but the model takes at most 3"), std::string::npos);
+    EXPECT_NE (message_text (m.get ()).find ("5 views but the model takes at most 3"),
+               std::string::npos);
     h.reset ();
     gst_element_set_bus (e, nullptr);
   }
@@ -458,7 +468,8 @@ TEST (Pi0Infer, CheckpointWrittenByPi0ModelInit)
   ASSERT_NE (build, nullptr);
   TempDir dir;
   std::string ck = dir.path + "/tiny";
-  std::string cmd = std::string (build) + "/tools/pi0-model/pi0-model init --config pi0-tiny --seed 3 --out " + ck +
+  std::string cmd = std::string (build) +
+                    "/tools/pi0-model/pi0-model init --config pi0-tiny --seed 3 --out " + ck +
                     " --tokenizer " + tiny_tokenizer () + " > /dev/null";
   ASSERT_EQ (std::system (cmd.c_str ()), 0) << cmd;
 
@@ -488,8 +499,10 @@ TEST (Pi0Infer, CheckpointWrittenByPi0ModelInit)
   }
   mean += "]";
   stdv += "]";
-  std::string json = "{\"norm_stats\": {\"state\": {\"mean\": [0,0,0,0,0,0,0], \"std\": [1,1,1,1,1,1,1]}, "
-                     "\"actions\": {\"mean\": " + mean + ", \"std\": " + stdv + "}}}";
+  std::string json =
+      "{\"norm_stats\": {\"state\": {\"mean\": [0,0,0,0,0,0,0], \"std\": [1,1,1,1,1,1,1]}, "
+      "\"actions\": {\"mean\": " +
+      mean + ", \"std\": " + stdv + "}}}";
   g_file_set_contents (stats.c_str (), json.c_str (), -1, nullptr);
   Infer inf (make_infer (ck, "action-dims", 14, "norm-stats", stats.c_str (), nullptr));
   std::vector<float> c = inf.run (make_observation (1, 2));
@@ -514,7 +527,8 @@ TEST (Pi0Infer, AnswersLatencyWithItsInferenceTime)
   gst_object_unref (src);
 }
 
-namespace {
+namespace
+{
 GstPadProbeReturn
 count_actions (GstPad *, GstPadProbeInfo *info, gpointer user_data)
 {
@@ -531,13 +545,14 @@ TEST (Pi0Infer, CheckpointPipelineLineRuns)
   ASSERT_NE (build, nullptr);
   TempDir dir;
   std::string ck = dir.path + "/tiny";
-  std::string cmd = std::string (build) + "/tools/pi0-model/pi0-model init --config pi0-tiny --seed 1 --out " + ck +
+  std::string cmd = std::string (build) +
+                    "/tools/pi0-model/pi0-model init --config pi0-tiny --seed 1 --out " + ck +
                     " --tokenizer " + tiny_tokenizer () + " > /dev/null";
   ASSERT_EQ (std::system (cmd.c_str ()), 0) << cmd;
 
   gchar *text = nullptr;
-  ASSERT_TRUE (g_file_get_contents ((source_root () + "/pipelines/infer-checkpoint.txt").c_str (), &text,
-                                    nullptr, nullptr));
+  ASSERT_TRUE (g_file_get_contents ((source_root () + "/pipelines/infer-checkpoint.txt").c_str (),
+                                    &text, nullptr, nullptr));
   std::string line;
   gchar **lines = g_strsplit (text, "\n", -1);
   for (gchar **l = lines; *l; l++) {
@@ -568,8 +583,8 @@ TEST (Pi0Infer, CheckpointPipelineLineRuns)
   gst_iterator_free (it);
   ASSERT_NE (gst_element_set_state (pipe.get (), GST_STATE_PLAYING), GST_STATE_CHANGE_FAILURE);
   GstBus *bus = gst_element_get_bus (pipe.get ());
-  MessagePtr msg (gst_bus_timed_pop_filtered (bus, 60 * GST_SECOND,
-                                              (GstMessageType) (GST_MESSAGE_EOS | GST_MESSAGE_ERROR)));
+  MessagePtr msg (gst_bus_timed_pop_filtered (
+      bus, 60 * GST_SECOND, (GstMessageType)(GST_MESSAGE_EOS | GST_MESSAGE_ERROR)));
   gst_object_unref (bus);
   ASSERT_NE (msg, nullptr);
   ASSERT_EQ (GST_MESSAGE_TYPE (msg.get ()), GST_MESSAGE_EOS) << message_text (msg.get ());

@@ -22,7 +22,8 @@
 
 using namespace pi0test;
 
-namespace {
+namespace
+{
 
 constexpr int TINY = 32;
 
@@ -33,7 +34,7 @@ host_images (guint32 seed)
   std::vector<float> v (3 * 3 * TINY * TINY);
   GRand *r = g_rand_new_with_seed (seed);
   for (auto &x : v)
-    x = (float) g_rand_double_range (r, -1.0, 1.0);
+    x = (float)g_rand_double_range (r, -1.0, 1.0);
   g_rand_free (r);
   return v;
 }
@@ -73,7 +74,7 @@ run (const char *device, GstBuffer *obs)
   BufferPtr b (gst_harness_pull (h.get ()));
   GstPi0ActionMeta *am = b ? gst_buffer_get_pi0_action_meta (b.get ()) : nullptr;
   if (am)
-    out.assign (am->actions, am->actions + (size_t) am->horizon * am->dim);
+    out.assign (am->actions, am->actions + (size_t)am->horizon * am->dim);
   return out;
 }
 
@@ -82,8 +83,8 @@ rel_err (const std::vector<float> &a, const std::vector<float> &b)
 {
   double num = 0, den = 0;
   for (size_t i = 0; i < a.size () && i < b.size (); i++) {
-    num = std::max (num, (double) std::fabs (a[i] - b[i]));
-    den = std::max (den, (double) std::fabs (b[i]));
+    num = std::max (num, (double)std::fabs (a[i] - b[i]));
+    den = std::max (den, (double)std::fabs (b[i]));
   }
   return den > 0 ? num / den : num;
 }
@@ -113,7 +114,8 @@ TEST (Pi0InferGpu, CudaAgreesWithCpu)
 }
 
 #ifdef PI0_INFER_HAVE_CUDA
-namespace {
+namespace
+{
 struct DeviceTensor {
   at::Tensor t;
   cudaEvent_t event = nullptr;
@@ -152,8 +154,8 @@ TEST (Pi0InferGpu, WaitsOnTheTensorEventOnTheGpu)
     d->t.copy_ (host.to (at::kCUDA, true) + m.sum () * 0.0f);
     ASSERT_EQ (cudaEventRecord (d->event, side.stream ()), cudaSuccess);
   }
-  GstPi0TensorStorage *st = gst_pi0_tensor_storage_new (d->t.data_ptr (), d->t.nbytes (),
-                                                        GST_PI0_DEVICE_CUDA, 0, d, free_device_tensor);
+  GstPi0TensorStorage *st = gst_pi0_tensor_storage_new (
+      d->t.data_ptr (), d->t.nbytes (), GST_PI0_DEVICE_CUDA, 0, d, free_device_tensor);
   std::vector<float> got = run ("cuda", observation_with (st, d->event));
   gst_pi0_tensor_storage_unref (st);
   ASSERT_EQ (got.size (), expect.size ());

@@ -114,7 +114,8 @@ TEST (InferSoak, PlayingNullCyclesLeakNothing)
       "pi0infer model=builtin:pi0-tiny require-state=false instruction=wave ! "
       "fakesink name=out signal-handoffs=true sync=false "
       "videotestsrc ! video/x-raw,format=RGB,width=64,height=48,framerate=30/1 ! mux.main "
-      "videotestsrc pattern=ball ! video/x-raw,format=NV12,width=32,height=24,framerate=15/1 ! mux.side",
+      "videotestsrc pattern=ball ! video/x-raw,format=NV12,width=32,height=24,framerate=15/1 ! "
+      "mux.side",
       &err));
   ASSERT_EQ (err, nullptr) << err->message;
   GstElement *sink = gst_bin_get_by_name (GST_BIN (pipe.get ()), "out");

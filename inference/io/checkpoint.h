@@ -10,13 +10,14 @@
 
 #include "io/safetensors.h"
 
-namespace pi0 {
+namespace pi0
+{
 
 // What load_state_dict did besides the one-to-one copies.
 struct LoadReport {
-  size_t loaded = 0;                 // module tensors filled
-  std::vector<std::string> tied;     // module tensors filled from their tied partner
-  std::vector<std::string> ignored;  // checkpoint tensors not used (unused tied lm_head copies)
+  size_t loaded = 0;                // module tensors filled
+  std::vector<std::string> tied;    // module tensors filled from their tied partner
+  std::vector<std::string> ignored; // checkpoint tensors not used (unused tied lm_head copies)
 };
 
 // Loads `tensors` into `module`'s named_parameters() and named_buffers() by name:
@@ -35,16 +36,16 @@ struct LoadReport {
 // LibTorch has no non-persistent buffers: a module that registers derived buffers (RoPE
 // frequency tables, position ids) passes `derived`, which returns true for those names; they
 // are loaded when the file has them and are not "missing" when it has not.
-using NamePredicate = std::function<bool(const std::string &)>;
-LoadReport load_state_dict(torch::nn::Module &module, const TensorMap &tensors,
-                           const std::string &source_name, const NamePredicate &derived = {});
+using NamePredicate = std::function<bool (const std::string &)>;
+LoadReport load_state_dict (torch::nn::Module &module, const TensorMap &tensors,
+                            const std::string &source_name, const NamePredicate &derived = {});
 
 // load_safetensors(path) + load_state_dict(module, ..., path).
-LoadReport load_checkpoint(torch::nn::Module &module, const std::string &path,
-                           const NamePredicate &derived = {});
+LoadReport load_checkpoint (torch::nn::Module &module, const std::string &path,
+                            const NamePredicate &derived = {});
 
 // The module's parameters and buffers by name (detached; sharing the module's storage), ready
 // for save_safetensors().
-TensorMap state_dict(const torch::nn::Module &module);
+TensorMap state_dict (const torch::nn::Module &module);
 
-}  // namespace pi0
+} // namespace pi0

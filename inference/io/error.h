@@ -5,10 +5,11 @@
 
 #include <stdexcept>
 
-namespace pi0 {
+namespace pi0
+{
 
 struct Error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-}  // namespace pi0
+} // namespace pi0

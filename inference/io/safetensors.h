@@ -9,7 +9,8 @@
 
 #include <torch/torch.h>
 
-namespace pi0 {
+namespace pi0
+{
 
 using TensorMap = std::map<std::string, torch::Tensor>;
 
@@ -28,10 +29,10 @@ using TensorMap = std::map<std::string, torch::Tensor>;
 // implementation). Any problem throws pi0::Error naming the file and the problem.
 //
 // Supported dtypes: F64 F32 F16 BF16 F8_E4M3 F8_E5M2 I64 I32 I16 I8 U8 BOOL.
-TensorMap load_safetensors(const std::string &path);
+TensorMap load_safetensors (const std::string &path);
 
 // Reads only the "__metadata__" map of a file (validating the header as load_safetensors does).
-std::map<std::string, std::string> load_safetensors_metadata(const std::string &path);
+std::map<std::string, std::string> load_safetensors_metadata (const std::string &path);
 
 // Writes `tensors` (any device or layout; copied to contiguous CPU memory while writing) and
 // the optional string `metadata`. Tensors are ordered by element size, then name, and the
@@ -39,11 +40,11 @@ std::map<std::string, std::string> load_safetensors_metadata(const std::string &
 // The file is written under a temporary name and renamed, so a failed save never leaves a
 // truncated checkpoint at `path`. Throws pi0::Error on an unsupported dtype, an undefined or
 // sparse tensor, the reserved name "__metadata__", or an I/O failure.
-void save_safetensors(const std::string &path, const TensorMap &tensors,
-                      const std::map<std::string, std::string> &metadata = {});
+void save_safetensors (const std::string &path, const TensorMap &tensors,
+                       const std::map<std::string, std::string> &metadata = {});
 
 // The safetensors dtype string of a torch dtype ("F32", "BF16", ...); throws pi0::Error when
 // the format has no code for it.
-std::string safetensors_dtype_name(torch::ScalarType dtype);
+std::string safetensors_dtype_name (torch::ScalarType dtype);
 
-}  // namespace pi0
+} // namespace pi0

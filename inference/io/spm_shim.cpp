@@ -13,61 +13,76 @@
 #include <string>
 #include <vector>
 
-namespace {
-char *dup_error(const std::string &s) {
-  char *p = static_cast<char *>(std::malloc(s.size() + 1));
-  if (p) std::memcpy(p, s.c_str(), s.size() + 1);
+namespace
+{
+char *
+dup_error (const std::string &s)
+{
+  char *p = static_cast<char *> (std::malloc (s.size () + 1));
+  if (p)
+    std::memcpy (p, s.c_str (), s.size () + 1);
   return p;
 }
-}  // namespace
+} // namespace
 
 extern "C" {
 
 // The entry points tokenizer.cpp looks up with dlsym.
-void *pi0spm_load(const char *path, char **error);
-void pi0spm_free(void *handle);
-int pi0spm_encode(void *handle, const char *text, size_t len, int **ids, size_t *n, char **error);
-int pi0spm_vocab_size(void *handle);
-int pi0spm_bos_id(void *handle);
+void *pi0spm_load (const char *path, char **error);
+void pi0spm_free (void *handle);
+int pi0spm_encode (void *handle, const char *text, size_t len, int **ids, size_t *n, char **error);
+int pi0spm_vocab_size (void *handle);
+int pi0spm_bos_id (void *handle);
 
-__attribute__((visibility("default"))) void *pi0spm_load(const char *path, char **error) {
-  auto *sp = new sentencepiece::SentencePieceProcessor();
-  const auto status = sp->Load(path);
-  if (!status.ok()) {
-    *error = dup_error(status.ToString());
+__attribute__ ((visibility ("default"))) void *
+pi0spm_load (const char *path, char **error)
+{
+  auto *sp = new sentencepiece::SentencePieceProcessor ();
+  const auto status = sp->Load (path);
+  if (!status.ok ()) {
+    *error = dup_error (status.ToString ());
     delete sp;
     return nullptr;
   }
   return sp;
 }
 
-__attribute__((visibility("default"))) void pi0spm_free(void *handle) {
-  delete static_cast<sentencepiece::SentencePieceProcessor *>(handle);
+__attribute__ ((visibility ("default"))) void
+pi0spm_free (void *handle)
+{
+  delete static_cast<sentencepiece::SentencePieceProcessor *> (handle);
 }
 
 // On success *ids (malloc'd, caller frees with free()) holds *n ids and 0 is returned.
-__attribute__((visibility("default"))) int pi0spm_encode(void *handle, const char *text, size_t len,
-                                                        int **ids, size_t *n, char **error) {
+__attribute__ ((visibility ("default"))) int
+pi0spm_encode (void *handle, const char *text, size_t len, int **ids, size_t *n, char **error)
+{
   std::vector<int> out;
-  const auto status = static_cast<sentencepiece::SentencePieceProcessor *>(handle)->Encode(
-      std::string(text, len), &out);
-  if (!status.ok()) {
-    *error = dup_error(status.ToString());
+  const auto status = static_cast<sentencepiece::SentencePieceProcessor *> (handle)->Encode (
+      std::string (text, len), &out);
+  if (!status.ok ()) {
+    *error = dup_error (status.ToString ());
     return -1;
   }
-  *n = out.size();
-  *ids = static_cast<int *>(std::malloc(sizeof(int) * (out.empty() ? 1 : out.size())));
-  if (!*ids) return -1;
-  if (!out.empty()) std::memcpy(*ids, out.data(), sizeof(int) * out.size());
+  *n = out.size ();
+  *ids = static_cast<int *> (std::malloc (sizeof (int) * (out.empty () ? 1 : out.size ())));
+  if (!*ids)
+    return -1;
+  if (!out.empty ())
+    std::memcpy (*ids, out.data (), sizeof (int) * out.size ());
   return 0;
 }
 
-__attribute__((visibility("default"))) int pi0spm_vocab_size(void *handle) {
-  return static_cast<sentencepiece::SentencePieceProcessor *>(handle)->GetPieceSize();
+__attribute__ ((visibility ("default"))) int
+pi0spm_vocab_size (void *handle)
+{
+  return static_cast<sentencepiece::SentencePieceProcessor *> (handle)->GetPieceSize ();
 }
 
-__attribute__((visibility("default"))) int pi0spm_bos_id(void *handle) {
-  return static_cast<sentencepiece::SentencePieceProcessor *>(handle)->bos_id();
+__attribute__ ((visibility ("default"))) int
+pi0spm_bos_id (void *handle)
+{
+  return static_cast<sentencepiece::SentencePieceProcessor *> (handle)->bos_id ();
 }
 
-}  // extern "C"
+} // extern "C"

@@ -7,46 +7,48 @@
 
 #include <torch/torch.h>
 
-namespace pi0 {
+namespace pi0
+{
 
 struct Tokens {
-  torch::Tensor ids;   // int64 [max_len]: BOS, the cleaned prompt, "\n", then 0 (openpi pads with 0)
-  torch::Tensor mask;  // bool [max_len]: true on the n_real real tokens
+  torch::Tensor ids;  // int64 [max_len]: BOS, the cleaned prompt, "\n", then 0 (openpi pads with 0)
+  torch::Tensor mask; // bool [max_len]: true on the n_real real tokens
   int n_real = 0;
-  bool truncated = false;  // the prompt needed more than max_len tokens and was cut
+  bool truncated = false; // the prompt needed more than max_len tokens and was cut
 };
 
-class Tokenizer {
- public:
+class Tokenizer
+{
+public:
   // Loads a SentencePiece model file (for Pi0: PaliGemma's paligemma_tokenizer.model, vocab
   // 257152). Throws pi0::Error when the file cannot be read, is not a SentencePiece model, or
   // has no BOS piece, and when gst-pi0 was built without libsentencepiece.
-  static Tokenizer load(const std::string &model_path);
+  static Tokenizer load (const std::string &model_path);
 
   // True when this build has libsentencepiece (otherwise load() always throws).
-  static bool available();
+  static bool available ();
 
   // openpi's PaligemmaTokenizer (Pi0 format): the prompt is cleaned like Python's
   // `prompt.strip().replace("_", " ").replace("\n", " ")` (strip() removes Unicode whitespace
   // at both ends), tokenized with BOS, followed by the tokens of "\n" (the start-of-answer
   // token), cut to max_len or right-padded with 0. Throws pi0::Error on invalid UTF-8 or
   // max_len < 1.
-  Tokens encode_prompt(const std::string &prompt, int max_len = 48) const;
+  Tokens encode_prompt (const std::string &prompt, int max_len = 48) const;
 
   // Plain SentencePiece encoding, no BOS, no cleaning.
-  std::vector<int64_t> encode(const std::string &text) const;
+  std::vector<int64_t> encode (const std::string &text) const;
 
-  int vocab_size() const;
-  int bos_id() const;
-  const std::string &path() const { return path_; }
+  int vocab_size () const;
+  int bos_id () const;
+  const std::string &path () const { return path_; }
 
   // The cleaning step alone (exposed for tests and for logging what the model sees).
-  static std::string clean_prompt(const std::string &prompt);
+  static std::string clean_prompt (const std::string &prompt);
 
- private:
+private:
   struct Impl;
-  std::shared_ptr<const Impl> impl_;  // shared: a Tokenizer is cheap to copy and thread-safe to use
+  std::shared_ptr<const Impl> impl_; // shared: a Tokenizer is cheap to copy and thread-safe to use
   std::string path_;
 };
 
-}  // namespace pi0
+} // namespace pi0

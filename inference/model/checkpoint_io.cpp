@@ -8,54 +8,67 @@
 #include "model/pi0_model.h"
 #include "model/policy.h"
 
-namespace pi0 {
+namespace pi0
+{
 
-namespace {
+namespace
+{
 
-bool is_dir(const std::string &p) {
+bool
+is_dir (const std::string &p)
+{
   struct stat st;
-  return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+  return ::stat (p.c_str (), &st) == 0 && S_ISDIR (st.st_mode);
 }
 
-bool exists(const std::string &p) {
+bool
+exists (const std::string &p)
+{
   struct stat st;
-  return ::stat(p.c_str(), &st) == 0;
+  return ::stat (p.c_str (), &st) == 0;
 }
 
-std::string parent_dir(const std::string &file) {
-  auto slash = file.find_last_of('/');
-  return slash == std::string::npos ? "." : file.substr(0, slash);
+std::string
+parent_dir (const std::string &file)
+{
+  auto slash = file.find_last_of ('/');
+  return slash == std::string::npos ? "." : file.substr (0, slash);
 }
 
-}  // namespace
+} // namespace
 
-std::shared_ptr<Pi0Model> load_pi0_model(const std::string &path) {
-  std::string dir = is_dir(path) ? path : parent_dir(path);
-  std::string weights = is_dir(path) ? dir + "/model.safetensors" : path;
-  if (!exists(weights))
-    throw Error("no checkpoint at '" + weights + "' (expected a directory with model.safetensors and config.json)");
+std::shared_ptr<Pi0Model>
+load_pi0_model (const std::string &path)
+{
+  std::string dir = is_dir (path) ? path : parent_dir (path);
+  std::string weights = is_dir (path) ? dir + "/model.safetensors" : path;
+  if (!exists (weights))
+    throw Error ("no checkpoint at '" + weights +
+                 "' (expected a directory with model.safetensors and config.json)");
   std::string config_path = dir + "/config.json";
-  if (!exists(config_path))
-    throw Error("checkpoint '" + weights + "' has no config.json next to it (" + config_path +
-                "): the architecture cannot be known");
-  Pi0Config cfg = config_from_json_file(config_path);
-  auto model = std::make_shared<Pi0Model>(cfg);
+  if (!exists (config_path))
+    throw Error ("checkpoint '" + weights + "' has no config.json next to it (" + config_path +
+                 "): the architecture cannot be known");
+  Pi0Config cfg = config_from_json_file (config_path);
+  auto model = std::make_shared<Pi0Model> (cfg);
   // Missing, unexpected or mis-shaped tensors come back as one error listing all of them.
-  load_state_dict(*model, load_safetensors(weights), weights);
+  load_state_dict (*model, load_safetensors (weights), weights);
   return model;
 }
 
-void save_pi0_model(const Pi0Model &model, const std::string &dir) {
-  if (!is_dir(dir) && ::mkdir(dir.c_str(), 0755) != 0)
-    throw Error("cannot create checkpoint directory '" + dir + "'");
+void
+save_pi0_model (const Pi0Model &model, const std::string &dir)
+{
+  if (!is_dir (dir) && ::mkdir (dir.c_str (), 0755) != 0)
+    throw Error ("cannot create checkpoint directory '" + dir + "'");
   TensorMap tensors;
-  for (const auto &p : model.named_parameters(true))
-    tensors[p.key()] = p.value().detach().to(at::kCPU, at::kFloat);
-  save_safetensors(dir + "/model.safetensors", tensors, {{"format", "pt"}, {"writer", "gst-pi0"}});
-  std::ofstream out(dir + "/config.json", std::ios::binary | std::ios::trunc);
-  out << model.config().to_json();
+  for (const auto &p : model.named_parameters (true))
+    tensors[p.key ()] = p.value ().detach ().to (at::kCPU, at::kFloat);
+  save_safetensors (dir + "/model.safetensors", tensors, {{"format", "pt"}, {"writer", "gst-pi0"}});
+  std::ofstream out (dir + "/config.json", std::ios::binary | std::ios::trunc);
+  out << model.config ().to_json ();
   if (!out)
-    throw Error("cannot write '" + dir + "/config.json'");
+    throw Error ("cannot write '" + dir + "/config.json'");
 }
 
-}  // namespace pi0
+} // namespace pi0

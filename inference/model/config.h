@@ -7,7 +7,8 @@
 #include <string>
 #include <vector>
 
-namespace pi0 {
+namespace pi0
+{
 
 /* SigLIP vision tower (ViT with learned position embeddings, no pooling head). */
 struct VisionConfig {
@@ -18,7 +19,7 @@ struct VisionConfig {
   int mlp_dim = 4304;
   int num_heads = 16;
   double layer_norm_eps = 1e-6;
-  int num_patches() const { return (image_size / patch_size) * (image_size / patch_size); }
+  int num_patches () const { return (image_size / patch_size) * (image_size / patch_size); }
 };
 
 /* One Gemma stack. Both experts must agree on heads, kv heads and head_dim because they share
@@ -35,57 +36,57 @@ struct GemmaConfig {
 struct Pi0Config {
   std::string name = "pi0";
   VisionConfig vision;
-  GemmaConfig text;    // PaliGemma's Gemma 2B: the prefix (images + language) expert
-  GemmaConfig expert{1024, 18, 4096, 8, 1, 256};  // the action expert ("gemma_300m")
+  GemmaConfig text; // PaliGemma's Gemma 2B: the prefix (images + language) expert
+  GemmaConfig expert{1024, 18, 4096, 8, 1, 256}; // the action expert ("gemma_300m")
   int vocab_size = 257152;
-  int num_views = 3;           // image slots, in openpi order base, left wrist, right wrist
-  int max_tokens = 48;         // tokenizer_max_length
-  int state_dim = 32;          // max_state_dim (state zero-padded to this)
-  int action_dim = 32;         // max_action_dim
-  int horizon = 50;            // chunk_size / action_horizon
-  int num_steps = 10;          // Euler steps from t=1 to t=0
+  int num_views = 3;   // image slots, in openpi order base, left wrist, right wrist
+  int max_tokens = 48; // tokenizer_max_length
+  int state_dim = 32;  // max_state_dim (state zero-padded to this)
+  int action_dim = 32; // max_action_dim
+  int horizon = 50;    // chunk_size / action_horizon
+  int num_steps = 10;  // Euler steps from t=1 to t=0
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;
-  double min_period = 4e-3;    // sin-cos time embedding periods
+  double min_period = 4e-3; // sin-cos time embedding periods
   double max_period = 4.0;
   /* Where the SentencePiece model for this checkpoint lives (a path or a name such as
    * "paligemma_tokenizer.model"); informational, written by `pi0-model init`. */
   std::string tokenizer = "paligemma_tokenizer.model";
 
-  int prefix_len() const { return num_views * vision.num_patches() + max_tokens; }
-  int suffix_len() const { return 1 + horizon; }
+  int prefix_len () const { return num_views * vision.num_patches () + max_tokens; }
+  int suffix_len () const { return 1 + horizon; }
 
   /* Throws pi0::Error naming the first inconsistent field. */
-  void validate() const;
+  void validate () const;
 
   /* Parameter count from the dimensions alone (no allocation), split as in the facts file. */
   struct ParamCounts {
-    int64_t vision = 0;  // SigLIP tower + multi-modal projector
-    int64_t text = 0;    // Gemma 2B incl. the token embedding
-    int64_t expert = 0;  // action expert layers + final norm, no embedding
-    int64_t heads = 0;   // state/action/time projections
-    int64_t total() const { return vision + text + expert + heads; }
+    int64_t vision = 0; // SigLIP tower + multi-modal projector
+    int64_t text = 0;   // Gemma 2B incl. the token embedding
+    int64_t expert = 0; // action expert layers + final norm, no embedding
+    int64_t heads = 0;  // state/action/time projections
+    int64_t total () const { return vision + text + expert + heads; }
   };
-  ParamCounts param_counts() const;
+  ParamCounts param_counts () const;
 
   /* Multi-line human-readable architecture summary (no parameter line). */
-  std::string describe() const;
+  std::string describe () const;
 
   /* JSON written next to a checkpoint: openpi-style keys plus a "gst_pi0" object holding every
    * dimension, so that non-standard sizes such as pi0-tiny round-trip. */
-  std::string to_json() const;
+  std::string to_json () const;
 };
 
 /* `pi0` or `pi0-tiny`; throws pi0::Error listing the known names otherwise. */
-Pi0Config config_by_name(const std::string &name);
-std::vector<std::string> config_names();
+Pi0Config config_by_name (const std::string &name);
+std::vector<std::string> config_names ();
 
 /* Reads config.json: ours ("gst_pi0" object), openpi-PyTorch (paligemma_variant,
  * action_expert_variant, action_dim, action_horizon) or LeRobot (type "pi0", chunk_size,
  * max_state_dim, max_action_dim, tokenizer_max_length, num_inference_steps, image_resolution,
  * input_features). Throws pi0::Error on unreadable files, bad JSON, unknown variants, or a
  * pi05 config (not this architecture). */
-Pi0Config config_from_json_file(const std::string &path);
-Pi0Config config_from_json(const std::string &text, const std::string &source_name);
+Pi0Config config_from_json_file (const std::string &path);
+Pi0Config config_from_json (const std::string &text, const std::string &source_name);
 
-}  // namespace pi0
+} // namespace pi0

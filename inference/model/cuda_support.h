@@ -11,17 +11,18 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
-namespace pi0 {
+namespace pi0
+{
 
 /* True when this build can capture CUDA graphs (LibTorch CUDA + CUDA toolkit). */
-bool cuda_graphs_built();
+bool cuda_graphs_built ();
 
 /* Blocks the host until `device`'s current stream is idle (no-op on the CPU). */
-void synchronize_device(const c10::Device &device);
+void synchronize_device (const c10::Device &device);
 
 /* Peak bytes allocated by LibTorch's CUDA caching allocator since the last reset; -1 on CPU. */
-int64_t cuda_peak_allocated_bytes(const c10::Device &device);
-void cuda_reset_peak(const c10::Device &device);
+int64_t cuda_peak_allocated_bytes (const c10::Device &device);
+void cuda_reset_peak (const c10::Device &device);
 
 /* A piece of GPU work captured once as a CUDA graph over fixed buffers, then replayed: each
  * replay is one launch, with no host synchronisation inside. The body runs once eagerly first
@@ -29,17 +30,18 @@ void cuda_reset_peak(const c10::Device &device);
  * captured in thread-local mode so that other threads' CUDA calls (other elements of a pipeline)
  * are not disturbed. Every tensor the body reads or writes must stay alive at the same address;
  * callers copy new inputs into those buffers before replay(). */
-class CapturedGraph {
- public:
-  CapturedGraph(const std::function<void()> &body, const c10::Device &device);
-  ~CapturedGraph();
-  CapturedGraph(const CapturedGraph &) = delete;
-  CapturedGraph &operator=(const CapturedGraph &) = delete;
-  void replay();
+class CapturedGraph
+{
+public:
+  CapturedGraph (const std::function<void ()> &body, const c10::Device &device);
+  ~CapturedGraph ();
+  CapturedGraph (const CapturedGraph &) = delete;
+  CapturedGraph &operator= (const CapturedGraph &) = delete;
+  void replay ();
 
- private:
+private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace pi0
+} // namespace pi0

@@ -15,18 +15,19 @@
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
 
-namespace pi0 {
+namespace pi0
+{
 
 class Pi0Model;
 
 struct PolicyInput {
-  at::Tensor images;       // float [V,3,H,W], values in [-1,1], views in openpi order
-  at::Tensor image_masks;  // bool [V], true = real view; undefined = all real
-  at::Tensor tokens;       // int64 (or int32) [L] token ids, right-padded
-  at::Tensor token_mask;   // bool [L], true = real token
-  at::Tensor state;        // float [<= state_dim]; zero-padded to state_dim
-  at::Tensor noise;        // float [horizon, action_dim]; undefined = drawn from `seed`
-  uint64_t seed = 0;       // noise seed when `noise` is undefined (CPU generator: same on any device)
+  at::Tensor images;      // float [V,3,H,W], values in [-1,1], views in openpi order
+  at::Tensor image_masks; // bool [V], true = real view; undefined = all real
+  at::Tensor tokens;      // int64 (or int32) [L] token ids, right-padded
+  at::Tensor token_mask;  // bool [L], true = real token
+  at::Tensor state;       // float [<= state_dim]; zero-padded to state_dim
+  at::Tensor noise;       // float [horizon, action_dim]; undefined = drawn from `seed`
+  uint64_t seed = 0; // noise seed when `noise` is undefined (CPU generator: same on any device)
 };
 
 /* What a backend expects; 0 = not declared (TorchScript modules may leave some out). */
@@ -47,48 +48,50 @@ struct StageTimings {
 
 /* A Policy is used from one thread at a time (an element's streaming thread): infer() reuses
  * buffers (and, on CUDA, captured graphs) between calls. */
-class Policy {
- public:
-  virtual ~Policy() = default;
+class Policy
+{
+public:
+  virtual ~Policy () = default;
   /* Actions float32 CPU [horizon, action_dim]. Throws pi0::Error on inputs that do not match
    * spec() (naming the input and the expected shape), before running anything. */
-  virtual at::Tensor infer(const PolicyInput &input, StageTimings *timings = nullptr) = 0;
+  virtual at::Tensor infer (const PolicyInput &input, StageTimings *timings = nullptr) = 0;
   /* Runs one inference on a blank observation so that the first real one does not pay for
    * one-time work (CUDA graph capture, cuBLAS/cuDNN set-up, first-touch allocation). Call it
    * before streaming starts. No-op when spec() does not declare every input dimension. */
-  virtual void warmup();
-  virtual const PolicySpec &spec() const = 0;
-  virtual c10::Device device() const = 0;
-  virtual at::ScalarType dtype() const = 0;
+  virtual void warmup ();
+  virtual const PolicySpec &spec () const = 0;
+  virtual c10::Device device () const = 0;
+  virtual at::ScalarType dtype () const = 0;
   /* One line: backend, model, device, dtype. */
-  virtual std::string describe() const = 0;
+  virtual std::string describe () const = 0;
 };
 
 struct PolicyOptions {
-  c10::Device device = c10::Device(c10::kCPU);
-  at::ScalarType dtype = at::kFloat;  // kFloat or kBFloat16; kHalf is refused
-  bool cuda_graph = true;             // CUDA only: capture the denoising loop once, replay it
+  c10::Device device = c10::Device (c10::kCPU);
+  at::ScalarType dtype = at::kFloat; // kFloat or kBFloat16; kHalf is refused
+  bool cuda_graph = true;            // CUDA only: capture the denoising loop once, replay it
 };
 
 /* "fp32"/"float32", "bf16"/"bfloat16"; "fp16"/"float16" throws pi0::Error explaining why. */
-at::ScalarType parse_dtype(const std::string &name);
+at::ScalarType parse_dtype (const std::string &name);
 /* "cpu", "cuda", "cuda:N"; throws pi0::Error when CUDA is asked for but unavailable. */
-c10::Device parse_device(const std::string &name);
-bool cuda_available();
+c10::Device parse_device (const std::string &name);
+bool cuda_available ();
 
 /* Standard-normal float32 [horizon, action_dim] noise from a CPU generator seeded with `seed`. */
-at::Tensor noise_from_seed(uint64_t seed, int64_t horizon, int64_t action_dim);
+at::Tensor noise_from_seed (uint64_t seed, int64_t horizon, int64_t action_dim);
 
 /* The native Pi0 backend over a constructed (and loaded or initialised) model. The model is
  * moved to options.device / options.dtype. */
-std::unique_ptr<Policy> make_pi0_policy(std::shared_ptr<Pi0Model> model, const PolicyOptions &options);
+std::unique_ptr<Policy> make_pi0_policy (std::shared_ptr<Pi0Model> model,
+                                         const PolicyOptions &options);
 
 /* Loads a checkpoint directory (config.json + model.safetensors) or a model.safetensors file
  * (config.json next to it), openpi-PyTorch or LeRobot layout. Throws pi0::Error. */
-std::shared_ptr<Pi0Model> load_pi0_model(const std::string &path);
-std::unique_ptr<Policy> load_pi0_policy(const std::string &path, const PolicyOptions &options);
+std::shared_ptr<Pi0Model> load_pi0_model (const std::string &path);
+std::unique_ptr<Policy> load_pi0_policy (const std::string &path, const PolicyOptions &options);
 /* Writes DIR/model.safetensors (fp32, openpi key names) and DIR/config.json. */
-void save_pi0_model(const Pi0Model &model, const std::string &dir);
+void save_pi0_model (const Pi0Model &model, const std::string &dir);
 
 /* TorchScript backend. The module's forward must be
  *   forward(images: Tensor[1,V,3,H,W] float32, image_masks: Tensor[1,V] bool,
@@ -97,9 +100,10 @@ void save_pi0_model(const Pi0Model &model, const std::string &dir);
  * and the module must carry int attributes `horizon` and `action_dim` (the noise shape); optional
  * int attributes `num_views`, `image_size`, `max_tokens`, `state_dim` make infer() check inputs.
  * Throws pi0::Error when the file cannot be loaded or lacks the attributes. */
-std::unique_ptr<Policy> load_torchscript_policy(const std::string &path, const PolicyOptions &options);
+std::unique_ptr<Policy> load_torchscript_policy (const std::string &path,
+                                                 const PolicyOptions &options);
 
 /* A directory or *.safetensors -> native Pi0; *.pt / *.ts / *.torchscript -> TorchScript. */
-std::unique_ptr<Policy> load_policy(const std::string &path, const PolicyOptions &options);
+std::unique_ptr<Policy> load_policy (const std::string &path, const PolicyOptions &options);
 
-}  // namespace pi0
+} // namespace pi0

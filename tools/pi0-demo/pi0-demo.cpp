@@ -32,7 +32,8 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace
+{
 
 struct Options {
   double duration = 5.0;
@@ -105,13 +106,13 @@ on_need_state (GstAppSrc *src, guint, gpointer user_data)
 {
   auto d = static_cast<Demo *> (user_data);
   GstClockTime t = d->state_n * 10 * GST_MSECOND;
-  if (t > (GstClockTime) ((d->opt.duration + 1.0) * GST_SECOND)) {
+  if (t > (GstClockTime)((d->opt.duration + 1.0) * GST_SECOND)) {
     gst_app_src_end_of_stream (src);
     return;
   }
   float joints[7];
   for (int j = 0; j < 7; j++)
-    joints[j] = (float) (0.5 * std::sin (2.0 * M_PI * 0.25 * (double) t / GST_SECOND + j));
+    joints[j] = (float)(0.5 * std::sin (2.0 * M_PI * 0.25 * (double)t / GST_SECOND + j));
   GstBuffer *buf = gst_buffer_new_memdup (joints, sizeof (joints));
   GST_BUFFER_PTS (buf) = t;
   GST_BUFFER_DURATION (buf) = 10 * GST_MSECOND;
@@ -124,7 +125,7 @@ GstPadProbeReturn
 stall_probe (GstPad *, GstPadProbeInfo *info, gpointer user_data)
 {
   auto d = static_cast<Demo *> (user_data);
-  double t = (double) GST_BUFFER_PTS (GST_PAD_PROBE_INFO_BUFFER (info)) / GST_SECOND;
+  double t = (double)GST_BUFFER_PTS (GST_PAD_PROBE_INFO_BUFFER (info)) / GST_SECOND;
   return t >= d->opt.stall_start && t < d->opt.stall_end ? GST_PAD_PROBE_DROP : GST_PAD_PROBE_OK;
 }
 
@@ -167,8 +168,8 @@ view_summary (const GstPi0View *v, GstClockTime obs_time)
     snprintf (line, sizeof (line), "%-4s MASKED    ", v->name);
     return line;
   }
-  double age_ms = v->capture_time <= obs_time ? (double) (obs_time - v->capture_time) / GST_MSECOND
-                                              : -(double) (v->capture_time - obs_time) / GST_MSECOND;
+  double age_ms = v->capture_time <= obs_time ? (double)(obs_time - v->capture_time) / GST_MSECOND
+                                              : -(double)(v->capture_time - obs_time) / GST_MSECOND;
   snprintf (line, sizeof (line), "%-4s %5.1f ms%s", v->name, age_ms,
             (v->flags & GST_PI0_VIEW_FLAG_SKEWED) ? "*" : " ");
   return line;
@@ -194,7 +195,7 @@ print_probe (GstPad *, GstPadProbeInfo *info, gpointer user_data)
   std::string line;
   char head[64];
   snprintf (head, sizeof (head), "obs %4" G_GUINT64_FORMAT " t=%6.3fs  ", m->sequence,
-            (double) m->observation_time / GST_SECOND);
+            (double)m->observation_time / GST_SECOND);
   line += head;
   for (guint i = 0; i < m->n_views; i++)
     line += view_summary (&m->views[i], m->observation_time) + " ";
@@ -202,7 +203,7 @@ print_probe (GstPad *, GstPadProbeInfo *info, gpointer user_data)
     const gfloat *step0 = gst_pi0_action_meta_get_action (a, 0);
     char s[160];
     snprintf (s, sizeof (s), "| %ux%u chunk in %4.1f ms, step 0: %+.2f %+.2f %+.2f ..", a->horizon,
-              a->dim, (double) a->inference_time / GST_MSECOND, step0[0], step0[1], step0[2]);
+              a->dim, (double)a->inference_time / GST_MSECOND, step0[0], step0[1], step0[2]);
     line += s;
   } else {
     line += "| no chunk";
@@ -279,7 +280,7 @@ percentile (std::vector<double> v, double p)
   if (v.empty ())
     return NAN;
   std::sort (v.begin (), v.end ());
-  size_t i = (size_t) std::ceil (p * (double) v.size ()) - 1;
+  size_t i = (size_t)std::ceil (p * (double)v.size ()) - 1;
   return v[std::min (i, v.size () - 1)];
 }
 
@@ -287,7 +288,9 @@ void
 print_latency (Demo &d)
 {
   std::vector<double> mux, prep, infer, sink, e2e;
-  auto ms = [] (GstClockTime a, GstClockTime b) { return ((double) b - (double) a) / GST_MSECOND; };
+  auto ms = [] (GstClockTime a, GstClockTime b) {
+    return ((double)b - (double)a) / GST_MSECOND;
+  };
   for (const auto &kv : d.traces) {
     const Trace &t = kv.second;
     if (!GST_CLOCK_TIME_IS_VALID (t.sent) || !GST_CLOCK_TIME_IS_VALID (t.inferred))
@@ -302,14 +305,13 @@ print_latency (Demo &d)
            e2e.size ());
   g_print ("  %-34s %8s %8s\n", "stage", "p50", "p99");
   const std::pair<const char *, std::vector<double> *> rows[] = {
-      {"capture -> observation (mux wait)", &mux},
-      {"preprocessing (cudaprep)", &prep},
-      {"queue + inference (pi0infer)", &infer},
-      {"sink (checks, send)", &sink},
+      {"capture -> observation (mux wait)", &mux}, {"preprocessing (cudaprep)", &prep},
+      {"queue + inference (pi0infer)", &infer},    {"sink (checks, send)", &sink},
       {"capture -> sent (end to end)", &e2e},
   };
   for (const auto &r : rows)
-    g_print ("  %-34s %8.2f %8.2f\n", r.first, percentile (*r.second, 0.5), percentile (*r.second, 0.99));
+    g_print ("  %-34s %8.2f %8.2f\n", r.first, percentile (*r.second, 0.5),
+             percentile (*r.second, 0.99));
   g_print ("The mux wait is GStreamer's live synchronisation: the muxer waits for the slowest "
            "camera's declared latency\n(a 10 fps videotestsrc declares one frame, 100 ms) plus "
            "max-skew, in case a frame captured with the base frame is still on its way.\n");
@@ -385,14 +387,16 @@ find_robotsim (const char *argv0)
 
 /* Starts the simulator on a free UDP port; returns its port, or -1. */
 int
-start_robotsim (const std::string &bin, const std::string &config, const std::string &log, GPid *pid)
+start_robotsim (const std::string &bin, const std::string &config, const std::string &log,
+                GPid *pid)
 {
-  const gchar *argv[] = {bin.c_str (), "--proto", "udp", "--port", "0", "--dim", "7",
-                         "--robot-config", config.c_str (), "--log", log.c_str (), nullptr};
+  const gchar *argv[] = {
+      bin.c_str (), "--proto",        "udp",           "--port", "0",          "--dim",
+      "7",          "--robot-config", config.c_str (), "--log",  log.c_str (), nullptr};
   gint out_fd = -1;
   GError *err = nullptr;
-  if (!g_spawn_async_with_pipes (nullptr, (gchar **) argv, nullptr, G_SPAWN_DO_NOT_REAP_CHILD, nullptr,
-                                 nullptr, pid, nullptr, &out_fd, nullptr, &err)) {
+  if (!g_spawn_async_with_pipes (nullptr, (gchar **)argv, nullptr, G_SPAWN_DO_NOT_REAP_CHILD,
+                                 nullptr, nullptr, pid, nullptr, &out_fd, nullptr, &err)) {
     g_printerr ("cannot start %s: %s\n", bin.c_str (), err->message);
     g_clear_error (&err);
     return -1;
@@ -461,7 +465,8 @@ main (int argc, char **argv)
   }
 
   gchar *tmp = g_dir_make_tmp ("pi0-demo-XXXXXX", nullptr);
-  std::string config = std::string (tmp) + "/robot.json", robot_log = std::string (tmp) + "/robot.log";
+  std::string config = std::string (tmp) + "/robot.json",
+              robot_log = std::string (tmp) + "/robot.log";
   g_file_set_contents (config.c_str (), ROBOT_CONFIG, -1, nullptr);
   std::string robotsim = find_robotsim (argv[0]);
   if (robotsim.empty ()) {
@@ -523,7 +528,7 @@ main (int argc, char **argv)
 
   if (!d.opt.live) {
     /* Non-live: the cameras stop by themselves after the same amount of stream time. */
-    int n[3] = {(int) (d.opt.duration * 30), (int) (d.opt.duration * 15), (int) (d.opt.duration * 10)};
+    int n[3] = {(int)(d.opt.duration * 30), (int)(d.opt.duration * 15), (int)(d.opt.duration * 10)};
     const char *names[3] = {"cam_main", "cam_side", "cam_top"};
     for (int i = 0; i < 3; i++) {
       GstElement *src = gst_bin_get_by_name (GST_BIN (d.pipeline), names[i]);
@@ -531,7 +536,7 @@ main (int argc, char **argv)
       gst_object_unref (src);
     }
   } else {
-    g_timeout_add ((guint) (d.opt.duration * 1000), on_timeout, &d);
+    g_timeout_add ((guint)(d.opt.duration * 1000), on_timeout, &d);
   }
 
   gst_element_set_state (d.pipeline, GST_STATE_PLAYING);
@@ -556,8 +561,8 @@ main (int argc, char **argv)
 
   g_print ("\nSummary: %" G_GUINT64_FORMAT " observations, %" G_GUINT64_FORMAT
            " action chunks (inference p50 %.2f ms, p99 %.2f ms; %" G_GUINT64_FORMAT
-           " non-finite), %" G_GUINT64_FORMAT " sent to the robot, %" G_GUINT64_FORMAT " HOLDs, %" G_GUINT64_FORMAT
-           " STOPs\n",
+           " non-finite), %" G_GUINT64_FORMAT " sent to the robot, %" G_GUINT64_FORMAT
+           " HOLDs, %" G_GUINT64_FORMAT " STOPs\n",
            d.observations, chunks, p50, p99, non_finite, d.chunks, d.holds, d.stops);
   print_mux_stats (mux);
   print_robot (robot_log);

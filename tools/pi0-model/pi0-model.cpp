@@ -31,16 +31,19 @@
 #include "model/pi0_model.h"
 #include "model/policy.h"
 
-namespace {
+namespace
+{
 
 const char *kUsage =
     "usage:\n"
     "  pi0-model info  (--config NAME | --checkpoint DIR)\n"
     "  pi0-model init  --config NAME --seed S --out DIR [--tokenizer PATH]\n"
     "  pi0-model run   (--config NAME [--weights-seed S] | --checkpoint DIR | --torchscript FILE)\n"
-    "                  [--device cpu|cuda[:N]] [--dtype fp32|bf16] [--seed S] [--inputs FILE.safetensors]\n"
+    "                  [--device cpu|cuda[:N]] [--dtype fp32|bf16] [--seed S] [--inputs "
+    "FILE.safetensors]\n"
     "                  [--prompt TEXT --tokenizer MODEL] [--out FILE.safetensors] [--no-graph]\n"
-    "  pi0-model bench (--config NAME | --checkpoint DIR) [--device] [--dtype] [--iters N] [--warmup N]\n"
+    "  pi0-model bench (--config NAME | --checkpoint DIR) [--device] [--dtype] [--iters N] "
+    "[--warmup N]\n"
     "                  [--no-graph]\n"
     "  any command: [--threads N] (CPU intra-op threads)\n"
     "configs: pi0, pi0-tiny\n";
@@ -48,262 +51,293 @@ const char *kUsage =
 struct Args {
   std::string command;
   std::map<std::string, std::string> opts;
-  bool has(const std::string &k) const { return opts.count(k) > 0; }
-  std::string get(const std::string &k, const std::string &fallback = "") const {
-    auto it = opts.find(k);
-    return it == opts.end() ? fallback : it->second;
+  bool has (const std::string &k) const { return opts.count (k) > 0; }
+  std::string get (const std::string &k, const std::string &fallback = "") const
+  {
+    auto it = opts.find (k);
+    return it == opts.end () ? fallback : it->second;
   }
-  long long get_int(const std::string &k, long long fallback) const {
-    if (!has(k))
+  long long get_int (const std::string &k, long long fallback) const
+  {
+    if (!has (k))
       return fallback;
-    const std::string &v = opts.at(k);
+    const std::string &v = opts.at (k);
     char *end = nullptr;
-    long long n = std::strtoll(v.c_str(), &end, 10);
-    if (v.empty() || *end != '\0' || n < 0)
-      throw pi0::Error("--" + k + " needs a non-negative integer, got '" + v + "'");
+    long long n = std::strtoll (v.c_str (), &end, 10);
+    if (v.empty () || *end != '\0' || n < 0)
+      throw pi0::Error ("--" + k + " needs a non-negative integer, got '" + v + "'");
     return n;
   }
 };
 
-Args parse_args(int argc, char **argv) {
+Args
+parse_args (int argc, char **argv)
+{
   static const std::vector<std::string> flags = {"no-graph"};
-  static const std::vector<std::string> valued = {"config", "checkpoint", "torchscript", "seed", "weights-seed",
-                                                  "out", "tokenizer", "device", "dtype", "inputs", "prompt",
-                                                  "iters", "warmup", "threads"};
+  static const std::vector<std::string> valued = {
+      "config", "checkpoint", "torchscript", "seed",   "weights-seed", "out",    "tokenizer",
+      "device", "dtype",      "inputs",      "prompt", "iters",        "warmup", "threads"};
   Args a;
   if (argc < 2)
-    throw pi0::Error("no command given");
+    throw pi0::Error ("no command given");
   a.command = argv[1];
   for (int i = 2; i < argc; i++) {
     std::string s = argv[i];
-    if (s.rfind("--", 0) != 0)
-      throw pi0::Error("unexpected argument '" + s + "'");
-    std::string key = s.substr(2);
-    if (std::find(flags.begin(), flags.end(), key) != flags.end()) {
+    if (s.rfind ("--", 0) != 0)
+      throw pi0::Error ("unexpected argument '" + s + "'");
+    std::string key = s.substr (2);
+    if (std::find (flags.begin (), flags.end (), key) != flags.end ()) {
       a.opts[key] = "1";
-    } else if (std::find(valued.begin(), valued.end(), key) != valued.end()) {
+    } else if (std::find (valued.begin (), valued.end (), key) != valued.end ()) {
       if (i + 1 >= argc)
-        throw pi0::Error("--" + key + " needs a value");
+        throw pi0::Error ("--" + key + " needs a value");
       a.opts[key] = argv[++i];
     } else {
-      throw pi0::Error("unknown option '" + s + "'");
+      throw pi0::Error ("unknown option '" + s + "'");
     }
   }
   return a;
 }
 
-pi0::Pi0Config config_of(const Args &a) {
-  if (a.has("checkpoint"))
-    return pi0::config_from_json_file(a.get("checkpoint") + "/config.json");
-  if (!a.has("config"))
-    throw pi0::Error("--config NAME or --checkpoint DIR is required");
-  return pi0::config_by_name(a.get("config"));
+pi0::Pi0Config
+config_of (const Args &a)
+{
+  if (a.has ("checkpoint"))
+    return pi0::config_from_json_file (a.get ("checkpoint") + "/config.json");
+  if (!a.has ("config"))
+    throw pi0::Error ("--config NAME or --checkpoint DIR is required");
+  return pi0::config_by_name (a.get ("config"));
 }
 
-int cmd_info(const Args &a) {
-  pi0::Pi0Config cfg = config_of(a);
+int
+cmd_info (const Args &a)
+{
+  pi0::Pi0Config cfg = config_of (a);
   // Built on the meta device: the real module tree, counted without allocating its weights.
-  pi0::Pi0Model model(cfg, at::TensorOptions().device(at::kMeta));
-  std::cout << cfg.describe();
-  std::cout << "parameters: " << model.num_parameters() << "\n";
+  pi0::Pi0Model model (cfg, at::TensorOptions ().device (at::kMeta));
+  std::cout << cfg.describe ();
+  std::cout << "parameters: " << model.num_parameters () << "\n";
   return 0;
 }
 
-int cmd_init(const Args &a) {
-  if (!a.has("config") || !a.has("seed") || !a.has("out"))
-    throw pi0::Error("init needs --config NAME --seed S --out DIR");
-  pi0::Pi0Config cfg = pi0::config_by_name(a.get("config"));
-  if (a.has("tokenizer"))
-    cfg.tokenizer = a.get("tokenizer");
-  pi0::Pi0Model model(cfg);
-  model.init_random(static_cast<uint64_t>(a.get_int("seed", 0)));
-  pi0::save_pi0_model(model, a.get("out"));
-  std::cout << "wrote " << a.get("out") << "/model.safetensors (" << model.num_parameters() << " parameters) and "
-            << a.get("out") << "/config.json (tokenizer: " << cfg.tokenizer << ")\n";
+int
+cmd_init (const Args &a)
+{
+  if (!a.has ("config") || !a.has ("seed") || !a.has ("out"))
+    throw pi0::Error ("init needs --config NAME --seed S --out DIR");
+  pi0::Pi0Config cfg = pi0::config_by_name (a.get ("config"));
+  if (a.has ("tokenizer"))
+    cfg.tokenizer = a.get ("tokenizer");
+  pi0::Pi0Model model (cfg);
+  model.init_random (static_cast<uint64_t> (a.get_int ("seed", 0)));
+  pi0::save_pi0_model (model, a.get ("out"));
+  std::cout << "wrote " << a.get ("out") << "/model.safetensors (" << model.num_parameters ()
+            << " parameters) and " << a.get ("out") << "/config.json (tokenizer: " << cfg.tokenizer
+            << ")\n";
   return 0;
 }
 
-pi0::PolicyOptions options_of(const Args &a) {
+pi0::PolicyOptions
+options_of (const Args &a)
+{
   pi0::PolicyOptions o;
-  o.device = pi0::parse_device(a.get("device", "cpu"));
-  o.dtype = pi0::parse_dtype(a.get("dtype", "fp32"));
-  o.cuda_graph = !a.has("no-graph");
+  o.device = pi0::parse_device (a.get ("device", "cpu"));
+  o.dtype = pi0::parse_dtype (a.get ("dtype", "fp32"));
+  o.cuda_graph = !a.has ("no-graph");
   return o;
 }
 
-std::unique_ptr<pi0::Policy> policy_of(const Args &a) {
-  pi0::PolicyOptions o = options_of(a);
-  if (a.has("torchscript"))
-    return pi0::load_torchscript_policy(a.get("torchscript"), o);
-  if (a.has("checkpoint"))
-    return pi0::load_pi0_policy(a.get("checkpoint"), o);
-  auto model = std::make_shared<pi0::Pi0Model>(config_of(a));
-  model->init_random(static_cast<uint64_t>(a.get_int("weights-seed", 0)));
-  return pi0::make_pi0_policy(model, o);
+std::unique_ptr<pi0::Policy>
+policy_of (const Args &a)
+{
+  pi0::PolicyOptions o = options_of (a);
+  if (a.has ("torchscript"))
+    return pi0::load_torchscript_policy (a.get ("torchscript"), o);
+  if (a.has ("checkpoint"))
+    return pi0::load_pi0_policy (a.get ("checkpoint"), o);
+  auto model = std::make_shared<pi0::Pi0Model> (config_of (a));
+  model->init_random (static_cast<uint64_t> (a.get_int ("weights-seed", 0)));
+  return pi0::make_pi0_policy (model, o);
 }
 
 /* Seeded random observation matching the spec: views in [-1,1], all views valid, the first
  * third of the tokens valid, a state in [-1,1]. */
-pi0::PolicyInput random_input(const pi0::PolicySpec &s, uint64_t seed) {
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed ^ 0x5eed5eedULL);
+pi0::PolicyInput
+random_input (const pi0::PolicySpec &s, uint64_t seed)
+{
+  auto gen = at::make_generator<at::CPUGeneratorImpl> (seed ^ 0x5eed5eedULL);
   pi0::PolicyInput in;
   int views = s.num_views ? s.num_views : 3, size = s.image_size ? s.image_size : 224;
   int len = s.max_tokens ? s.max_tokens : 48, sd = s.state_dim ? s.state_dim : 32;
-  in.images = at::empty({views, 3, size, size}).uniform_(-1, 1, gen);
-  in.image_masks = at::ones({views}, at::kBool);
-  in.tokens = at::randint(1, 256, {len}, gen, at::TensorOptions().dtype(at::kLong));
-  in.token_mask = at::arange(len) < std::max(1, len / 3);
+  in.images = at::empty ({views, 3, size, size}).uniform_ (-1, 1, gen);
+  in.image_masks = at::ones ({views}, at::kBool);
+  in.tokens = at::randint (1, 256, {len}, gen, at::TensorOptions ().dtype (at::kLong));
+  in.token_mask = at::arange (len) < std::max (1, len / 3);
   in.tokens = in.tokens * in.token_mask;
-  in.state = at::empty({sd}).uniform_(-1, 1, gen);
+  in.state = at::empty ({sd}).uniform_ (-1, 1, gen);
   in.seed = seed;
   return in;
 }
 
-pi0::PolicyInput input_of(const Args &a, const pi0::PolicySpec &spec) {
-  pi0::PolicyInput in = random_input(spec, static_cast<uint64_t>(a.get_int("seed", 0)));
-  if (a.has("inputs")) {
-    pi0::TensorMap t = pi0::load_safetensors(a.get("inputs"));
-    auto take = [&](const char *k, at::Tensor &dst) {
-      if (t.count(k))
-        dst = t.at(k);
+pi0::PolicyInput
+input_of (const Args &a, const pi0::PolicySpec &spec)
+{
+  pi0::PolicyInput in = random_input (spec, static_cast<uint64_t> (a.get_int ("seed", 0)));
+  if (a.has ("inputs")) {
+    pi0::TensorMap t = pi0::load_safetensors (a.get ("inputs"));
+    auto take = [&] (const char *k, at::Tensor &dst) {
+      if (t.count (k))
+        dst = t.at (k);
     };
-    take("images", in.images);
-    take("image_masks", in.image_masks);
-    take("tokens", in.tokens);
-    take("token_mask", in.token_mask);
-    take("state", in.state);
-    take("noise", in.noise);
-    if (in.image_masks.defined() && in.image_masks.scalar_type() != at::kBool)
+    take ("images", in.images);
+    take ("image_masks", in.image_masks);
+    take ("tokens", in.tokens);
+    take ("token_mask", in.token_mask);
+    take ("state", in.state);
+    take ("noise", in.noise);
+    if (in.image_masks.defined () && in.image_masks.scalar_type () != at::kBool)
       in.image_masks = in.image_masks != 0;
-    if (in.token_mask.defined() && in.token_mask.scalar_type() != at::kBool)
+    if (in.token_mask.defined () && in.token_mask.scalar_type () != at::kBool)
       in.token_mask = in.token_mask != 0;
   }
-  if (a.has("prompt")) {
-    if (!a.has("tokenizer"))
-      throw pi0::Error("--prompt needs --tokenizer MODEL (a SentencePiece .model file)");
-    pi0::Tokenizer tok = pi0::Tokenizer::load(a.get("tokenizer"));
-    pi0::Tokens t = tok.encode_prompt(a.get("prompt"), spec.max_tokens ? spec.max_tokens : 48);
+  if (a.has ("prompt")) {
+    if (!a.has ("tokenizer"))
+      throw pi0::Error ("--prompt needs --tokenizer MODEL (a SentencePiece .model file)");
+    pi0::Tokenizer tok = pi0::Tokenizer::load (a.get ("tokenizer"));
+    pi0::Tokens t = tok.encode_prompt (a.get ("prompt"), spec.max_tokens ? spec.max_tokens : 48);
     in.tokens = t.ids;
     in.token_mask = t.mask;
   }
   return in;
 }
 
-int cmd_run(const Args &a) {
-  auto policy = policy_of(a);
-  pi0::PolicyInput in = input_of(a, policy->spec());
+int
+cmd_run (const Args &a)
+{
+  auto policy = policy_of (a);
+  pi0::PolicyInput in = input_of (a, policy->spec ());
   pi0::StageTimings t;
-  at::Tensor actions = policy->infer(in, &t);
-  std::cout << policy->describe() << "\n";
-  std::cout << "actions [" << actions.size(0) << ", " << actions.size(1) << "] in " << t.total_ms << " ms\n";
-  auto acc = actions.accessor<float, 2>();
-  for (int64_t i = 0; i < actions.size(0); i++) {
-    for (int64_t j = 0; j < actions.size(1); j++)
-      std::printf("%s% .6f", j ? " " : "", acc[i][j]);
-    std::printf("\n");
+  at::Tensor actions = policy->infer (in, &t);
+  std::cout << policy->describe () << "\n";
+  std::cout << "actions [" << actions.size (0) << ", " << actions.size (1) << "] in " << t.total_ms
+            << " ms\n";
+  auto acc = actions.accessor<float, 2> ();
+  for (int64_t i = 0; i < actions.size (0); i++) {
+    for (int64_t j = 0; j < actions.size (1); j++)
+      std::printf ("%s% .6f", j ? " " : "", acc[i][j]);
+    std::printf ("\n");
   }
-  if (a.has("out"))
-    pi0::save_safetensors(a.get("out"), {{"actions", actions}});
+  if (a.has ("out"))
+    pi0::save_safetensors (a.get ("out"), {{"actions", actions}});
   return 0;
 }
 
 /* Peak resident set of this process in bytes (Linux VmHWM). */
-int64_t peak_rss_bytes() {
-  std::ifstream f("/proc/self/status");
+int64_t
+peak_rss_bytes ()
+{
+  std::ifstream f ("/proc/self/status");
   std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("VmHWM:", 0) == 0)
-      return std::stoll(line.substr(6)) * 1024;
+  while (std::getline (f, line))
+    if (line.rfind ("VmHWM:", 0) == 0)
+      return std::stoll (line.substr (6)) * 1024;
   return -1;
 }
 
-int cmd_bench(const Args &a) {
-  auto policy = policy_of(a);
-  const int iters = static_cast<int>(a.get_int("iters", 20)), warmup = static_cast<int>(a.get_int("warmup", 3));
+int
+cmd_bench (const Args &a)
+{
+  auto policy = policy_of (a);
+  const int iters = static_cast<int> (a.get_int ("iters", 20)),
+            warmup = static_cast<int> (a.get_int ("warmup", 3));
   if (iters < 1)
-    throw pi0::Error("--iters must be at least 1");
-  pi0::PolicyInput in = input_of(a, policy->spec());
-  pi0::cuda_reset_peak(policy->device());
+    throw pi0::Error ("--iters must be at least 1");
+  pi0::PolicyInput in = input_of (a, policy->spec ());
+  pi0::cuda_reset_peak (policy->device ());
   pi0::StageTimings t;
   for (int i = 0; i < warmup; i++)
-    policy->infer(in, &t);
+    policy->infer (in, &t);
   std::vector<pi0::StageTimings> runs;
   std::vector<double> plain;
   for (int i = 0; i < iters; i++) {
-    policy->infer(in, &t);
-    runs.push_back(t);
+    policy->infer (in, &t);
+    runs.push_back (t);
   }
   // Also without the per-stage synchronisation, which is what a pipeline sees.
   for (int i = 0; i < iters; i++) {
-    auto t0 = std::chrono::steady_clock::now();
-    policy->infer(in, nullptr);
-    plain.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    auto t0 = std::chrono::steady_clock::now ();
+    policy->infer (in, nullptr);
+    plain.push_back (
+        std::chrono::duration<double, std::milli> (std::chrono::steady_clock::now () - t0)
+            .count ());
   }
-  auto stat = [&](auto get) {
+  auto stat = [&] (auto get) {
     std::vector<double> v;
     for (const auto &r : runs)
-      v.push_back(get(r));
-    std::sort(v.begin(), v.end());
+      v.push_back (get (r));
+    std::sort (v.begin (), v.end ());
     double mean = 0;
     for (double x : v)
       mean += x;
-    return std::array<double, 3>{v[v.size() / 2], mean / v.size(), v.front()};
+    return std::array<double, 3>{v[v.size () / 2], mean / v.size (), v.front ()};
   };
-  std::cout << policy->describe() << "\n";
-  std::cout << "iterations: " << iters << " (after " << warmup << " warm-up), threads: " << at::get_num_threads()
-            << "\n";
-  std::printf("%-22s %10s %10s %10s\n", "stage", "median ms", "mean ms", "min ms");
-  auto row = [&](const char *name, std::array<double, 3> s) {
-    std::printf("%-22s %10.3f %10.3f %10.3f\n", name, s[0], s[1], s[2]);
+  std::cout << policy->describe () << "\n";
+  std::cout << "iterations: " << iters << " (after " << warmup
+            << " warm-up), threads: " << at::get_num_threads () << "\n";
+  std::printf ("%-22s %10s %10s %10s\n", "stage", "median ms", "mean ms", "min ms");
+  auto row = [&] (const char *name, std::array<double, 3> s) {
+    std::printf ("%-22s %10.3f %10.3f %10.3f\n", name, s[0], s[1], s[2]);
   };
-  row("vision (SigLIP+proj)", stat([](const pi0::StageTimings &r) { return r.vision_ms; }));
-  row("prefix (Gemma, KV)", stat([](const pi0::StageTimings &r) { return r.prefix_ms; }));
-  row("denoise (10 steps)", stat([](const pi0::StageTimings &r) { return r.denoise_ms; }));
-  row("total (synced stages)", stat([](const pi0::StageTimings &r) { return r.total_ms; }));
-  std::sort(plain.begin(), plain.end());
+  row ("vision (SigLIP+proj)", stat ([] (const pi0::StageTimings &r) { return r.vision_ms; }));
+  row ("prefix (Gemma, KV)", stat ([] (const pi0::StageTimings &r) { return r.prefix_ms; }));
+  row ("denoise (10 steps)", stat ([] (const pi0::StageTimings &r) { return r.denoise_ms; }));
+  row ("total (synced stages)", stat ([] (const pi0::StageTimings &r) { return r.total_ms; }));
+  std::sort (plain.begin (), plain.end ());
   double mean = 0;
   for (double x : plain)
     mean += x;
-  row("total (no stage sync)", {plain[plain.size() / 2], mean / plain.size(), plain.front()});
-  int64_t gpu_peak = pi0::cuda_peak_allocated_bytes(policy->device());
+  row ("total (no stage sync)", {plain[plain.size () / 2], mean / plain.size (), plain.front ()});
+  int64_t gpu_peak = pi0::cuda_peak_allocated_bytes (policy->device ());
   if (gpu_peak >= 0)
-    std::printf("peak GPU memory (allocator): %.1f MiB\n", gpu_peak / 1048576.0);
-  std::printf("peak host RSS: %.1f MiB\n", peak_rss_bytes() / 1048576.0);
+    std::printf ("peak GPU memory (allocator): %.1f MiB\n", gpu_peak / 1048576.0);
+  std::printf ("peak host RSS: %.1f MiB\n", peak_rss_bytes () / 1048576.0);
   return 0;
 }
 
-}  // namespace
+} // namespace
 
-int main(int argc, char **argv) {
+int
+main (int argc, char **argv)
+{
   try {
-    Args a = parse_args(argc, argv);
-    if (a.has("threads")) {
-      long long n = a.get_int("threads", 0);
+    Args a = parse_args (argc, argv);
+    if (a.has ("threads")) {
+      long long n = a.get_int ("threads", 0);
       if (n < 1)
-        throw pi0::Error("--threads must be at least 1");
-      at::set_num_threads(static_cast<int>(n));
+        throw pi0::Error ("--threads must be at least 1");
+      at::set_num_threads (static_cast<int> (n));
     }
     if (a.command == "info")
-      return cmd_info(a);
+      return cmd_info (a);
     if (a.command == "init")
-      return cmd_init(a);
+      return cmd_init (a);
     if (a.command == "run")
-      return cmd_run(a);
+      return cmd_run (a);
     if (a.command == "bench")
-      return cmd_bench(a);
+      return cmd_bench (a);
     if (a.command == "help" || a.command == "--help" || a.command == "-h") {
       std::cout << kUsage;
       return 0;
     }
-    throw pi0::Error("unknown command '" + a.command + "'");
+    throw pi0::Error ("unknown command '" + a.command + "'");
   } catch (const pi0::Error &e) {
-    std::cerr << "pi0-model: " << e.what() << "\n" << kUsage;
+    std::cerr << "pi0-model: " << e.what () << "\n" << kUsage;
     return 2;
   } catch (const c10::Error &e) {
-    std::cerr << "pi0-model: " << e.what_without_backtrace() << "\n";
+    std::cerr << "pi0-model: " << e.what_without_backtrace () << "\n";
     return 1;
   } catch (const std::exception &e) {
-    std::cerr << "pi0-model: " << e.what() << "\n";
+    std::cerr << "pi0-model: " << e.what () << "\n";
     return 1;
   }
 }
