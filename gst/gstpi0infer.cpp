@@ -108,7 +108,8 @@ enum {
 
 typedef enum { NORM_ZSCORE = 0, NORM_QUANTILE = 1 } GstPi0InferNormMode;
 
-#define CAPS GST_PI0_OBSERVATION_MEDIA_TYPE "; " GST_PI0_OBSERVATION_MEDIA_TYPE "(memory:CUDAMemory)"
+#define CAPS                                                                                       \
+  GST_PI0_OBSERVATION_MEDIA_TYPE "; " GST_PI0_OBSERVATION_MEDIA_TYPE "(memory:CUDAMemory)"
 static GstStaticPadTemplate sink_template =
     GST_STATIC_PAD_TEMPLATE ("sink", GST_PAD_SINK, GST_PAD_ALWAYS, GST_STATIC_CAPS (CAPS));
 static GstStaticPadTemplate src_template =
@@ -193,7 +194,7 @@ gst_pi0_infer_precision_get_type (void)
     GType t = g_enum_register_static ("GstPi0InferPrecision", values);
     g_once_init_leave (&type, t);
   }
-  return (GType) type;
+  return (GType)type;
 }
 
 #define GST_TYPE_PI0_INFER_DEVICE (gst_pi0_infer_device_get_type ())
@@ -211,7 +212,7 @@ gst_pi0_infer_device_get_type (void)
     GType t = g_enum_register_static ("GstPi0InferDevice", values);
     g_once_init_leave (&type, t);
   }
-  return (GType) type;
+  return (GType)type;
 }
 
 #define GST_TYPE_PI0_INFER_NORM_MODE (gst_pi0_infer_norm_mode_get_type ())
@@ -228,7 +229,7 @@ gst_pi0_infer_norm_mode_get_type (void)
     GType t = g_enum_register_static ("GstPi0InferNormMode", values);
     g_once_init_leave (&type, t);
   }
-  return (GType) type;
+  return (GType)type;
 }
 
 static void gst_pi0_infer_finalize (GObject *object);
@@ -250,10 +251,10 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
   auto gobject_class = G_OBJECT_CLASS (klass);
   auto element_class = GST_ELEMENT_CLASS (klass);
   auto bt_class = GST_BASE_TRANSFORM_CLASS (klass);
-  const auto rw_ready = (GParamFlags) (G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS |
-                                       GST_PARAM_MUTABLE_READY);
-  const auto rw_playing = (GParamFlags) (G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS |
-                                         GST_PARAM_MUTABLE_PLAYING);
+  const auto rw_ready =
+      (GParamFlags)(G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS | GST_PARAM_MUTABLE_READY);
+  const auto rw_playing =
+      (GParamFlags)(G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS | GST_PARAM_MUTABLE_PLAYING);
 
   gobject_class->finalize = gst_pi0_infer_finalize;
   gobject_class->set_property = gst_pi0_infer_set_property;
@@ -287,8 +288,8 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
   g_object_class_install_property (
       gobject_class, PROP_INSTRUCTION,
       g_param_spec_string ("instruction", "Instruction",
-                           "The task in words; changes apply from the next observation",
-                           "", rw_playing));
+                           "The task in words; changes apply from the next observation", "",
+                           rw_playing));
   g_object_class_install_property (
       gobject_class, PROP_NORM_STATS,
       g_param_spec_string ("norm-stats", "Norm stats",
@@ -312,16 +313,16 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
                         DEFAULT_NUM_STEPS, rw_ready));
   g_object_class_install_property (
       gobject_class, PROP_PRECISION,
-      g_param_spec_enum ("precision", "Precision", "Weight precision (fp16 breaks Pi0: not offered)",
+      g_param_spec_enum ("precision", "Precision",
+                         "Weight precision (fp16 breaks Pi0: not offered)",
                          GST_TYPE_PI0_INFER_PRECISION, DEFAULT_PRECISION, rw_ready));
-  g_object_class_install_property (
-      gobject_class, PROP_DEVICE,
-      g_param_spec_enum ("device", "Device", "Where the policy runs", GST_TYPE_PI0_INFER_DEVICE,
-                         DEFAULT_DEVICE, rw_ready));
-  g_object_class_install_property (
-      gobject_class, PROP_CUDA_DEVICE_ID,
-      g_param_spec_int ("cuda-device-id", "CUDA device id", "CUDA device ordinal", 0, 64, 0,
-                        rw_ready));
+  g_object_class_install_property (gobject_class, PROP_DEVICE,
+                                   g_param_spec_enum ("device", "Device", "Where the policy runs",
+                                                      GST_TYPE_PI0_INFER_DEVICE, DEFAULT_DEVICE,
+                                                      rw_ready));
+  g_object_class_install_property (gobject_class, PROP_CUDA_DEVICE_ID,
+                                   g_param_spec_int ("cuda-device-id", "CUDA device id",
+                                                     "CUDA device ordinal", 0, 64, 0, rw_ready));
   /**
    * GstPi0Infer:seed:
    *
@@ -343,7 +344,7 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
       gobject_class, PROP_MODEL_ID,
       g_param_spec_string ("model-id", "Model id",
                            "Identifies the loaded policy (set in the action meta)", nullptr,
-                           (GParamFlags) (G_PARAM_READABLE | G_PARAM_STATIC_STRINGS)));
+                           (GParamFlags)(G_PARAM_READABLE | G_PARAM_STATIC_STRINGS)));
   /**
    * GstPi0Infer:stats:
    *
@@ -356,7 +357,7 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
                           "Observations, chunks, non-finite, errors, last error, inference time "
                           "p50/p99 in ms",
                           GST_TYPE_STRUCTURE,
-                          (GParamFlags) (G_PARAM_READABLE | G_PARAM_STATIC_STRINGS)));
+                          (GParamFlags)(G_PARAM_READABLE | G_PARAM_STATIC_STRINGS)));
 
   gst_element_class_add_static_pad_template (element_class, &sink_template);
   gst_element_class_add_static_pad_template (element_class, &src_template);
@@ -374,9 +375,9 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
   /* The buffer is never changed, only a meta added. */
   bt_class->transform_ip_on_passthrough = FALSE;
 
-  gst_type_mark_as_plugin_api (GST_TYPE_PI0_INFER_PRECISION, (GstPluginAPIFlags) 0);
-  gst_type_mark_as_plugin_api (GST_TYPE_PI0_INFER_DEVICE, (GstPluginAPIFlags) 0);
-  gst_type_mark_as_plugin_api (GST_TYPE_PI0_INFER_NORM_MODE, (GstPluginAPIFlags) 0);
+  gst_type_mark_as_plugin_api (GST_TYPE_PI0_INFER_PRECISION, (GstPluginAPIFlags)0);
+  gst_type_mark_as_plugin_api (GST_TYPE_PI0_INFER_DEVICE, (GstPluginAPIFlags)0);
+  gst_type_mark_as_plugin_api (GST_TYPE_PI0_INFER_NORM_MODE, (GstPluginAPIFlags)0);
   GST_DEBUG_CATEGORY_INIT (gst_pi0_infer_debug, "pi0infer", 0, "Pi0 policy inference");
 }
 
@@ -402,8 +403,7 @@ value_string (const GValue *value)
 }
 
 static void
-gst_pi0_infer_set_property (GObject *object, guint prop_id, const GValue *value,
-                            GParamSpec *pspec)
+gst_pi0_infer_set_property (GObject *object, guint prop_id, const GValue *value, GParamSpec *pspec)
 {
   auto priv = GST_PI0_INFER (object)->priv;
   std::lock_guard<std::mutex> lk (priv->settings_lock);
@@ -423,7 +423,7 @@ gst_pi0_infer_set_property (GObject *object, guint prop_id, const GValue *value,
       s.norm_stats = value_string (value);
       break;
     case PROP_NORM_MODE:
-      s.norm_mode = (GstPi0InferNormMode) g_value_get_enum (value);
+      s.norm_mode = (GstPi0InferNormMode)g_value_get_enum (value);
       break;
     case PROP_ACTION_DIMS:
       s.action_dims = g_value_get_int (value);
@@ -432,10 +432,10 @@ gst_pi0_infer_set_property (GObject *object, guint prop_id, const GValue *value,
       s.num_steps = g_value_get_int (value);
       break;
     case PROP_PRECISION:
-      s.precision = (GstPi0InferPrecision) g_value_get_enum (value);
+      s.precision = (GstPi0InferPrecision)g_value_get_enum (value);
       break;
     case PROP_DEVICE:
-      s.device = (GstPi0InferDevice) g_value_get_enum (value);
+      s.device = (GstPi0InferDevice)g_value_get_enum (value);
       break;
     case PROP_CUDA_DEVICE_ID:
       s.cuda_device_id = g_value_get_int (value);
@@ -458,7 +458,7 @@ percentile (std::vector<double> v, double p)
   if (v.empty ())
     return 0.0;
   std::sort (v.begin (), v.end ());
-  size_t i = (size_t) std::ceil (p * (double) v.size ()) - 1;
+  size_t i = (size_t)std::ceil (p * (double)v.size ()) - 1;
   return v[std::min (i, v.size () - 1)];
 }
 
@@ -471,14 +471,13 @@ make_stats (GstPi0Infer *self)
     s = self->priv->stats;
   }
   std::vector<double> lat (s.latencies_ms.begin (), s.latencies_ms.end ());
-  return gst_structure_new ("pi0infer-stats", "observations", G_TYPE_UINT64, s.observations,
-                            "chunks", G_TYPE_UINT64, s.chunks, "skipped-no-state", G_TYPE_UINT64,
-                            s.skipped_state, "non-finite", G_TYPE_UINT64, s.non_finite, "errors",
-                            G_TYPE_UINT64, s.errors, "last-error", G_TYPE_STRING,
-                            s.last_error.c_str (), "inference-p50-ms", G_TYPE_DOUBLE,
-                            percentile (lat, 0.5), "inference-p99-ms", G_TYPE_DOUBLE,
-                            percentile (lat, 0.99), "warmup-ms", G_TYPE_DOUBLE, s.warmup_ms,
-                            nullptr);
+  return gst_structure_new (
+      "pi0infer-stats", "observations", G_TYPE_UINT64, s.observations, "chunks", G_TYPE_UINT64,
+      s.chunks, "skipped-no-state", G_TYPE_UINT64, s.skipped_state, "non-finite", G_TYPE_UINT64,
+      s.non_finite, "errors", G_TYPE_UINT64, s.errors, "last-error", G_TYPE_STRING,
+      s.last_error.c_str (), "inference-p50-ms", G_TYPE_DOUBLE, percentile (lat, 0.5),
+      "inference-p99-ms", G_TYPE_DOUBLE, percentile (lat, 0.99), "warmup-ms", G_TYPE_DOUBLE,
+      s.warmup_ms, nullptr);
 }
 
 static void
@@ -608,7 +607,8 @@ load_native (const std::string &path, int num_steps, std::string *config_tokeniz
     throw pi0::Error ("no model.safetensors in '" + dir + "'");
   std::string config_path = dir + "/config.json";
   if (!path_exists (config_path))
-    throw pi0::Error ("'" + weights + "' has no config.json beside it: the architecture is unknown");
+    throw pi0::Error ("'" + weights +
+                      "' has no config.json beside it: the architecture is unknown");
   pi0::Pi0Config cfg = pi0::config_from_json_file (config_path);
   cfg.num_steps = num_steps;
   /* The file first (memory-mapped, validated): a corrupt one fails before gigabytes of
@@ -617,25 +617,10 @@ load_native (const std::string &path, int num_steps, std::string *config_tokeniz
   auto model = std::make_shared<pi0::Pi0Model> (cfg);
   pi0::load_state_dict (*model, tensors, weights);
   if (config_tokenizer && !cfg.tokenizer.empty ()) {
-    *config_tokenizer = g_path_is_absolute (cfg.tokenizer.c_str ()) ? cfg.tokenizer
-                                                                     : dir + "/" + cfg.tokenizer;
+    *config_tokenizer =
+        g_path_is_absolute (cfg.tokenizer.c_str ()) ? cfg.tokenizer : dir + "/" + cfg.tokenizer;
   }
   return model;
-}
-
-/* Inputs of the right shape for the warm-up run. */
-static pi0::PolicyInput
-zero_input (const pi0::PolicySpec &spec)
-{
-  pi0::PolicyInput in;
-  int views = spec.num_views ? spec.num_views : 3, size = spec.image_size ? spec.image_size : 224;
-  int len = spec.max_tokens ? spec.max_tokens : 48, sd = spec.state_dim ? spec.state_dim : 32;
-  in.images = at::zeros ({views, 3, size, size});
-  in.image_masks = at::ones ({views}, at::kBool);
-  in.tokens = at::zeros ({len}, at::kLong);
-  in.token_mask = at::arange (len) < 1;
-  in.state = at::zeros ({sd});
-  return in;
 }
 
 static gboolean
@@ -662,7 +647,7 @@ gst_pi0_infer_start (GstBaseTransform *trans)
                        ("LibTorch reports no CUDA device; use device=cpu or device=auto"));
     return FALSE;
   }
-  opts.device = want_cuda ? c10::Device (c10::kCUDA, (c10::DeviceIndex) s.cuda_device_id)
+  opts.device = want_cuda ? c10::Device (c10::kCUDA, (c10::DeviceIndex)s.cuda_device_id)
                           : c10::Device (c10::kCPU);
   opts.dtype = (s.precision == GST_PI0_INFER_PRECISION_BF16 ||
                 (s.precision == GST_PI0_INFER_PRECISION_AUTO && want_cuda))
@@ -677,9 +662,10 @@ gst_pi0_infer_start (GstBaseTransform *trans)
     if (g_str_has_prefix (m.c_str (), "builtin:")) {
       std::string name = m.substr (8);
       if (name != "pi0-tiny") {
-        GST_ELEMENT_ERROR (self, RESOURCE, NOT_FOUND,
-                           ("Unknown builtin model '%s': the only builtin is builtin:pi0-tiny.", m.c_str ()),
-                           (nullptr));
+        GST_ELEMENT_ERROR (
+            self, RESOURCE, NOT_FOUND,
+            ("Unknown builtin model '%s': the only builtin is builtin:pi0-tiny.", m.c_str ()),
+            (nullptr));
         return FALSE;
       }
       pi0::Pi0Config cfg = pi0::config_by_name ("pi0-tiny");
@@ -715,8 +701,8 @@ gst_pi0_infer_start (GstBaseTransform *trans)
       return FALSE;
     }
   } catch (const pi0::Error &e) {
-    GST_ELEMENT_ERROR (self, RESOURCE, OPEN_READ, ("Could not load model '%s': %s", m.c_str (), e.what ()),
-                       (nullptr));
+    GST_ELEMENT_ERROR (self, RESOURCE, OPEN_READ,
+                       ("Could not load model '%s': %s", m.c_str (), e.what ()), (nullptr));
     return FALSE;
   } catch (const c10::Error &e) {
     GST_ELEMENT_ERROR (self, LIBRARY, INIT, ("LibTorch could not load model '%s'.", m.c_str ()),
@@ -755,7 +741,8 @@ gst_pi0_infer_start (GstBaseTransform *trans)
                          (nullptr));
       return FALSE;
     }
-    loaded->norm_mode = s.norm_mode == NORM_QUANTILE ? pi0::NormMode::Quantile : pi0::NormMode::ZScore;
+    loaded->norm_mode =
+        s.norm_mode == NORM_QUANTILE ? pi0::NormMode::Quantile : pi0::NormMode::ZScore;
   }
 
   int model_dims = loaded->spec.action_dim;
@@ -770,13 +757,14 @@ gst_pi0_infer_start (GstBaseTransform *trans)
   /* Warm up (and, on CUDA, capture the graph) now, so the first observation is not slow. */
   auto t0 = std::chrono::steady_clock::now ();
   try {
-    loaded->policy->infer (zero_input (loaded->spec));
+    loaded->policy->warmup ();
   } catch (const std::exception &e) {
     GST_ELEMENT_ERROR (self, LIBRARY, INIT, ("The model failed its warm-up run: %s", e.what ()),
                        (nullptr));
     return FALSE;
   }
-  double warm_ms = std::chrono::duration<double, std::milli> (std::chrono::steady_clock::now () - t0).count ();
+  double warm_ms =
+      std::chrono::duration<double, std::milli> (std::chrono::steady_clock::now () - t0).count ();
   GST_INFO_OBJECT (self, "loaded %s: %s (warm-up %.1f ms)", loaded->model_id.c_str (),
                    loaded->policy->describe ().c_str (), warm_ms);
 
@@ -814,10 +802,10 @@ gst_pi0_infer_set_caps (GstBaseTransform *trans, GstCaps *incaps, GstCaps *outca
     return TRUE;
   int slots = self->priv->loaded->spec.num_views;
   if (gst_structure_get_int (st, "views", &views) && slots > 0 && views > slots) {
-    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
-                       ("The observations have %d views but the model takes at most %d.", views,
-                        slots),
-                       ("caps %" GST_PTR_FORMAT, incaps));
+    GST_ELEMENT_ERROR (
+        self, CORE, NEGOTIATION,
+        ("The observations have %d views but the model takes at most %d.", views, slots),
+        ("caps %" GST_PTR_FORMAT, incaps));
     return FALSE;
   }
   return TRUE;
@@ -858,11 +846,12 @@ gst_pi0_infer_query (GstBaseTransform *trans, GstPadDirection direction, GstQuer
     gst_structure_get_double (s, "inference-p99-ms", &p99);
     gst_structure_get_double (s, "warmup-ms", &warm);
     gst_structure_free (s);
-    GstClockTime ours = (GstClockTime) ((p99 > 0 ? p99 : warm) * GST_MSECOND);
+    GstClockTime ours = (GstClockTime)((p99 > 0 ? p99 : warm) * GST_MSECOND);
     min += ours;
     if (GST_CLOCK_TIME_IS_VALID (max))
       max += ours;
-    GST_DEBUG_OBJECT (self, "adding %" GST_TIME_FORMAT " of processing latency", GST_TIME_ARGS (ours));
+    GST_DEBUG_OBJECT (self, "adding %" GST_TIME_FORMAT " of processing latency",
+                      GST_TIME_ARGS (ours));
     gst_query_set_latency (query, live, min, max);
   }
   return TRUE;
@@ -896,12 +885,12 @@ images_from_meta (const GstPi0TensorMeta *tm, int slots, at::Tensor *images, at:
   std::vector<int64_t> shape (tm->shape, tm->shape + tm->n_dims);
   at::TensorOptions o = at::TensorOptions ().dtype (torch_dtype (tm->dtype));
   if (tm->device == GST_PI0_DEVICE_CUDA) {
-    o = o.device (c10::Device (c10::kCUDA, (c10::DeviceIndex) tm->device_id));
+    o = o.device (c10::Device (c10::kCUDA, (c10::DeviceIndex)tm->device_id));
 #ifdef PI0_INFER_HAVE_CUDA
     if (tm->ready_event) {
       cudaError_t err = cudaStreamWaitEvent (
-          c10::cuda::getCurrentCUDAStream ((c10::DeviceIndex) tm->device_id).stream (),
-          (cudaEvent_t) tm->ready_event, 0);
+          c10::cuda::getCurrentCUDAStream ((c10::DeviceIndex)tm->device_id).stream (),
+          (cudaEvent_t)tm->ready_event, 0);
       if (err != cudaSuccess)
         throw pi0::Error (std::string ("cudaStreamWaitEvent: ") + cudaGetErrorName (err));
     }
@@ -911,9 +900,9 @@ images_from_meta (const GstPi0TensorMeta *tm, int slots, at::Tensor *images, at:
   }
   /* A view of the meta's memory; the buffer (and so the storage) outlives this call. */
   at::Tensor t = at::from_blob (tm->data, shape, o);
-  at::Tensor m = at::zeros ({(int64_t) tm->n_masks}, at::kBool);
+  at::Tensor m = at::zeros ({(int64_t)tm->n_masks}, at::kBool);
   for (guint i = 0; i < tm->n_masks; i++)
-    m[i] = (bool) tm->image_masks[i];
+    m[i] = (bool)tm->image_masks[i];
   int64_t v = shape[0];
   t = t.to (at::kFloat);
   if (slots > v) {
@@ -954,15 +943,16 @@ gst_pi0_infer_transform_ip (GstBaseTransform *trans, GstBuffer *buf)
 
   const pi0::PolicySpec &spec = L->spec;
   if (tm->n_dims != 4 || tm->shape[1] != 3 ||
-      (spec.image_size > 0 && (tm->shape[2] != spec.image_size || tm->shape[3] != spec.image_size)) ||
+      (spec.image_size > 0 &&
+       (tm->shape[2] != spec.image_size || tm->shape[3] != spec.image_size)) ||
       (spec.num_views > 0 && tm->shape[0] > spec.num_views) || tm->dtype == GST_PI0_DTYPE_UINT8) {
     GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
                        ("The model takes up to %d views of 3x%dx%d float images, but the input "
                         "tensor is [%" G_GINT64_FORMAT ",%" G_GINT64_FORMAT ",%" G_GINT64_FORMAT
                         ",%" G_GINT64_FORMAT "] %s: set cudaprep width=%d height=%d.",
                         spec.num_views, spec.image_size, spec.image_size, tm->shape[0],
-                        tm->shape[1], tm->shape[2], tm->shape[3], gst_pi0_dtype_to_string (tm->dtype),
-                        spec.image_size, spec.image_size),
+                        tm->shape[1], tm->shape[2], tm->shape[3],
+                        gst_pi0_dtype_to_string (tm->dtype), spec.image_size, spec.image_size),
                        (nullptr));
     return GST_FLOW_NOT_NEGOTIATED;
   }
@@ -986,7 +976,7 @@ gst_pi0_infer_transform_ip (GstBaseTransform *trans, GstBuffer *buf)
     }
     return GST_FLOW_OK;
   }
-  if (spec.state_dim > 0 && (int) state_dim > spec.state_dim) {
+  if (spec.state_dim > 0 && (int)state_dim > spec.state_dim) {
     GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
                        ("The robot state has %u values but the model takes at most %d.", state_dim,
                         spec.state_dim),
@@ -1002,7 +992,8 @@ gst_pi0_infer_transform_ip (GstBaseTransform *trans, GstBuffer *buf)
 
     /* Tokenize once per instruction. */
     if (!priv->state.have_tokens || priv->state.tokens_for != s.instruction) {
-      pi0::Tokens tok = L->tokenizer->encode_prompt (s.instruction, spec.max_tokens ? spec.max_tokens : 48);
+      pi0::Tokens tok =
+          L->tokenizer->encode_prompt (s.instruction, spec.max_tokens ? spec.max_tokens : 48);
       priv->state.tokens = tok.ids;
       priv->state.token_mask = tok.mask;
       priv->state.tokens_for = s.instruction;
@@ -1012,7 +1003,7 @@ gst_pi0_infer_transform_ip (GstBaseTransform *trans, GstBuffer *buf)
     in.tokens = priv->state.tokens;
     in.token_mask = priv->state.token_mask;
 
-    at::Tensor st = state ? at::from_blob ((void *) state, {(int64_t) state_dim}, at::kFloat).clone ()
+    at::Tensor st = state ? at::from_blob ((void *)state, {(int64_t)state_dim}, at::kFloat).clone ()
                           : at::zeros ({1});
     if (state && L->norm)
       st = L->norm->normalize_state (st, L->norm_mode).to (at::kFloat);
@@ -1027,28 +1018,29 @@ gst_pi0_infer_transform_ip (GstBaseTransform *trans, GstBuffer *buf)
     actions = actions.to (at::kFloat).contiguous ();
   } catch (const c10::Error &e) {
     record_error (self, e.what_without_backtrace ());
-    GST_ELEMENT_ERROR (self, STREAM, FAILED, ("Inference failed on observation %" G_GUINT64_FORMAT ".",
-                                              om->sequence),
+    GST_ELEMENT_ERROR (self, STREAM, FAILED,
+                       ("Inference failed on observation %" G_GUINT64_FORMAT ".", om->sequence),
                        ("LibTorch: %s", e.what_without_backtrace ()));
     return GST_FLOW_ERROR;
   } catch (const std::exception &e) {
     record_error (self, e.what ());
-    GST_ELEMENT_ERROR (self, STREAM, FAILED,
-                       ("Inference failed on observation %" G_GUINT64_FORMAT ": %s", om->sequence,
-                        e.what ()),
-                       (nullptr));
+    GST_ELEMENT_ERROR (
+        self, STREAM, FAILED,
+        ("Inference failed on observation %" G_GUINT64_FORMAT ": %s", om->sequence, e.what ()),
+        (nullptr));
     return GST_FLOW_ERROR;
   }
-  double ms = std::chrono::duration<double, std::milli> (std::chrono::steady_clock::now () - t0).count ();
+  double ms =
+      std::chrono::duration<double, std::milli> (std::chrono::steady_clock::now () - t0).count ();
 
-  GstPi0ActionMeta *am = gst_buffer_add_pi0_action_meta (
-      buf, (guint) actions.size (0), (guint) actions.size (1), actions.data_ptr<float> (),
-      L->model_id.c_str ());
+  GstPi0ActionMeta *am =
+      gst_buffer_add_pi0_action_meta (buf, (guint)actions.size (0), (guint)actions.size (1),
+                                      actions.data_ptr<float> (), L->model_id.c_str ());
   am->sequence = om->sequence;
   am->observation_time = om->observation_time;
-  am->inference_time = (GstClockTime) (ms * GST_MSECOND);
+  am->inference_time = (GstClockTime)(ms * GST_MSECOND);
   if (L->untrained)
-    am->flags = (GstPi0ActionFlags) (am->flags | GST_PI0_ACTION_FLAG_UNTRAINED);
+    am->flags = (GstPi0ActionFlags)(am->flags | GST_PI0_ACTION_FLAG_UNTRAINED);
   bool finite = !(am->flags & GST_PI0_ACTION_FLAG_NON_FINITE);
 
   {
@@ -1063,7 +1055,7 @@ gst_pi0_infer_transform_ip (GstBaseTransform *trans, GstBuffer *buf)
   if (!finite)
     GST_WARNING_OBJECT (self, "observation %" G_GUINT64_FORMAT ": non-finite actions (flagged)",
                         om->sequence);
-  GST_LOG_OBJECT (self, "observation %" G_GUINT64_FORMAT ": %ux%u actions in %.2f ms",
-                  om->sequence, am->horizon, am->dim, ms);
+  GST_LOG_OBJECT (self, "observation %" G_GUINT64_FORMAT ": %ux%u actions in %.2f ms", om->sequence,
+                  am->horizon, am->dim, ms);
   return GST_FLOW_OK;
 }
