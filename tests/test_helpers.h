@@ -7,6 +7,7 @@
 #include <gst/gst.h>
 #include <gst/check/gstharness.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -65,5 +66,16 @@ MessagePtr pop_message (GstBus *bus, GstMessageType types);
 
 /* The text of an error or warning message: "<message> | <debug>". */
 std::string message_text (GstMessage *msg);
+
+/* Buffers with an observation meta and with an action meta that reached the sinks of a
+ * pipeline (see watch_sinks). */
+struct SinkCounts {
+  std::atomic<int> observations{0};
+  std::atomic<int> actions{0};
+};
+
+/* Counts what reaches every sink of @pipeline into @counts (which must outlive the pipeline's
+ * streaming) and silences sinks that have a "silent" property. */
+void watch_sinks (GstElement *pipeline, SinkCounts *counts);
 
 } // namespace pi0test

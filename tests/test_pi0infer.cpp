@@ -527,17 +527,6 @@ TEST (Pi0Infer, AnswersLatencyWithItsInferenceTime)
   gst_object_unref (src);
 }
 
-namespace
-{
-GstPadProbeReturn
-count_actions (GstPad *, GstPadProbeInfo *info, gpointer user_data)
-{
-  if (gst_buffer_get_pi0_action_meta (GST_PAD_PROBE_INFO_BUFFER (info)))
-    (*static_cast<int *> (user_data))++;
-  return GST_PAD_PROBE_OK;
-}
-} // namespace
-
 /* pipelines/infer-checkpoint.txt with a checkpoint made by pi0-model init. */
 TEST (Pi0Infer, CheckpointPipelineLineRuns)
 {
@@ -568,19 +557,8 @@ TEST (Pi0Infer, CheckpointPipelineLineRuns)
   GError *err = nullptr;
   ElementPtr pipe (gst_parse_launch (line.c_str (), &err));
   ASSERT_EQ (err, nullptr) << err->message;
-  int actions = 0;
-  GstIterator *it = gst_bin_iterate_sinks (GST_BIN (pipe.get ()));
-  GValue v = G_VALUE_INIT;
-  while (gst_iterator_next (it, &v) == GST_ITERATOR_OK) {
-    GstElement *sink = GST_ELEMENT (g_value_get_object (&v));
-    g_object_set (sink, "silent", TRUE, nullptr);
-    GstPad *pad = gst_element_get_static_pad (sink, "sink");
-    gst_pad_add_probe (pad, GST_PAD_PROBE_TYPE_BUFFER, count_actions, &actions, nullptr);
-    gst_object_unref (pad);
-    g_value_reset (&v);
-  }
-  g_value_unset (&v);
-  gst_iterator_free (it);
+  SinkCounts counts;
+  watch_sinks (pipe.get (), &counts);
   ASSERT_NE (gst_element_set_state (pipe.get (), GST_STATE_PLAYING), GST_STATE_CHANGE_FAILURE);
   GstBus *bus = gst_element_get_bus (pipe.get ());
   MessagePtr msg (gst_bus_timed_pop_filtered (
@@ -589,5 +567,5 @@ TEST (Pi0Infer, CheckpointPipelineLineRuns)
   ASSERT_NE (msg, nullptr);
   ASSERT_EQ (GST_MESSAGE_TYPE (msg.get ()), GST_MESSAGE_EOS) << message_text (msg.get ());
   gst_element_set_state (pipe.get (), GST_STATE_NULL);
-  EXPECT_GT (actions, 0);
+  EXPECT_GT (counts.actions.load (), 0);
 }

@@ -53,22 +53,6 @@ load_pipelines ()
   return out;
 }
 
-struct Counts {
-  std::atomic<int> observations{0}, actions{0};
-};
-
-GstPadProbeReturn
-count_buffer (GstPad *, GstPadProbeInfo *info, gpointer user_data)
-{
-  auto n = static_cast<Counts *> (user_data);
-  GstBuffer *buf = GST_PAD_PROBE_INFO_BUFFER (info);
-  if (gst_buffer_get_pi0_observation_meta (buf))
-    n->observations++;
-  if (gst_buffer_get_pi0_action_meta (buf))
-    n->actions++;
-  return GST_PAD_PROBE_OK;
-}
-
 } // namespace
 
 class Pipelines : public ::testing::TestWithParam<PipelineFile>
@@ -97,19 +81,8 @@ TEST_P (Pipelines, ParsesAndRuns)
     GTEST_SKIP () << p.name << " parses; running it needs " << p.needs;
 
   /* Count observations reaching every sink; keep fakesink quiet. */
-  Counts n;
-  GstIterator *it = gst_bin_iterate_sinks (GST_BIN (pipe.get ()));
-  GValue v = G_VALUE_INIT;
-  while (gst_iterator_next (it, &v) == GST_ITERATOR_OK) {
-    GstElement *sink = GST_ELEMENT (g_value_get_object (&v));
-    if (g_object_class_find_property (G_OBJECT_GET_CLASS (sink), "silent"))
-      g_object_set (sink, "silent", TRUE, nullptr);
-    for (GList *l = sink->sinkpads; l; l = l->next)
-      gst_pad_add_probe (GST_PAD (l->data), GST_PAD_PROBE_TYPE_BUFFER, count_buffer, &n, nullptr);
-    g_value_reset (&v);
-  }
-  g_value_unset (&v);
-  gst_iterator_free (it);
+  SinkCounts n;
+  watch_sinks (pipe.get (), &n);
 
   ASSERT_NE (gst_element_set_state (pipe.get (), GST_STATE_PLAYING), GST_STATE_CHANGE_FAILURE);
   GstBus *bus = gst_element_get_bus (pipe.get ());
