@@ -46,6 +46,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <mutex>
 #include <vector>
@@ -77,6 +78,7 @@ enum {
   PROP_MAX_STATE_AGE,
   PROP_REQUIRE_ALL_VIEWS,
   PROP_FORCE_LIVE,
+  PROP_MAX_WAIT,
   PROP_STATS,
 };
 
@@ -161,6 +163,7 @@ struct Settings {
   GstClockTime max_staleness = DEFAULT_MAX_STALENESS;
   GstClockTime max_state_age = DEFAULT_MAX_STATE_AGE;
   bool require_all_views = DEFAULT_REQUIRE_ALL_VIEWS;
+  GstClockTime max_wait = GST_CLOCK_TIME_NONE;
 };
 
 struct ViewStats {
@@ -216,6 +219,10 @@ struct GstPi0ViewMuxPrivate {
   GstPi0ViewMuxPad *state_pad = nullptr;
   bool running = false;
 
+  /* The live latency the base class waits (from the last LATENCY query answered), for
+   * max-wait; NONE when not live or not yet known. */
+  std::atomic<GstClockTime> latency{GST_CLOCK_TIME_NONE};
+
   State state;
 };
 
@@ -264,6 +271,7 @@ static gboolean gst_pi0_view_mux_sink_query (GstAggregator *agg, GstAggregatorPa
 static GstFlowReturn gst_pi0_view_mux_update_src_caps (GstAggregator *agg, GstCaps *caps,
                                                        GstCaps **ret);
 static GstClockTime gst_pi0_view_mux_get_next_time (GstAggregator *agg);
+static gboolean gst_pi0_view_mux_src_query (GstAggregator *agg, GstQuery *query);
 static GstFlowReturn gst_pi0_view_mux_aggregate (GstAggregator *agg, gboolean timeout);
 
 static void
@@ -366,6 +374,27 @@ gst_pi0_view_mux_class_init (GstPi0ViewMuxClass *klass)
           (GParamFlags)(G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS | G_PARAM_CONSTRUCT_ONLY)));
 
   /**
+   * GstPi0ViewMux:max-wait:
+   *
+   * Live only: the longest an observation waits after its base frame's capture (in
+   * nanoseconds), even when a slower camera declares more latency. By default (-1) the muxer
+   * waits the pipeline latency, which pairs frames exactly but lets the slowest camera (one
+   * frame of a 10 fps camera: 100 ms) set the delay of every observation. With a shorter wait,
+   * a frame still on its way misses its observation (counted as `late`) and the view uses its
+   * previous frame, or is masked once that is stale. (The deadline cannot fall before the
+   * latency itself, so the first observations of a stream may still wait longer.)
+   */
+  g_object_class_install_property (
+      gobject_class, PROP_MAX_WAIT,
+      g_param_spec_uint64 ("max-wait", "Maximum wait",
+                           "Live: the longest an observation waits after its base frame's "
+                           "capture, whatever the cameras' latency (in nanoseconds; -1 = the "
+                           "pipeline latency)",
+                           0, G_MAXUINT64, G_MAXUINT64,
+                           (GParamFlags) (G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS |
+                                          GST_PARAM_MUTABLE_PLAYING)));
+
+  /**
    * GstPi0ViewMux:stats:
    *
    * Counters since the last start: `observations`, `dropped-observations`, `state-samples`,
@@ -400,6 +429,7 @@ gst_pi0_view_mux_class_init (GstPi0ViewMuxClass *klass)
   agg_class->flush = GST_DEBUG_FUNCPTR (gst_pi0_view_mux_flush);
   agg_class->sink_event = GST_DEBUG_FUNCPTR (gst_pi0_view_mux_sink_event);
   agg_class->sink_query = GST_DEBUG_FUNCPTR (gst_pi0_view_mux_sink_query);
+  agg_class->src_query = GST_DEBUG_FUNCPTR (gst_pi0_view_mux_src_query);
   agg_class->update_src_caps = GST_DEBUG_FUNCPTR (gst_pi0_view_mux_update_src_caps);
   agg_class->get_next_time = GST_DEBUG_FUNCPTR (gst_pi0_view_mux_get_next_time);
   agg_class->aggregate = GST_DEBUG_FUNCPTR (gst_pi0_view_mux_aggregate);
@@ -530,6 +560,11 @@ gst_pi0_view_mux_set_property (GObject *object, guint prop_id, const GValue *val
     case PROP_FORCE_LIVE:
       gst_aggregator_set_force_live (GST_AGGREGATOR (self), g_value_get_boolean (value));
       break;
+    case PROP_MAX_WAIT: {
+      std::lock_guard<std::mutex> lk (priv->settings_lock);
+      priv->settings.max_wait = g_value_get_uint64 (value);
+      break;
+    }
     default:
       G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
       break;
@@ -575,6 +610,11 @@ gst_pi0_view_mux_get_property (GObject *object, guint prop_id, GValue *value, GP
     case PROP_FORCE_LIVE:
       g_value_set_boolean (value, gst_aggregator_get_force_live (GST_AGGREGATOR (self)));
       break;
+    case PROP_MAX_WAIT: {
+      std::lock_guard<std::mutex> lk (priv->settings_lock);
+      g_value_set_uint64 (value, priv->settings.max_wait);
+      break;
+    }
     case PROP_STATS:
       g_value_take_boxed (value, make_stats (self));
       break;
@@ -733,6 +773,7 @@ gst_pi0_view_mux_stop (GstAggregator *agg)
   auto self = GST_PI0_VIEW_MUX (agg);
 
   reset_state (self, false);
+  self->priv->latency.store (GST_CLOCK_TIME_NONE);
   GST_OBJECT_LOCK (self);
   self->priv->running = false;
   for (int v = 0; v < N_VIEWS; v++)
@@ -966,7 +1007,30 @@ gst_pi0_view_mux_get_next_time (GstAggregator *agg)
     gst_buffer_unref (buf);
   }
   gst_object_unref (base);
+
+  /* The base class times out at next + latency; max-wait moves that deadline earlier. (The
+   * latency is our record of it: the base class holds its lock while asking us.) */
+  GstClockTime latency = self->priv->latency.load ();
+  if (GST_CLOCK_TIME_IS_VALID (next) && GST_CLOCK_TIME_IS_VALID (s.max_wait) &&
+      GST_CLOCK_TIME_IS_VALID (latency) && latency > s.max_wait)
+    next = next + s.max_wait > latency ? next + s.max_wait - latency : 0;
   return next;
+}
+
+static gboolean
+gst_pi0_view_mux_src_query (GstAggregator *agg, GstQuery *query)
+{
+  auto self = GST_PI0_VIEW_MUX (agg);
+
+  if (!GST_AGGREGATOR_CLASS (parent_class)->src_query (agg, query))
+    return FALSE;
+  if (GST_QUERY_TYPE (query) == GST_QUERY_LATENCY) {
+    gboolean live;
+    GstClockTime min;
+    gst_query_parse_latency (query, &live, &min, nullptr);
+    self->priv->latency.store (live ? min : GST_CLOCK_TIME_NONE);
+  }
+  return TRUE;
 }
 
 /* Copies the frame's video info, taking strides and offsets from its video meta if any. */

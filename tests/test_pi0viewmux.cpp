@@ -756,3 +756,40 @@ TEST (ViewMux, CudaMemoryCapsAreCarried)
   EXPECT_TRUE (
       gst_caps_features_contains (gst_caps_get_features (caps.get (), 0), "memory:CUDAMemory"));
 }
+
+/* Live, with a camera that declares 100 ms of latency: by default each observation waits for
+ * it (base frame + latency); with max-wait it goes out max-wait after the base frame, and the
+ * slow camera's frames that come later count as late. */
+TEST (ViewMux, MaxWaitBoundsTheLiveDeadline)
+{
+  for (GstClockTime max_wait : {(GstClockTime) GST_CLOCK_TIME_NONE, (GstClockTime) (20 * GST_MSECOND)}) {
+    SCOPED_TRACE (max_wait);
+    Mux m (true, false, true);
+    if (GST_CLOCK_TIME_IS_VALID (max_wait))
+      g_object_set (m.element.get (), "max-wait", max_wait, nullptr);
+    gst_harness_set_upstream_latency (m.top.get (), 100 * GST_MSECOND);
+    gst_harness_set_src_caps_str (m.main.get (), MAIN_CAPS);
+    gst_harness_set_src_caps_str (m.side.get (), SIDE_CAPS);
+    gst_harness_set_src_caps_str (m.top.get (), TOP_CAPS);
+    /* As a pipeline would when going to PLAYING. */
+    GstClockTime latency = gst_harness_query_latency (m.main.get ());
+    EXPECT_EQ (latency, 110 * GST_MSECOND); /* top's 100 ms + max-skew */
+    GstVideoInfo im = video_info (MAIN_CAPS), is = video_info (SIDE_CAPS);
+    GstTestClock *clock = gst_harness_get_testclock (m.main.get ());
+    /* From 200 ms on: a deadline cannot be earlier than the latency itself (running time 0). */
+    for (int k = 0; k < 3; k++) {
+      GstClockTime T = 200 * GST_MSECOND + frame_time (k, 30);
+      ASSERT_EQ (gst_harness_push (m.side.get (), make_frame (is, T, 0, 1)), GST_FLOW_OK);
+      ASSERT_EQ (gst_harness_push (m.main.get (), make_frame (im, T, 0, 0)), GST_FLOW_OK);
+      /* top sends nothing in time: the observation waits for the deadline. */
+      ASSERT_TRUE (gst_harness_crank_single_clock_wait (m.main.get ()));
+      GstClockTime deadline = GST_CLOCK_TIME_IS_VALID (max_wait) ? T + max_wait : T + latency;
+      EXPECT_EQ (gst_clock_get_time (GST_CLOCK (clock)), deadline) << "obs " << k;
+      BufferPtr obs (gst_harness_pull (m.main.get ()));
+      ASSERT_NE (obs, nullptr);
+      EXPECT_FALSE (gst_buffer_get_pi0_observation_meta (obs.get ())->views[2].flags &
+                    GST_PI0_VIEW_FLAG_VALID);
+    }
+    gst_object_unref (clock);
+  }
+}

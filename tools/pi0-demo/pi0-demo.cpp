@@ -39,6 +39,7 @@ struct Options {
   double duration = 5.0;
   double stall_start = 1.5, stall_end = 3.0;
   int print_every = 10;
+  double max_wait_ms = 20.0;
   bool live = true;
   gchar *instruction = nullptr;
 };
@@ -66,7 +67,8 @@ struct Demo {
 #endif
 
 const char *PIPELINE =
-    "pi0viewmux name=mux max-staleness=200000000 max-state-age=50000000 ! "
+    "pi0viewmux name=mux max-staleness=200000000 max-state-age=50000000 max-wait=%" G_GUINT64_FORMAT
+    " ! "
     "cudaprep name=prep width=32 height=32 ! queue max-size-buffers=1 leaky=downstream ! "
     "pi0infer name=infer model=builtin:pi0-tiny action-dims=7 ! "
     "pi0actionsink name=sink target=udp://127.0.0.1:%d robot-config=%s mode=chunk "
@@ -312,9 +314,9 @@ print_latency (Demo &d)
   for (const auto &r : rows)
     g_print ("  %-34s %8.2f %8.2f\n", r.first, percentile (*r.second, 0.5),
              percentile (*r.second, 0.99));
-  g_print ("The mux wait is GStreamer's live synchronisation: the muxer waits for the slowest "
-           "camera's declared latency\n(a 10 fps videotestsrc declares one frame, 100 ms) plus "
-           "max-skew, in case a frame captured with the base frame is still on its way.\n");
+  g_print ("The mux wait is bounded by pi0viewmux max-wait (--max-wait); with -1 it is the "
+           "slowest camera's declared latency\n(a 10 fps videotestsrc declares one frame, 100 ms) "
+           "plus max-skew, in case a frame captured with the base frame is still on its way.\n");
 }
 
 void
@@ -436,6 +438,10 @@ main (int argc, char **argv)
       {"print-every", 'n', 0, G_OPTION_ARG_INT, &d.opt.print_every,
        "Print every Nth observation (and each one where a view is masked or returns; default 10)",
        "N"},
+      {"max-wait", 'w', 0, G_OPTION_ARG_DOUBLE, &d.opt.max_wait_ms,
+       "pi0viewmux max-wait in ms: how long an observation waits for slower cameras (default 20; "
+       "-1 = their full declared latency)",
+       "MS"},
       {"instruction", 'i', 0, G_OPTION_ARG_STRING, &d.opt.instruction,
        "The instruction (default \"pick up the red cube\")", "TEXT"},
       {"non-live", 0, 0, G_OPTION_ARG_NONE, &non_live,
@@ -481,7 +487,8 @@ main (int argc, char **argv)
   }
 
   const char *live = d.opt.live ? "true" : "false";
-  gchar *desc = g_strdup_printf (PIPELINE, port, config.c_str (), live, live, live, live);
+  gchar *desc = g_strdup_printf (PIPELINE, d.opt.max_wait_ms < 0 ? G_MAXUINT64 : (guint64) (d.opt.max_wait_ms * GST_MSECOND),
+                                 port, config.c_str (), live, live, live, live);
   d.pipeline = gst_parse_launch (desc, &err);
   g_free (desc);
   if (!d.pipeline) {
