@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "cudaprep_test_util.h"
 #include "prep_reference.h"
 #include "test_helpers.h"
 
@@ -20,30 +21,11 @@ namespace
 GstBuffer *
 observation (std::vector<Frame> &frames)
 {
-  static const GstVideoFormat fmts[] = {GST_VIDEO_FORMAT_RGB, GST_VIDEO_FORMAT_NV12,
-                                        GST_VIDEO_FORMAT_BGRx};
   static const char *names[] = {"main", "side", "top"};
   GstBuffer *buf = gst_buffer_new ();
   GstPi0ObservationMeta *meta = gst_buffer_add_pi0_observation_meta (buf);
-  for (size_t i = 0; i < frames.size (); i++) {
-    Frame &f = frames[i];
-    GstPi0View *v = gst_pi0_observation_meta_add_view (meta, names[i]);
-    gst_video_info_set_format (&v->info, fmts[i], f.width, f.height);
-    std::vector<uint8_t> bytes;
-    for (int p = 0; p < pi0prep::format_n_planes (f.format); p++) {
-      v->info.offset[p] = bytes.size ();
-      v->info.stride[p] = (gint)f.strides[p];
-      bytes.insert (bytes.end (), f.planes[p].begin (), f.planes[p].end ());
-    }
-    v->info.size = bytes.size ();
-    v->flags = GST_PI0_VIEW_FLAG_VALID;
-    v->mem_index = gst_buffer_n_memory (buf);
-    v->n_mem = 1;
-    gpointer copy = g_memdup2 (bytes.data (), bytes.size ());
-    gst_buffer_append_memory (buf,
-                              gst_memory_new_wrapped (GST_MEMORY_FLAG_READONLY, copy, bytes.size (),
-                                                      0, bytes.size (), copy, g_free));
-  }
+  for (size_t i = 0; i < frames.size (); i++)
+    add_frame_view (buf, meta, names[i], frames[i]);
   return buf;
 }
 

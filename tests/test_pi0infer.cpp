@@ -203,6 +203,22 @@ def forward(self, images: Tensor, image_masks: Tensor, tokens: Tensor, token_mas
   return path;
 }
 
+/* A random pi0-tiny checkpoint in @dir, written by `pi0-model init` with the tiny tokenizer. */
+testing::AssertionResult
+make_tiny_checkpoint (const std::string &dir, int seed)
+{
+  const char *build = g_getenv ("PI0_BUILD_ROOT");
+  if (!build)
+    return testing::AssertionFailure () << "PI0_BUILD_ROOT is not set";
+  std::string cmd = std::string (build) +
+                    "/tools/pi0-model/pi0-model init --config pi0-tiny --seed " +
+                    std::to_string (seed) + " --out " + dir + " --tokenizer " + tiny_tokenizer () +
+                    " > /dev/null";
+  if (std::system (cmd.c_str ()) != 0)
+    return testing::AssertionFailure () << cmd << " failed";
+  return testing::AssertionSuccess ();
+}
+
 GstBuffer *
 with_state (GstBuffer *obs, float first)
 {
@@ -464,14 +480,9 @@ TEST (Pi0Infer, TorchScriptExceptionIsAnElementErrorAndNaNIsFlagged)
 
 TEST (Pi0Infer, CheckpointWrittenByPi0ModelInit)
 {
-  const char *build = g_getenv ("PI0_BUILD_ROOT");
-  ASSERT_NE (build, nullptr);
   TempDir dir;
   std::string ck = dir.path + "/tiny";
-  std::string cmd = std::string (build) +
-                    "/tools/pi0-model/pi0-model init --config pi0-tiny --seed 3 --out " + ck +
-                    " --tokenizer " + tiny_tokenizer () + " > /dev/null";
-  ASSERT_EQ (std::system (cmd.c_str ()), 0) << cmd;
+  ASSERT_TRUE (make_tiny_checkpoint (ck, 3));
 
   std::vector<float> a, b;
   {
@@ -530,14 +541,9 @@ TEST (Pi0Infer, AnswersLatencyWithItsInferenceTime)
 /* pipelines/infer-checkpoint.txt with a checkpoint made by pi0-model init. */
 TEST (Pi0Infer, CheckpointPipelineLineRuns)
 {
-  const char *build = g_getenv ("PI0_BUILD_ROOT");
-  ASSERT_NE (build, nullptr);
   TempDir dir;
   std::string ck = dir.path + "/tiny";
-  std::string cmd = std::string (build) +
-                    "/tools/pi0-model/pi0-model init --config pi0-tiny --seed 1 --out " + ck +
-                    " --tokenizer " + tiny_tokenizer () + " > /dev/null";
-  ASSERT_EQ (std::system (cmd.c_str ()), 0) << cmd;
+  ASSERT_TRUE (make_tiny_checkpoint (ck, 1));
 
   gchar *text = nullptr;
   ASSERT_TRUE (g_file_get_contents ((source_root () + "/pipelines/infer-checkpoint.txt").c_str (),
