@@ -918,6 +918,7 @@ gst_pi0_cuda_prep_transform_ip (GstBaseTransform *bt, GstBuffer *buf)
   }
   gst_pi0_tensor_meta_set_masks (tm, masks, n);
   tm->ready_event = ready_event;
+  tm->prepared_time = gst_pi0_element_get_running_time (GST_ELEMENT (self));
   GST_LOG_OBJECT (self, "observation %" G_GUINT64_FORMAT ": [%u,3,%d,%d] %s on %s", meta->sequence,
                   n, p.out_height, p.out_width, gst_pi0_dtype_to_string (to_meta_dtype (p.dtype)),
                   st.use_cuda ? "CUDA" : "CPU");

@@ -13,6 +13,14 @@
  * Targets: `udp://IP:PORT`, `tcp://IP:PORT` (non-blocking, reconnects with bounded backoff,
  * bounded send buffer), `file:///path` and `stdout`. Frames are described in docs/protocol.md.
  *
+ * `mode=log` is for recordings and replays, not robots: every chunk is written whole, as the
+ * policy produced it (no clamping, no age check, no HOLD/STOP, no robot-config needed), and
+ * only to `file://` or `stdout`. Replaying a recording with the same seed gives the same log.
+ *
+ * The #GstPi0ActionSink:stats include the latency of each stage of the chain, from the
+ * capture of the observation's base frame to the send, computed from the running-time stamps
+ * that `pi0viewmux`, `cudaprep` and `pi0infer` leave in their metas.
+ *
  * ## Example
  * |[
  * gst-launch-1.0 ... ! pi0infer ! pi0actionsink target=udp://127.0.0.1:9870 \
@@ -48,6 +56,7 @@
 
 #include <algorithm>
 #include <cinttypes>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -124,6 +133,40 @@ struct Stats {
   guint64 reconnects = 0; /* TCP connections established after the first */
   guint64 dropped = 0;    /* frames the transport could not take (full buffer, no peer) */
   guint64 sessions = 0;
+};
+
+/* Running times at which one chunk's observation passed each stage, from the metas. */
+struct Stamps {
+  GstClockTime capture = GST_CLOCK_TIME_NONE;  /* observation_time: the base frame */
+  GstClockTime muxed = GST_CLOCK_TIME_NONE;    /* GstPi0ObservationMeta.muxed_time */
+  GstClockTime prepared = GST_CLOCK_TIME_NONE; /* GstPi0TensorMeta.prepared_time */
+  GstClockTime done = GST_CLOCK_TIME_NONE;     /* GstPi0ActionMeta.done_time */
+};
+
+/* Per-stage latencies of the last kLatencyWindow chunks sent, for the stats. */
+constexpr size_t kLatencyWindow = 1024;
+enum Stage { kStageMux, kStagePrep, kStageInfer, kStageSink, kStageEndToEnd, kNumStages };
+const char *const kStageNames[kNumStages] = {"mux", "prep", "infer", "sink", "end-to-end"};
+
+struct LatencyWindow {
+  std::deque<GstClockTime> samples[kNumStages];
+  guint64 chunks = 0; /* chunks measured since start */
+
+  void add (const Stamps &t, GstClockTime sent)
+  {
+    const GstClockTime points[kNumStages + 1] = {t.capture, t.muxed, t.prepared, t.done, sent};
+    auto push = [this] (Stage s, GstClockTime a, GstClockTime b) {
+      if (!GST_CLOCK_TIME_IS_VALID (a) || !GST_CLOCK_TIME_IS_VALID (b) || b < a)
+        return;
+      samples[s].push_back (b - a);
+      if (samples[s].size () > kLatencyWindow)
+        samples[s].pop_front ();
+    };
+    for (int s = kStageMux; s <= kStageSink; s++)
+      push ((Stage)s, points[s], points[s + 1]);
+    push (kStageEndToEnd, t.capture, sent);
+    chunks++;
+  }
 };
 
 /* ---- Transport: where frames go. Never blocks: every socket is non-blocking. ---- */
@@ -491,6 +534,7 @@ struct Chunk {
   guint64 chunk_id = 0;
   GstClockTime obs = GST_CLOCK_TIME_NONE;
   std::string model_id;
+  Stamps stamps;
 };
 
 struct State {
@@ -533,6 +577,7 @@ struct State {
   GstClockTime next_tick = 0;
 
   Stats stats;
+  LatencyWindow latency;
   guint64 warn_count = 0;
   std::vector<uint8_t> buf;
 };
@@ -567,6 +612,10 @@ gst_pi0_action_sink_mode_get_type (void)
       {GST_PI0_ACTION_SINK_MODE_CHUNK, "Send each chunk whole when it arrives", "chunk"},
       {GST_PI0_ACTION_SINK_MODE_STREAM, "Send one action per control tick from the newest chunk",
        "stream"},
+      {GST_PI0_ACTION_SINK_MODE_LOG,
+       "Record every chunk whole, as the policy made it (file:// or stdout only; no limits, no "
+       "age check, no HOLD)",
+       "log"},
       {0, nullptr, nullptr}};
   if (g_once_init_enter (&type))
     g_once_init_leave (&type, g_enum_register_static ("GstPi0ActionSinkMode", values));
@@ -697,9 +746,24 @@ commanded_now (State &st, GstClockTime now)
   return nullptr;
 }
 
+Stamps
+stamps_of (GstBuffer *buf, const GstPi0ActionMeta *meta)
+{
+  Stamps t;
+  t.capture = meta->observation_time;
+  t.done = meta->done_time;
+  if (GstPi0ObservationMeta *om = gst_buffer_get_pi0_observation_meta (buf))
+    t.muxed = om->muxed_time;
+  if (GstPi0TensorMeta *tm = gst_buffer_get_pi0_tensor_meta (buf))
+    t.prepared = tm->prepared_time;
+  return t;
+}
+
 void
 send_hold (State &st, Pending &p, GstClockTime now)
 {
+  if (st.s.mode == GST_PI0_ACTION_SINK_MODE_LOG)
+    return; /* a log is not a robot: nothing to hold */
   const float *pos = commanded_now (st, now);
   std::vector<float> hold;
   if (pos)
@@ -732,7 +796,7 @@ new_session (State &st)
 void
 announce (State &st, Pending &p, GstClockTime now)
 {
-  if (st.announced || st.dim == 0)
+  if (st.announced || st.dim == 0 || st.s.mode == GST_PI0_ACTION_SINK_MODE_LOG)
     return;
   if (st.transport.is_network () && !st.transport.connected ())
     return;
@@ -802,6 +866,8 @@ stream_step (State &st, Pending &p, GstClockTime now)
     flags |= pi0proto::kFlagLast;
   send_message (st, p, pi0proto::Kind::kAction, row.data (), 1, (guint)k, c.limit, c.chunk_id,
                 c.obs, now, flags, c.model_id);
+  if (c.next == 0)
+    st.latency.add (c.stamps, now); /* the chunk's first row leaves: its latency */
   st.last_cmd = row;
   st.have_last = true;
   c.next = (guint)k + 1;
@@ -959,9 +1025,20 @@ gst_pi0_action_sink_start (GstBaseSink *bsink)
                        ("stop-timeout must not be shorter than hold-timeout"), (nullptr));
     return FALSE;
   }
+  const bool log = s.mode == GST_PI0_ACTION_SINK_MODE_LOG;
+  if (log && (type == TargetType::kUdp || type == TargetType::kTcp)) {
+    g_clear_object (&addr);
+    GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS,
+                       ("mode=log writes the policy's raw chunks and never goes to a robot: use a "
+                        "file:// or stdout target"),
+                       (nullptr));
+    return FALSE;
+  }
   pi0safety::RobotConfig cfg;
   bool have_cfg = false;
-  if (!s.robot_config.empty ()) {
+  if (log) {
+    /* Nothing here moves a robot: no limits to apply (robot-config, if set, is not used). */
+  } else if (!s.robot_config.empty ()) {
     if (!pi0safety::load_robot_config (s.robot_config, &cfg, &err)) {
       g_clear_object (&addr);
       GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS,
@@ -1019,6 +1096,7 @@ gst_pi0_action_sink_start (GstBaseSink *bsink)
   if (st.period == 0)
     st.period = 1;
   st.stats = Stats ();
+  st.latency = LatencyWindow ();
   st.warn_count = 0;
   st.have_chunk = false;
   st.sent_rows.clear ();
@@ -1036,7 +1114,8 @@ gst_pi0_action_sink_start (GstBaseSink *bsink)
   flush_pending (self, p);
   GST_INFO_OBJECT (self, "sending to %s (%s, %s mode, %.1f Hz)", s.target.c_str (),
                    binary ? "binary" : "json",
-                   s.mode == GST_PI0_ACTION_SINK_MODE_STREAM ? "stream" : "chunk", s.control_rate);
+                   log ? "log" : s.mode == GST_PI0_ACTION_SINK_MODE_STREAM ? "stream" : "chunk",
+                   s.control_rate);
   return TRUE;
 }
 
@@ -1095,8 +1174,10 @@ gst_pi0_action_sink_change_state (GstElement *element, GstStateChange transition
       st.next_tick = now;
       st.last_fresh = now;
       st.stop_sent = false;
-      st.thread_running = true;
-      st.thread = g_thread_new ("pi0actionsink-ctl", control_thread, self);
+      if (st.s.mode != GST_PI0_ACTION_SINK_MODE_LOG) {
+        st.thread_running = true;
+        st.thread = g_thread_new ("pi0actionsink-ctl", control_thread, self);
+      }
     }
     if (clock)
       gst_object_unref (clock);
@@ -1203,6 +1284,16 @@ render_locked (GstPi0ActionSink *self, State &st, GstBuffer *buf, Pending &p, st
     return GST_FLOW_OK;
 
   const GstClockTime now = running_now (st);
+  if (st.s.mode == GST_PI0_ACTION_SINK_MODE_LOG) {
+    /* The policy's output as it is, for recordings and replays: a file, never a robot (start()
+     * refuses network targets), so no limits, no age check. Non-finite values are written as
+     * null; the meta's flags tell the reader the chunk came from an untrained model. */
+    send_message (st, p, pi0proto::Kind::kAction, meta->actions, meta->horizon, 0, meta->horizon,
+                  meta->sequence, meta->observation_time, now, pi0proto::kFlagLast,
+                  meta->model_id ? meta->model_id : "");
+    st.latency.add (stamps_of (buf, meta), now);
+    return GST_FLOW_OK;
+  }
   pump (st, p, now);
 
   /* Whole-chunk gate: the meta's flag and our own scan (the flag can be stale if someone
@@ -1250,6 +1341,7 @@ render_locked (GstPi0ActionSink *self, State &st, GstBuffer *buf, Pending &p, st
     st.chunk.chunk_id = meta->sequence;
     st.chunk.obs = obs;
     st.chunk.model_id = meta->model_id ? meta->model_id : "";
+    st.chunk.stamps = stamps_of (buf, meta);
     st.have_chunk = true;
     return GST_FLOW_OK;
   }
@@ -1280,6 +1372,7 @@ render_locked (GstPi0ActionSink *self, State &st, GstBuffer *buf, Pending &p, st
                 meta->sequence, obs, now,
                 (uint8_t)(pi0proto::kFlagLast | (any_clamped ? pi0proto::kFlagClamped : 0)),
                 meta->model_id ? meta->model_id : "");
+  st.latency.add (stamps_of (buf, meta), now);
   st.sent_rows = std::move (out);
   st.sent_first = (guint)first;
   st.sent_obs = obs;
@@ -1317,18 +1410,41 @@ gst_pi0_action_sink_render (GstBaseSink *bsink, GstBuffer *buf)
 
 /* ---------------------------------------------------------------------------------------- */
 
+/* Nearest-rank percentile of a copy of @v (not empty). */
+static GstClockTime
+percentile (std::vector<GstClockTime> v, double q)
+{
+  std::sort (v.begin (), v.end ());
+  size_t rank = (size_t)std::ceil (q * (double)v.size ());
+  return v[std::min (rank ? rank - 1 : 0, v.size () - 1)];
+}
+
 static GstStructure *
 make_stats (Private *priv)
 {
   std::lock_guard<std::mutex> g (priv->lock);
   const Stats &s = priv->st.stats;
-  return gst_structure_new ("pi0actionsink-stats", "sent", G_TYPE_UINT64, s.sent, "frames",
+  const LatencyWindow &lw = priv->st.latency;
+  GstStructure *st = gst_structure_new ("pi0actionsink-stats", "sent", G_TYPE_UINT64, s.sent, "frames",
                             G_TYPE_UINT64, s.frames, "rejected", G_TYPE_UINT64, s.rejected,
                             "clamped", G_TYPE_UINT64, s.clamped, "stale", G_TYPE_UINT64, s.stale,
                             "holds", G_TYPE_UINT64, s.holds, "stops", G_TYPE_UINT64, s.stops,
                             "reconnects", G_TYPE_UINT64, s.reconnects, "dropped", G_TYPE_UINT64,
                             s.dropped, "sessions", G_TYPE_UINT64, s.sessions, "queued-bytes",
                             G_TYPE_UINT64, (guint64)priv->st.transport.queued_bytes (), nullptr);
+  gst_structure_set (st, "latency-chunks", G_TYPE_UINT64, lw.chunks, nullptr);
+  for (int i = 0; i < kNumStages; i++) {
+    const auto &d = lw.samples[i];
+    if (d.empty ())
+      continue;
+    std::vector<GstClockTime> v (d.begin (), d.end ());
+    const std::string n = kStageNames[i];
+    gst_structure_set (st, (n + "-p50").c_str (), G_TYPE_UINT64, percentile (v, 0.50),
+                       (n + "-p99").c_str (), G_TYPE_UINT64, percentile (v, 0.99),
+                       (n + "-max").c_str (), G_TYPE_UINT64, *std::max_element (v.begin (), v.end ()),
+                       nullptr);
+  }
+  return st;
 }
 
 static void
@@ -1511,7 +1627,8 @@ gst_pi0_action_sink_class_init (GstPi0ActionSinkClass *klass)
       gobject_class, PROP_MODE,
       g_param_spec_enum ("mode", "Mode",
                          "chunk: send each chunk whole on arrival; stream: one action per control "
-                         "tick from the newest chunk",
+                         "tick from the newest chunk; log: write every chunk whole and unmodified "
+                         "(file:// or stdout only: recordings, replays)",
                          gst_pi0_action_sink_mode_get_type (), GST_PI0_ACTION_SINK_MODE_STREAM,
                          rw_ready));
   g_object_class_install_property (
@@ -1591,13 +1708,22 @@ gst_pi0_action_sink_class_init (GstPi0ActionSinkClass *klass)
    *
    * Counters since start: sent (action rows), frames, rejected (chunks), clamped (rows), stale
    * (chunks), holds, stops, reconnects, dropped (frames), sessions, queued-bytes.
+   *
+   * End-to-end latency, from the stamps the upstream elements leave in the metas, over the
+   * last 1024 chunks sent (in stream mode: when a chunk's first row leaves): `latency-chunks`
+   * (chunks measured since start) and, for each stage, `STAGE-p50`, `STAGE-p99` and
+   * `STAGE-max` in nanoseconds (guint64), where STAGE is `mux` (base frame's capture to the
+   * muxer's push: the wait for the other views), `prep` (to cudaprep's push), `infer` (to
+   * pi0infer's push: queueing and inference), `sink` (to the send) and `end-to-end` (capture
+   * to send). A stage whose stamps are missing (no cudaprep, no clock) has no fields.
    */
   g_object_class_install_property (
       gobject_class, PROP_STATS,
       g_param_spec_boxed (
           "stats", "Statistics",
           "Counters: sent, frames, rejected, clamped, stale, holds, stops, reconnects, dropped, "
-          "sessions, queued-bytes",
+          "sessions, queued-bytes; latency per stage (mux, prep, infer, sink, end-to-end) as "
+          "STAGE-p50/-p99/-max in ns over the last 1024 chunks",
           GST_TYPE_STRUCTURE, (GParamFlags)(G_PARAM_READABLE | G_PARAM_STATIC_STRINGS)));
 
   /**

@@ -13,10 +13,12 @@ G_DECLARE_FINAL_TYPE (GstPi0ActionSink, gst_pi0_action_sink, GST, PI0_ACTION_SIN
  * GstPi0ActionSinkMode:
  * @GST_PI0_ACTION_SINK_MODE_CHUNK: send each chunk whole when it arrives
  * @GST_PI0_ACTION_SINK_MODE_STREAM: send one action per control tick from the newest chunk
+ * @GST_PI0_ACTION_SINK_MODE_LOG: write every chunk whole, unmodified (file:// and stdout only)
  */
 typedef enum {
   GST_PI0_ACTION_SINK_MODE_CHUNK = 0,
   GST_PI0_ACTION_SINK_MODE_STREAM = 1,
+  GST_PI0_ACTION_SINK_MODE_LOG = 2,
 } GstPi0ActionSinkMode;
 
 /**

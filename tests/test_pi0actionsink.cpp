@@ -970,3 +970,116 @@ TEST (ActionSinkSim, LargeChunksAreSplitIntoDatagramsAndReassembledInOrder)
     EXPECT_EQ (steps[(size_t)i], i);
   EXPECT_EQ (sim.count ("reject"), 0u);
 }
+
+/* ---- mode=log: the policy's output, whole and unmodified, for recordings and replays ---- */
+
+TEST (ActionSinkLog, WritesEveryChunkWholeAndUnclampedWithoutHandshake)
+{
+  Fixture f;
+  const std::string path = f.dir.file ("log.jsonl");
+  /* No robot-config needed; values far outside any limit and a chunk far older than
+   * max-action-age are written as they are. */
+  f.make ("mode=log target=file://" + path, "");
+  gst_test_clock_set_time (f.clock (), 10 * GST_SECOND);
+  std::vector<float> big = ramp3 (4, 100.0f, 7.0f);
+  EXPECT_EQ (GST_FLOW_OK, f.push (4, 3, big, 11, 1 * GST_SECOND));
+  std::vector<float> nan = ramp3 (2, 0, 1);
+  nan[4] = NAN;
+  EXPECT_EQ (GST_FLOW_OK, f.push (2, 3, nan, 12, 9 * GST_SECOND));
+  EXPECT_EQ (stat (f.sink, "holds"), 0u);
+  f.h.reset (); /* EOS and stop: no HOLD in a log either */
+
+  gchar *text = nullptr;
+  ASSERT_TRUE (g_file_get_contents (path.c_str (), &text, nullptr, nullptr));
+  gchar **lines = g_strsplit (text, "\n", -1);
+  g_free (text);
+  std::vector<std::string> ls;
+  for (gchar **it = lines; *it; it++)
+    if (**it)
+      ls.emplace_back (*it);
+  g_strfreev (lines);
+  ASSERT_EQ (ls.size (), 2u) << "only the two chunks, no hello/hold";
+  JsonLine a (ls[0]), b (ls[1]);
+  ASSERT_TRUE (a.ok () && b.ok ());
+  EXPECT_EQ (a.str ("kind"), "action");
+  EXPECT_EQ (a.num ("chunk_id"), 11);
+  EXPECT_EQ (a.num ("steps"), 4);
+  EXPECT_EQ (a.num ("observation_time_ns"), (gint64)GST_SECOND);
+  JsonArray *rows = json_object_get_array_member (a.obj (), "values");
+  ASSERT_EQ (json_array_get_length (rows), 4u);
+  for (guint r = 0; r < 4; r++) {
+    JsonArray *row = json_array_get_array_element (rows, r);
+    for (guint c = 0; c < 3; c++)
+      EXPECT_EQ ((float)json_array_get_double_element (row, c), big[r * 3 + c]) << r << "," << c;
+  }
+  /* A non-finite value is logged as null (the log says what the policy did). */
+  EXPECT_NE (ls[1].find ("null"), std::string::npos) << ls[1];
+  EXPECT_EQ (b.num ("chunk_id"), 12);
+}
+
+TEST (ActionSinkLog, RefusesNetworkTargets)
+{
+  for (const char *t : {"udp://127.0.0.1:9", "tcp://127.0.0.1:9"}) {
+    std::string e = start_error (std::string ("pi0actionsink mode=log target=") + t);
+    EXPECT_NE (e.find ("never goes to a robot"), std::string::npos) << t << ": " << e;
+  }
+}
+
+/* ---- End-to-end latency from the metas' stamps ---- */
+
+TEST (ActionSinkLatency, StagesComeFromTheMetasStamps)
+{
+  Fixture f;
+  f.make ("mode=chunk target=file://" + f.dir.file ("o.jsonl"), kRobotWide3);
+  /* Observation captured at 1.000 s, muxed at 1.004, prepared at 1.005, inferred at 1.015 and
+   * handed to the sink when the clock reads 1.016 s. */
+  auto push_stamped = [&] (guint64 seq, GstClockTime cap, bool with_tensor) {
+    GstBuffer *b = make_chunk (10, 3, ramp3 (10, 0, 0.01f), seq, cap);
+    gst_buffer_get_pi0_action_meta (b)->done_time = cap + 15 * GST_MSECOND;
+    GstPi0ObservationMeta *om = gst_buffer_add_pi0_observation_meta (b);
+    om->observation_time = cap;
+    om->muxed_time = cap + 4 * GST_MSECOND;
+    if (with_tensor) {
+      const gint64 shape[1] = {1};
+      GstPi0TensorStorage *st = gst_pi0_tensor_storage_new_host (4);
+      GstPi0TensorMeta *tm =
+          gst_buffer_add_pi0_tensor_meta (b, st, GST_PI0_DTYPE_FLOAT32, 1, shape);
+      gst_pi0_tensor_storage_unref (st);
+      tm->prepared_time = cap + 5 * GST_MSECOND;
+    }
+    gst_test_clock_set_time (f.clock (), cap + 16 * GST_MSECOND);
+    return gst_harness_push (f.h.get (), b);
+  };
+  ASSERT_EQ (GST_FLOW_OK, push_stamped (1, 1 * GST_SECOND, true));
+  EXPECT_EQ (stat (f.sink, "latency-chunks"), 1u);
+  EXPECT_EQ (stat (f.sink, "mux-p50"), 4 * GST_MSECOND);
+  EXPECT_EQ (stat (f.sink, "prep-p50"), 1 * GST_MSECOND);
+  EXPECT_EQ (stat (f.sink, "infer-p99"), 10 * GST_MSECOND);
+  EXPECT_EQ (stat (f.sink, "sink-max"), 1 * GST_MSECOND);
+  EXPECT_EQ (stat (f.sink, "end-to-end-p50"), 16 * GST_MSECOND);
+
+  /* Without a tensor meta (no cudaprep): prep and infer cannot be told apart and are left
+   * out; the rest still counts. */
+  ASSERT_EQ (GST_FLOW_OK, push_stamped (2, 2 * GST_SECOND, false));
+  EXPECT_EQ (stat (f.sink, "latency-chunks"), 2u);
+  GstStructure *s = nullptr;
+  g_object_get (f.sink, "stats", &s, nullptr);
+  guint64 n_prep = 0;
+  EXPECT_TRUE (gst_structure_get_uint64 (s, "prep-max", &n_prep));
+  EXPECT_EQ (n_prep, 1 * GST_MSECOND); /* only the first chunk's */
+  gst_structure_free (s);
+  EXPECT_EQ (stat (f.sink, "end-to-end-max"), 16 * GST_MSECOND);
+}
+
+TEST (ActionSinkLatency, NoStagesBeforeAnythingIsSent)
+{
+  Fixture f;
+  f.make ("mode=chunk target=file://" + f.dir.file ("o.jsonl"), kRobotWide3);
+  GstStructure *s = nullptr;
+  g_object_get (f.sink, "stats", &s, nullptr);
+  guint64 n = 1;
+  EXPECT_TRUE (gst_structure_get_uint64 (s, "latency-chunks", &n));
+  EXPECT_EQ (n, 0u);
+  EXPECT_FALSE (gst_structure_has_field (s, "end-to-end-p50"));
+  gst_structure_free (s);
+}

@@ -253,6 +253,49 @@ TEST (Pi0Meta, ActionMetaFlagsNonFinite)
   EXPECT_TRUE (c->flags & GST_PI0_ACTION_FLAG_NON_FINITE);
 }
 
+/* The stage stamps start unset and survive a copy, so the sink can measure each stage. */
+TEST (Pi0Meta, StageStampsStartUnsetAndAreCopied)
+{
+  BufferPtr buf (gst_buffer_new ());
+  GstPi0ObservationMeta *om = gst_buffer_add_pi0_observation_meta (buf.get ());
+  GstPi0TensorStorage *st = gst_pi0_tensor_storage_new_host (16);
+  const gint64 shape[1] = {4};
+  GstPi0TensorMeta *tm =
+      gst_buffer_add_pi0_tensor_meta (buf.get (), st, GST_PI0_DTYPE_FLOAT32, 1, shape);
+  gst_pi0_tensor_storage_unref (st);
+  float v[2] = {0, 0};
+  GstPi0ActionMeta *am = gst_buffer_add_pi0_action_meta (buf.get (), 1, 2, v, "m");
+  EXPECT_EQ (om->muxed_time, GST_CLOCK_TIME_NONE);
+  EXPECT_EQ (tm->prepared_time, GST_CLOCK_TIME_NONE);
+  EXPECT_EQ (am->done_time, GST_CLOCK_TIME_NONE);
+  om->muxed_time = 11;
+  tm->prepared_time = 22;
+  am->done_time = 33;
+  BufferPtr copy (gst_buffer_copy (buf.get ()));
+  EXPECT_EQ (gst_buffer_get_pi0_observation_meta (copy.get ())->muxed_time, 11u);
+  EXPECT_EQ (gst_buffer_get_pi0_tensor_meta (copy.get ())->prepared_time, 22u);
+  EXPECT_EQ (gst_buffer_get_pi0_action_meta (copy.get ())->done_time, 33u);
+}
+
+/* Outside a pipeline there is no clock, hence no running time. */
+TEST (Pi0Meta, RunningTimeNeedsAClock)
+{
+  GstElement *e = gst_element_factory_make ("identity", nullptr);
+  ASSERT_NE (e, nullptr);
+  gst_object_ref_sink (e);
+  EXPECT_EQ (gst_pi0_element_get_running_time (e), GST_CLOCK_TIME_NONE);
+  GstClock *clock = gst_system_clock_obtain ();
+  gst_element_set_clock (e, clock);
+  gst_element_set_base_time (e, gst_clock_get_time (clock));
+  GstClockTime t = gst_pi0_element_get_running_time (e);
+  EXPECT_TRUE (GST_CLOCK_TIME_IS_VALID (t));
+  EXPECT_LT (t, 60 * GST_SECOND);
+  gst_element_set_base_time (e, gst_clock_get_time (clock) + GST_SECOND);
+  EXPECT_EQ (gst_pi0_element_get_running_time (e), GST_CLOCK_TIME_NONE); /* clock behind base */
+  gst_object_unref (clock);
+  gst_object_unref (e);
+}
+
 /* All three metas go through tee, queue and a buffer copy unchanged. */
 TEST (Pi0Meta, SurvivesTeeQueueAndCopy)
 {

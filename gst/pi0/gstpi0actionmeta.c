@@ -39,6 +39,7 @@ gst_pi0_action_meta_init (GstMeta *meta, gpointer params, GstBuffer *buffer)
   m->actions = NULL;
   m->model_id = NULL;
   m->flags = GST_PI0_ACTION_FLAG_NONE;
+  m->done_time = GST_CLOCK_TIME_NONE;
   return TRUE;
 }
 
@@ -68,6 +69,7 @@ gst_pi0_action_meta_transform (GstBuffer *dest, GstMeta *meta, GstBuffer *buffer
   dst->observation_time = src->observation_time;
   dst->inference_time = src->inference_time;
   dst->flags = src->flags;
+  dst->done_time = src->done_time;
   return TRUE;
 }
 

@@ -33,6 +33,8 @@ typedef struct _GstPi0ActionMeta GstPi0ActionMeta;
  * @actions: @horizon × @dim float32, row-major, owned by the meta
  * @model_id: identifies the policy that made the chunk (owned, never %NULL)
  * @flags: #GstPi0ActionFlags
+ * @done_time: running time at which the chunk was attached (#GST_CLOCK_TIME_NONE without a
+ *   clock). Since: 0.2
  *
  * An action chunk, as `pi0infer` attaches it and `pi0actionsink` sends it.
  */
@@ -47,6 +49,7 @@ struct _GstPi0ActionMeta {
   gfloat *actions;
   gchar *model_id;
   GstPi0ActionFlags flags;
+  GstClockTime done_time;
   /*< private >*/
   gpointer _gst_reserved[GST_PADDING_LARGE];
 };

@@ -39,6 +39,7 @@ gst_pi0_observation_meta_init (GstMeta *meta, gpointer params, GstBuffer *buffer
   m->state_dim = 0;
   m->state = NULL;
   m->state_time = GST_CLOCK_TIME_NONE;
+  m->muxed_time = GST_CLOCK_TIME_NONE;
   return TRUE;
 }
 
@@ -75,6 +76,7 @@ gst_pi0_observation_meta_transform (GstBuffer *dest, GstMeta *meta, GstBuffer *b
   dst->version = src->version;
   dst->sequence = src->sequence;
   dst->observation_time = src->observation_time;
+  dst->muxed_time = src->muxed_time;
   dst->n_views = src->n_views;
   memcpy (dst->views, src->views, sizeof (src->views));
   gst_pi0_observation_meta_set_state (dst, src->state, src->state_dim, src->state_time,

@@ -74,6 +74,8 @@ typedef struct _GstPi0ObservationMeta GstPi0ObservationMeta;
  * @state_dim: number of floats in @state
  * @state: the robot state vector (owned by the meta; %NULL when absent)
  * @state_time: running time of the state sample
+ * @muxed_time: running time at which the muxer pushed the observation (#GST_CLOCK_TIME_NONE
+ *   without a clock); with @observation_time it gives the mux wait. Since: 0.2
  *
  * One synchronized observation: which views it holds, where their frames are, and the robot
  * state that goes with them. Survives queue, tee, gst_buffer_copy() and
@@ -90,6 +92,7 @@ struct _GstPi0ObservationMeta {
   guint state_dim;
   gfloat *state;
   GstClockTime state_time;
+  GstClockTime muxed_time;
   /*< private >*/
   gpointer _gst_reserved[GST_PADDING_LARGE];
 };

@@ -132,6 +132,7 @@ gst_pi0_tensor_meta_init (GstMeta *meta, gpointer params, GstBuffer *buffer)
   m->n_masks = 0;
   memset (m->image_masks, 0, sizeof (m->image_masks));
   m->ready_event = NULL;
+  m->prepared_time = GST_CLOCK_TIME_NONE;
   return TRUE;
 }
 
@@ -160,6 +161,7 @@ gst_pi0_tensor_meta_transform (GstBuffer *dest, GstMeta *meta, GstBuffer *buffer
   dst->data = src->data;
   gst_pi0_tensor_meta_set_masks (dst, src->image_masks, src->n_masks);
   dst->ready_event = src->ready_event;
+  dst->prepared_time = src->prepared_time;
   return TRUE;
 }
 

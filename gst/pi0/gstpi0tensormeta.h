@@ -75,6 +75,8 @@ typedef struct _GstPi0TensorMeta GstPi0TensorMeta;
  * @ready_event: a `cudaEvent_t` recorded when @data is written, or %NULL (host data, or data
  *   already complete). A consumer on another stream calls `cudaStreamWaitEvent` on it before
  *   reading @data; it stays valid while @storage lives.
+ * @prepared_time: running time at which the producer pushed the buffer (#GST_CLOCK_TIME_NONE
+ *   without a clock). GPU work may still be in flight then (see @ready_event). Since: 0.2
  *
  * The model input computed from an observation (by `cudaprep`).
  */
@@ -91,6 +93,7 @@ struct _GstPi0TensorMeta {
   guint n_masks;
   gboolean image_masks[GST_PI0_MAX_VIEWS];
   gpointer ready_event;
+  GstClockTime prepared_time;
   /*< private >*/
   gpointer _gst_reserved[GST_PADDING_LARGE];
 };
