@@ -10,7 +10,10 @@
  * captured, and which robot state goes with it.
  *
  * For each base frame at running time T, every other view contributes its newest frame
- * captured at or before T + #GstPi0ViewMux:max-skew. A view whose frame is older than
+ * captured at or before T + #GstPi0ViewMux:max-skew. The muxer knows it has that frame when the
+ * view's next frame has arrived, or, without waiting for it, when the frame's duration reaches
+ * past T + max-skew (cameras and decoders set durations): synchronized cameras then pair as
+ * soon as their frames are in. A view whose frame is older than
  * #GstPi0ViewMux:max-staleness (or that has none) is marked invalid in the meta (the policy
  * masks it): it is never zero-filled and a frame is never repeated past that age. The state is
  * the newest sample at or before T, flagged stale when older than
@@ -79,6 +82,7 @@ enum {
   PROP_REQUIRE_ALL_VIEWS,
   PROP_FORCE_LIVE,
   PROP_MAX_WAIT,
+  PROP_TIMESTAMPS,
   PROP_STATS,
 };
 
@@ -164,6 +168,7 @@ struct Settings {
   GstClockTime max_state_age = DEFAULT_MAX_STATE_AGE;
   bool require_all_views = DEFAULT_REQUIRE_ALL_VIEWS;
   GstClockTime max_wait = GST_CLOCK_TIME_NONE;
+  bool use_pts = false; /* timestamps=pts */
 };
 
 struct ViewStats {
@@ -248,6 +253,28 @@ gst_pi0_view_mux_view_get_type (void)
   };
   if (g_once_init_enter (&type)) {
     GType t = g_enum_register_static ("GstPi0ViewMuxView", values);
+    g_once_init_leave (&type, t);
+  }
+  return (GType)type;
+}
+
+typedef enum {
+  TIMESTAMPS_RUNNING_TIME = 0,
+  TIMESTAMPS_PTS = 1,
+} Pi0ViewMuxTimestamps;
+
+#define GST_TYPE_PI0_VIEW_MUX_TIMESTAMPS (gst_pi0_view_mux_timestamps_get_type ())
+static GType
+gst_pi0_view_mux_timestamps_get_type (void)
+{
+  static gsize type = 0;
+  static const GEnumValue values[] = {
+      {TIMESTAMPS_RUNNING_TIME, "Running time of each buffer in its pad's segment", "running-time"},
+      {TIMESTAMPS_PTS, "Buffer PTS as they are, ignoring segments (replaying recordings)", "pts"},
+      {0, nullptr, nullptr},
+  };
+  if (g_once_init_enter (&type)) {
+    GType t = g_enum_register_static ("GstPi0ViewMuxTimestamps", values);
     g_once_init_leave (&type, t);
   }
   return (GType)type;
@@ -393,6 +420,26 @@ gst_pi0_view_mux_class_init (GstPi0ViewMuxClass *klass)
                            0, G_MAXUINT64, G_MAXUINT64,
                            (GParamFlags) (G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS |
                                           GST_PARAM_MUTABLE_PLAYING)));
+
+  /**
+   * GstPi0ViewMux:timestamps:
+   *
+   * Which times pair frames and state. `running-time` (the default) is right for live sources
+   * and anything in one pipeline. `pts` takes each buffer's PTS as it is, ignoring segments: for
+   * replaying a recording whose inputs come back with different segments, e.g. matroskademux
+   * starts its segment at the file's first timestamp while gdpdepay restores the original one.
+   * When the recording was made from running times (as pipelines/record.txt does), `pts` gives
+   * back exactly the recorded times, so the observations (and their observation_time) are the
+   * live run's. All inputs must then share one time base. Not for live sources.
+   */
+  g_object_class_install_property (
+      gobject_class, PROP_TIMESTAMPS,
+      g_param_spec_enum ("timestamps", "Timestamps",
+                         "Pair by running-time (default) or by the buffers' pts as they are "
+                         "(replaying recordings whose demuxers rebase segments)",
+                         GST_TYPE_PI0_VIEW_MUX_TIMESTAMPS, TIMESTAMPS_RUNNING_TIME,
+                         (GParamFlags)(G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS |
+                                       GST_PARAM_MUTABLE_READY)));
 
   /**
    * GstPi0ViewMux:stats:
@@ -565,6 +612,11 @@ gst_pi0_view_mux_set_property (GObject *object, guint prop_id, const GValue *val
       priv->settings.max_wait = g_value_get_uint64 (value);
       break;
     }
+    case PROP_TIMESTAMPS: {
+      std::lock_guard<std::mutex> lk (priv->settings_lock);
+      priv->settings.use_pts = g_value_get_enum (value) == TIMESTAMPS_PTS;
+      break;
+    }
     default:
       G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
       break;
@@ -613,6 +665,11 @@ gst_pi0_view_mux_get_property (GObject *object, guint prop_id, GValue *value, GP
     case PROP_MAX_WAIT: {
       std::lock_guard<std::mutex> lk (priv->settings_lock);
       g_value_set_uint64 (value, priv->settings.max_wait);
+      break;
+    }
+    case PROP_TIMESTAMPS: {
+      std::lock_guard<std::mutex> lk (priv->settings_lock);
+      g_value_set_enum (value, priv->settings.use_pts ? TIMESTAMPS_PTS : TIMESTAMPS_RUNNING_TIME);
       break;
     }
     case PROP_STATS:
@@ -986,6 +1043,15 @@ buffer_running_time (GstAggregatorPad *pad, GstBuffer *buf)
   return rt;
 }
 
+/* The time a buffer is paired by: its running time, or with timestamps=pts its PTS. */
+static GstClockTime
+buffer_time (GstAggregatorPad *pad, GstBuffer *buf, const Settings &s)
+{
+  if (s.use_pts)
+    return GST_BUFFER_PTS (buf);
+  return buffer_running_time (pad, buf);
+}
+
 static GstClockTime
 gst_pi0_view_mux_get_next_time (GstAggregator *agg)
 {
@@ -1121,7 +1187,7 @@ drain_view (GstPi0ViewMux *self, int v, GstPi0ViewMuxPad *pad, GstClockTime limi
                          ("View '%s' sent frames without usable caps.", view_names[v]), (nullptr));
       return GST_FLOW_NOT_NEGOTIATED;
     }
-    GstClockTime rt = buffer_running_time (apad, buf);
+    GstClockTime rt = buffer_time (apad, buf, s);
     if (!GST_CLOCK_TIME_IS_VALID (rt)) {
       gst_buffer_unref (buf);
       GST_ELEMENT_ERROR (self, STREAM, FORMAT,
@@ -1152,19 +1218,27 @@ drain_view (GstPi0ViewMux *self, int v, GstPi0ViewMuxPad *pad, GstClockTime limi
       d.late++;
     if (vs.frame && !vs.used)
       d.dropped++;
+    const GstClockTime duration = GST_BUFFER_DURATION (buf);
     gst_buffer_replace (&vs.frame, buf);
     gst_buffer_unref (buf);
     vs.info = info;
     vs.cuda = pad->priv->cuda;
     vs.rt = rt;
     vs.used = false;
+    /* A frame that lasts past the limit proves that its successor does not belong to this
+     * observation: no need to wait for it (live: up to the deadline; not live: for data). The
+     * same rule in both modes, so a replay pairs exactly as the live run did. */
+    if (GST_CLOCK_TIME_IS_VALID (duration) && duration > 0 && rt + duration > limit) {
+      *complete = true;
+      return GST_FLOW_OK;
+    }
   }
 }
 
 /* Like drain_view, for the state pad: the newest valid sample at or before @limit. */
 static GstFlowReturn
 drain_state (GstPi0ViewMux *self, GstPi0ViewMuxPad *pad, GstClockTime limit, Stats &delta,
-             bool *complete)
+             bool *complete, const Settings &s)
 {
   auto &st = self->priv->state;
   auto apad = GST_AGGREGATOR_PAD (pad);
@@ -1182,7 +1256,7 @@ drain_state (GstPi0ViewMux *self, GstPi0ViewMuxPad *pad, GstClockTime limit, Sta
                          (nullptr));
       return GST_FLOW_NOT_NEGOTIATED;
     }
-    GstClockTime rt = buffer_running_time (apad, buf);
+    GstClockTime rt = buffer_time (apad, buf, s);
     if (!GST_CLOCK_TIME_IS_VALID (rt)) {
       gst_buffer_unref (buf);
       GST_ELEMENT_ERROR (self, STREAM, FORMAT,
@@ -1281,7 +1355,7 @@ gst_pi0_view_mux_aggregate (GstAggregator *agg, gboolean timeout)
                        (nullptr));
     return GST_FLOW_NOT_NEGOTIATED;
   }
-  GstClockTime T = buffer_running_time (abase, base_buf);
+  GstClockTime T = buffer_time (abase, base_buf, s);
   if (!GST_CLOCK_TIME_IS_VALID (T)) {
     gst_buffer_unref (base_buf);
     GST_ELEMENT_ERROR (
@@ -1304,7 +1378,7 @@ gst_pi0_view_mux_aggregate (GstAggregator *agg, gboolean timeout)
   }
   if (ret == GST_FLOW_OK && snap.state) {
     bool c;
-    ret = drain_state (self, snap.state, T, delta, &c);
+    ret = drain_state (self, snap.state, T, delta, &c, s);
     complete = complete && c;
   }
   add_stats (self, delta);
@@ -1411,6 +1485,7 @@ gst_pi0_view_mux_aggregate (GstAggregator *agg, gboolean timeout)
   }
 
   meta->sequence = st.sequence++;
+  meta->muxed_time = gst_pi0_element_get_running_time (GST_ELEMENT (self));
   GST_BUFFER_PTS (out) = GST_BUFFER_PTS (base_buf);
   GST_BUFFER_DURATION (out) = GST_BUFFER_DURATION (base_buf);
   /* Appending memories tags a buffer for pools; ours comes from no pool. */

@@ -383,8 +383,11 @@ TEST (ViewMux, LiveStalledViewIsMaskedThenRecovers)
     }
     ASSERT_EQ (gst_harness_push (m.main.get (), make_frame (im, T, D, 0)), GST_FLOW_OK);
 
-    /* No view has a later frame yet, so the muxer waits for its deadline: release it. */
-    ASSERT_TRUE (gst_harness_crank_single_clock_wait (m.main.get ()));
+    /* While top delivers, every view's frame lasts past T + max-skew: the observation is
+     * complete at once. While it is stalled the muxer waits for its deadline: release it. */
+    if (!top_alive (k)) {
+      ASSERT_TRUE (gst_harness_crank_single_clock_wait (m.main.get ()));
+    }
     BufferPtr obs (gst_harness_pull (m.main.get ()));
     ASSERT_NE (obs, nullptr) << "observation " << k;
     GstPi0ObservationMeta *meta = gst_buffer_get_pi0_observation_meta (obs.get ());
@@ -792,4 +795,86 @@ TEST (ViewMux, MaxWaitBoundsTheLiveDeadline)
     }
     gst_object_unref (clock);
   }
+}
+
+/* A frame whose duration reaches past T + max-skew proves that no newer frame of that view
+ * belongs to the observation at T: live, the observation goes out as soon as every view has
+ * such a frame, with no wait for a deadline (the test clock is never cranked). A frame without
+ * a duration proves nothing: the muxer waits. */
+TEST (ViewMux, LiveFramesWithDurationsPairWithoutWaiting)
+{
+  Mux m (true, false, true);
+  gst_harness_set_upstream_latency (m.top.get (), 100 * GST_MSECOND);
+  gst_harness_set_src_caps_str (m.main.get (), MAIN_CAPS);
+  gst_harness_set_src_caps_str (m.side.get (), SIDE_CAPS);
+  gst_harness_set_src_caps_str (m.top.get (), TOP_CAPS);
+  gst_harness_query_latency (m.main.get ());
+  GstVideoInfo im = video_info (MAIN_CAPS), is = video_info (SIDE_CAPS), it = video_info (TOP_CAPS);
+  const GstClockTime D = frame_time (1, 30);
+  for (int k = 0; k < 5; k++) {
+    GstClockTime T = 200 * GST_MSECOND + frame_time (k, 30);
+    /* side and top captured 3 ms after main: within max-skew, lasting past T + 10 ms. */
+    ASSERT_EQ (gst_harness_push (m.side.get (), make_frame (is, T + 3 * GST_MSECOND, D, 1)),
+               GST_FLOW_OK);
+    ASSERT_EQ (gst_harness_push (m.top.get (), make_frame (it, T + 3 * GST_MSECOND, D, 2)),
+               GST_FLOW_OK);
+    ASSERT_EQ (gst_harness_push (m.main.get (), make_frame (im, T, D, 0)), GST_FLOW_OK);
+    BufferPtr obs (gst_harness_pull (m.main.get ()));
+    ASSERT_NE (obs, nullptr) << "obs " << k;
+    GstPi0ObservationMeta *meta = gst_buffer_get_pi0_observation_meta (obs.get ());
+    EXPECT_EQ (meta->observation_time, T);
+    for (int v = 0; v < 3; v++)
+      EXPECT_TRUE (meta->views[v].flags & GST_PI0_VIEW_FLAG_VALID) << "obs " << k << " view " << v;
+  }
+  GstTestClock *clock = gst_harness_get_testclock (m.main.get ());
+  EXPECT_EQ (gst_clock_get_time (GST_CLOCK (clock)), 0u) << "no deadline was waited for";
+  gst_object_unref (clock);
+
+  /* Without durations the same frames leave no proof: the observation waits its deadline. */
+  GstClockTime T = 200 * GST_MSECOND + frame_time (5, 30);
+  ASSERT_EQ (gst_harness_push (m.side.get (), make_frame (is, T, GST_CLOCK_TIME_NONE, 1)),
+             GST_FLOW_OK);
+  ASSERT_EQ (gst_harness_push (m.top.get (), make_frame (it, T, GST_CLOCK_TIME_NONE, 2)),
+             GST_FLOW_OK);
+  ASSERT_EQ (gst_harness_push (m.main.get (), make_frame (im, T, D, 0)), GST_FLOW_OK);
+  EXPECT_EQ (gst_harness_try_pull (m.main.get ()), nullptr);
+  ASSERT_TRUE (gst_harness_crank_single_clock_wait (m.main.get ()));
+  BufferPtr obs (gst_harness_pull (m.main.get ()));
+  ASSERT_NE (obs, nullptr);
+}
+
+/* The rule is the same without live sources, so a replay pairs as the live run did: a frame
+ * whose duration reaches past T + max-skew is chosen even when its successor, captured early
+ * (jitter), also falls within max-skew. */
+TEST (ViewMux, DurationRuleIsTheSameWhenNotLive)
+{
+  Mux m (false, false, false);
+  GstVideoInfo im = video_info (MAIN_CAPS), is = video_info (SIDE_CAPS);
+  const GstClockTime D = frame_time (1, 30), T = 100 * GST_MSECOND;
+  /* side frame A at T - 25 ms lasts to T + 8 ms (not past T + max-skew), frame B at T + 5 ms
+   * is the newest within max-skew and, lasting past it, is chosen without looking further.
+   * Frame C at T + 36 ms is then within the next base frame's window (T + 33.3 + 10 ms). */
+  {
+    Pusher a ([&] {
+      gst_harness_set_src_caps_str (m.side.get (), SIDE_CAPS);
+      for (auto f : {std::make_pair (T - 25 * GST_MSECOND, 1), std::make_pair (T + 5 * GST_MSECOND, 2),
+                     std::make_pair (T + 36 * GST_MSECOND, 3)})
+        gst_harness_push (m.side.get (), make_frame (is, f.first, D, (guint8)f.second));
+      gst_harness_push_event (m.side.get (), gst_event_new_eos ());
+    });
+    Pusher b ([&] {
+      gst_harness_set_src_caps_str (m.main.get (), MAIN_CAPS);
+      gst_harness_push (m.main.get (), make_frame (im, T, D, 0));
+      gst_harness_push (m.main.get (), make_frame (im, T + D, D, 0));
+      gst_harness_push_event (m.main.get (), gst_event_new_eos ());
+    });
+  }
+  BufferPtr o1 (gst_harness_pull (m.main.get ()));
+  ASSERT_NE (o1, nullptr);
+  GstPi0ObservationMeta *m1 = gst_buffer_get_pi0_observation_meta (o1.get ());
+  EXPECT_EQ (view_byte (o1.get (), &m1->views[1]), 2);
+  BufferPtr o2 (gst_harness_pull (m.main.get ()));
+  ASSERT_NE (o2, nullptr);
+  GstPi0ObservationMeta *m2 = gst_buffer_get_pi0_observation_meta (o2.get ());
+  EXPECT_EQ (view_byte (o2.get (), &m2->views[1]), 3);
 }
