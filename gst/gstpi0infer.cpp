@@ -16,7 +16,9 @@
  *
  * There is no default model: without #GstPi0Infer:model the element refuses to start and
  * says what to set. `model=builtin:pi0-tiny` is a small seeded demo model with random weights:
- * its actions mean nothing and carry %GST_PI0_ACTION_FLAG_UNTRAINED.
+ * its actions mean nothing and carry %GST_PI0_ACTION_FLAG_UNTRAINED. `model=builtin:pi0` is
+ * the full-size architecture (3.2 B parameters) with seeded random weights, for measuring
+ * speed and memory without a checkpoint (it needs about 13 GB of host memory to build).
  *
  * When the cameras outrun the model, put a leaky one-buffer queue in front
  * (`queue max-size-buffers=1 leaky=downstream`) so that each inference takes the newest
@@ -138,6 +140,7 @@ struct Stats {
   guint64 errors = 0;
   std::string last_error;
   std::deque<double> latencies_ms; /* the last LATENCY_WINDOW inferences */
+  double total_ms = 0;             /* all inferences since start: busy time */
   double warmup_ms = 0;
 };
 
@@ -265,13 +268,15 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
    *
    * The policy: a checkpoint directory (config.json + model.safetensors, openpi-PyTorch or
    * LeRobot layout), a model.safetensors file, a TorchScript file (.pt, .ts, .torchscript), or
-   * `builtin:pi0-tiny` (a seeded demo model with random weights). Required.
+   * `builtin:pi0-tiny` (a seeded demo model with random weights) or `builtin:pi0` (full size,
+   * random weights: for benchmarks). Required.
    */
   g_object_class_install_property (
       gobject_class, PROP_MODEL,
       g_param_spec_string ("model", "Model",
                            "Checkpoint directory, model.safetensors, TorchScript file, or "
-                           "builtin:pi0-tiny (untrained demo). Required",
+                           "builtin:pi0-tiny (untrained demo) or builtin:pi0 (full size, random "
+                           "weights, for benchmarks). Required",
                            nullptr, rw_ready));
   g_object_class_install_property (
       gobject_class, PROP_TOKENIZER,
@@ -349,7 +354,9 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
    * GstPi0Infer:stats:
    *
    * `observations`, `chunks`, `skipped-no-state`, `non-finite`, `errors`, `last-error`,
-   * `inference-p50-ms`, `inference-p99-ms` (over the last 200 inferences), `warmup-ms`.
+   * `inference-p50-ms`, `inference-p99-ms` (over the last 200 inferences),
+   * `inference-total-ms` (time spent inferring since start: divided by the wall time, how busy
+   * the policy is), `warmup-ms`.
    */
   g_object_class_install_property (
       gobject_class, PROP_STATS,
@@ -476,8 +483,8 @@ make_stats (GstPi0Infer *self)
       s.chunks, "skipped-no-state", G_TYPE_UINT64, s.skipped_state, "non-finite", G_TYPE_UINT64,
       s.non_finite, "errors", G_TYPE_UINT64, s.errors, "last-error", G_TYPE_STRING,
       s.last_error.c_str (), "inference-p50-ms", G_TYPE_DOUBLE, percentile (lat, 0.5),
-      "inference-p99-ms", G_TYPE_DOUBLE, percentile (lat, 0.99), "warmup-ms", G_TYPE_DOUBLE,
-      s.warmup_ms, nullptr);
+      "inference-p99-ms", G_TYPE_DOUBLE, percentile (lat, 0.99), "inference-total-ms",
+      G_TYPE_DOUBLE, s.total_ms, "warmup-ms", G_TYPE_DOUBLE, s.warmup_ms, nullptr);
 }
 
 static void
@@ -661,21 +668,22 @@ gst_pi0_infer_start (GstBaseTransform *trans)
   try {
     if (g_str_has_prefix (m.c_str (), "builtin:")) {
       std::string name = m.substr (8);
-      if (name != "pi0-tiny") {
-        GST_ELEMENT_ERROR (
-            self, RESOURCE, NOT_FOUND,
-            ("Unknown builtin model '%s': the only builtin is builtin:pi0-tiny.", m.c_str ()),
-            (nullptr));
+      if (name != "pi0-tiny" && name != "pi0") {
+        GST_ELEMENT_ERROR (self, RESOURCE, NOT_FOUND,
+                           ("Unknown builtin model '%s': the builtins are builtin:pi0-tiny and "
+                            "builtin:pi0.",
+                            m.c_str ()),
+                           (nullptr));
         return FALSE;
       }
-      pi0::Pi0Config cfg = pi0::config_by_name ("pi0-tiny");
+      pi0::Pi0Config cfg = pi0::config_by_name (name);
       cfg.num_steps = s.num_steps;
       auto model = std::make_shared<pi0::Pi0Model> (cfg);
       /* Fixed weights: the demo is the same model everywhere. */
       model->init_random (0);
       loaded->policy = pi0::make_pi0_policy (model, opts);
       loaded->untrained = true;
-      loaded->model_id = "builtin:pi0-tiny (untrained, random weights)";
+      loaded->model_id = "builtin:" + name + " (untrained, random weights)";
       if (tokenizer_path.empty ())
         tokenizer_path = bundled_tokenizer ();
     } else if (!path_exists (m)) {
@@ -1039,6 +1047,7 @@ gst_pi0_infer_transform_ip (GstBaseTransform *trans, GstBuffer *buf)
   am->sequence = om->sequence;
   am->observation_time = om->observation_time;
   am->inference_time = (GstClockTime)(ms * GST_MSECOND);
+  am->done_time = gst_pi0_element_get_running_time (GST_ELEMENT (self));
   if (L->untrained)
     am->flags = (GstPi0ActionFlags)(am->flags | GST_PI0_ACTION_FLAG_UNTRAINED);
   bool finite = !(am->flags & GST_PI0_ACTION_FLAG_NON_FINITE);
@@ -1049,6 +1058,7 @@ gst_pi0_infer_transform_ip (GstBaseTransform *trans, GstBuffer *buf)
     if (!finite)
       priv->stats.non_finite++;
     priv->stats.latencies_ms.push_back (ms);
+    priv->stats.total_ms += ms;
     if (priv->stats.latencies_ms.size () > LATENCY_WINDOW)
       priv->stats.latencies_ms.pop_front ();
   }

@@ -267,7 +267,7 @@ TEST (Pi0Infer, MissingOrCorruptModelNamesTheFile)
   {
     MessagePtr m = start_error (make_infer ("builtin:pi0-huge"));
     ASSERT_NE (m, nullptr);
-    EXPECT_NE (message_text (m.get ()).find ("only builtin is builtin:pi0-tiny"),
+    EXPECT_NE (message_text (m.get ()).find ("the builtins are builtin:pi0-tiny and builtin:pi0"),
                std::string::npos);
   }
   {
