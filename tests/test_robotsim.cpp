@@ -263,6 +263,70 @@ TEST (RobotSim, ExitsCleanlyOnSigintAndAfterDuration)
   }
 }
 
+/* --state-to: the simulator publishes where it is, as a robot driver would, so a pipeline's
+ * state pad has something real to read. */
+TEST (RobotSim, PublishesItsJointStateAndFollowsWhatItExecutes)
+{
+  TempDir dir;
+  GSocket *rx = g_socket_new (G_SOCKET_FAMILY_IPV4, G_SOCKET_TYPE_DATAGRAM,
+                              G_SOCKET_PROTOCOL_UDP, nullptr);
+  GInetAddress *lo = g_inet_address_new_loopback (G_SOCKET_FAMILY_IPV4);
+  GSocketAddress *any = g_inet_socket_address_new (lo, 0);
+  ASSERT_TRUE (g_socket_bind (rx, any, TRUE, nullptr));
+  g_object_unref (any);
+  g_object_unref (lo);
+  GSocketAddress *bound = g_socket_get_local_address (rx, nullptr);
+  const int rx_port = g_inet_socket_address_get_port (G_INET_SOCKET_ADDRESS (bound));
+  g_object_unref (bound);
+  g_socket_set_timeout (rx, 2);
+
+  auto next_state = [&] (std::vector<float> *out) {
+    gchar b[64];
+    gssize n = g_socket_receive (rx, b, sizeof b, nullptr, nullptr);
+    if (n != 12)
+      return false;
+    out->resize (3);
+    for (int i = 0; i < 3; i++) {
+      guint32 bits = GST_READ_UINT32_LE (b + 4 * i);
+      memcpy (&(*out)[i], &bits, 4);
+    }
+    return true;
+  };
+
+  SimProc sim;
+  ASSERT_TRUE (sim.start ({"--proto=udp", "--port=0", "--dim=3", "--state-rate=200",
+                           "--state-to=127.0.0.1:" + std::to_string (rx_port)},
+                          dir.file ("s.jsonl")));
+  std::vector<float> st;
+  ASSERT_TRUE (next_state (&st)) << "no state datagram of 3 float32";
+  EXPECT_EQ (st, (std::vector<float>{0, 0, 0})); /* before any action: the initial position */
+
+  Client c (false, sim.port ());
+  c.send (frame (7, 1, {0.5f, 0.25f, -1.0f}, 3, ""));
+  ASSERT_TRUE (sim.wait_count ("execute", 1));
+  bool moved = false;
+  for (int i = 0; i < 400 && !moved; i++)
+    moved = next_state (&st) && st == std::vector<float>{0.5f, 0.25f, -1.0f};
+  EXPECT_TRUE (moved) << "the state never showed the executed row";
+  sim.stop ();
+  g_object_unref (rx);
+}
+
+TEST (RobotSim, RefusesABadStateAddress)
+{
+  for (const char *bad : {"--state-to=localhost", "--state-to=127.0.0.1:0", "--state-rate=0"}) {
+    std::string path = robotsim_path ();
+    gchar *argv[] = {(gchar *)path.c_str (), (gchar *)"--port=0", (gchar *)bad, nullptr};
+    gchar *err = nullptr;
+    gint status = 0;
+    ASSERT_TRUE (g_spawn_sync (nullptr, argv, nullptr, G_SPAWN_DEFAULT, nullptr, nullptr, nullptr,
+                               &err, &status, nullptr));
+    EXPECT_FALSE (g_spawn_check_wait_status (status, nullptr)) << bad;
+    EXPECT_NE (std::string (err).find ("state"), std::string::npos) << bad << ": " << err;
+    g_free (err);
+  }
+}
+
 /* ---- the modes, against the real sink ---------------------------------------------------- */
 
 namespace

@@ -7,6 +7,11 @@
  * Modes for tests: normal; slow (reads slowly); dead (never reads); hostile (sends garbage
  * back and resets TCP connections). Exits cleanly on SIGINT/SIGTERM or after --duration.
  *
+ * With --state-to IP:PORT it also publishes its joint state, as a robot's driver would: one
+ * datagram of dim float32 (little-endian) per tick at --state-rate Hz, the position it is at
+ * (the last row executed, a HOLD's position, or the configuration's initial position) — what
+ * pi0viewmux's state pad takes from a udpsrc.
+ *
  *   pi0-robotsim --proto udp --port 9870 [--bind 127.0.0.1] [--key K] [--log FILE]
  *
  * The first line on stdout is always {"event":"listening",...,"port":N} (useful with --port 0). */
@@ -23,6 +28,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cinttypes>
 #include <csignal>
@@ -56,6 +62,8 @@ struct Options {
   size_t max_frame = 64 * 1024;
   unsigned dim = 0;
   std::string robot_config;
+  std::string state_to; /* IP:PORT, empty = do not publish */
+  double state_rate = 100.0;
 };
 
 uint64_t
@@ -116,6 +124,8 @@ public:
     socklen_t len = sizeof sa;
     getsockname (fd_, (struct sockaddr *)&sa, &len);
     port_ = ntohs (sa.sin_port);
+    if (!o_.state_to.empty () && !open_state (err))
+      return false;
     char line[256];
     snprintf (line, sizeof line,
               "{\"event\":\"listening\",\"proto\":\"%s\",\"address\":\"%s\",\"port\":%d,\"mode\":"
@@ -132,7 +142,20 @@ public:
   int run ()
   {
     const uint64_t end = o_.duration > 0 ? mono_ns () + (uint64_t)(o_.duration * 1e9) : 0;
+    const uint64_t state_period = (uint64_t)(1e9 / o_.state_rate);
+    uint64_t next_state = mono_ns ();
     while (!quit_signal && (end == 0 || mono_ns () < end)) {
+      int timeout_ms = 50;
+      if (state_fd_ >= 0) {
+        uint64_t now = mono_ns ();
+        if (now >= next_state) {
+          publish_state (now);
+          next_state += state_period;
+          if (next_state <= now) /* late: skip ticks rather than burst */
+            next_state = now + state_period;
+        }
+        timeout_ms = (int)std::min<uint64_t> (50, (next_state - std::min (next_state, now)) / 1000000);
+      }
       struct pollfd pf[2];
       int n = 0;
       if (o_.mode != Mode::kDead || o_.proto == "tcp") {
@@ -140,7 +163,7 @@ public:
       }
       if (conn_ >= 0 && o_.mode != Mode::kDead)
         pf[n++] = {conn_, POLLIN, 0};
-      int r = poll (pf, (nfds_t)n, 50);
+      int r = poll (pf, (nfds_t)n, timeout_ms);
       if (r < 0 && errno != EINTR)
         break;
       if (r <= 0)
@@ -163,17 +186,69 @@ public:
     char line[512];
     snprintf (line, sizeof line,
               "{\"event\":\"exit\",\"signal\":%d,\"frames\":%" PRIu64 ",\"executed\":%" PRIu64
-              ",\"rejected\":%" PRIu64 ",\"partial\":%" PRIu64 ",\"sessions\":%" PRIu64 "}",
-              (int)quit_signal, frames_, executed_, rejected_, partial_, sessions_);
+              ",\"rejected\":%" PRIu64 ",\"partial\":%" PRIu64 ",\"sessions\":%" PRIu64
+              ",\"states\":%" PRIu64 "}",
+              (int)quit_signal, frames_, executed_, rejected_, partial_, sessions_, states_);
     emit (line);
     if (log_ && log_ != stdout)
       fclose (log_);
     if (fd_ >= 0)
       close (fd_);
+    if (state_fd_ >= 0)
+      close (state_fd_);
     return 0;
   }
 
 private:
+  bool open_state (std::string *err)
+  {
+    const auto colon = o_.state_to.rfind (':');
+    struct sockaddr_in sa;
+    memset (&sa, 0, sizeof sa);
+    sa.sin_family = AF_INET;
+    int port = colon == std::string::npos ? -1 : atoi (o_.state_to.c_str () + colon + 1);
+    if (port <= 0 || port > 65535 ||
+        inet_pton (AF_INET, o_.state_to.substr (0, colon).c_str (), &sa.sin_addr) != 1) {
+      *err = "--state-to must be IPv4:PORT, e.g. 127.0.0.1:5005";
+      return false;
+    }
+    sa.sin_port = htons ((uint16_t)port);
+    state_addr_ = sa;
+    state_fd_ = socket (AF_INET, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (state_fd_ < 0) {
+      *err = std::string ("socket: ") + strerror (errno);
+      return false;
+    }
+    const unsigned dim = o_.dim ? o_.dim : 7;
+    position_.assign (dim, 0.0f);
+    if (have_cfg_ && cfg_.initial.size () == dim)
+      position_ = cfg_.initial;
+    return true;
+  }
+
+  /* The robot's position now: rows whose time has come are executed, in order. */
+  void publish_state (uint64_t now)
+  {
+    size_t done = 0;
+    while (done < schedule_.size () && schedule_[done].first <= now) {
+      if (schedule_[done].second.size () == position_.size ())
+        position_ = schedule_[done].second;
+      done++;
+    }
+    schedule_.erase (schedule_.begin (), schedule_.begin () + (long)done);
+    uint8_t out[4 * 1024];
+    const size_t n = std::min (position_.size (), sizeof out / 4);
+    for (size_t i = 0; i < n; i++) {
+      uint32_t bits;
+      memcpy (&bits, &position_[i], 4);
+      for (int b = 0; b < 4; b++) /* little-endian on the wire, whatever the host */
+        out[4 * i + b] = (uint8_t)(bits >> (8 * b));
+    }
+    /* Non-blocking, fire and forget: a state nobody listens to is simply lost. */
+    sendto (state_fd_, out, n * 4, 0, (struct sockaddr *)&state_addr_, sizeof state_addr_);
+    states_++;
+  }
+
   const char *mode_name () const
   {
     switch (o_.mode) {
@@ -279,6 +354,9 @@ private:
               "}");
         break;
       case pi0proto::Kind::kHold:
+        schedule_.clear ();
+        if (!f.values.empty ())
+          position_.assign (f.values.begin (), f.values.begin () + h.dim);
         emit (std::string ("{\"event\":\"hold\",") + head +
               ",\"values\":" + values_json (f.values.data (), f.values.size ()) + "}");
         break;
@@ -293,6 +371,7 @@ private:
           auto it = chunk_base_.find (h.chunk_id);
           if (it == chunk_base_.end ()) {
             chunk_base_.clear (); /* a new chunk replaces the rest of the old one */
+            schedule_.clear ();
             chunk_base_[h.chunk_id] = {now, h.step_index};
           } else {
             base = it->second.first;
@@ -307,6 +386,8 @@ private:
                     h.step_index + r, at, (h.flags & pi0proto::kFlagClamped) ? "true" : "false");
           emit (std::string ("{\"event\":\"execute\",") + head + row +
                 values_json (f.values.data () + (size_t)r * h.dim, h.dim) + "}");
+          const float *v = f.values.data () + (size_t)r * h.dim;
+          schedule_.push_back ({at, std::vector<float> (v, v + h.dim)});
           executed_++;
         }
         break;
@@ -441,6 +522,11 @@ private:
   std::map<uint64_t, std::pair<uint64_t, uint32_t>> chunk_base_;
   uint64_t frames_on_conn_ = 0;
   uint64_t frames_ = 0, executed_ = 0, rejected_ = 0, partial_ = 0, sessions_ = 0;
+  int state_fd_ = -1;
+  struct sockaddr_in state_addr_ = {};
+  std::vector<float> position_;
+  std::vector<std::pair<uint64_t, std::vector<float>>> schedule_; /* (at_ns, row), in order */
+  uint64_t states_ = 0;
 };
 
 } // namespace
@@ -450,9 +536,9 @@ main (int argc, char **argv)
 {
   Options o;
   gchar *proto = nullptr, *bind_addr = nullptr, *key = nullptr, *key_file = nullptr, *log = nullptr,
-        *mode = nullptr, *robot = nullptr;
+        *mode = nullptr, *robot = nullptr, *state_to = nullptr;
   gint port = o.port, dim = 0, max_frame = (gint)o.max_frame;
-  gdouble duration = 0;
+  gdouble duration = 0, state_rate = o.state_rate;
   GOptionEntry entries[] = {
       {"proto", 0, 0, G_OPTION_ARG_STRING, &proto, "udp (default) or tcp", "P"},
       {"bind", 0, 0, G_OPTION_ARG_STRING, &bind_addr,
@@ -471,6 +557,10 @@ main (int argc, char **argv)
       {"dim", 0, 0, G_OPTION_ARG_INT, &dim, "expected number of joints (0 = any)", "N"},
       {"robot-config", 0, 0, G_OPTION_ARG_FILENAME, &robot,
        "reject frames outside these joint limits", "FILE"},
+      {"state-to", 0, 0, G_OPTION_ARG_STRING, &state_to,
+       "publish the joint state (dim float32 LE per datagram) to this IPv4:PORT", "IP:PORT"},
+      {"state-rate", 0, 0, G_OPTION_ARG_DOUBLE, &state_rate,
+       "state datagrams per second (default 100)", "HZ"},
       {nullptr, 0, 0, G_OPTION_ARG_NONE, nullptr, nullptr, nullptr}};
   GOptionContext *ctx = g_option_context_new ("- robot simulator for pi0actionsink");
   g_option_context_add_main_entries (ctx, entries, nullptr);
@@ -501,6 +591,9 @@ main (int argc, char **argv)
     o.log_path = log;
   if (robot)
     o.robot_config = robot;
+  if (state_to)
+    o.state_to = state_to;
+  o.state_rate = state_rate;
   o.port = port;
   o.duration = duration;
   o.dim = dim > 0 ? (unsigned)dim : 0;
@@ -522,6 +615,10 @@ main (int argc, char **argv)
     fprintf (stderr, "pi0-robotsim: --proto must be udp or tcp\n");
     rc = 2;
   }
+  if (!(state_rate >= 1.0 && state_rate <= 10000.0)) {
+    fprintf (stderr, "pi0-robotsim: --state-rate must be between 1 and 10000\n");
+    rc = 2;
+  }
   if (port < 0 || port > 65535) {
     fprintf (stderr, "pi0-robotsim: bad --port\n");
     rc = 2;
@@ -533,6 +630,7 @@ main (int argc, char **argv)
   g_free (log);
   g_free (mode);
   g_free (robot);
+  g_free (state_to);
   if (rc)
     return rc;
 
