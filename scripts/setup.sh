@@ -8,7 +8,7 @@ APT_PACKAGES=(
   build-essential pkg-config meson ninja-build python3-venv python3-pip
   libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev libgstreamer-plugins-bad1.0-dev
   gstreamer1.0-tools gstreamer1.0-plugins-base gstreamer1.0-plugins-good
-  gstreamer1.0-plugins-bad libgl-dev
+  gstreamer1.0-plugins-bad gstreamer1.0-plugins-ugly gstreamer1.0-libav libgl-dev
   libgtest-dev libgmock-dev libjson-glib-dev libsentencepiece-dev sentencepiece
   nlohmann-json3-dev
   python3-pil

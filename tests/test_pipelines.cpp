@@ -1,19 +1,30 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* Every pipelines/NAME.txt line parses; each one whose `# needs:` line says `nothing` runs for
- * a few seconds (or to EOS) without an error and delivers observations to its sinks. */
+/* The pipelines/ lines, as a user runs them: each NAME.txt line is expanded by bash exactly as
+ * `eval gst-launch-1.0 "$(line)"` would (variables, quotes, arithmetic) and parsed with
+ * gst_parse_launchv() as gst-launch-1.0 does.
+ *
+ * - Every line parses (a line whose elements are missing here, e.g. nvcodec without a GPU, is
+ *   skipped only when its `# needs:` line names a requirement).
+ * - Every line that needs nothing, or only the robot simulator, runs for a few seconds: its
+ *   sinks get observations, a line with pi0infer makes action chunks, and a line that sends to
+ *   the robot gets rows executed by pi0-robotsim (which also publishes the joint state).
+ * - record -> replay -> replay: the replays' chunks are bitwise those of the live run.
+ * - remote: the robot's end and the GPU end on loopback, actions back to the robot. */
 
+#include "pi0sink_test_util.h"
 #include "test_helpers.h"
 
 #include <gst/pi0/pi0.h>
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
 
 using namespace pi0test;
+using namespace pi0sinktest;
 
 namespace
 {
@@ -22,14 +33,18 @@ struct PipelineFile {
   std::string name, line, needs;
 };
 
+std::string
+source_root ()
+{
+  const char *root = g_getenv ("PI0_SOURCE_ROOT");
+  return root ? root : ".";
+}
+
 std::vector<PipelineFile>
 load_pipelines ()
 {
   std::vector<PipelineFile> out;
-  const char *root = g_getenv ("PI0_SOURCE_ROOT");
-  if (!root)
-    return out;
-  std::string dir = std::string (root) + "/pipelines";
+  std::string dir = source_root () + "/pipelines";
   GDir *d = g_dir_open (dir.c_str (), 0, nullptr);
   if (!d)
     return out;
@@ -37,19 +52,266 @@ load_pipelines ()
     if (!g_str_has_suffix (f, ".txt"))
       continue;
     std::ifstream in (dir + "/" + f);
-    PipelineFile p{f, "", "nothing"};
+    PipelineFile p{std::string (f, strlen (f) - 4), "", "nothing"};
     std::string l;
     while (std::getline (in, l)) {
       if (l.rfind ("# needs:", 0) == 0) {
         gchar *needs = g_strstrip (g_strdup (l.substr (8).c_str ()));
         p.needs = needs;
         g_free (needs);
-      } else if (!l.empty () && l[0] != '#')
+      } else if (!l.empty () && l[0] != '#') {
         p.line += l + " ";
+      }
     }
     out.push_back (p);
   }
   g_dir_close (d);
+  std::sort (out.begin (), out.end (),
+             [] (const PipelineFile &a, const PipelineFile &b) { return a.name < b.name; });
+  return out;
+}
+
+const PipelineFile *
+find_pipeline (const std::vector<PipelineFile> &all, const std::string &name)
+{
+  for (auto &p : all)
+    if (p.name == name)
+      return &p;
+  return nullptr;
+}
+
+/* Binds UDP port @port on loopback (0: any); returns the socket (or nullptr) and the port. */
+GSocket *
+bind_udp (int port, int *bound_port)
+{
+  GSocket *s = g_socket_new (G_SOCKET_FAMILY_IPV4, G_SOCKET_TYPE_DATAGRAM, G_SOCKET_PROTOCOL_UDP,
+                             nullptr);
+  GInetAddress *lo = g_inet_address_new_loopback (G_SOCKET_FAMILY_IPV4);
+  GSocketAddress *a = g_inet_socket_address_new (lo, (guint16)port);
+  const bool ok = g_socket_bind (s, a, FALSE, nullptr);
+  g_object_unref (a);
+  g_object_unref (lo);
+  if (!ok) {
+    g_object_unref (s);
+    return nullptr;
+  }
+  GSocketAddress *bound = g_socket_get_local_address (s, nullptr);
+  *bound_port = g_inet_socket_address_get_port (G_INET_SOCKET_ADDRESS (bound));
+  g_object_unref (bound);
+  return s;
+}
+
+int
+free_udp_port ()
+{
+  int port = 0;
+  GSocket *s = bind_udp (0, &port);
+  if (s)
+    g_object_unref (s);
+  return port;
+}
+
+/* An even port P with P, P+2, P+4 and P+6 free (the remote lines' RTP ports). */
+int
+free_rtp_base ()
+{
+  for (int attempt = 0; attempt < 200; attempt++) {
+    const int base = 20000 + 2 * g_random_int_range (0, 5000);
+    bool all = true;
+    std::vector<GSocket *> held;
+    for (int k = 0; k < 4 && all; k++) {
+      int p = 0;
+      GSocket *s = bind_udp (base + 2 * k, &p);
+      all = s != nullptr;
+      if (s)
+        held.push_back (s);
+    }
+    for (auto s : held)
+      g_object_unref (s);
+    if (all)
+      return base;
+  }
+  return 5600;
+}
+
+/* The variables the lines read, on free ports and in a private directory. */
+struct Vars {
+  std::map<std::string, std::string> v;
+  explicit Vars (const std::string &rec_dir)
+  {
+    v["ROBOT_PORT"] = std::to_string (free_udp_port ());
+    v["STATE_PORT"] = std::to_string (free_udp_port ());
+    v["RTP_PORT"] = std::to_string (free_rtp_base ());
+    v["REC"] = rec_dir;
+    v["ROBOT_CONFIG"] = source_root () + "/pipelines/robot-7dof.json";
+  }
+};
+
+/* argv as bash gives it to gst-launch-1.0 after `eval gst-launch-1.0 "$line"`. */
+std::vector<std::string>
+expand (const std::string &line, const Vars &vars, std::string *error)
+{
+  gchar **env = g_get_environ ();
+  for (auto &kv : vars.v)
+    env = g_environ_setenv (env, kv.first.c_str (), kv.second.c_str (), TRUE);
+  env = g_environ_setenv (env, "PI0_LINE", line.c_str (), TRUE);
+  const gchar *argv[] = {"bash", "-c", "eval \"set -- $PI0_LINE\" && printf '%s\\0' \"$@\"",
+                         nullptr};
+  gchar *out = nullptr, *err = nullptr;
+  gint status;
+  gsize len = 0;
+  std::vector<std::string> args;
+  GError *gerr = nullptr;
+  GSubprocess *proc = nullptr;
+  GSubprocessLauncher *l = g_subprocess_launcher_new (
+      (GSubprocessFlags)(G_SUBPROCESS_FLAGS_STDOUT_PIPE | G_SUBPROCESS_FLAGS_STDERR_PIPE));
+  g_subprocess_launcher_set_environ (l, env);
+  g_subprocess_launcher_set_cwd (l, source_root ().c_str ());
+  proc = g_subprocess_launcher_spawnv (l, argv, &gerr);
+  g_object_unref (l);
+  g_strfreev (env);
+  if (!proc) {
+    *error = gerr->message;
+    g_clear_error (&gerr);
+    return args;
+  }
+  GBytes *bout = nullptr, *berr = nullptr;
+  g_subprocess_communicate (proc, nullptr, nullptr, &bout, &berr, nullptr);
+  status = g_subprocess_get_exit_status (proc);
+  g_object_unref (proc);
+  out = (gchar *)g_bytes_get_data (bout, &len);
+  gsize elen = 0;
+  err = (gchar *)g_bytes_get_data (berr, &elen);
+  if (status != 0) {
+    *error = "bash cannot expand the line: " + std::string (err ? err : "", elen);
+  } else {
+    for (gsize i = 0; i < len;) {
+      std::string a (out + i);
+      i += a.size () + 1;
+      args.push_back (a);
+    }
+  }
+  g_bytes_unref (bout);
+  g_bytes_unref (berr);
+  return args;
+}
+
+/* Parses like gst-launch-1.0. Returns nullptr with *err set on failure. */
+GstElement *
+launch (const std::vector<std::string> &args, GError **err)
+{
+  std::vector<const gchar *> argv;
+  for (auto &a : args)
+    argv.push_back (a.c_str ());
+  argv.push_back (nullptr);
+  return gst_parse_launchv (argv.data (), err);
+}
+
+GstElement *
+find_factory (GstElement *pipe, const char *factory)
+{
+  GstIterator *it = gst_bin_iterate_recurse (GST_BIN (pipe));
+  GValue v = G_VALUE_INIT;
+  GstElement *found = nullptr;
+  while (!found && gst_iterator_next (it, &v) == GST_ITERATOR_OK) {
+    GstElement *e = GST_ELEMENT (g_value_get_object (&v));
+    GstElementFactory *f = gst_element_get_factory (e);
+    if (f && g_str_equal (GST_OBJECT_NAME (f), factory))
+      found = GST_ELEMENT (gst_object_ref (e));
+    g_value_reset (&v);
+  }
+  g_value_unset (&v);
+  gst_iterator_free (it);
+  return found;
+}
+
+/* Lines the generic test runs: nothing needed but what the test provides (the simulator) and
+ * elements that are present (a missing one fails the parse, which then skips). */
+bool
+runnable (const PipelineFile &p)
+{
+  gchar **parts = g_strsplit (p.needs.c_str (), ",", -1);
+  bool ok = true;
+  for (gchar **it = parts; *it; it++) {
+    std::string n = g_strstrip (*it);
+    bool provided = n == "nothing" || n.rfind ("pi0-robotsim", 0) == 0 ||
+                    n.rfind ("gst-libav", 0) == 0 || n.rfind ("x264enc", 0) == 0;
+    ok = ok && provided;
+  }
+  g_strfreev (parts);
+  return ok;
+}
+
+bool
+sends_to_robot (const PipelineFile &p)
+{
+  return p.line.find ("${ROBOT_PORT") != std::string::npos;
+}
+
+/* Runs @pipe until EOS or @seconds (then EOS is sent and awaited: files get finalized).
+ * Returns the error text, or "". */
+std::string
+run_for (GstElement *pipe, double seconds, double eos_timeout = 60)
+{
+  if (gst_element_set_state (pipe, GST_STATE_PLAYING) == GST_STATE_CHANGE_FAILURE) {
+    GstBus *bus = gst_element_get_bus (pipe);
+    MessagePtr m (gst_bus_pop_filtered (bus, GST_MESSAGE_ERROR));
+    gst_object_unref (bus);
+    gst_element_set_state (pipe, GST_STATE_NULL);
+    return m ? message_text (m.get ()) : "could not start";
+  }
+  GstBus *bus = gst_element_get_bus (pipe);
+  auto pop = [&] (double s) {
+    return MessagePtr (gst_bus_timed_pop_filtered (
+        bus, (GstClockTime)(s * GST_SECOND), (GstMessageType)(GST_MESSAGE_EOS | GST_MESSAGE_ERROR)));
+  };
+  MessagePtr msg = pop (seconds);
+  if (!msg) {
+    gst_element_send_event (pipe, gst_event_new_eos ());
+    msg = pop (eos_timeout);
+  }
+  gst_object_unref (bus);
+  std::string error;
+  if (!msg)
+    error = "no EOS within " + std::to_string (eos_timeout) + " s of sending it";
+  else if (GST_MESSAGE_TYPE (msg.get ()) == GST_MESSAGE_ERROR)
+    error = message_text (msg.get ());
+  gst_element_set_state (pipe, GST_STATE_NULL);
+  return error;
+}
+
+/* The simulated robot for lines that send to ${ROBOT_PORT}, publishing its state. */
+bool
+start_robot (SimProc &sim, const Vars &vars, const TempDir &dir)
+{
+  return sim.start ({"--proto=udp", "--port=" + vars.v.at ("ROBOT_PORT"), "--dim=7",
+                     "--robot-config=" + vars.v.at ("ROBOT_CONFIG"),
+                     "--state-to=127.0.0.1:" + vars.v.at ("STATE_PORT")},
+                    dir.file ("robot.jsonl"));
+}
+
+/* One chunk of a mode=log file, the fields that must replay identically. */
+struct LoggedChunk {
+  gint64 observation_time = -1;
+  std::string values; /* the JSON text of the values: %.9g round-trips float32 exactly */
+};
+
+std::map<gint64, LoggedChunk>
+read_log (const std::string &path)
+{
+  std::map<gint64, LoggedChunk> out;
+  for (auto &l : read_lines (path)) {
+    JsonLine j (l);
+    EXPECT_TRUE (j.ok ()) << l;
+    if (!j.ok () || j.str ("kind") != "action")
+      continue;
+    LoggedChunk c;
+    c.observation_time = j.num ("observation_time_ns");
+    auto at = l.find ("\"values\":");
+    c.values = at == std::string::npos ? "" : l.substr (at);
+    EXPECT_FALSE (c.values.empty ()) << l;
+    EXPECT_TRUE (out.emplace (j.num ("chunk_id"), c).second) << "chunk_id twice: " << l;
+  }
   return out;
 }
 
@@ -59,16 +321,32 @@ class Pipelines : public ::testing::TestWithParam<PipelineFile>
 {
 };
 
-TEST (PipelinesDir, HasPipelines)
+TEST (PipelinesDir, HasTheDocumentedPipelines)
 {
-  EXPECT_GE (load_pipelines ().size (), 1u) << "PI0_SOURCE_ROOT/pipelines has no *.txt";
+  auto all = load_pipelines ();
+  for (const char *n : {"demo", "cameras", "gpu-decode", "record", "replay", "remote-robot",
+                        "remote-gpu"})
+    EXPECT_NE (find_pipeline (all, n), nullptr) << "pipelines/" << n << ".txt is missing";
+  /* Each one has a README section. */
+  std::ifstream in (source_root () + "/pipelines/README.md");
+  std::stringstream ss;
+  ss << in.rdbuf ();
+  for (auto &p : all)
+    EXPECT_NE (ss.str ().find ("`" + p.name + ".txt`"), std::string::npos)
+        << p.name << " is not in pipelines/README.md";
 }
 
 TEST_P (Pipelines, ParsesAndRuns)
 {
   const PipelineFile &p = GetParam ();
+  TempDir dir;
+  Vars vars (dir.path ());
+  std::string xerr;
+  auto args = expand (p.line, vars, &xerr);
+  ASSERT_TRUE (xerr.empty ()) << p.name << ": " << xerr;
+  ASSERT_FALSE (args.empty ());
   GError *err = nullptr;
-  ElementPtr pipe (gst_parse_launch (p.line.c_str (), &err));
+  ElementPtr pipe (launch (args, &err));
   if (err && g_error_matches (err, GST_PARSE_ERROR, GST_PARSE_ERROR_NO_SUCH_ELEMENT) &&
       p.needs != "nothing") {
     std::string msg = err->message;
@@ -77,25 +355,25 @@ TEST_P (Pipelines, ParsesAndRuns)
   }
   ASSERT_EQ (err, nullptr) << p.name << ": " << err->message;
   ASSERT_NE (pipe, nullptr);
-  if (p.needs != "nothing")
+  if (!runnable (p))
     GTEST_SKIP () << p.name << " parses; running it needs " << p.needs;
 
-  /* Count observations reaching every sink; keep fakesink quiet. */
+  SimProc sim;
+  if (sends_to_robot (p)) {
+    ASSERT_TRUE (start_robot (sim, vars, dir));
+  }
+
   SinkCounts n;
   watch_sinks (pipe.get (), &n);
-
-  ASSERT_NE (gst_element_set_state (pipe.get (), GST_STATE_PLAYING), GST_STATE_CHANGE_FAILURE);
-  GstBus *bus = gst_element_get_bus (pipe.get ());
-  MessagePtr msg (gst_bus_timed_pop_filtered (
-      bus, 3 * GST_SECOND, (GstMessageType)(GST_MESSAGE_EOS | GST_MESSAGE_ERROR)));
-  gst_object_unref (bus);
-  if (msg && GST_MESSAGE_TYPE (msg.get ()) == GST_MESSAGE_ERROR)
-    FAIL () << p.name << ": " << message_text (msg.get ());
-  gst_element_set_state (pipe.get (), GST_STATE_NULL);
+  std::string error = run_for (pipe.get (), 4.0);
+  EXPECT_EQ (error, "") << p.name;
   EXPECT_GT (n.observations.load (), 0) << p.name << ": no observation reached a sink";
-  /* A line with the policy in it must deliver action chunks. */
   if (p.line.find ("pi0infer") != std::string::npos) {
     EXPECT_GT (n.actions.load (), 0) << p.name << ": no action chunk reached a sink";
+  }
+  if (sends_to_robot (p)) {
+    EXPECT_TRUE (sim.wait_count ("execute", 1)) << p.name << ": the robot executed nothing";
+    EXPECT_EQ (sim.count ("reject"), 0u) << p.name;
   }
 }
 
@@ -107,3 +385,125 @@ INSTANTIATE_TEST_SUITE_P (All, Pipelines, ::testing::ValuesIn (load_pipelines ()
                                 c = '_';
                             return n;
                           });
+
+/* record.txt live for a few seconds (the policy drives the simulated robot, whose state goes
+ * into the recording), then replay.txt twice: both replays carry every chunk the live run
+ * made, with the same observation time and bitwise the same values, and each other's. */
+TEST (RecordReplay, ReplayGivesTheLiveRunsActionsBitwise)
+{
+  auto all = load_pipelines ();
+  const PipelineFile *rec = find_pipeline (all, "record"), *rep = find_pipeline (all, "replay");
+  ASSERT_TRUE (rec && rep);
+  for (const char *e : {"avenc_ffv1", "avdec_ffv1", "matroskamux", "gdppay"}) {
+    GstElementFactory *f = gst_element_factory_find (e);
+    if (!f)
+      GTEST_SKIP () << e << " is missing (scripts/setup.sh installs gstreamer1.0-libav)";
+    gst_object_unref (f);
+  }
+  TempDir dir;
+  Vars vars (dir.path ());
+  std::string xerr;
+  GError *err = nullptr;
+  {
+    SimProc sim;
+    ASSERT_TRUE (start_robot (sim, vars, dir));
+    ElementPtr pipe (launch (expand (rec->line, vars, &xerr), &err));
+    ASSERT_TRUE (xerr.empty ()) << xerr;
+    ASSERT_EQ (err, nullptr) << err->message;
+    EXPECT_EQ (run_for (pipe.get (), 4.0), "");
+    EXPECT_TRUE (sim.wait_count ("execute", 1)) << "the recorded run drove nothing";
+  }
+  for (const char *f : {"cameras.mkv", "state.gdp", "actions.jsonl"})
+    EXPECT_TRUE (g_file_test ((dir.path () + "/" + f).c_str (), G_FILE_TEST_EXISTS)) << f;
+
+  std::map<gint64, LoggedChunk> replays[2];
+  for (int i = 0; i < 2; i++) {
+    Vars rv = vars;
+    rv.v["REPLAY_LOG"] = "replay" + std::to_string (i) + ".jsonl";
+    ElementPtr pipe (launch (expand (rep->line, rv, &xerr), &err));
+    ASSERT_TRUE (xerr.empty ()) << xerr;
+    ASSERT_EQ (err, nullptr) << err->message;
+    /* Not live: it runs to EOS by itself. */
+    EXPECT_EQ (run_for (pipe.get (), 120.0), "");
+    replays[i] = read_log (dir.path () + "/" + rv.v["REPLAY_LOG"]);
+  }
+
+  auto live = read_log (dir.path () + "/actions.jsonl");
+  /* 4 s at 30 fps: ~120 observations; the live run's leaky queue may skip some when the
+   * machine is busy, the replay (plain queue) infers every one. */
+  EXPECT_GE (live.size (), 10u) << "the live run made too few chunks to compare";
+  EXPECT_GE (replays[0].size (), live.size ());
+  size_t same = 0;
+  for (auto &kv : live) {
+    auto it = replays[0].find (kv.first);
+    if (it == replays[0].end ()) {
+      ADD_FAILURE () << "chunk " << kv.first << " of the live run is not in the replay";
+      continue;
+    }
+    EXPECT_EQ (it->second.observation_time, kv.second.observation_time) << "chunk " << kv.first;
+    EXPECT_EQ (it->second.values, kv.second.values) << "chunk " << kv.first << " differs";
+    same += it->second.values == kv.second.values;
+  }
+  EXPECT_EQ (same, live.size ());
+  ASSERT_EQ (replays[0].size (), replays[1].size ());
+  for (auto &kv : replays[0]) {
+    auto it = replays[1].find (kv.first);
+    ASSERT_NE (it, replays[1].end ()) << kv.first;
+    EXPECT_EQ (it->second.observation_time, kv.second.observation_time);
+    EXPECT_EQ (it->second.values, kv.second.values) << "replays differ at chunk " << kv.first;
+  }
+}
+
+/* remote: the robot's end (cameras + state -> RTP) and the GPU end (RTP -> chain -> actions
+ * over UDP back to the robot) as two pipelines on loopback. */
+TEST (Remote, LoopbackDeliversActionsToTheRobot)
+{
+  auto all = load_pipelines ();
+  const PipelineFile *robot = find_pipeline (all, "remote-robot"),
+                     *gpu = find_pipeline (all, "remote-gpu");
+  ASSERT_TRUE (robot && gpu);
+  for (const char *e : {"x264enc", "avdec_h264", "rtpgstpay"}) {
+    GstElementFactory *f = gst_element_factory_find (e);
+    if (!f)
+      GTEST_SKIP () << e << " is missing (scripts/setup.sh installs gstreamer1.0-plugins-ugly "
+                           "and gstreamer1.0-libav)";
+    gst_object_unref (f);
+  }
+  TempDir dir;
+  Vars vars (dir.path ());
+  SimProc sim;
+  ASSERT_TRUE (start_robot (sim, vars, dir));
+  std::string xerr;
+  GError *err = nullptr;
+  ElementPtr gpu_pipe (launch (expand (gpu->line, vars, &xerr), &err));
+  ASSERT_TRUE (xerr.empty ()) << xerr;
+  ASSERT_EQ (err, nullptr) << err->message;
+  ElementPtr robot_pipe (launch (expand (robot->line, vars, &xerr), &err));
+  ASSERT_TRUE (xerr.empty ()) << xerr;
+  ASSERT_EQ (err, nullptr) << err->message;
+
+  ASSERT_NE (gst_element_set_state (gpu_pipe.get (), GST_STATE_PLAYING), GST_STATE_CHANGE_FAILURE);
+  std::string robot_error = run_for (robot_pipe.get (), 5.0);
+  EXPECT_EQ (robot_error, "");
+  GstBus *bus = gst_element_get_bus (gpu_pipe.get ());
+  MessagePtr m (gst_bus_pop_filtered (bus, GST_MESSAGE_ERROR));
+  gst_object_unref (bus);
+  EXPECT_EQ (m, nullptr) << (m ? message_text (m.get ()) : "");
+
+  ElementPtr mux (find_factory (gpu_pipe.get (), "pi0viewmux"));
+  ElementPtr sink (find_factory (gpu_pipe.get (), "pi0actionsink"));
+  ASSERT_TRUE (mux && sink);
+  GstStructure *ms = nullptr;
+  g_object_get (mux.get (), "stats", &ms, nullptr);
+  guint64 observations = 0, state_samples = 0;
+  gst_structure_get_uint64 (ms, "observations", &observations);
+  gst_structure_get_uint64 (ms, "state-samples", &state_samples);
+  gst_structure_free (ms);
+  EXPECT_GT (observations, 0u) << "no camera frame crossed the network";
+  EXPECT_GT (state_samples, 0u) << "the robot's state did not cross the network";
+  EXPECT_GT (stat (sink.get (), "sent"), 0u) << "the GPU end sent no action";
+  gst_element_set_state (gpu_pipe.get (), GST_STATE_NULL);
+
+  EXPECT_TRUE (sim.wait_count ("execute", 1)) << "no action reached the robot";
+  EXPECT_EQ (sim.count ("reject"), 0u);
+}
