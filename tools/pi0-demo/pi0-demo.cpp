@@ -14,6 +14,7 @@
 #endif
 
 #include "gstpi0elements.h"
+#include "pi0-latency-table.h"
 
 #include <gst/app/gstappsrc.h>
 #include <gst/gst.h>
@@ -27,7 +28,6 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
-#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -44,22 +44,14 @@ struct Options {
   gchar *instruction = nullptr;
 };
 
-/* Running times (ns) at which one observation passed each point of the chain. */
-struct Trace {
-  GstClockTime capture = GST_CLOCK_TIME_NONE, muxed = GST_CLOCK_TIME_NONE,
-               prepped = GST_CLOCK_TIME_NONE, inferred = GST_CLOCK_TIME_NONE,
-               sent = GST_CLOCK_TIME_NONE;
-};
-
 struct Demo {
   Options opt;
   GMainLoop *loop = nullptr;
   GstElement *pipeline = nullptr;
   guint64 state_n = 0;
   guint last_mask = 0;
-  std::mutex lock; /* traces, counters: probes run in several streaming threads */
-  std::map<guint64, Trace> traces;
-  guint64 observations = 0, chunks = 0, holds = 0, stops = 0;
+  std::mutex lock; /* counters: the sink's signal comes from two threads */
+  guint64 chunks = 0, holds = 0, stops = 0;
 };
 
 #ifndef HAVE_PI0INFER
@@ -91,17 +83,6 @@ const char *ROBOT_CONFIG = R"({
 }
 )";
 
-GstClockTime
-running_time_now (GstElement *pipeline)
-{
-  GstClock *clock = gst_element_get_clock (pipeline);
-  if (!clock)
-    return GST_CLOCK_TIME_NONE;
-  GstClockTime now = gst_clock_get_time (clock) - gst_element_get_base_time (pipeline);
-  gst_object_unref (clock);
-  return now;
-}
-
 /* A 7-joint arm waving slowly: the state a robot would publish at 100 Hz. */
 void
 on_need_state (GstAppSrc *src, guint, gpointer user_data)
@@ -129,37 +110,6 @@ stall_probe (GstPad *, GstPadProbeInfo *info, gpointer user_data)
   auto d = static_cast<Demo *> (user_data);
   double t = (double)GST_BUFFER_PTS (GST_PAD_PROBE_INFO_BUFFER (info)) / GST_SECOND;
   return t >= d->opt.stall_start && t < d->opt.stall_end ? GST_PAD_PROBE_DROP : GST_PAD_PROBE_OK;
-}
-
-enum Point { MUXED, PREPPED, INFERRED };
-
-struct ProbeData {
-  Demo *demo;
-  Point point;
-};
-
-/* Stamps each observation as it leaves an element. */
-GstPadProbeReturn
-stamp_probe (GstPad *, GstPadProbeInfo *info, gpointer user_data)
-{
-  auto pd = static_cast<ProbeData *> (user_data);
-  GstBuffer *buf = GST_PAD_PROBE_INFO_BUFFER (info);
-  GstPi0ObservationMeta *m = gst_buffer_get_pi0_observation_meta (buf);
-  if (!m)
-    return GST_PAD_PROBE_OK;
-  GstClockTime now = running_time_now (pd->demo->pipeline);
-  std::lock_guard<std::mutex> lk (pd->demo->lock);
-  Trace &t = pd->demo->traces[m->sequence];
-  t.capture = m->observation_time;
-  if (pd->point == MUXED) {
-    t.muxed = now;
-    pd->demo->observations++;
-  } else if (pd->point == PREPPED) {
-    t.prepped = now;
-  } else if (gst_buffer_get_pi0_action_meta (buf)) {
-    t.inferred = now;
-  }
-  return GST_PAD_PROBE_OK;
 }
 
 std::string
@@ -216,17 +166,13 @@ print_probe (GstPad *, GstPadProbeInfo *info, gpointer user_data)
 
 /* pi0actionsink's `action` signal: what left for the robot, and when. */
 void
-on_action (GstElement *, const gchar *kind, guint64 chunk_id, guint, guint, guint, GBytes *,
+on_action (GstElement *, const gchar *kind, guint64, guint, guint, guint, GBytes *,
            gpointer user_data)
 {
   auto d = static_cast<Demo *> (user_data);
-  GstClockTime now = running_time_now (d->pipeline);
   std::lock_guard<std::mutex> lk (d->lock);
   if (g_str_equal (kind, "action")) {
     d->chunks++;
-    auto it = d->traces.find (chunk_id);
-    if (it != d->traces.end () && !GST_CLOCK_TIME_IS_VALID (it->second.sent))
-      it->second.sent = now;
   } else if (g_str_equal (kind, "hold")) {
     d->holds++;
   } else if (g_str_equal (kind, "stop")) {
@@ -276,47 +222,16 @@ on_timeout (gpointer user_data)
   return G_SOURCE_REMOVE;
 }
 
-double
-percentile (std::vector<double> v, double p)
-{
-  if (v.empty ())
-    return NAN;
-  std::sort (v.begin (), v.end ());
-  size_t i = (size_t)std::ceil (p * (double)v.size ()) - 1;
-  return v[std::min (i, v.size () - 1)];
-}
-
 void
-print_latency (Demo &d)
+print_latency (GstElement *sink)
 {
-  std::vector<double> mux, prep, infer, sink, e2e;
-  auto ms = [] (GstClockTime a, GstClockTime b) {
-    return ((double)b - (double)a) / GST_MSECOND;
-  };
-  for (const auto &kv : d.traces) {
-    const Trace &t = kv.second;
-    if (!GST_CLOCK_TIME_IS_VALID (t.sent) || !GST_CLOCK_TIME_IS_VALID (t.inferred))
-      continue;
-    mux.push_back (ms (t.capture, t.muxed));
-    prep.push_back (ms (t.muxed, t.prepped));
-    infer.push_back (ms (t.prepped, t.inferred));
-    sink.push_back (ms (t.inferred, t.sent));
-    e2e.push_back (ms (t.capture, t.sent));
-  }
-  g_print ("\nLatency per chunk sent (%zu chunks; ms, running time on the pipeline clock):\n",
-           e2e.size ());
-  g_print ("  %-34s %8s %8s\n", "stage", "p50", "p99");
-  const std::pair<const char *, std::vector<double> *> rows[] = {
-      {"capture -> observation (mux wait)", &mux}, {"preprocessing (cudaprep)", &prep},
-      {"queue + inference (pi0infer)", &infer},    {"sink (checks, send)", &sink},
-      {"capture -> sent (end to end)", &e2e},
-  };
-  for (const auto &r : rows)
-    g_print ("  %-34s %8.2f %8.2f\n", r.first, percentile (*r.second, 0.5),
-             percentile (*r.second, 0.99));
-  g_print ("The mux wait is bounded by pi0viewmux max-wait (--max-wait); with -1 it is the "
-           "slowest camera's declared latency\n(a 10 fps videotestsrc declares one frame, 100 ms) "
-           "plus max-skew, in case a frame captured with the base frame is still on its way.\n");
+  g_print ("\nLatency per chunk sent (pi0actionsink stats, from the stamps in the metas; running "
+           "time on the pipeline clock):\n");
+  guint64 n = pi0tools::print_latency_table (sink);
+  g_print ("  (%" G_GUINT64_FORMAT " chunks.) The mux wait is bounded by pi0viewmux max-wait "
+           "(--max-wait); with -1 it is the slowest\n  camera's declared latency (a 10 fps "
+           "videotestsrc declares one frame, 100 ms) plus max-skew.\n",
+           n);
 }
 
 void
@@ -499,23 +414,16 @@ main (int argc, char **argv)
   g_object_set (infer, "instruction", instruction, nullptr);
 
   GstElement *mux = gst_bin_get_by_name (GST_BIN (d.pipeline), "mux");
-  GstElement *prep = gst_bin_get_by_name (GST_BIN (d.pipeline), "prep");
   GstElement *sink = gst_bin_get_by_name (GST_BIN (d.pipeline), "sink");
   GstElement *top = gst_bin_get_by_name (GST_BIN (d.pipeline), "cam_top");
   GstElement *state = gst_bin_get_by_name (GST_BIN (d.pipeline), "state");
   g_signal_connect (state, "need-data", G_CALLBACK (on_need_state), &d);
   g_signal_connect (sink, "action", G_CALLBACK (on_action), &d);
 
-  ProbeData pd[3] = {{&d, MUXED}, {&d, PREPPED}, {&d, INFERRED}};
-  GstElement *stamped[3] = {mux, prep, infer};
-  for (int i = 0; i < 3; i++) {
-    GstPad *pad = gst_element_get_static_pad (stamped[i], "src");
-    gst_pad_add_probe (pad, GST_PAD_PROBE_TYPE_BUFFER, stamp_probe, &pd[i], nullptr);
-    if (i == 2)
-      gst_pad_add_probe (pad, GST_PAD_PROBE_TYPE_BUFFER, print_probe, &d, nullptr);
-    gst_object_unref (pad);
-  }
-  GstPad *pad = gst_element_get_static_pad (top, "src");
+  GstPad *pad = gst_element_get_static_pad (infer, "src");
+  gst_pad_add_probe (pad, GST_PAD_PROBE_TYPE_BUFFER, print_probe, &d, nullptr);
+  gst_object_unref (pad);
+  pad = gst_element_get_static_pad (top, "src");
   gst_pad_add_probe (pad, GST_PAD_PROBE_TYPE_BUFFER, stall_probe, &d, nullptr);
   gst_object_unref (pad);
 
@@ -565,18 +473,25 @@ main (int argc, char **argv)
   gst_structure_get_double (is, "inference-p50-ms", &p50);
   gst_structure_get_double (is, "inference-p99-ms", &p99);
   gst_structure_free (is);
+  guint64 observations = 0;
+  GstStructure *ms = nullptr;
+  g_object_get (mux, "stats", &ms, nullptr);
+  if (ms) {
+    gst_structure_get_uint64 (ms, "observations", &observations);
+    gst_structure_free (ms);
+  }
 
   g_print ("\nSummary: %" G_GUINT64_FORMAT " observations, %" G_GUINT64_FORMAT
            " action chunks (inference p50 %.2f ms, p99 %.2f ms; %" G_GUINT64_FORMAT
            " non-finite), %" G_GUINT64_FORMAT " sent to the robot, %" G_GUINT64_FORMAT
            " HOLDs, %" G_GUINT64_FORMAT " STOPs\n",
-           d.observations, chunks, p50, p99, non_finite, d.chunks, d.holds, d.stops);
+           observations, chunks, p50, p99, non_finite, d.chunks, d.holds, d.stops);
   print_mux_stats (mux);
   print_robot (robot_log);
   if (d.opt.live)
-    print_latency (d);
+    print_latency (sink);
 
-  for (GstElement *e : {infer, mux, prep, sink, top, state})
+  for (GstElement *e : {infer, mux, sink, top, state})
     gst_object_unref (e);
   gst_object_unref (d.pipeline);
   g_main_loop_unref (d.loop);
