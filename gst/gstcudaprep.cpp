@@ -308,6 +308,24 @@ to_pi0_format (GstVideoFormat f, pi0prep::Format &out)
     case GST_VIDEO_FORMAT_I420:
       out = pi0prep::Format::I420;
       return true;
+    case GST_VIDEO_FORMAT_NV21:
+      out = pi0prep::Format::NV21;
+      return true;
+    case GST_VIDEO_FORMAT_YV12:
+      out = pi0prep::Format::YV12;
+      return true;
+    case GST_VIDEO_FORMAT_Y42B:
+      out = pi0prep::Format::Y42B;
+      return true;
+    case GST_VIDEO_FORMAT_Y444:
+      out = pi0prep::Format::Y444;
+      return true;
+    case GST_VIDEO_FORMAT_YUY2:
+      out = pi0prep::Format::YUY2;
+      return true;
+    case GST_VIDEO_FORMAT_UYVY:
+      out = pi0prep::Format::UYVY;
+      return true;
     default:
       return false;
   }
@@ -827,7 +845,7 @@ gst_pi0_cuda_prep_transform_ip (GstBaseTransform *bt, GstBuffer *buf)
                          ("View '%s' has format %s, which cudaprep does not support", v->name,
                           gst_video_format_to_string (vf)),
                          ("supported: RGB, BGR, RGBx, BGRx, xRGB, xBGR, RGBA, BGRA, ARGB, ABGR, "
-                          "GRAY8, NV12, I420"));
+                          "GRAY8, NV12, NV21, I420, YV12, Y42B, Y444, YUY2, UYVY"));
       return GST_FLOW_NOT_NEGOTIATED;
     }
     GstMapFlags flags = GST_MAP_READ;

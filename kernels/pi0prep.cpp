@@ -6,6 +6,7 @@
 #endif
 
 #include "pi0prep.h"
+#include "pi0prep_yuv.h"
 
 #include <algorithm>
 #include <atomic>
@@ -53,6 +54,18 @@ format_name (Format f)
       return "NV12";
     case Format::I420:
       return "I420";
+    case Format::NV21:
+      return "NV21";
+    case Format::YV12:
+      return "YV12";
+    case Format::Y42B:
+      return "Y42B";
+    case Format::Y444:
+      return "Y444";
+    case Format::YUY2:
+      return "YUY2";
+    case Format::UYVY:
+      return "UYVY";
   }
   return "?";
 }
@@ -60,21 +73,31 @@ format_name (Format f)
 int
 format_n_planes (Format f)
 {
-  return f == Format::NV12 ? 2 : f == Format::I420 ? 3 : 1;
+  switch (f) {
+    case Format::NV12:
+    case Format::NV21:
+      return 2;
+    case Format::I420:
+    case Format::YV12:
+    case Format::Y42B:
+    case Format::Y444:
+      return 3;
+    default:
+      return 1;
+  }
 }
 
 int
 format_pixel_stride (Format f)
 {
+  if (format_is_yuv (f))
+    return 0;
   switch (f) {
     case Format::RGB:
     case Format::BGR:
       return 3;
     case Format::GRAY8:
       return 1;
-    case Format::NV12:
-    case Format::I420:
-      return 0;
     default:
       return 4;
   }
@@ -131,19 +154,29 @@ view_bytes (const Params &p)
 static int
 plane_rows (Format f, int height, int plane)
 {
-  return plane == 0 ? height : (height + 1) / 2;
+  const bool half = plane > 0 && f != Format::Y42B && f != Format::Y444;
+  return half ? (height + 1) / 2 : height;
 }
 
 static size_t
 plane_row_bytes (Format f, int width, int plane)
 {
+  const size_t w = static_cast<size_t> (width), pairs = (w + 1) / 2;
   switch (f) {
     case Format::NV12:
-      return plane == 0 ? width : 2 * ((width + 1) / 2);
+    case Format::NV21:
+      return plane == 0 ? w : 2 * pairs;
     case Format::I420:
-      return plane == 0 ? width : (width + 1) / 2;
+    case Format::YV12:
+    case Format::Y42B:
+      return plane == 0 ? w : pairs;
+    case Format::Y444:
+      return w;
+    case Format::YUY2:
+    case Format::UYVY:
+      return 4 * pairs; /* an odd width still ends with a whole Y U Y V group */
     default:
-      return static_cast<size_t> (width) * format_pixel_stride (f);
+      return w * format_pixel_stride (f);
   }
 }
 
@@ -397,39 +430,48 @@ round8 (float v)
   return static_cast<uint8_t> (static_cast<int> (f));
 }
 
-/* One row of YUV converted to packed RGB, columns [x0, x1). The coefficients are multiples of
- * 2^-14 (make_yuv_matrix), so this integer form equals floor(v + 0.5) of the float formula
- * exactly, which is what the CUDA kernel and the test reference compute. */
-void
-yuv_row_to_rgb (const Image &img, int y, uint8_t *dst, int x0 = 0, int x1 = -1)
-{
-  const YuvMatrix &m = img.yuv;
-  if (x1 < 0)
-    x1 = img.width;
-  const int ys = static_cast<int> (m.ys * 16384.f), rv = static_cast<int> (m.rv * 16384.f),
-            gu = static_cast<int> (m.gu * 16384.f), gv = static_cast<int> (m.gv * 16384.f),
-            bu = static_cast<int> (m.bu * 16384.f), yo = static_cast<int> (m.y_offset);
-  const uint8_t *Y = img.planes[0] + img.strides[0] * y;
-  const uint8_t *U, *V;
-  int cstep;
-  if (img.format == Format::NV12) {
-    U = img.planes[1] + img.strides[1] * (y / 2);
-    V = U + 1;
-    cstep = 2;
-  } else {
-    U = img.planes[1] + img.strides[1] * (y / 2);
-    V = img.planes[2] + img.strides[2] * (y / 2);
-    cstep = 1;
+/* The YuvMatrix in 2^-14 fixed point. Its coefficients are multiples of 2^-14
+ * (make_yuv_matrix), so the integer form equals floor(v + 0.5) of the float formula exactly,
+ * which is what the CUDA kernel and the test reference compute. */
+struct YuvFixed {
+  int ys, yo, rv, gu, gv, bu;
+  explicit YuvFixed (const YuvMatrix &m)
+      : ys (static_cast<int> (m.ys * 16384.f)), yo (static_cast<int> (m.y_offset)),
+        rv (static_cast<int> (m.rv * 16384.f)), gu (static_cast<int> (m.gu * 16384.f)),
+        gv (static_cast<int> (m.gv * 16384.f)), bu (static_cast<int> (m.bu * 16384.f))
+  {
   }
-  auto clamp8 = [] (int v) {
-    return static_cast<uint8_t> (v < 0 ? 0 : v > 255 ? 255 : v);
-  };
-  for (int x = x0; x < x1; x++) {
-    const int yy = ys * (Y[x] - yo) + 8192;
-    const int u = U[(x / 2) * cstep] - 128, v = V[(x / 2) * cstep] - 128;
-    dst[3 * x + 0] = clamp8 ((yy + rv * v) >> 14);
-    dst[3 * x + 1] = clamp8 ((yy - gu * u - gv * v) >> 14);
-    dst[3 * x + 2] = clamp8 ((yy + bu * u) >> 14);
+};
+
+/* Pixel i of three planar rows from its scaled luma and the chroma terms of R, G, B (the
+ * rounding offset included in them). */
+inline __attribute__ ((always_inline)) void
+put_rgb (int y, int rc, int gc, int bc, uint8_t *R, uint8_t *G, uint8_t *B, int i)
+{
+  R[i] = static_cast<uint8_t> (std::min (std::max ((y + rc) >> 14, 0), 255));
+  G[i] = static_cast<uint8_t> (std::min (std::max ((y + gc) >> 14, 0), 255));
+  B[i] = static_cast<uint8_t> (std::min (std::max ((y + bc) >> 14, 0), 255));
+}
+
+/* One pixel from its luma and chroma samples (u, v still offset by 128). */
+inline void
+yuv_pixel (const YuvFixed &k, int luma, int u, int v, uint8_t *R, uint8_t *G, uint8_t *B, int i)
+{
+  u -= 128;
+  v -= 128;
+  put_rgb (k.ys * (luma - k.yo), k.rv * v + 8192, 8192 - k.gu * u - k.gv * v, k.bu * u + 8192, R, G,
+           B, i);
+}
+
+/* One row of YUV converted to packed RGB (filter=pil; scalar, like the rest of that path). */
+void
+yuv_row_to_rgb (const Image &img, int y, uint8_t *dst)
+{
+  const YuvFixed k (img.yuv);
+  const YuvRow row = yuv_row (img.format, img.planes, img.strides, y);
+  for (int x = 0; x < img.width; x++) {
+    const int c = (x >> row.cshift) * row.cstep;
+    yuv_pixel (k, row.y[x * row.ystep], row.u[c], row.v[c], dst, dst + 1, dst + 2, 3 * x);
   }
 }
 
@@ -442,65 +484,78 @@ yuv_row_to_rgb (const Image &img, int y, uint8_t *dst, int x0 = 0, int x1 = -1)
 #define PI0_MULTIVERSION
 #endif
 
-template <int CSTEP>
+/* Luma of pair i at Y[YSTEP * 2i] and Y[YSTEP * (2i + 1)], its chroma at U/V[CSTEP * i]. */
+template <int YSTEP, int CSTEP>
 inline __attribute__ ((always_inline)) void
 yuv_pairs (const uint8_t *__restrict Y, const uint8_t *__restrict U, const uint8_t *__restrict V,
-           int pairs, int ys, int yo, int rv, int gu, int gv, int bu, uint8_t *__restrict R,
-           uint8_t *__restrict G, uint8_t *__restrict B)
+           int pairs, const YuvFixed k, uint8_t *__restrict R, uint8_t *__restrict G,
+           uint8_t *__restrict B)
 {
+  const int ys = k.ys, yo = k.yo, rv = k.rv, gu = k.gu, gv = k.gv, bu = k.bu;
   for (int i = 0; i < pairs; i++) {
     const int u = U[CSTEP * i] - 128, v = V[CSTEP * i] - 128;
     const int rc = rv * v + 8192, gc = 8192 - gu * u - gv * v, bc = bu * u + 8192;
-    const int y0 = ys * (Y[2 * i] - yo), y1 = ys * (Y[2 * i + 1] - yo);
-    R[2 * i] = static_cast<uint8_t> (std::min (std::max ((y0 + rc) >> 14, 0), 255));
-    R[2 * i + 1] = static_cast<uint8_t> (std::min (std::max ((y1 + rc) >> 14, 0), 255));
-    G[2 * i] = static_cast<uint8_t> (std::min (std::max ((y0 + gc) >> 14, 0), 255));
-    G[2 * i + 1] = static_cast<uint8_t> (std::min (std::max ((y1 + gc) >> 14, 0), 255));
-    B[2 * i] = static_cast<uint8_t> (std::min (std::max ((y0 + bc) >> 14, 0), 255));
-    B[2 * i + 1] = static_cast<uint8_t> (std::min (std::max ((y1 + bc) >> 14, 0), 255));
+    put_rgb (ys * (Y[YSTEP * 2 * i] - yo), rc, gc, bc, R, G, B, 2 * i);
+    put_rgb (ys * (Y[YSTEP * (2 * i + 1)] - yo), rc, gc, bc, R, G, B, 2 * i + 1);
   }
 }
 
+/* I420, YV12, Y42B */
 PI0_MULTIVERSION void
-yuv_pairs_i420 (const uint8_t *Y, const uint8_t *U, const uint8_t *V, int pairs, int ys, int yo,
-                int rv, int gu, int gv, int bu, uint8_t *R, uint8_t *G, uint8_t *B)
+yuv_pairs_i420 (const uint8_t *Y, const uint8_t *U, const uint8_t *V, int pairs, const YuvFixed k,
+                uint8_t *R, uint8_t *G, uint8_t *B)
 {
-  yuv_pairs<1> (Y, U, V, pairs, ys, yo, rv, gu, gv, bu, R, G, B);
+  yuv_pairs<1, 1> (Y, U, V, pairs, k, R, G, B);
 }
 
+/* NV12, NV21 */
 PI0_MULTIVERSION void
-yuv_pairs_nv12 (const uint8_t *Y, const uint8_t *U, const uint8_t *V, int pairs, int ys, int yo,
-                int rv, int gu, int gv, int bu, uint8_t *R, uint8_t *G, uint8_t *B)
+yuv_pairs_nv12 (const uint8_t *Y, const uint8_t *U, const uint8_t *V, int pairs, const YuvFixed k,
+                uint8_t *R, uint8_t *G, uint8_t *B)
 {
-  yuv_pairs<2> (Y, U, V, pairs, ys, yo, rv, gu, gv, bu, R, G, B);
+  yuv_pairs<1, 2> (Y, U, V, pairs, k, R, G, B);
+}
+
+/* YUY2, UYVY */
+PI0_MULTIVERSION void
+yuv_pairs_packed (const uint8_t *Y, const uint8_t *U, const uint8_t *V, int pairs, const YuvFixed k,
+                  uint8_t *R, uint8_t *G, uint8_t *B)
+{
+  yuv_pairs<2, 4> (Y, U, V, pairs, k, R, G, B);
+}
+
+/* Y444: a chroma sample per pixel. */
+PI0_MULTIVERSION void
+yuv_pixels_444 (const uint8_t *__restrict Y, const uint8_t *__restrict U,
+                const uint8_t *__restrict V, int n, const YuvFixed k, uint8_t *__restrict R,
+                uint8_t *__restrict G, uint8_t *__restrict B)
+{
+  const int ys = k.ys, yo = k.yo, rv = k.rv, gu = k.gu, gv = k.gv, bu = k.bu;
+  for (int i = 0; i < n; i++) {
+    const int u = U[i] - 128, v = V[i] - 128;
+    put_rgb (ys * (Y[i] - yo), rv * v + 8192, 8192 - gu * u - gv * v, bu * u + 8192, R, G, B, i);
+  }
 }
 
 void
 yuv_row_to_planar (const Image &img, int y, uint8_t *R, uint8_t *G, uint8_t *B)
 {
-  const YuvMatrix &m = img.yuv;
-  const int ys = static_cast<int> (m.ys * 16384.f), rv = static_cast<int> (m.rv * 16384.f),
-            gu = static_cast<int> (m.gu * 16384.f), gv = static_cast<int> (m.gv * 16384.f),
-            bu = static_cast<int> (m.bu * 16384.f), yo = static_cast<int> (m.y_offset);
-  const uint8_t *Y = img.planes[0] + img.strides[0] * y;
-  const uint8_t *C = img.planes[1] + img.strides[1] * (y / 2);
-  const bool i420 = img.format == Format::I420;
-  const uint8_t *Vp = i420 ? img.planes[2] + img.strides[2] * (y / 2) : C + 1;
-  const int w = img.width, pairs = w / 2;
-  if (i420)
-    yuv_pairs_i420 (Y, C, Vp, pairs, ys, yo, rv, gu, gv, bu, R, G, B);
+  const YuvFixed k (img.yuv);
+  const YuvRow row = yuv_row (img.format, img.planes, img.strides, y);
+  const int w = img.width;
+  if (row.cshift == 0) {
+    yuv_pixels_444 (row.y, row.u, row.v, w, k, R, G, B);
+    return;
+  }
+  if (row.ystep == 2)
+    yuv_pairs_packed (row.y, row.u, row.v, w / 2, k, R, G, B);
+  else if (row.cstep == 2)
+    yuv_pairs_nv12 (row.y, row.u, row.v, w / 2, k, R, G, B);
   else
-    yuv_pairs_nv12 (Y, C, Vp, pairs, ys, yo, rv, gu, gv, bu, R, G, B);
+    yuv_pairs_i420 (row.y, row.u, row.v, w / 2, k, R, G, B);
   if (w & 1) {
-    auto clamp8 = [] (int v) {
-      return static_cast<uint8_t> (v < 0 ? 0 : v > 255 ? 255 : v);
-    };
-    const int x = w - 1, cstep = i420 ? 1 : 2;
-    const int u = C[cstep * (x / 2)] - 128, v = Vp[cstep * (x / 2)] - 128;
-    const int yy = ys * (Y[x] - yo) + 8192;
-    R[x] = clamp8 ((yy + rv * v) >> 14);
-    G[x] = clamp8 ((yy - gu * u - gv * v) >> 14);
-    B[x] = clamp8 ((yy + bu * u) >> 14);
+    const int x = w - 1, c = (x / 2) * row.cstep;
+    yuv_pixel (k, row.y[x * row.ystep], row.u[c], row.v[c], R, G, B, x);
   }
 }
 
@@ -918,7 +973,7 @@ pil_band (const Params &p, const ViewJob &job, int r0, int r1)
   const int src_first = job.vw.first[r0];
   const int src_last = job.vw.first[r1 - 1] + job.vw.count[r1 - 1];
   const int n_rows = std::max (0, src_last - src_first);
-  const bool yuv = img.format == Format::NV12 || img.format == Format::I420;
+  const bool yuv = format_is_yuv (img.format);
   const int bpp = yuv ? 3 : format_pixel_stride (img.format);
   int off[3];
   if (yuv) {
@@ -1061,7 +1116,7 @@ antialias_band (const Params &p, const ViewJob &job, int r0, int r1)
   const Image &img = *job.img;
   const Geometry &g = job.g;
   const int nw = g.dst_w, W = p.out_width, H = p.out_height;
-  const bool yuv = img.format == Format::NV12 || img.format == Format::I420;
+  const bool yuv = format_is_yuv (img.format);
   const int bpp = yuv ? 3 : format_pixel_stride (img.format);
   int off[3];
   if (yuv) {
@@ -1160,18 +1215,12 @@ antialias_band (const Params &p, const ViewJob &job, int r0, int r1)
 inline void
 fetch_rgb (const Image &img, const int off[3], int x, int y, float rgb[3])
 {
-  if (img.format == Format::NV12 || img.format == Format::I420) {
+  if (format_is_yuv (img.format)) {
     const YuvMatrix &m = img.yuv;
-    const float yy = m.ys * (img.planes[0][img.strides[0] * y + x] - m.y_offset);
-    float u, v;
-    if (img.format == Format::NV12) {
-      const uint8_t *c = img.planes[1] + img.strides[1] * (y / 2) + (x / 2) * 2;
-      u = c[0] - 128.f;
-      v = c[1] - 128.f;
-    } else {
-      u = img.planes[1][img.strides[1] * (y / 2) + x / 2] - 128.f;
-      v = img.planes[2][img.strides[2] * (y / 2) + x / 2] - 128.f;
-    }
+    const YuvRow row = yuv_row (img.format, img.planes, img.strides, y);
+    const int c = (x >> row.cshift) * row.cstep;
+    const float yy = m.ys * (row.y[x * row.ystep] - m.y_offset);
+    const float u = row.u[c] - 128.f, v = row.v[c] - 128.f;
     rgb[0] = round8 (yy + m.rv * v);
     rgb[1] = round8 (yy - m.gu * u - m.gv * v);
     rgb[2] = round8 (yy + m.bu * u);
@@ -1246,7 +1295,7 @@ prep_cpu (const Params &p, const Image *views, int n_views, void *out, ThreadPoo
           j.vw16.assign (j.vw.coeffs.begin (), j.vw.coeffs.end ());
           j.hp16 = make_hplan16 (j.hw, img.width);
         }
-        const bool yuv = img.format == Format::NV12 || img.format == Format::I420;
+        const bool yuv = format_is_yuv (img.format);
         /* filter=antialias filters YUV input as planar R, G, B rows (bpp 1). */
         const int bpp =
             yuv ? (p.filter == Filter::Antialias ? 1 : 3) : format_pixel_stride (img.format);

@@ -23,7 +23,8 @@
  *  - filter=bilinear: torch.nn.functional.interpolate(mode='bilinear', align_corners=False,
  *    antialias=False) in float, no intermediate rounding.
  *  - YUV input is first converted to RGB uint8 (round half up, clamp) with the matrix given in
- *    the Image; chroma is taken from the 2x2 block's sample (no chroma interpolation).
+ *    the Image; chroma is taken from the sample of the pixel's 2x2 (4:2:0) or 2x1 (4:2:2) block
+ *    (no chroma interpolation).
  *  - out = (v / 255 - mean[c]) / std[c]; padding is black (v = 0) before normalization.
  */
 
@@ -50,6 +51,12 @@ enum class Format {
   GRAY8, /* 1 byte, replicated to R=G=B */
   NV12,  /* Y plane + interleaved UV plane, 2x2 subsampled */
   I420,  /* Y, U, V planes, 2x2 subsampled */
+  NV21,  /* NV12 with V before U */
+  YV12,  /* I420 with the V plane before the U plane */
+  Y42B,  /* Y, U, V planes, 2x1 subsampled (4:2:2) */
+  Y444,  /* Y, U, V planes, full resolution */
+  YUY2,  /* packed Y0 U Y1 V, 2x1 subsampled: what most USB (UVC) cameras give raw */
+  UYVY,  /* packed U Y0 V Y1, 2x1 subsampled */
 };
 
 enum class Resize { Pad, Stretch, Crop };
@@ -72,7 +79,8 @@ struct YuvMatrix {
 YuvMatrix make_yuv_matrix (double kr, double kb, bool full_range);
 
 /* One input frame in host (prep_cpu) or device (prep_cuda) memory. planes[0] == nullptr means
- * an invalid (masked) view: the output is the pad value everywhere. */
+ * an invalid (masked) view: the output is the pad value everywhere. Planes are in memory order,
+ * as GstVideoFrame gives them (YV12: Y, V, U). */
 struct Image {
   Format format = Format::RGB;
   int width = 0, height = 0;

@@ -3,6 +3,7 @@
  * normalize, dtype and plane-major layout in one pass over the source). */
 
 #include "pi0prep_cuda.h"
+#include "pi0prep_yuv.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -29,8 +30,8 @@ constexpr size_t kMaxShared = 48 * 1024;
 struct DevImage {
   int format;
   int width, height;
-  const uint8_t *p0, *p1, *p2;
-  size_t s0, s1, s2;
+  const uint8_t *planes[3];
+  size_t strides[3];
   int off[3];
   int bpp;
   YuvMatrix yuv;
@@ -55,24 +56,18 @@ round8f (float v)
 __device__ __forceinline__ void
 fetch (const DevImage &im, int x, int y, int rgb[3])
 {
-  if (im.format == static_cast<int> (Format::NV12) ||
-      im.format == static_cast<int> (Format::I420)) {
-    const float yy = im.yuv.ys * (static_cast<float> (im.p0[im.s0 * y + x]) - im.yuv.y_offset);
-    float u, v;
-    if (im.format == static_cast<int> (Format::NV12)) {
-      const uint8_t *c = im.p1 + im.s1 * (y / 2) + (x / 2) * 2;
-      u = c[0] - 128.f;
-      v = c[1] - 128.f;
-    } else {
-      u = im.p1[im.s1 * (y / 2) + x / 2] - 128.f;
-      v = im.p2[im.s2 * (y / 2) + x / 2] - 128.f;
-    }
+  const Format f = static_cast<Format> (im.format);
+  if (format_is_yuv (f)) {
+    const YuvRow row = yuv_row (f, im.planes, im.strides, y);
+    const int c = (x >> row.cshift) * row.cstep;
+    const float yy = im.yuv.ys * (static_cast<float> (row.y[x * row.ystep]) - im.yuv.y_offset);
+    const float u = row.u[c] - 128.f, v = row.v[c] - 128.f;
     rgb[0] = static_cast<int> (round8f (yy + im.yuv.rv * v));
     rgb[1] = static_cast<int> (round8f (yy - im.yuv.gu * u - im.yuv.gv * v));
     rgb[2] = static_cast<int> (round8f (yy + im.yuv.bu * u));
     return;
   }
-  const uint8_t *px = im.p0 + im.s0 * y + static_cast<size_t> (x) * im.bpp;
+  const uint8_t *px = im.planes[0] + im.strides[0] * y + static_cast<size_t> (x) * im.bpp;
   rgb[0] = px[im.off[0]];
   rgb[1] = px[im.off[1]];
   rgb[2] = px[im.off[2]];
@@ -448,12 +443,10 @@ CudaPrep::run_view (const Params &p, int slot_index, const Image &img, void *out
   di.format = static_cast<int> (img.format);
   di.width = img.width;
   di.height = img.height;
-  di.p0 = img.planes[0];
-  di.p1 = img.planes[1];
-  di.p2 = img.planes[2];
-  di.s0 = img.strides[0];
-  di.s1 = img.strides[1];
-  di.s2 = img.strides[2];
+  for (int pl = 0; pl < 3; pl++) {
+    di.planes[pl] = img.planes[pl];
+    di.strides[pl] = img.strides[pl];
+  }
   di.bpp = format_pixel_stride (img.format);
   di.yuv = img.yuv;
   {

@@ -43,6 +43,18 @@ to_gst (pi0prep::Format f)
       return GST_VIDEO_FORMAT_NV12;
     case pi0prep::Format::I420:
       return GST_VIDEO_FORMAT_I420;
+    case pi0prep::Format::NV21:
+      return GST_VIDEO_FORMAT_NV21;
+    case pi0prep::Format::YV12:
+      return GST_VIDEO_FORMAT_YV12;
+    case pi0prep::Format::Y42B:
+      return GST_VIDEO_FORMAT_Y42B;
+    case pi0prep::Format::Y444:
+      return GST_VIDEO_FORMAT_Y444;
+    case pi0prep::Format::YUY2:
+      return GST_VIDEO_FORMAT_YUY2;
+    case pi0prep::Format::UYVY:
+      return GST_VIDEO_FORMAT_UYVY;
   }
   return GST_VIDEO_FORMAT_UNKNOWN;
 }

@@ -40,15 +40,46 @@ struct Frame {
   }
 };
 
+inline bool
+is_yuv (pi0prep::Format f)
+{
+  using pi0prep::Format;
+  return f == Format::NV12 || f == Format::NV21 || f == Format::I420 || f == Format::YV12 ||
+         f == Format::Y42B || f == Format::Y444 || f == Format::YUY2 || f == Format::UYVY;
+}
+
+/* Bytes of one row of @plane (the smallest stride allowed). */
 inline size_t
 row_bytes (pi0prep::Format f, int w, int plane)
 {
   using pi0prep::Format;
-  if (f == Format::NV12)
-    return plane == 0 ? w : 2 * ((w + 1) / 2);
-  if (f == Format::I420)
-    return plane == 0 ? w : (w + 1) / 2;
-  return static_cast<size_t> (w) * pi0prep::format_pixel_stride (f);
+  const size_t half = (w + 1) / 2;
+  switch (f) {
+    case Format::NV12:
+    case Format::NV21:
+      return plane == 0 ? w : 2 * half;
+    case Format::I420:
+    case Format::YV12:
+    case Format::Y42B:
+      return plane == 0 ? w : half;
+    case Format::Y444:
+      return w;
+    case Format::YUY2:
+    case Format::UYVY:
+      return 4 * half;
+    default:
+      return static_cast<size_t> (w) * pi0prep::format_pixel_stride (f);
+  }
+}
+
+/* Rows of @plane: 4:2:0 chroma planes have half the rows (rounded up). */
+inline int
+plane_rows (pi0prep::Format f, int h, int plane)
+{
+  using pi0prep::Format;
+  const bool half = plane > 0 && (f == Format::NV12 || f == Format::NV21 || f == Format::I420 ||
+                                  f == Format::YV12);
+  return half ? (h + 1) / 2 : h;
 }
 
 /* Random bytes everywhere (row padding included), rows padded by 0..extra_max bytes. */
@@ -63,7 +94,7 @@ random_frame (std::mt19937 &rng, pi0prep::Format f, int w, int h, int extra_max 
   std::uniform_int_distribution<int> byte (0, 255), extra (0, extra_max);
   for (int p = 0; p < pi0prep::format_n_planes (f); p++) {
     fr.strides[p] = row_bytes (f, w, p) + extra (rng);
-    const int rows = p == 0 ? h : (h + 1) / 2;
+    const int rows = plane_rows (f, h, p);
     fr.planes[p].resize (fr.strides[p] * rows);
     for (auto &b : fr.planes[p])
       b = static_cast<uint8_t> (byte (rng));
@@ -80,21 +111,72 @@ ref_round8 (double v)
   return std::min (255.0, std::max (0.0, v));
 }
 
+/* The Y, U, V samples of pixel (x, y) of a YUV frame: the chroma of the pixel's 2x2 (4:2:0) or
+ * 2x1 (4:2:2) block, no interpolation. Planes in memory order (YV12: Y, V, U). */
+inline void
+ref_yuv (const Frame &f, int x, int y, int &Y, int &U, int &V)
+{
+  using pi0prep::Format;
+  const std::vector<uint8_t> *P = f.planes;
+  auto at = [&] (int plane, int row, size_t byte) {
+    return int (P[plane][f.strides[plane] * row + byte]);
+  };
+  switch (f.format) {
+    case Format::NV12:
+      Y = at (0, y, x);
+      U = at (1, y / 2, 2 * (x / 2));
+      V = at (1, y / 2, 2 * (x / 2) + 1);
+      break;
+    case Format::NV21:
+      Y = at (0, y, x);
+      V = at (1, y / 2, 2 * (x / 2));
+      U = at (1, y / 2, 2 * (x / 2) + 1);
+      break;
+    case Format::I420:
+      Y = at (0, y, x);
+      U = at (1, y / 2, x / 2);
+      V = at (2, y / 2, x / 2);
+      break;
+    case Format::YV12:
+      Y = at (0, y, x);
+      V = at (1, y / 2, x / 2);
+      U = at (2, y / 2, x / 2);
+      break;
+    case Format::Y42B:
+      Y = at (0, y, x);
+      U = at (1, y, x / 2);
+      V = at (2, y, x / 2);
+      break;
+    case Format::Y444:
+      Y = at (0, y, x);
+      U = at (1, y, x);
+      V = at (2, y, x);
+      break;
+    case Format::YUY2: /* Y0 U Y1 V */
+      Y = at (0, y, 2 * x);
+      U = at (0, y, 4 * (x / 2) + 1);
+      V = at (0, y, 4 * (x / 2) + 3);
+      break;
+    case Format::UYVY: /* U Y0 V Y1 */
+      Y = at (0, y, 2 * x + 1);
+      U = at (0, y, 4 * (x / 2));
+      V = at (0, y, 4 * (x / 2) + 2);
+      break;
+    default:
+      Y = U = V = 0;
+      break;
+  }
+}
+
 /* The frame's RGB at (x, y), as uint8 values. */
 inline void
 ref_rgb (const Frame &f, int x, int y, double rgb[3])
 {
   using pi0prep::Format;
-  if (f.format == Format::NV12 || f.format == Format::I420) {
-    const double Y = f.planes[0][f.strides[0] * y + x];
-    double U, V;
-    if (f.format == Format::NV12) {
-      U = f.planes[1][f.strides[1] * (y / 2) + 2 * (x / 2)];
-      V = f.planes[1][f.strides[1] * (y / 2) + 2 * (x / 2) + 1];
-    } else {
-      U = f.planes[1][f.strides[1] * (y / 2) + x / 2];
-      V = f.planes[2][f.strides[2] * (y / 2) + x / 2];
-    }
+  if (is_yuv (f.format)) {
+    int Yi, Ui, Vi;
+    ref_yuv (f, x, y, Yi, Ui, Vi);
+    const double Y = Yi, U = Ui, V = Vi;
     const pi0prep::YuvMatrix &m = f.yuv;
     const double yy = double (m.ys) * (Y - m.y_offset);
     rgb[0] = ref_round8 (yy + double (m.rv) * (V - 128));

@@ -73,6 +73,10 @@ expect_tensor_matches (GstPi0TensorMeta *tm, const pi0prep::Params &p, guint vie
   EXPECT_EQ (bad, 0u) << "view " << view << ": worst error " << worst;
 }
 
+const pi0prep::Format kYuvFormats[] = {
+    pi0prep::Format::NV12, pi0prep::Format::NV21, pi0prep::Format::I420, pi0prep::Format::YV12,
+    pi0prep::Format::Y42B, pi0prep::Format::Y444, pi0prep::Format::YUY2, pi0prep::Format::UYVY};
+
 } // namespace
 
 TEST (CudaPrep, TensorMetaMatchesReferenceAndViewsPassThrough)
@@ -185,12 +189,158 @@ TEST (CudaPrep, CustomMeanAndStd)
     EXPECT_NEAR (d[c * 64 + 27], (128.0 / 255.0 - mean[c]) / sd[c], 1e-5) << "channel " << c;
 }
 
+/* Every YUV format, odd sizes and padded strides, through the element (GstVideoInfo to
+ * pi0prep::Image, as a muxer's view would be). */
+TEST (CudaPrep, EveryYuvFormatMatchesReference)
+{
+  std::mt19937 rng (4);
+  for (pi0prep::Format fmt : kYuvFormats) {
+    Frame a = random_frame (rng, fmt, 161, 121, 7);
+    GstBuffer *buf = new_observation ();
+    add_frame_view (buf, gst_buffer_get_pi0_observation_meta (buf), "main", a);
+    HarnessPtr h = make_harness ();
+    ASSERT_EQ (gst_harness_push (h.get (), buf), GST_FLOW_OK) << pi0prep::format_name (fmt);
+    BufferPtr out (gst_harness_pull (h.get ()));
+    GstPi0TensorMeta *tm = gst_buffer_get_pi0_tensor_meta (out.get ());
+    ASSERT_NE (tm, nullptr) << pi0prep::format_name (fmt);
+    ASSERT_EQ (tm->n_masks, 1u);
+    EXPECT_TRUE (tm->image_masks[0]);
+    SCOPED_TRACE (pi0prep::format_name (fmt));
+    expect_tensor_matches (tm, pi0prep::Params (), 0, &a);
+  }
+}
+
+/* The reference (and through test_kernels, the kernels) reads each YUV layout as GStreamer's
+ * own unpack functions do: the same Y, U and V for every pixel, odd sizes and padded strides. */
+TEST (CudaPrep, ReferenceReadsYuvAsGStreamerUnpacksIt)
+{
+  std::mt19937 rng (5);
+  const int sizes[][2] = {{37, 23}, {64, 48}};
+  for (pi0prep::Format fmt : kYuvFormats)
+    for (auto &sz : sizes) {
+      const int w = sz[0], h = sz[1];
+      Frame f = random_frame (rng, fmt, w, h);
+      const GstVideoFormatInfo *info = gst_video_format_get_info (to_gst (fmt));
+      ASSERT_NE (info, nullptr);
+      ASSERT_EQ (GST_VIDEO_FORMAT_INFO_N_PLANES (info), (guint)pi0prep::format_n_planes (fmt));
+      gpointer data[GST_VIDEO_MAX_PLANES] = {};
+      gint stride[GST_VIDEO_MAX_PLANES] = {};
+      for (int p = 0; p < pi0prep::format_n_planes (fmt); p++) {
+        data[p] = f.planes[p].data ();
+        stride[p] = (gint)f.strides[p];
+      }
+      std::vector<uint8_t> ayuv (4 * size_t (w));
+      int bad = 0;
+      for (int y = 0; y < h; y++) {
+        info->unpack_func (info, GST_VIDEO_PACK_FLAG_NONE, ayuv.data (), data, stride, 0, y, w);
+        for (int x = 0; x < w; x++) {
+          int Y, U, V;
+          ref_yuv (f, x, y, Y, U, V);
+          if (Y != ayuv[4 * x + 1] || U != ayuv[4 * x + 2] || V != ayuv[4 * x + 3]) {
+            if (bad++ == 0)
+              ADD_FAILURE () << pi0prep::format_name (fmt) << " " << w << "x" << h << " at (" << x
+                             << "," << y << "): reference " << Y << "," << U << "," << V
+                             << ", GStreamer " << int (ayuv[4 * x + 1]) << ","
+                             << int (ayuv[4 * x + 2]) << "," << int (ayuv[4 * x + 3]);
+          }
+        }
+      }
+      EXPECT_EQ (bad, 0) << pi0prep::format_name (fmt) << " " << w << "x" << h;
+    }
+}
+
+namespace
+{
+
+/* A copy of view @i of @buf, with the YUV matrix its colorimetry names. */
+Frame
+frame_of_view (GstBuffer *buf, const GstPi0ObservationMeta *meta, guint i, pi0prep::Format fmt)
+{
+  Frame f{};
+  GstVideoFrame vf;
+  if (!gst_pi0_observation_meta_map_view (meta, buf, i, &vf, GST_MAP_READ)) {
+    ADD_FAILURE () << "cannot map view " << i;
+    return f;
+  }
+  f.format = fmt;
+  f.width = GST_VIDEO_FRAME_WIDTH (&vf);
+  f.height = GST_VIDEO_FRAME_HEIGHT (&vf);
+  for (int p = 0; p < pi0prep::format_n_planes (fmt); p++) {
+    f.strides[p] = GST_VIDEO_FRAME_PLANE_STRIDE (&vf, p);
+    const uint8_t *d = static_cast<const uint8_t *> (GST_VIDEO_FRAME_PLANE_DATA (&vf, p));
+    f.planes[p].assign (d, d + f.strides[p] * plane_rows (fmt, f.height, p));
+  }
+  gdouble kr = 0, kb = 0;
+  EXPECT_TRUE (gst_video_color_matrix_get_Kr_Kb (vf.info.colorimetry.matrix, &kr, &kb));
+  f.yuv =
+      pi0prep::make_yuv_matrix (kr, kb, vf.info.colorimetry.range == GST_VIDEO_COLOR_RANGE_0_255);
+  gst_video_frame_unmap (&vf);
+  return f;
+}
+
+void
+expect_observation_matches (GstBuffer *buf, const pi0prep::Format *formats, guint n_views)
+{
+  GstPi0ObservationMeta *meta = gst_buffer_get_pi0_observation_meta (buf);
+  ASSERT_NE (meta, nullptr);
+  GstPi0TensorMeta *tm = gst_buffer_get_pi0_tensor_meta (buf);
+  ASSERT_NE (tm, nullptr);
+  ASSERT_EQ (gst_pi0_observation_meta_get_n_views (meta), n_views);
+  ASSERT_EQ (tm->shape[0], (gint64)n_views);
+  for (guint i = 0; i < n_views; i++) {
+    const GstPi0View *v = gst_pi0_observation_meta_get_view (meta, i);
+    ASSERT_TRUE (v->flags & GST_PI0_VIEW_FLAG_VALID) << v->name;
+    EXPECT_TRUE (tm->image_masks[i]) << v->name;
+    const Frame f = frame_of_view (buf, meta, i, formats[i]);
+    SCOPED_TRACE (v->name);
+    expect_tensor_matches (tm, pi0prep::Params (), i, &f);
+  }
+}
+
+} // namespace
+
+/* What most USB (UVC) cameras give raw, YUY2, next to a YV12 view, from pi0viewmux: cudaprep
+ * negotiates and each observation's tensor matches the reference of the frames it carries. */
+TEST (CudaPrep, Yuy2ViewThroughViewMux)
+{
+  GError *err = nullptr;
+  ElementPtr pipe (gst_parse_launch (
+      "pi0viewmux name=mux ! cudaprep device=cpu ! appsink name=out sync=false "
+      "videotestsrc num-buffers=3 ! "
+      "video/x-raw,format=YUY2,width=161,height=121,framerate=30/1,colorimetry=bt601 ! mux.main "
+      "videotestsrc num-buffers=3 pattern=smpte100 ! "
+      "video/x-raw,format=YV12,width=90,height=67,framerate=30/1,colorimetry=bt709 ! mux.side",
+      &err));
+  ASSERT_EQ (err, nullptr) << err->message;
+  ObjectPtr<GstElement> sink (gst_bin_get_by_name (GST_BIN (pipe.get ()), "out"));
+  ASSERT_NE (gst_element_set_state (pipe.get (), GST_STATE_PLAYING), GST_STATE_CHANGE_FAILURE);
+  const pi0prep::Format formats[] = {pi0prep::Format::YUY2, pi0prep::Format::YV12};
+  int n = 0;
+  for (;;) {
+    /* A bounded wait: a refused view would stop the stream without EOS. */
+    GstSample *sample = nullptr;
+    g_signal_emit_by_name (sink.get (), "try-pull-sample", 10 * GST_SECOND, &sample);
+    if (!sample)
+      break;
+    expect_observation_matches (gst_sample_get_buffer (sample), formats, 2);
+    gst_sample_unref (sample);
+    n++;
+  }
+  gboolean eos = FALSE;
+  g_object_get (sink.get (), "eos", &eos, nullptr);
+  ObjectPtr<GstBus> bus (gst_element_get_bus (pipe.get ()));
+  MessagePtr error = pop_message (bus.get (), GST_MESSAGE_ERROR);
+  EXPECT_FALSE (error) << message_text (error.get ());
+  EXPECT_TRUE (eos);
+  EXPECT_EQ (n, 3);
+}
+
 TEST (CudaPrep, UnsupportedFormatIsNotNegotiatedAndNamed)
 {
   GstBuffer *buf = new_observation ();
   GstPi0ObservationMeta *meta = gst_buffer_get_pi0_observation_meta (buf);
   GstPi0View *v = gst_pi0_observation_meta_add_view (meta, "main");
-  gst_video_info_set_format (&v->info, GST_VIDEO_FORMAT_YUY2, 64, 48);
+  gst_video_info_set_format (&v->info, GST_VIDEO_FORMAT_NV16, 64, 48);
   v->flags = GST_PI0_VIEW_FLAG_VALID;
   v->mem_index = 0;
   v->n_mem = 1;
@@ -203,7 +353,7 @@ TEST (CudaPrep, UnsupportedFormatIsNotNegotiatedAndNamed)
   EXPECT_EQ (gst_harness_buffers_in_queue (h.get ()), 0u);
   MessagePtr msg = pop_message (bus.get (), GST_MESSAGE_ERROR);
   ASSERT_TRUE (msg);
-  EXPECT_NE (message_text (msg.get ()).find ("YUY2"), std::string::npos)
+  EXPECT_NE (message_text (msg.get ()).find ("NV16"), std::string::npos)
       << message_text (msg.get ());
 }
 

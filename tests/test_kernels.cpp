@@ -24,7 +24,8 @@ namespace
 
 const Format kAllFormats[] = {Format::RGB,   Format::BGR,  Format::RGBx, Format::BGRx, Format::xRGB,
                               Format::xBGR,  Format::RGBA, Format::BGRA, Format::ARGB, Format::ABGR,
-                              Format::GRAY8, Format::NV12, Format::I420};
+                              Format::GRAY8, Format::NV12, Format::I420, Format::NV21, Format::YV12,
+                              Format::Y42B,  Format::Y444, Format::YUY2, Format::UYVY};
 
 /* Compares every output value with the reference; reports the worst one. */
 void
@@ -83,7 +84,7 @@ TEST (Pi0Prep, GeometryIsOpenpis)
 TEST (Pi0Prep, EveryFormatMatchesReference)
 {
   std::mt19937 rng (12345);
-  const int sizes[][2] = {{37, 23}, {101, 67}, {250, 333}, {481, 271}};
+  const int sizes[][2] = {{37, 23}, {101, 67}, {250, 333}, {481, 271}, {96, 70}, {55, 40}};
   for (Format fmt : kAllFormats) {
     for (auto &sz : sizes) {
       Frame f = pi0test::random_frame (rng, fmt, sz[0], sz[1]);
@@ -122,12 +123,13 @@ TEST (Pi0Prep, ModesDtypesAndNormalizationMatchReference)
           std::memcpy (p.std, s, sizeof (s));
         }
         /* Downscale (antialias support > 1) and upscale. */
-        Frame frames[2] = {pi0test::random_frame (rng, Format::RGB, 641, 359),
-                           pi0test::random_frame (rng, Format::NV12, 97, 131)};
-        Image ims[2] = {frames[0].image (), frames[1].image ()};
-        std::vector<uint8_t> out (2 * view_bytes (p));
-        prep_cpu (p, ims, 2, out.data (), &pool);
-        for (int v = 0; v < 2; v++)
+        Frame frames[3] = {pi0test::random_frame (rng, Format::RGB, 641, 359),
+                           pi0test::random_frame (rng, Format::NV12, 97, 131),
+                           pi0test::random_frame (rng, Format::YUY2, 161, 120)};
+        Image ims[3] = {frames[0].image (), frames[1].image (), frames[2].image ()};
+        std::vector<uint8_t> out (3 * view_bytes (p));
+        prep_cpu (p, ims, 3, out.data (), &pool);
+        for (int v = 0; v < 3; v++)
           expect_matches_reference (p, &frames[v], out.data () + v * view_bytes (p),
                                     describe (p, frames[v]).c_str ());
       }
@@ -137,16 +139,17 @@ TEST (Pi0Prep, ThreadedEqualsSerial)
 {
   std::mt19937 rng (99);
   Params p;
-  Frame f[3] = {pi0test::random_frame (rng, Format::BGRx, 1280, 720),
+  Frame f[4] = {pi0test::random_frame (rng, Format::BGRx, 1280, 720),
                 pi0test::random_frame (rng, Format::I420, 641, 479),
-                pi0test::random_frame (rng, Format::GRAY8, 300, 200)};
-  Image ims[3] = {f[0].image (), f[1].image (), f[2].image ()};
-  std::vector<uint8_t> a (3 * view_bytes (p)), b (3 * view_bytes (p));
-  prep_cpu (p, ims, 3, a.data (), nullptr);
+                pi0test::random_frame (rng, Format::GRAY8, 300, 200),
+                pi0test::random_frame (rng, Format::YUY2, 641, 480)};
+  Image ims[4] = {f[0].image (), f[1].image (), f[2].image (), f[3].image ()};
+  std::vector<uint8_t> a (4 * view_bytes (p)), b (4 * view_bytes (p));
+  prep_cpu (p, ims, 4, a.data (), nullptr);
   ThreadPool pool (4);
   for (int round = 0; round < 3; round++) {
     std::fill (b.begin (), b.end (), 0xAB);
-    prep_cpu (p, ims, 3, b.data (), &pool);
+    prep_cpu (p, ims, 4, b.data (), &pool);
     EXPECT_EQ (std::memcmp (a.data (), b.data (), a.size ()), 0) << "round " << round;
   }
 }
@@ -208,6 +211,37 @@ TEST (Pi0Prep, ValidateRefusesShortStrides)
   im.height = 0;
   EXPECT_NE (validate (p, im), "");
   EXPECT_EQ (plane_span (Format::I420, 11, 1, 8), 6u * 8u);
+  EXPECT_EQ (plane_span (Format::YV12, 11, 2, 8), 6u * 8u);
+  /* 4:2:2 and 4:4:4 chroma planes have every row. */
+  EXPECT_EQ (plane_span (Format::Y42B, 11, 1, 8), 11u * 8u);
+  EXPECT_EQ (plane_span (Format::Y444, 11, 2, 8), 11u * 8u);
+
+  /* A packed 4:2:2 row of an odd width still holds whole Y U Y V groups: 4 * 51 bytes. */
+  im.height = 10;
+  im.width = 101;
+  for (Format f : {Format::YUY2, Format::UYVY}) {
+    im.format = f;
+    im.strides[0] = 203;
+    EXPECT_NE (validate (p, im).find ("stride 203"), std::string::npos) << validate (p, im);
+    im.strides[0] = 204;
+    EXPECT_EQ (validate (p, im), "") << format_name (f);
+    EXPECT_EQ (plane_span (f, 10, 0, 204), 2040u);
+  }
+  /* Planar 4:2:2 chroma rows are half as wide, 4:4:4 ones as wide as luma. */
+  im.planes[1] = im.planes[2] = dummy;
+  im.strides[0] = 101;
+  im.format = Format::Y42B;
+  im.strides[1] = im.strides[2] = 50;
+  EXPECT_NE (validate (p, im).find ("stride 50 of plane 1"), std::string::npos) << validate (p, im);
+  im.strides[1] = im.strides[2] = 51;
+  EXPECT_EQ (validate (p, im), "");
+  im.format = Format::Y444;
+  EXPECT_NE (validate (p, im).find ("stride 51 of plane 1"), std::string::npos) << validate (p, im);
+  im.strides[1] = im.strides[2] = 101;
+  EXPECT_EQ (validate (p, im), "");
+  /* Three planes are needed. */
+  im.planes[2] = nullptr;
+  EXPECT_NE (validate (p, im).find ("plane 2 missing"), std::string::npos) << validate (p, im);
 }
 
 TEST (Pi0Prep, YuvMatrixCoefficients)
@@ -222,6 +256,131 @@ TEST (Pi0Prep, YuvMatrixCoefficients)
   EXPECT_EQ (f.ys, 1.f);
   EXPECT_EQ (f.y_offset, 0.f);
   EXPECT_NEAR (f.rv, 1.5748, 1e-4);
+}
+
+/* ---- one set of YUV samples in every layout ---- */
+
+namespace
+{
+
+/* Luma per pixel, chroma per 2x2 block (4:2:0). */
+struct YuvSamples {
+  int w, h;
+  std::vector<uint8_t> y, u, v;
+  int luma (int x, int row) const { return y[size_t (row) * w + x]; }
+  int cu (int x, int row) const { return u[size_t (row / 2) * ((w + 1) / 2) + x / 2]; }
+  int cv (int x, int row) const { return v[size_t (row / 2) * ((w + 1) / 2) + x / 2]; }
+};
+
+YuvSamples
+random_samples (std::mt19937 &rng, int w, int h)
+{
+  std::uniform_int_distribution<int> byte (0, 255);
+  YuvSamples s{w, h, {}, {}, {}};
+  s.y.resize (size_t (w) * h);
+  s.u.resize (size_t ((w + 1) / 2) * ((h + 1) / 2));
+  s.v.resize (s.u.size ());
+  for (auto *plane : {&s.y, &s.u, &s.v})
+    for (auto &b : *plane)
+      b = uint8_t (byte (rng));
+  return s;
+}
+
+/* The samples laid out as @f, rows padded with random bytes. 4:2:2 and 4:4:4 layouts repeat
+ * each block's chroma over the block's rows (and columns), so that every pixel has the chroma
+ * it has in 4:2:0. */
+Frame
+layout (const YuvSamples &s, Format f, std::mt19937 &rng)
+{
+  Frame fr = pi0test::random_frame (rng, f, s.w, s.h, 9);
+  fr.yuv = make_yuv_matrix (0.2126, 0.0722, true);
+  auto put = [&] (int plane, int row, size_t at, int value) {
+    fr.planes[plane][fr.strides[plane] * row + at] = uint8_t (value);
+  };
+  for (int row = 0; row < s.h; row++)
+    for (int x = 0; x < s.w; x++) {
+      const int Y = s.luma (x, row), U = s.cu (x, row), V = s.cv (x, row);
+      switch (f) {
+        case Format::NV12:
+          put (0, row, x, Y);
+          put (1, row / 2, 2 * (x / 2), U);
+          put (1, row / 2, 2 * (x / 2) + 1, V);
+          break;
+        case Format::NV21:
+          put (0, row, x, Y);
+          put (1, row / 2, 2 * (x / 2), V);
+          put (1, row / 2, 2 * (x / 2) + 1, U);
+          break;
+        case Format::I420:
+          put (0, row, x, Y);
+          put (1, row / 2, x / 2, U);
+          put (2, row / 2, x / 2, V);
+          break;
+        case Format::YV12:
+          put (0, row, x, Y);
+          put (1, row / 2, x / 2, V);
+          put (2, row / 2, x / 2, U);
+          break;
+        case Format::Y42B:
+          put (0, row, x, Y);
+          put (1, row, x / 2, U);
+          put (2, row, x / 2, V);
+          break;
+        case Format::Y444:
+          put (0, row, x, Y);
+          put (1, row, x, U);
+          put (2, row, x, V);
+          break;
+        case Format::YUY2:
+          put (0, row, 2 * x, Y);
+          put (0, row, 4 * (x / 2) + 1, U);
+          put (0, row, 4 * (x / 2) + 3, V);
+          break;
+        case Format::UYVY:
+          put (0, row, 2 * x + 1, Y);
+          put (0, row, 4 * (x / 2), U);
+          put (0, row, 4 * (x / 2) + 2, V);
+          break;
+        default:
+          ADD_FAILURE () << "not a YUV format: " << format_name (f);
+          return fr;
+      }
+    }
+  return fr;
+}
+
+} // namespace
+
+/* NV21/YV12 are NV12/I420 with the chroma swapped, Y42B/Y444/YUY2/UYVY carry the same chroma
+ * repeated: built from one set of samples, every layout must give I420's output bit for bit. */
+TEST (Pi0Prep, EveryYuvLayoutOfTheSameSamplesGivesTheSameOutput)
+{
+  std::mt19937 rng (4242);
+  const Format layouts[] = {Format::NV12, Format::NV21, Format::YV12, Format::Y42B,
+                            Format::Y444, Format::YUY2, Format::UYVY};
+  const int sizes[][2] = {{37, 23}, {64, 48}, {161, 90}, {300, 171}};
+  for (auto &sz : sizes) {
+    const YuvSamples s = random_samples (rng, sz[0], sz[1]);
+    const Frame i420 = layout (s, Format::I420, rng);
+    for (Filter filt : {Filter::Antialias, Filter::Pil, Filter::Bilinear}) {
+      Params p;
+      p.out_width = 53;
+      p.out_height = 41;
+      p.filter = filt;
+      const Image ref_im = i420.image ();
+      std::vector<uint8_t> want (view_bytes (p)), got (view_bytes (p));
+      prep_cpu (p, &ref_im, 1, want.data (), nullptr);
+      for (Format f : layouts) {
+        const Frame fr = layout (s, f, rng);
+        const Image im = fr.image ();
+        ASSERT_EQ (validate (p, im), "");
+        std::fill (got.begin (), got.end (), 0xAB);
+        prep_cpu (p, &im, 1, got.data (), nullptr);
+        EXPECT_EQ (std::memcmp (want.data (), got.data (), want.size ()), 0)
+            << describe (p, fr) << " differs from I420";
+      }
+    }
+  }
 }
 
 /* ---- oracles ---- */

@@ -52,8 +52,10 @@ TEST (Pi0PrepGpu, EqualsCpuForEveryFormatModeAndDtype)
   if (!have_device ())
     GTEST_SKIP () << "no CUDA device";
   std::mt19937 rng (2024);
-  const Format formats[] = {Format::RGB,  Format::BGR,  Format::RGBx,  Format::BGRx, Format::xRGB,
-                            Format::ABGR, Format::RGBA, Format::GRAY8, Format::NV12, Format::I420};
+  const Format formats[] = {Format::RGB,  Format::BGR,  Format::RGBx, Format::BGRx,
+                            Format::xRGB, Format::ABGR, Format::RGBA, Format::GRAY8,
+                            Format::NV12, Format::I420, Format::NV21, Format::YV12,
+                            Format::Y42B, Format::Y444, Format::YUY2, Format::UYVY};
   CudaPrep prep (3);
   CudaStream streams[3];
   for (auto &s : streams)
@@ -97,7 +99,7 @@ TEST (Pi0PrepGpu, EqualsCpuForEveryFormatModeAndDtype)
                               << " filter=" << int (filt) << " dtype=" << int (dt) << " worst "
                               << worst;
           /* And the second view against the plain reference directly. */
-          if (fmt == Format::NV12 && dt == DType::Float32) {
+          if ((fmt == Format::NV12 || fmt == Format::YUY2) && dt == DType::Float32) {
             std::vector<double> ref = pi0test::reference (p, &frames[1]);
             for (size_t i = 0; i < ref.size (); i++)
               ASSERT_NEAR (pi0test::out_value (p, gpu.data () + 2 * vb, i), ref[i], 1e-3);
