@@ -1200,7 +1200,18 @@ drain_view (GstPi0ViewMux *self, int v, GstPi0ViewMuxPad *pad, GstClockTime limi
       *complete = true;
       return GST_FLOW_OK;
     }
-    gst_aggregator_pad_drop_buffer (apad);
+    const GstClockTime duration = GST_BUFFER_DURATION (buf);
+    const bool proves = GST_CLOCK_TIME_IS_VALID (duration) && duration > 0 && rt + duration > limit;
+    if (buf == vs.frame) {
+      /* Taken for an earlier observation and left queued (below). */
+      gst_buffer_unref (buf);
+      if (proves) {
+        *complete = true;
+        return GST_FLOW_OK;
+      }
+      gst_aggregator_pad_drop_buffer (apad);
+      continue;
+    }
     ViewStats &d = delta.views[v];
     d.frames_in++;
 
@@ -1212,13 +1223,13 @@ drain_view (GstPi0ViewMux *self, int v, GstPi0ViewMuxPad *pad, GstClockTime limi
           ("%" GST_PTR_FORMAT, buf));
       d.dropped++;
       gst_buffer_unref (buf);
+      gst_aggregator_pad_drop_buffer (apad);
       continue;
     }
     if (GST_CLOCK_TIME_IS_VALID (st.last_obs_rt) && rt <= st.last_obs_rt + s.max_skew)
       d.late++;
     if (vs.frame && !vs.used)
       d.dropped++;
-    const GstClockTime duration = GST_BUFFER_DURATION (buf);
     gst_buffer_replace (&vs.frame, buf);
     gst_buffer_unref (buf);
     vs.info = info;
@@ -1227,11 +1238,14 @@ drain_view (GstPi0ViewMux *self, int v, GstPi0ViewMuxPad *pad, GstClockTime limi
     vs.used = false;
     /* A frame that lasts past the limit proves that its successor does not belong to this
      * observation: no need to wait for it (live: up to the deadline; not live: for data). The
-     * same rule in both modes, so a replay pairs exactly as the live run did. */
-    if (GST_CLOCK_TIME_IS_VALID (duration) && duration > 0 && rt + duration > limit) {
+     * same rule in both modes, so a replay pairs exactly as the live run did. The frame stays
+     * queued on the pad: GstAggregator only aggregates before the deadline when every pad
+     * holds data, and a slower camera's pad would otherwise be empty at the next base frame. */
+    if (proves) {
       *complete = true;
       return GST_FLOW_OK;
     }
+    gst_aggregator_pad_drop_buffer (apad);
   }
 }
 
@@ -1295,7 +1309,13 @@ drain_state (GstPi0ViewMux *self, GstPi0ViewMuxPad *pad, GstClockTime limit, Sta
     st.state = std::move (vals);
     st.state_rt = rt;
     st.have_state = true;
+    const GstClockTime duration = GST_BUFFER_DURATION (buf);
     gst_buffer_unref (buf);
+    /* As for frames: a sample that lasts past the limit is the last one at or before it. */
+    if (GST_CLOCK_TIME_IS_VALID (duration) && duration > 0 && rt + duration > limit) {
+      *complete = true;
+      return GST_FLOW_OK;
+    }
   }
 }
 

@@ -798,12 +798,13 @@ TEST (ViewMux, MaxWaitBoundsTheLiveDeadline)
 }
 
 /* A frame whose duration reaches past T + max-skew proves that no newer frame of that view
- * belongs to the observation at T: live, the observation goes out as soon as every view has
- * such a frame, with no wait for a deadline (the test clock is never cranked). A frame without
- * a duration proves nothing: the muxer waits. */
+ * belongs to the observation at T (a state sample: past T): live, the observation goes out as
+ * soon as every input has such a buffer, with no wait for a deadline (the test clock is never
+ * cranked). A frame without a duration proves nothing: the muxer waits. */
 TEST (ViewMux, LiveFramesWithDurationsPairWithoutWaiting)
 {
-  Mux m (true, false, true);
+  Mux m (true, true, true);
+  gst_harness_set_src_caps_str (m.state.get (), "application/x-pi0-state,dim=(int)3");
   gst_harness_set_upstream_latency (m.top.get (), 100 * GST_MSECOND);
   gst_harness_set_src_caps_str (m.main.get (), MAIN_CAPS);
   gst_harness_set_src_caps_str (m.side.get (), SIDE_CAPS);
@@ -813,6 +814,10 @@ TEST (ViewMux, LiveFramesWithDurationsPairWithoutWaiting)
   const GstClockTime D = frame_time (1, 30);
   for (int k = 0; k < 5; k++) {
     GstClockTime T = 200 * GST_MSECOND + frame_time (k, 30);
+    /* A state sample 5 ms before T lasting 10 ms covers T: it is final. */
+    GstBuffer *sb = make_state ({(float)k, 0, 0}, T - 5 * GST_MSECOND);
+    GST_BUFFER_DURATION (sb) = 10 * GST_MSECOND;
+    ASSERT_EQ (gst_harness_push (m.state.get (), sb), GST_FLOW_OK);
     /* side and top captured 3 ms after main: within max-skew, lasting past T + 10 ms. */
     ASSERT_EQ (gst_harness_push (m.side.get (), make_frame (is, T + 3 * GST_MSECOND, D, 1)),
                GST_FLOW_OK);
@@ -825,6 +830,8 @@ TEST (ViewMux, LiveFramesWithDurationsPairWithoutWaiting)
     EXPECT_EQ (meta->observation_time, T);
     for (int v = 0; v < 3; v++)
       EXPECT_TRUE (meta->views[v].flags & GST_PI0_VIEW_FLAG_VALID) << "obs " << k << " view " << v;
+    ASSERT_EQ (meta->state_dim, 3u);
+    EXPECT_EQ (meta->state[0], (float)k);
   }
   GstTestClock *clock = gst_harness_get_testclock (m.main.get ());
   EXPECT_EQ (gst_clock_get_time (GST_CLOCK (clock)), 0u) << "no deadline was waited for";
@@ -832,6 +839,9 @@ TEST (ViewMux, LiveFramesWithDurationsPairWithoutWaiting)
 
   /* Without durations the same frames leave no proof: the observation waits its deadline. */
   GstClockTime T = 200 * GST_MSECOND + frame_time (5, 30);
+  GstBuffer *sb = make_state ({5, 0, 0}, T - 5 * GST_MSECOND);
+  GST_BUFFER_DURATION (sb) = 10 * GST_MSECOND;
+  ASSERT_EQ (gst_harness_push (m.state.get (), sb), GST_FLOW_OK);
   ASSERT_EQ (gst_harness_push (m.side.get (), make_frame (is, T, GST_CLOCK_TIME_NONE, 1)),
              GST_FLOW_OK);
   ASSERT_EQ (gst_harness_push (m.top.get (), make_frame (it, T, GST_CLOCK_TIME_NONE, 2)),

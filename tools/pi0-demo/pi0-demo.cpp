@@ -228,9 +228,9 @@ print_latency (GstElement *sink)
   g_print ("\nLatency per chunk sent (pi0actionsink stats, from the stamps in the metas; running "
            "time on the pipeline clock):\n");
   guint64 n = pi0tools::print_latency_table (sink);
-  g_print ("  (%" G_GUINT64_FORMAT " chunks.) The mux wait is bounded by pi0viewmux max-wait "
-           "(--max-wait); with -1 it is the slowest\n  camera's declared latency (a 10 fps "
-           "videotestsrc declares one frame, 100 ms) plus max-skew.\n",
+  g_print ("  (%" G_GUINT64_FORMAT " chunks.) A camera whose frame covers the observation pairs at "
+           "once; one that is late or stalled\n  is waited for at most pi0viewmux max-wait "
+           "(--max-wait; -1 = the slowest camera's declared latency + max-skew).\n",
            n);
 }
 
