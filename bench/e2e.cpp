@@ -26,6 +26,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace
@@ -39,6 +40,7 @@ struct Options {
   gchar *precision = nullptr;
   double duration = 10.0;
   double max_wait_ms = 20.0;
+  double max_action_age_ms = 1000.0;
   int num_steps = 10;
 };
 
@@ -88,30 +90,20 @@ private:
   GSubprocess *proc_ = nullptr;
 };
 
-double
-stat_double (GstElement *e, const char *field)
+/* One field of an element's `stats` structure (0 when absent). */
+template <typename T>
+T
+stat (GstElement *e, const char *field)
 {
+  constexpr bool is_double = std::is_same<T, double>::value;
   GstStructure *s = nullptr;
   g_object_get (e, "stats", &s, nullptr);
-  double v = 0;
+  T out = 0;
   if (s) {
-    gst_structure_get_double (s, field, &v);
+    gst_structure_get (s, field, is_double ? G_TYPE_DOUBLE : G_TYPE_UINT64, &out, nullptr);
     gst_structure_free (s);
   }
-  return v;
-}
-
-guint64
-stat_uint64 (GstElement *e, const char *field)
-{
-  GstStructure *s = nullptr;
-  g_object_get (e, "stats", &s, nullptr);
-  guint64 v = 0;
-  if (s) {
-    gst_structure_get_uint64 (s, field, &v);
-    gst_structure_free (s);
-  }
-  return v;
+  return out;
 }
 
 } // namespace
@@ -135,6 +127,9 @@ main (int argc, char **argv)
       {"duration", 'd', 0, G_OPTION_ARG_DOUBLE, &o.duration, "seconds to run (default 10)", "S"},
       {"max-wait", 'w', 0, G_OPTION_ARG_DOUBLE, &o.max_wait_ms,
        "pi0viewmux max-wait in ms (default 20; -1 = the cameras' latency)", "MS"},
+      {"max-action-age", 0, 0, G_OPTION_ARG_DOUBLE, &o.max_action_age_ms,
+       "pi0actionsink max-action-age in ms: older chunks are dropped, not sent (default 1000)",
+       "MS"},
       {nullptr, 0, 0, G_OPTION_ARG_NONE, nullptr, nullptr, nullptr},
   };
   GOptionContext *ctx = g_option_context_new ("- end-to-end latency of the gst-pi0 chain");
@@ -181,9 +176,9 @@ main (int argc, char **argv)
                      model + " device=" + device + " precision=" + precision +
                      " num-steps=" + std::to_string (o.num_steps) +
                      " require-state=false instruction=\"pick up the red cube\" ! "
-                     "pi0actionsink name=sink mode=chunk allow-unlimited=true "
-                     "target=udp://127.0.0.1:" +
-                     std::to_string (port) + " ";
+                     "pi0actionsink name=sink mode=chunk allow-unlimited=true max-action-age=" +
+                     std::to_string ((guint64)(o.max_action_age_ms * GST_MSECOND)) +
+                     " target=udp://127.0.0.1:" + std::to_string (port) + " ";
   for (int v = 0; v < 3; v++)
     desc += std::string ("videotestsrc is-live=true pattern=") + patterns[v] +
             " ! video/x-raw,format=" + format + ",width=" + std::to_string (o.width) +
@@ -219,7 +214,7 @@ main (int argc, char **argv)
     return 1;
   }
   g_print ("model loaded and warmed up in %.1f s (pi0infer warmup %.1f ms)\n",
-           (double)(g_get_monotonic_time () - t_load) / 1e6, stat_double (infer, "warmup-ms"));
+           (double)(g_get_monotonic_time () - t_load) / 1e6, stat<double> (infer, "warmup-ms"));
 
   GpuUtil gpu;
   gpu.start ();
@@ -240,18 +235,22 @@ main (int argc, char **argv)
     gst_message_unref (m);
   }
 
-  const guint64 observations = stat_uint64 (mux, "observations");
-  const guint64 chunks = stat_uint64 (infer, "chunks");
-  const double busy_ms = stat_double (infer, "inference-total-ms");
+  const guint64 observations = stat<guint64> (mux, "observations");
+  const guint64 chunks = stat<guint64> (infer, "chunks");
+  const double busy_ms = stat<double> (infer, "inference-total-ms");
   g_print ("\n%.1f s: %" G_GUINT64_FORMAT " observations, %" G_GUINT64_FORMAT
            " action chunks (%.0f %% of observations; the leaky queue drops the rest)\n",
            wall_s, observations, chunks, observations ? 100.0 * chunks / observations : 0.0);
   g_print ("inference p50 %.2f ms, p99 %.2f ms; policy busy %.0f %% of the run",
-           stat_double (infer, "inference-p50-ms"), stat_double (infer, "inference-p99-ms"),
+           stat<double> (infer, "inference-p50-ms"), stat<double> (infer, "inference-p99-ms"),
            100.0 * busy_ms / (wall_s * 1000.0));
   if (util >= 0)
     g_print ("; GPU utilization %.0f %% (nvidia-smi, mean)", util);
-  g_print ("\n\nLatency per chunk sent (pi0actionsink stats, from the metas' stamps):\n");
+  g_print ("\nsink: %" G_GUINT64_FORMAT " chunks measured, %" G_GUINT64_FORMAT
+           " dropped as stale (older than max-action-age), %" G_GUINT64_FORMAT " rejected\n",
+           stat<guint64> (sink, "latency-chunks"), stat<guint64> (sink, "stale"),
+           stat<guint64> (sink, "rejected"));
+  g_print ("\nLatency per chunk sent (pi0actionsink stats, from the metas' stamps):\n");
   pi0tools::print_latency_table (sink);
 
   gst_element_set_state (pipe, GST_STATE_NULL);

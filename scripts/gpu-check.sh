@@ -124,6 +124,18 @@ for b in "$build"/bench/*-bench; do
     echo "$(basename "$b") failed or timed out" >>"$bench_out"
 done
 
+# The whole chain on the GPU, end to end (issue 7's target: full-size pi0 in bf16, three
+# 1080p cameras at 30 fps), then the tiny model for comparison.
+if [ -x "$build/bench/e2e" ]; then
+  for args in "--model builtin:pi0 --device cuda --precision bf16" \
+              "--model builtin:pi0-tiny --device cuda"; do
+    say "running e2e $args"
+    # shellcheck disable=SC2086
+    timeout 240 "$build/bench/e2e" $args --width 1920 --height 1080 --fps 30 \
+      --duration "${E2E_SECONDS:-20}" >>"$bench_out" 2>&1 || echo "e2e $args failed or timed out" >>"$bench_out"
+  done
+fi
+
 # ---- 6. one table ----
 {
   echo
