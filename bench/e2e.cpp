@@ -53,8 +53,9 @@ public:
     gchar *smi = g_find_program_in_path ("nvidia-smi");
     if (!smi)
       return;
-    const gchar *argv[] = {smi, "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits",
-                           "-lms", "100", nullptr};
+    const gchar *argv[] = {
+        smi,    "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits", "-lms", "100",
+        nullptr};
     proc_ = g_subprocess_newv (argv, G_SUBPROCESS_FLAGS_STDOUT_PIPE, nullptr);
     g_free (smi);
   }
@@ -154,8 +155,8 @@ main (int argc, char **argv)
   const int side = model == "builtin:pi0-tiny" ? 32 : 224;
 
   /* The "robot": a UDP socket nobody reads (the kernel drops what overflows its buffer). */
-  GSocket *robot = g_socket_new (G_SOCKET_FAMILY_IPV4, G_SOCKET_TYPE_DATAGRAM,
-                                 G_SOCKET_PROTOCOL_UDP, nullptr);
+  GSocket *robot =
+      g_socket_new (G_SOCKET_FAMILY_IPV4, G_SOCKET_TYPE_DATAGRAM, G_SOCKET_PROTOCOL_UDP, nullptr);
   GInetAddress *lo = g_inet_address_new_loopback (G_SOCKET_FAMILY_IPV4);
   GSocketAddress *any = g_inet_socket_address_new (lo, 0);
   g_socket_bind (robot, any, TRUE, nullptr);
@@ -165,20 +166,20 @@ main (int argc, char **argv)
   g_object_unref (any);
   g_object_unref (lo);
 
-  const guint64 max_wait =
-      o.max_wait_ms < 0 ? G_MAXUINT64 : (guint64)(o.max_wait_ms * GST_MSECOND);
+  const guint64 max_wait = o.max_wait_ms < 0 ? G_MAXUINT64 : (guint64)(o.max_wait_ms * GST_MSECOND);
   const char *patterns[3] = {"smpte", "ball", "pinwheel"};
   const char *views[3] = {"main", "side", "top"};
-  std::string desc = "pi0viewmux name=mux max-wait=" + std::to_string (max_wait) +
-                     " ! cudaprep name=prep width=" + std::to_string (side) +
-                     " height=" + std::to_string (side) + " device=" + device +
-                     " ! queue max-size-buffers=1 leaky=downstream ! pi0infer name=infer model=" +
-                     model + " device=" + device + " precision=" + precision +
-                     " num-steps=" + std::to_string (o.num_steps) +
-                     " require-state=false instruction=\"pick up the red cube\" ! "
-                     "pi0actionsink name=sink mode=chunk allow-unlimited=true max-action-age=" +
-                     std::to_string ((guint64)(o.max_action_age_ms * GST_MSECOND)) +
-                     " target=udp://127.0.0.1:" + std::to_string (port) + " ";
+  std::string desc =
+      "pi0viewmux name=mux max-wait=" + std::to_string (max_wait) +
+      " ! cudaprep name=prep width=" + std::to_string (side) + " height=" + std::to_string (side) +
+      " device=" + device +
+      " ! queue max-size-buffers=1 leaky=downstream ! pi0infer name=infer model=" + model +
+      " device=" + device + " precision=" + precision +
+      " num-steps=" + std::to_string (o.num_steps) +
+      " require-state=false instruction=\"pick up the red cube\" ! "
+      "pi0actionsink name=sink mode=chunk allow-unlimited=true max-action-age=" +
+      std::to_string ((guint64)(o.max_action_age_ms * GST_MSECOND)) +
+      " target=udp://127.0.0.1:" + std::to_string (port) + " ";
   for (int v = 0; v < 3; v++)
     desc += std::string ("videotestsrc is-live=true pattern=") + patterns[v] +
             " ! video/x-raw,format=" + format + ",width=" + std::to_string (o.width) +
@@ -220,8 +221,9 @@ main (int argc, char **argv)
   gpu.start ();
   gint64 t0 = g_get_monotonic_time ();
   gst_element_set_state (pipe, GST_STATE_PLAYING);
-  GstMessage *m = gst_bus_timed_pop_filtered (bus, (GstClockTime)(o.duration * GST_SECOND),
-                                              (GstMessageType)(GST_MESSAGE_ERROR | GST_MESSAGE_EOS));
+  GstMessage *m =
+      gst_bus_timed_pop_filtered (bus, (GstClockTime)(o.duration * GST_SECOND),
+                                  (GstMessageType)(GST_MESSAGE_ERROR | GST_MESSAGE_EOS));
   const double wall_s = (double)(g_get_monotonic_time () - t0) / 1e6;
   const double util = gpu.stop ();
   int rc = 0;

@@ -1287,7 +1287,7 @@ render_locked (GstPi0ActionSink *self, State &st, GstBuffer *buf, Pending &p, st
   if (st.s.mode == GST_PI0_ACTION_SINK_MODE_LOG) {
     /* The policy's output as it is, for recordings and replays: a file, never a robot (start()
      * refuses network targets), so no limits, no age check. Non-finite values are written as
-     * null; the meta's flags tell the reader the chunk came from an untrained model. */
+     * null; the model_id says when the chunk came from an untrained model. */
     send_message (st, p, pi0proto::Kind::kAction, meta->actions, meta->horizon, 0, meta->horizon,
                   meta->sequence, meta->observation_time, now, pi0proto::kFlagLast,
                   meta->model_id ? meta->model_id : "");
@@ -1425,13 +1425,13 @@ make_stats (Private *priv)
   std::lock_guard<std::mutex> g (priv->lock);
   const Stats &s = priv->st.stats;
   const LatencyWindow &lw = priv->st.latency;
-  GstStructure *st = gst_structure_new ("pi0actionsink-stats", "sent", G_TYPE_UINT64, s.sent, "frames",
-                            G_TYPE_UINT64, s.frames, "rejected", G_TYPE_UINT64, s.rejected,
-                            "clamped", G_TYPE_UINT64, s.clamped, "stale", G_TYPE_UINT64, s.stale,
-                            "holds", G_TYPE_UINT64, s.holds, "stops", G_TYPE_UINT64, s.stops,
-                            "reconnects", G_TYPE_UINT64, s.reconnects, "dropped", G_TYPE_UINT64,
-                            s.dropped, "sessions", G_TYPE_UINT64, s.sessions, "queued-bytes",
-                            G_TYPE_UINT64, (guint64)priv->st.transport.queued_bytes (), nullptr);
+  GstStructure *st = gst_structure_new (
+      "pi0actionsink-stats", "sent", G_TYPE_UINT64, s.sent, "frames", G_TYPE_UINT64, s.frames,
+      "rejected", G_TYPE_UINT64, s.rejected, "clamped", G_TYPE_UINT64, s.clamped, "stale",
+      G_TYPE_UINT64, s.stale, "holds", G_TYPE_UINT64, s.holds, "stops", G_TYPE_UINT64, s.stops,
+      "reconnects", G_TYPE_UINT64, s.reconnects, "dropped", G_TYPE_UINT64, s.dropped, "sessions",
+      G_TYPE_UINT64, s.sessions, "queued-bytes", G_TYPE_UINT64,
+      (guint64)priv->st.transport.queued_bytes (), nullptr);
   gst_structure_set (st, "latency-chunks", G_TYPE_UINT64, lw.chunks, nullptr);
   for (int i = 0; i < kNumStages; i++) {
     const auto &d = lw.samples[i];
@@ -1439,10 +1439,10 @@ make_stats (Private *priv)
       continue;
     std::vector<GstClockTime> v (d.begin (), d.end ());
     const std::string n = kStageNames[i];
+    const GstClockTime max = *std::max_element (v.begin (), v.end ());
     gst_structure_set (st, (n + "-p50").c_str (), G_TYPE_UINT64, percentile (v, 0.50),
                        (n + "-p99").c_str (), G_TYPE_UINT64, percentile (v, 0.99),
-                       (n + "-max").c_str (), G_TYPE_UINT64, *std::max_element (v.begin (), v.end ()),
-                       nullptr);
+                       (n + "-max").c_str (), G_TYPE_UINT64, max, nullptr);
   }
   return st;
 }

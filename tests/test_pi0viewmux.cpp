@@ -867,9 +867,10 @@ TEST (ViewMux, DurationRuleIsTheSameWhenNotLive)
   {
     Pusher a ([&] {
       gst_harness_set_src_caps_str (m.side.get (), SIDE_CAPS);
-      for (auto f : {std::make_pair (T - 25 * GST_MSECOND, 1), std::make_pair (T + 5 * GST_MSECOND, 2),
-                     std::make_pair (T + 36 * GST_MSECOND, 3)})
-        gst_harness_push (m.side.get (), make_frame (is, f.first, D, (guint8)f.second));
+      const std::pair<GstClockTime, guint8> frames[] = {
+          {T - 25 * GST_MSECOND, 1}, {T + 5 * GST_MSECOND, 2}, {T + 36 * GST_MSECOND, 3}};
+      for (const auto &f : frames)
+        gst_harness_push (m.side.get (), make_frame (is, f.first, D, f.second));
       gst_harness_push_event (m.side.get (), gst_event_new_eos ());
     });
     Pusher b ([&] {

@@ -84,8 +84,8 @@ find_pipeline (const std::vector<PipelineFile> &all, const std::string &name)
 GSocket *
 bind_udp (int port, int *bound_port)
 {
-  GSocket *s = g_socket_new (G_SOCKET_FAMILY_IPV4, G_SOCKET_TYPE_DATAGRAM, G_SOCKET_PROTOCOL_UDP,
-                             nullptr);
+  GSocket *s =
+      g_socket_new (G_SOCKET_FAMILY_IPV4, G_SOCKET_TYPE_DATAGRAM, G_SOCKET_PROTOCOL_UDP, nullptr);
   GInetAddress *lo = g_inet_address_new_loopback (G_SOCKET_FAMILY_IPV4);
   GSocketAddress *a = g_inet_socket_address_new (lo, (guint16)port);
   const bool ok = g_socket_bind (s, a, FALSE, nullptr);
@@ -262,8 +262,9 @@ run_for (GstElement *pipe, double seconds, double eos_timeout = 60)
   }
   GstBus *bus = gst_element_get_bus (pipe);
   auto pop = [&] (double s) {
-    return MessagePtr (gst_bus_timed_pop_filtered (
-        bus, (GstClockTime)(s * GST_SECOND), (GstMessageType)(GST_MESSAGE_EOS | GST_MESSAGE_ERROR)));
+    return MessagePtr (
+        gst_bus_timed_pop_filtered (bus, (GstClockTime)(s * GST_SECOND),
+                                    (GstMessageType)(GST_MESSAGE_EOS | GST_MESSAGE_ERROR)));
   };
   MessagePtr msg = pop (seconds);
   if (!msg) {
@@ -324,8 +325,8 @@ class Pipelines : public ::testing::TestWithParam<PipelineFile>
 TEST (PipelinesDir, HasTheDocumentedPipelines)
 {
   auto all = load_pipelines ();
-  for (const char *n : {"demo", "cameras", "gpu-decode", "record", "replay", "remote-robot",
-                        "remote-gpu"})
+  for (const char *n :
+       {"demo", "cameras", "gpu-decode", "record", "replay", "remote-robot", "remote-gpu"})
     EXPECT_NE (find_pipeline (all, n), nullptr) << "pipelines/" << n << ".txt is missing";
   /* Each one has a README section. */
   std::ifstream in (source_root () + "/pipelines/README.md");
@@ -465,8 +466,9 @@ TEST (Remote, LoopbackDeliversActionsToTheRobot)
   for (const char *e : {"x264enc", "avdec_h264", "rtpgstpay"}) {
     GstElementFactory *f = gst_element_factory_find (e);
     if (!f)
-      GTEST_SKIP () << e << " is missing (scripts/setup.sh installs gstreamer1.0-plugins-ugly "
-                           "and gstreamer1.0-libav)";
+      GTEST_SKIP () << e
+                    << " is missing (scripts/setup.sh installs gstreamer1.0-plugins-ugly "
+                       "and gstreamer1.0-libav)";
     gst_object_unref (f);
   }
   TempDir dir;

@@ -24,10 +24,8 @@ print_latency_table (GstElement *sink, const char *indent = "  ")
     const char *stage, *what;
   };
   const Row rows[] = {
-      {"mux", "capture -> observation (mux wait)"},
-      {"prep", "preprocessing (cudaprep)"},
-      {"infer", "queue + inference (pi0infer)"},
-      {"sink", "sink (checks, send)"},
+      {"mux", "capture -> observation (mux wait)"},   {"prep", "preprocessing (cudaprep)"},
+      {"infer", "queue + inference (pi0infer)"},      {"sink", "sink (checks, send)"},
       {"end-to-end", "capture -> sent (end to end)"},
   };
   g_print ("%s%-36s %9s %9s %9s\n", indent, "stage (ms)", "p50", "p99", "max");
@@ -36,8 +34,8 @@ print_latency_table (GstElement *sink, const char *indent = "  ")
     const char *suffix[3] = {"-p50", "-p99", "-max"};
     bool have = true;
     for (int i = 0; i < 3; i++)
-      have = gst_structure_get_uint64 (s, (std::string (r.stage) + suffix[i]).c_str (), &v[i]) &&
-             have;
+      have =
+          gst_structure_get_uint64 (s, (std::string (r.stage) + suffix[i]).c_str (), &v[i]) && have;
     if (have)
       g_print ("%s%-36s %9.2f %9.2f %9.2f\n", indent, r.what, (double)v[0] / GST_MSECOND,
                (double)v[1] / GST_MSECOND, (double)v[2] / GST_MSECOND);

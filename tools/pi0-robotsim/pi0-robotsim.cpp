@@ -154,7 +154,8 @@ public:
           if (next_state <= now) /* late: skip ticks rather than burst */
             next_state = now + state_period;
         }
-        timeout_ms = (int)std::min<uint64_t> (50, (next_state - std::min (next_state, now)) / 1000000);
+        const uint64_t until = next_state - std::min (next_state, now);
+        timeout_ms = (int)std::min<uint64_t> (50, until / 1000000);
       }
       struct pollfd pf[2];
       int n = 0;
