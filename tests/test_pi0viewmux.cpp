@@ -889,3 +889,49 @@ TEST (ViewMux, DurationRuleIsTheSameWhenNotLive)
   GstPi0ObservationMeta *m2 = gst_buffer_get_pi0_observation_meta (o2.get ());
   EXPECT_EQ (view_byte (o2.get (), &m2->views[1]), 3);
 }
+
+/* timestamps=pts pairs by the buffers' PTS, ignoring segments: what a replay needs when a
+ * demuxer rebases its segment (matroskademux starts it at the file's first timestamp) while
+ * the state comes back with the original one. Here main's segment starts at 5 ms, so its frame
+ * at PTS 105 ms has running time 100 ms. */
+TEST (ViewMux, TimestampsPtsIgnoresSegments)
+{
+  for (bool use_pts : {false, true}) {
+    SCOPED_TRACE (use_pts);
+    Mux m (false, true, false);
+    if (use_pts)
+      gst_util_set_object_arg (G_OBJECT (m.element.get ()), "timestamps", "pts");
+    GstVideoInfo im = video_info (MAIN_CAPS), is = video_info (SIDE_CAPS);
+    const GstClockTime D = frame_time (1, 30);
+    {
+      Pusher a ([&] {
+        gst_harness_set_src_caps_str (m.main.get (), MAIN_CAPS);
+        GstSegment seg;
+        gst_segment_init (&seg, GST_FORMAT_TIME);
+        seg.start = 5 * GST_MSECOND;
+        gst_harness_push_event (m.main.get (), gst_event_new_segment (&seg));
+        gst_harness_push (m.main.get (), make_frame (im, 105 * GST_MSECOND, D, 0));
+        gst_harness_push_event (m.main.get (), gst_event_new_eos ());
+      });
+      Pusher b ([&] {
+        gst_harness_set_src_caps_str (m.side.get (), SIDE_CAPS);
+        gst_harness_push (m.side.get (), make_frame (is, 100 * GST_MSECOND, D, 1));
+        gst_harness_push_event (m.side.get (), gst_event_new_eos ());
+      });
+      Pusher c ([&] {
+        gst_harness_set_src_caps_str (m.state.get (), "application/x-pi0-state,dim=(int)3");
+        gst_harness_push (m.state.get (), make_state ({1.f, 0, 0}, 98 * GST_MSECOND));
+        gst_harness_push (m.state.get (), make_state ({2.f, 0, 0}, 102 * GST_MSECOND));
+        gst_harness_push_event (m.state.get (), gst_event_new_eos ());
+      });
+    }
+    BufferPtr obs (gst_harness_pull (m.main.get ()));
+    ASSERT_NE (obs, nullptr);
+    GstPi0ObservationMeta *meta = gst_buffer_get_pi0_observation_meta (obs.get ());
+    EXPECT_EQ (meta->observation_time, (use_pts ? 105 : 100) * GST_MSECOND);
+    ASSERT_EQ (meta->state_dim, 3u);
+    /* The newest state at or before the observation: 98 ms by running time, 102 ms by PTS. */
+    EXPECT_EQ (meta->state[0], use_pts ? 2.f : 1.f);
+    EXPECT_TRUE (meta->views[1].flags & GST_PI0_VIEW_FLAG_VALID);
+  }
+}

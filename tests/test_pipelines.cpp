@@ -456,7 +456,8 @@ TEST (RecordReplay, ReplayGivesTheLiveRunsActionsBitwise)
 }
 
 /* remote: the robot's end (cameras + state -> RTP) and the GPU end (RTP -> chain -> actions
- * over UDP back to the robot) as two pipelines on loopback. */
+ * over UDP back to the robot) as two pipelines on loopback; then the robot's end stops and the
+ * GPU end must hold and stop the robot. */
 TEST (Remote, LoopbackDeliversActionsToTheRobot)
 {
   auto all = load_pipelines ();
@@ -504,8 +505,29 @@ TEST (Remote, LoopbackDeliversActionsToTheRobot)
   EXPECT_GT (observations, 0u) << "no camera frame crossed the network";
   EXPECT_GT (state_samples, 0u) << "the robot's state did not cross the network";
   EXPECT_GT (stat (sink.get (), "sent"), 0u) << "the GPU end sent no action";
-  gst_element_set_state (gpu_pipe.get (), GST_STATE_NULL);
-
   EXPECT_TRUE (sim.wait_count ("execute", 1)) << "no action reached the robot";
+
+  /* The robot's end has stopped sending (as when the network drops): no more observations on
+   * the GPU end, whose watchdog holds the robot and then stops it. */
+  EXPECT_TRUE (sim.wait_count ("stop", 1)) << "no STOP after the cameras went away";
+  gst_element_set_state (gpu_pipe.get (), GST_STATE_NULL);
+  auto lines = sim.lines ();
+  long last_exec = -1, hold_after = -1, stop_after = -1;
+  for (size_t i = 0; i < lines.size (); i++) {
+    JsonLine j (lines[i]);
+    const std::string ev = j.ok () ? j.str ("event") : "";
+    if (ev == "execute")
+      last_exec = (long)i;
+  }
+  for (size_t i = last_exec + 1; i < lines.size (); i++) {
+    JsonLine j (lines[i]);
+    const std::string ev = j.ok () ? j.str ("event") : "";
+    if (ev == "hold" && hold_after < 0)
+      hold_after = (long)i;
+    if (ev == "stop" && stop_after < 0)
+      stop_after = (long)i;
+  }
+  EXPECT_GT (hold_after, last_exec) << "no HOLD after the last executed row";
+  EXPECT_GT (stop_after, hold_after) << "STOP must follow the HOLD";
   EXPECT_EQ (sim.count ("reject"), 0u);
 }
