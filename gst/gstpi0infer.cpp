@@ -61,6 +61,7 @@
 #include <ATen/ATen.h>
 
 #ifdef PI0_INFER_HAVE_CUDA
+#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 #endif
@@ -154,6 +155,31 @@ struct Loaded {
   bool untrained = false;
   pi0::PolicySpec spec;
   int action_dims = 0; /* native dims kept */
+#ifdef PI0_INFER_HAVE_CUDA
+  /* The element's own CUDA stream (high priority, from LibTorch's pool): warm-up and every
+   * inference run on it, made to wait on cudaprep's event. */
+  std::optional<c10::cuda::CUDAStream> stream;
+#endif
+};
+
+/* Makes @L's stream (if any) current for the scope: LibTorch then queues everything on it. */
+class StreamScope
+{
+public:
+  explicit StreamScope (const Loaded &L)
+  {
+#ifdef PI0_INFER_HAVE_CUDA
+    if (L.stream)
+      guard_.emplace (*L.stream);
+#else
+    (void)L;
+#endif
+  }
+
+private:
+#ifdef PI0_INFER_HAVE_CUDA
+  std::optional<c10::cuda::CUDAStreamGuard> guard_;
+#endif
 };
 
 struct State {
@@ -765,6 +791,11 @@ gst_pi0_infer_start (GstBaseTransform *trans)
   /* Warm up (and, on CUDA, capture the graph) now, so the first observation is not slow. */
   auto t0 = std::chrono::steady_clock::now ();
   try {
+#ifdef PI0_INFER_HAVE_CUDA
+    if (want_cuda)
+      loaded->stream = c10::cuda::getStreamFromPool (true, (c10::DeviceIndex)s.cuda_device_id);
+#endif
+    StreamScope on_stream (*loaded);
     loaded->policy->warmup ();
   } catch (const std::exception &e) {
     GST_ELEMENT_ERROR (self, LIBRARY, INIT, ("The model failed its warm-up run: %s", e.what ()),
@@ -886,7 +917,7 @@ torch_dtype (GstPi0DType d)
 
 /* The images of the tensor meta as a float [slots,3,H,W] tensor, views beyond the
  * observation's padded as masked slots. Device memory is waited on through its event on the
- * current stream: no CPU thread waits for the GPU. */
+ * current stream (the element's own, see StreamScope): no CPU thread waits for the GPU. */
 static void
 images_from_meta (const GstPi0TensorMeta *tm, int slots, at::Tensor *images, at::Tensor *masks)
 {
@@ -995,6 +1026,7 @@ gst_pi0_infer_transform_ip (GstBaseTransform *trans, GstBuffer *buf)
   auto t0 = std::chrono::steady_clock::now ();
   at::Tensor actions;
   try {
+    StreamScope on_stream (*L);
     pi0::PolicyInput in;
     images_from_meta (tm, spec.num_views, &in.images, &in.image_masks);
 
