@@ -9,7 +9,8 @@
  *   sinks get observations, a line with pi0infer makes action chunks, and a line that sends to
  *   the robot gets rows executed by pi0-robotsim (which also publishes the joint state).
  * - record -> replay -> replay: the replays' chunks are bitwise those of the live run.
- * - remote: the robot's end and the GPU end on loopback, actions back to the robot. */
+ * - remote: the robot's end and the GPU end on loopback, actions back to the robot.
+ * - gpu-decode with the CPU decoder in place of nvcodec. */
 
 #include "pi0sink_test_util.h"
 #include "test_helpers.h"
@@ -529,5 +530,62 @@ TEST (Remote, LoopbackDeliversActionsToTheRobot)
   }
   EXPECT_GT (hold_after, last_exec) << "no HOLD after the last executed row";
   EXPECT_GT (stop_after, hold_after) << "STOP must follow the HOLD";
+  EXPECT_EQ (sim.count ("reject"), 0u);
+}
+
+/* gpu-decode needs nvcodec. Without a GPU, everything else in the line still runs: the same
+ * line with avdec_h264 for nvh264dec, system memory for CUDA memory and the CPU for the
+ * devices, on three H.264 files made as pipelines/README.md says (smaller). */
+TEST (GpuDecode, TheLineRunsWithTheCpuDecoderInPlaceOfNvcodec)
+{
+  auto all = load_pipelines ();
+  const PipelineFile *p = find_pipeline (all, "gpu-decode");
+  ASSERT_NE (p, nullptr);
+  for (const char *e : {"x264enc", "avdec_h264"}) {
+    GstElementFactory *f = gst_element_factory_find (e);
+    if (!f)
+      GTEST_SKIP () << e << " is missing (scripts/setup.sh installs it)";
+    gst_object_unref (f);
+  }
+  TempDir dir;
+  Vars vars (dir.path ());
+  vars.v["H264_DIR"] = dir.path ();
+  const std::pair<const char *, const char *> files[] = {
+      {"main", "smpte"}, {"side", "ball"}, {"top", "pinwheel"}};
+  for (auto &f : files) {
+    std::string desc = std::string ("videotestsrc num-buffers=45 pattern=") + f.second +
+                       " ! video/x-raw,format=I420,width=320,height=240,framerate=30/1"
+                       " ! x264enc tune=zerolatency ! h264parse ! matroskamux ! filesink "
+                       "location=" +
+                       dir.path () + "/" + f.first + ".mkv";
+    ElementPtr enc (gst_parse_launch (desc.c_str (), nullptr));
+    ASSERT_NE (enc, nullptr);
+    ASSERT_EQ (run_for (enc.get (), 30.0), "") << f.first;
+  }
+  std::string line = p->line;
+  auto replace_all = [&line] (const std::string &from, const std::string &to) {
+    for (size_t at = line.find (from); at != std::string::npos;
+         at = line.find (from, at + to.size ()))
+      line.replace (at, from.size (), to);
+  };
+  replace_all ("nvh264dec", "avdec_h264");
+  replace_all ("\"video/x-raw(memory:CUDAMemory)\"", "video/x-raw");
+  replace_all ("device=cuda", "device=cpu");
+  replace_all ("cudaprep device=cpu", "cudaprep device=cpu width=32 height=32");
+  ASSERT_EQ (line.find ("CUDA"), std::string::npos) << line;
+
+  SimProc sim;
+  ASSERT_TRUE (start_robot (sim, vars, dir));
+  std::string xerr;
+  GError *err = nullptr;
+  ElementPtr pipe (launch (expand (line, vars, &xerr), &err));
+  ASSERT_TRUE (xerr.empty ()) << xerr;
+  ASSERT_EQ (err, nullptr) << err->message;
+  SinkCounts n;
+  watch_sinks (pipe.get (), &n);
+  /* 45 frames at 30 fps, paced by identity sync=true: 1.5 s, then EOS. */
+  EXPECT_EQ (run_for (pipe.get (), 30.0), "");
+  EXPECT_GE (n.actions.load (), 10) << "the files were not paced: the leaky queue skipped them";
+  EXPECT_TRUE (sim.wait_count ("execute", 1));
   EXPECT_EQ (sim.count ("reject"), 0u);
 }
