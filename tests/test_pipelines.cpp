@@ -571,7 +571,6 @@ TEST (GpuDecode, TheLineRunsWithTheCpuDecoderInPlaceOfNvcodec)
   replace_all ("nvh264dec", "avdec_h264");
   replace_all ("\"video/x-raw(memory:CUDAMemory)\"", "video/x-raw");
   replace_all ("device=cuda", "device=cpu");
-  replace_all ("cudaprep device=cpu", "cudaprep device=cpu width=32 height=32");
   ASSERT_EQ (line.find ("CUDA"), std::string::npos) << line;
 
   SimProc sim;
@@ -587,5 +586,39 @@ TEST (GpuDecode, TheLineRunsWithTheCpuDecoderInPlaceOfNvcodec)
   EXPECT_EQ (run_for (pipe.get (), 30.0), "");
   EXPECT_GE (n.actions.load (), 10) << "the files were not paced: the leaky queue skipped them";
   EXPECT_TRUE (sim.wait_count ("execute", 1));
+  EXPECT_EQ (sim.count ("reject"), 0u);
+}
+
+/* cameras needs three V4L2 cameras. Everything after them runs with live test sources in
+ * their place, delivering the same caps (YUY2 640x480 at 30 fps), the robot simulator
+ * publishing the state and receiving stream-mode actions. */
+TEST (Cameras, TheLineRunsWithLiveTestSourcesInPlaceOfV4l2)
+{
+  auto all = load_pipelines ();
+  const PipelineFile *p = find_pipeline (all, "cameras");
+  ASSERT_NE (p, nullptr);
+  std::string line = p->line;
+  int replaced = 0;
+  for (size_t at = line.find ("v4l2src device="); at != std::string::npos;
+       at = line.find ("v4l2src device=")) {
+    size_t end = line.find (' ', at + 15);
+    line.replace (at, end - at, "videotestsrc is-live=true");
+    replaced++;
+  }
+  ASSERT_EQ (replaced, 3) << p->line;
+  TempDir dir;
+  Vars vars (dir.path ());
+  SimProc sim;
+  ASSERT_TRUE (start_robot (sim, vars, dir));
+  std::string xerr;
+  GError *err = nullptr;
+  ElementPtr pipe (launch (expand (line, vars, &xerr), &err));
+  ASSERT_TRUE (xerr.empty ()) << xerr;
+  ASSERT_EQ (err, nullptr) << err->message;
+  SinkCounts n;
+  watch_sinks (pipe.get (), &n);
+  EXPECT_EQ (run_for (pipe.get (), 3.0), "");
+  EXPECT_GT (n.actions.load (), 0);
+  EXPECT_TRUE (sim.wait_count ("execute", 1)) << "no stream-mode row reached the robot";
   EXPECT_EQ (sim.count ("reject"), 0u);
 }
