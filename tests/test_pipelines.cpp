@@ -208,6 +208,41 @@ launch (const std::vector<std::string> &args, GError **err)
   return gst_parse_launchv (argv.data (), err);
 }
 
+/* The first of @names that no installed plugin provides, or "". */
+std::string
+missing_element (std::initializer_list<const char *> names)
+{
+  for (const char *n : names) {
+    GstElementFactory *f = gst_element_factory_find (n);
+    if (!f)
+      return n;
+    gst_object_unref (f);
+  }
+  return "";
+}
+
+/* The line expanded by bash and parsed; nullptr (and a test failure) if either fails. */
+GstElement *
+launch_line (const std::string &line, const Vars &vars)
+{
+  std::string xerr;
+  auto args = expand (line, vars, &xerr);
+  if (!xerr.empty () || args.empty ()) {
+    ADD_FAILURE () << "cannot expand: " << xerr;
+    return nullptr;
+  }
+  GError *err = nullptr;
+  GstElement *e = launch (args, &err);
+  if (err) {
+    ADD_FAILURE () << "cannot parse: " << err->message;
+    g_clear_error (&err);
+    if (e)
+      gst_object_unref (e);
+    return nullptr;
+  }
+  return e;
+}
+
 GstElement *
 find_factory (GstElement *pipe, const char *factory)
 {
@@ -290,6 +325,24 @@ start_robot (SimProc &sim, const Vars &vars, const TempDir &dir)
                      "--robot-config=" + vars.v.at ("ROBOT_CONFIG"),
                      "--state-to=127.0.0.1:" + vars.v.at ("STATE_PORT")},
                     dir.file ("robot.jsonl"));
+}
+
+/* Runs @line against the robot simulator for @seconds (or to EOS), expecting no error, rows
+ * executed by the robot and none rejected. Returns the action chunks that reached its sinks. */
+int
+drive_robot (const std::string &line, const Vars &vars, const TempDir &dir, double seconds)
+{
+  SimProc sim;
+  EXPECT_TRUE (start_robot (sim, vars, dir));
+  ElementPtr pipe (launch_line (line, vars));
+  if (!pipe)
+    return 0;
+  SinkCounts n;
+  watch_sinks (pipe.get (), &n);
+  EXPECT_EQ (run_for (pipe.get (), seconds), "");
+  EXPECT_TRUE (sim.wait_count ("execute", 1)) << "the robot executed nothing";
+  EXPECT_EQ (sim.count ("reject"), 0u);
+  return n.actions.load ();
 }
 
 /* One chunk of a mode=log file, the fields that must replay identically. */
@@ -396,22 +449,16 @@ TEST (RecordReplay, ReplayGivesTheLiveRunsActionsBitwise)
   auto all = load_pipelines ();
   const PipelineFile *rec = find_pipeline (all, "record"), *rep = find_pipeline (all, "replay");
   ASSERT_TRUE (rec && rep);
-  for (const char *e : {"avenc_ffv1", "avdec_ffv1", "matroskamux", "gdppay"}) {
-    GstElementFactory *f = gst_element_factory_find (e);
-    if (!f)
-      GTEST_SKIP () << e << " is missing (scripts/setup.sh installs gstreamer1.0-libav)";
-    gst_object_unref (f);
-  }
+  if (std::string e = missing_element ({"avenc_ffv1", "avdec_ffv1", "matroskamux", "gdppay"});
+      !e.empty ())
+    GTEST_SKIP () << e << " is missing (scripts/setup.sh installs gstreamer1.0-libav)";
   TempDir dir;
   Vars vars (dir.path ());
-  std::string xerr;
-  GError *err = nullptr;
   {
     SimProc sim;
     ASSERT_TRUE (start_robot (sim, vars, dir));
-    ElementPtr pipe (launch (expand (rec->line, vars, &xerr), &err));
-    ASSERT_TRUE (xerr.empty ()) << xerr;
-    ASSERT_EQ (err, nullptr) << err->message;
+    ElementPtr pipe (launch_line (rec->line, vars));
+    ASSERT_NE (pipe, nullptr);
     EXPECT_EQ (run_for (pipe.get (), 4.0), "");
     EXPECT_TRUE (sim.wait_count ("execute", 1)) << "the recorded run drove nothing";
   }
@@ -422,9 +469,8 @@ TEST (RecordReplay, ReplayGivesTheLiveRunsActionsBitwise)
   for (int i = 0; i < 2; i++) {
     Vars rv = vars;
     rv.v["REPLAY_LOG"] = "replay" + std::to_string (i) + ".jsonl";
-    ElementPtr pipe (launch (expand (rep->line, rv, &xerr), &err));
-    ASSERT_TRUE (xerr.empty ()) << xerr;
-    ASSERT_EQ (err, nullptr) << err->message;
+    ElementPtr pipe (launch_line (rep->line, rv));
+    ASSERT_NE (pipe, nullptr);
     /* Not live: it runs to EOS by itself. */
     EXPECT_EQ (run_for (pipe.get (), 120.0), "");
     replays[i] = read_log (dir.path () + "/" + rv.v["REPLAY_LOG"]);
@@ -465,26 +511,17 @@ TEST (Remote, LoopbackDeliversActionsToTheRobot)
   const PipelineFile *robot = find_pipeline (all, "remote-robot"),
                      *gpu = find_pipeline (all, "remote-gpu");
   ASSERT_TRUE (robot && gpu);
-  for (const char *e : {"x264enc", "avdec_h264", "rtpgstpay"}) {
-    GstElementFactory *f = gst_element_factory_find (e);
-    if (!f)
-      GTEST_SKIP () << e
-                    << " is missing (scripts/setup.sh installs gstreamer1.0-plugins-ugly "
-                       "and gstreamer1.0-libav)";
-    gst_object_unref (f);
-  }
+  if (std::string e = missing_element ({"x264enc", "avdec_h264", "rtpgstpay"}); !e.empty ())
+    GTEST_SKIP () << e
+                  << " is missing (scripts/setup.sh installs gstreamer1.0-plugins-ugly "
+                     "and gstreamer1.0-libav)";
   TempDir dir;
   Vars vars (dir.path ());
   SimProc sim;
   ASSERT_TRUE (start_robot (sim, vars, dir));
-  std::string xerr;
-  GError *err = nullptr;
-  ElementPtr gpu_pipe (launch (expand (gpu->line, vars, &xerr), &err));
-  ASSERT_TRUE (xerr.empty ()) << xerr;
-  ASSERT_EQ (err, nullptr) << err->message;
-  ElementPtr robot_pipe (launch (expand (robot->line, vars, &xerr), &err));
-  ASSERT_TRUE (xerr.empty ()) << xerr;
-  ASSERT_EQ (err, nullptr) << err->message;
+  ElementPtr gpu_pipe (launch_line (gpu->line, vars));
+  ElementPtr robot_pipe (launch_line (robot->line, vars));
+  ASSERT_TRUE (gpu_pipe && robot_pipe);
 
   ASSERT_NE (gst_element_set_state (gpu_pipe.get (), GST_STATE_PLAYING), GST_STATE_CHANGE_FAILURE);
   std::string robot_error = run_for (robot_pipe.get (), 5.0);
@@ -541,12 +578,8 @@ TEST (GpuDecode, TheLineRunsWithTheCpuDecoderInPlaceOfNvcodec)
   auto all = load_pipelines ();
   const PipelineFile *p = find_pipeline (all, "gpu-decode");
   ASSERT_NE (p, nullptr);
-  for (const char *e : {"x264enc", "avdec_h264"}) {
-    GstElementFactory *f = gst_element_factory_find (e);
-    if (!f)
-      GTEST_SKIP () << e << " is missing (scripts/setup.sh installs it)";
-    gst_object_unref (f);
-  }
+  if (std::string e = missing_element ({"x264enc", "avdec_h264"}); !e.empty ())
+    GTEST_SKIP () << e << " is missing (scripts/setup.sh installs it)";
   TempDir dir;
   Vars vars (dir.path ());
   vars.v["H264_DIR"] = dir.path ();
@@ -573,20 +606,9 @@ TEST (GpuDecode, TheLineRunsWithTheCpuDecoderInPlaceOfNvcodec)
   replace_all ("device=cuda", "device=cpu");
   ASSERT_EQ (line.find ("CUDA"), std::string::npos) << line;
 
-  SimProc sim;
-  ASSERT_TRUE (start_robot (sim, vars, dir));
-  std::string xerr;
-  GError *err = nullptr;
-  ElementPtr pipe (launch (expand (line, vars, &xerr), &err));
-  ASSERT_TRUE (xerr.empty ()) << xerr;
-  ASSERT_EQ (err, nullptr) << err->message;
-  SinkCounts n;
-  watch_sinks (pipe.get (), &n);
   /* 45 frames at 30 fps, paced by identity sync=true: 1.5 s, then EOS. */
-  EXPECT_EQ (run_for (pipe.get (), 30.0), "");
-  EXPECT_GE (n.actions.load (), 10) << "the files were not paced: the leaky queue skipped them";
-  EXPECT_TRUE (sim.wait_count ("execute", 1));
-  EXPECT_EQ (sim.count ("reject"), 0u);
+  EXPECT_GE (drive_robot (line, vars, dir, 30.0), 10)
+      << "the files were not paced: the leaky queue skipped them";
 }
 
 /* cameras needs three V4L2 cameras. Everything after them runs with live test sources in
@@ -608,17 +630,5 @@ TEST (Cameras, TheLineRunsWithLiveTestSourcesInPlaceOfV4l2)
   ASSERT_EQ (replaced, 3) << p->line;
   TempDir dir;
   Vars vars (dir.path ());
-  SimProc sim;
-  ASSERT_TRUE (start_robot (sim, vars, dir));
-  std::string xerr;
-  GError *err = nullptr;
-  ElementPtr pipe (launch (expand (line, vars, &xerr), &err));
-  ASSERT_TRUE (xerr.empty ()) << xerr;
-  ASSERT_EQ (err, nullptr) << err->message;
-  SinkCounts n;
-  watch_sinks (pipe.get (), &n);
-  EXPECT_EQ (run_for (pipe.get (), 3.0), "");
-  EXPECT_GT (n.actions.load (), 0);
-  EXPECT_TRUE (sim.wait_count ("execute", 1)) << "no stream-mode row reached the robot";
-  EXPECT_EQ (sim.count ("reject"), 0u);
+  EXPECT_GT (drive_robot (line, vars, dir, 3.0), 0);
 }
