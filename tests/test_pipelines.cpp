@@ -502,59 +502,16 @@ TEST (RecordReplay, ReplayGivesTheLiveRunsActionsBitwise)
   }
 }
 
-/* remote: the robot's end (cameras + state -> RTP) and the GPU end (RTP -> chain -> actions
- * over UDP back to the robot) as two pipelines on loopback; then the robot's end stops and the
- * GPU end must hold and stop the robot. */
-TEST (Remote, LoopbackDeliversActionsToTheRobot)
+/* The robot simulator's log after the last executed row: a HOLD, then a STOP, and nothing
+ * rejected. What a robot must see when its policy goes away. */
+static void
+expect_held_then_stopped (const SimProc &sim)
 {
-  auto all = load_pipelines ();
-  const PipelineFile *robot = find_pipeline (all, "remote-robot"),
-                     *gpu = find_pipeline (all, "remote-gpu");
-  ASSERT_TRUE (robot && gpu);
-  if (std::string e = missing_element ({"x264enc", "avdec_h264", "rtpgstpay"}); !e.empty ())
-    GTEST_SKIP () << e
-                  << " is missing (scripts/setup.sh installs gstreamer1.0-plugins-ugly "
-                     "and gstreamer1.0-libav)";
-  TempDir dir;
-  Vars vars (dir.path ());
-  SimProc sim;
-  ASSERT_TRUE (start_robot (sim, vars, dir));
-  ElementPtr gpu_pipe (launch_line (gpu->line, vars));
-  ElementPtr robot_pipe (launch_line (robot->line, vars));
-  ASSERT_TRUE (gpu_pipe && robot_pipe);
-
-  ASSERT_NE (gst_element_set_state (gpu_pipe.get (), GST_STATE_PLAYING), GST_STATE_CHANGE_FAILURE);
-  std::string robot_error = run_for (robot_pipe.get (), 5.0);
-  EXPECT_EQ (robot_error, "");
-  GstBus *bus = gst_element_get_bus (gpu_pipe.get ());
-  MessagePtr m (gst_bus_pop_filtered (bus, GST_MESSAGE_ERROR));
-  gst_object_unref (bus);
-  EXPECT_EQ (m, nullptr) << (m ? message_text (m.get ()) : "");
-
-  ElementPtr mux (find_factory (gpu_pipe.get (), "pi0viewmux"));
-  ElementPtr sink (find_factory (gpu_pipe.get (), "pi0actionsink"));
-  ASSERT_TRUE (mux && sink);
-  GstStructure *ms = nullptr;
-  g_object_get (mux.get (), "stats", &ms, nullptr);
-  guint64 observations = 0, state_samples = 0;
-  gst_structure_get_uint64 (ms, "observations", &observations);
-  gst_structure_get_uint64 (ms, "state-samples", &state_samples);
-  gst_structure_free (ms);
-  EXPECT_GT (observations, 0u) << "no camera frame crossed the network";
-  EXPECT_GT (state_samples, 0u) << "the robot's state did not cross the network";
-  EXPECT_GT (stat (sink.get (), "sent"), 0u) << "the GPU end sent no action";
-  EXPECT_TRUE (sim.wait_count ("execute", 1)) << "no action reached the robot";
-
-  /* The robot's end has stopped sending (as when the network drops): no more observations on
-   * the GPU end, whose watchdog holds the robot and then stops it. */
-  EXPECT_TRUE (sim.wait_count ("stop", 1)) << "no STOP after the cameras went away";
-  gst_element_set_state (gpu_pipe.get (), GST_STATE_NULL);
   auto lines = sim.lines ();
   long last_exec = -1, hold_after = -1, stop_after = -1;
   for (size_t i = 0; i < lines.size (); i++) {
     JsonLine j (lines[i]);
-    const std::string ev = j.ok () ? j.str ("event") : "";
-    if (ev == "execute")
+    if (j.ok () && j.str ("event") == "execute")
       last_exec = (long)i;
   }
   for (size_t i = last_exec + 1; i < lines.size (); i++) {
@@ -565,9 +522,120 @@ TEST (Remote, LoopbackDeliversActionsToTheRobot)
     if (ev == "stop" && stop_after < 0)
       stop_after = (long)i;
   }
+  EXPECT_GE (last_exec, 0) << "the robot executed nothing";
   EXPECT_GT (hold_after, last_exec) << "no HOLD after the last executed row";
   EXPECT_GT (stop_after, hold_after) << "STOP must follow the HOLD";
   EXPECT_EQ (sim.count ("reject"), 0u);
+}
+
+/* remote: the robot's end (cameras + state -> RTP) and the GPU end (RTP -> chain -> actions
+ * over UDP back to the robot), as two pipelines on loopback, with the robot simulator. */
+class Remote : public ::testing::Test
+{
+protected:
+  void SetUp () override
+  {
+    auto all = load_pipelines ();
+    const PipelineFile *robot = find_pipeline (all, "remote-robot"),
+                       *gpu = find_pipeline (all, "remote-gpu");
+    ASSERT_TRUE (robot && gpu);
+    if (std::string e = missing_element ({"x264enc", "avdec_h264", "rtpgstpay"}); !e.empty ())
+      GTEST_SKIP () << e
+                    << " is missing (scripts/setup.sh installs gstreamer1.0-plugins-ugly "
+                       "and gstreamer1.0-libav)";
+    ASSERT_TRUE (start_robot (sim, vars, dir));
+    gpu_pipe.reset (launch_line (gpu->line, vars));
+    robot_pipe.reset (launch_line (robot->line, vars));
+    ASSERT_TRUE (gpu_pipe && robot_pipe);
+    ASSERT_NE (gst_element_set_state (gpu_pipe.get (), GST_STATE_PLAYING),
+               GST_STATE_CHANGE_FAILURE);
+  }
+  void TearDown () override
+  {
+    if (gpu_pipe)
+      gst_element_set_state (gpu_pipe.get (), GST_STATE_NULL);
+  }
+  /* The GPU end's first error message, or "". */
+  std::string gpu_error ()
+  {
+    GstBus *bus = gst_element_get_bus (gpu_pipe.get ());
+    MessagePtr m (gst_bus_pop_filtered (bus, GST_MESSAGE_ERROR));
+    gst_object_unref (bus);
+    return m ? message_text (m.get ()) : "";
+  }
+  guint64 mux_stat (const char *field)
+  {
+    ElementPtr mux (find_factory (gpu_pipe.get (), "pi0viewmux"));
+    GstStructure *ms = nullptr;
+    g_object_get (mux.get (), "stats", &ms, nullptr);
+    guint64 v = 0;
+    gst_structure_get_uint64 (ms, field, &v);
+    gst_structure_free (ms);
+    return v;
+  }
+
+  TempDir dir;
+  Vars vars{dir.path ()};
+  SimProc sim;
+  ElementPtr gpu_pipe, robot_pipe;
+};
+
+/* Then the robot's end stops sending (as when the network drops): no more observations on
+ * the GPU end, whose watchdog holds the robot and then stops it. */
+TEST_F (Remote, LoopbackDeliversActionsToTheRobotAndHoldsWhenTheRobotEndStops)
+{
+  EXPECT_EQ (run_for (robot_pipe.get (), 5.0), "");
+  EXPECT_EQ (gpu_error (), "");
+  EXPECT_GT (mux_stat ("observations"), 0u) << "no camera frame crossed the network";
+  EXPECT_GT (mux_stat ("state-samples"), 0u) << "the robot's state did not cross the network";
+  ElementPtr sink (find_factory (gpu_pipe.get (), "pi0actionsink"));
+  EXPECT_GT (stat (sink.get (), "sent"), 0u) << "the GPU end sent no action";
+  EXPECT_TRUE (sim.wait_count ("execute", 1)) << "no action reached the robot";
+  EXPECT_TRUE (sim.wait_count ("stop", 1)) << "no STOP after the cameras went away";
+  expect_held_then_stopped (sim);
+}
+
+/* Garbage (random bytes, and random payloads behind a valid RTP header) arriving on every
+ * port of the GPU end while it runs. GStreamer's RTP elements either drop it or, for some
+ * malformed H.264 payloads, rtph264depay stops the pipeline with an error ("The stream is in
+ * the wrong format"): either way nothing crashes or hangs, no malformed action reaches the
+ * robot, and the robot is held and then stopped (by the sink's watchdog, even though nobody
+ * stops the failed pipeline). */
+TEST_F (Remote, MalformedPacketsNeverReachTheRobotAndTheRobotIsStopped)
+{
+  ASSERT_NE (gst_element_set_state (robot_pipe.get (), GST_STATE_PLAYING),
+             GST_STATE_CHANGE_FAILURE);
+  ASSERT_TRUE (sim.wait_count ("execute", 1)) << "the remote chain never worked";
+  GSocket *s =
+      g_socket_new (G_SOCKET_FAMILY_IPV4, G_SOCKET_TYPE_DATAGRAM, G_SOCKET_PROTOCOL_UDP, nullptr);
+  GInetAddress *lo = g_inet_address_new_loopback (G_SOCKET_FAMILY_IPV4);
+  const int base = std::stoi (vars.v.at ("RTP_PORT"));
+  GRand *rng = g_rand_new_with_seed (7);
+  for (int round = 0; round < 300; round++) {
+    for (int k = 0; k < 4; k++) {
+      GSocketAddress *a = g_inet_socket_address_new (lo, (guint16)(base + 2 * k));
+      guint8 pkt[400];
+      for (auto &b : pkt)
+        b = (guint8)g_rand_int_range (rng, 0, 256);
+      const gsize len = (gsize)g_rand_int_range (rng, 1, (gint)sizeof pkt);
+      g_socket_send_to (s, a, (const gchar *)pkt, len, nullptr, nullptr);
+      pkt[0] = 0x80; /* RTP version 2, payload type 96, random rest */
+      pkt[1] = 96;
+      g_socket_send_to (s, a, (const gchar *)pkt, sizeof pkt, nullptr, nullptr);
+      g_object_unref (a);
+    }
+    g_usleep (1000);
+  }
+  g_rand_free (rng);
+  g_object_unref (lo);
+  g_object_unref (s);
+  gst_element_set_state (robot_pipe.get (), GST_STATE_NULL);
+  const std::string err = gpu_error ();
+  if (!err.empty ())
+    RecordProperty ("gpu_end_error", err);
+  /* Whatever happened to the GPU end, the robot ends up held and stopped. */
+  EXPECT_TRUE (sim.wait_count ("stop", 1)) << "no STOP after the garbage (" << err << ")";
+  expect_held_then_stopped (sim);
 }
 
 /* gpu-decode needs nvcodec. Without a GPU, everything else in the line still runs: the same
