@@ -443,7 +443,8 @@ INSTANTIATE_TEST_SUITE_P (All, Pipelines, ::testing::ValuesIn (load_pipelines ()
 
 /* record.txt live for a few seconds (the policy drives the simulated robot, whose state goes
  * into the recording), then replay.txt twice: both replays carry every chunk the live run
- * made, with the same observation time and bitwise the same values, and each other's. */
+ * made, with the same observation time and bitwise the same values, and each other's. Then
+ * the recording is damaged (cut short, state corrupted). */
 TEST (RecordReplay, ReplayGivesTheLiveRunsActionsBitwise)
 {
   auto all = load_pipelines ();
@@ -499,6 +500,45 @@ TEST (RecordReplay, ReplayGivesTheLiveRunsActionsBitwise)
     ASSERT_NE (it, replays[1].end ()) << kv.first;
     EXPECT_EQ (it->second.observation_time, kv.second.observation_time);
     EXPECT_EQ (it->second.values, kv.second.values) << "replays differ at chunk " << kv.first;
+  }
+
+  /* A damaged recording. Cut short (a crash while recording): the replay ends early, and what
+   * it gives is bitwise what the whole replay gave. A corrupted state file: a clear error from
+   * gdpdepay, no chunk, no hang. */
+  const std::string cameras = dir.path () + "/cameras.mkv", state = dir.path () + "/state.gdp";
+  gchar *data = nullptr;
+  gsize len = 0;
+  ASSERT_TRUE (g_file_get_contents (cameras.c_str (), &data, &len, nullptr));
+  ASSERT_TRUE (g_file_set_contents (cameras.c_str (), data, (gssize)(len / 2), nullptr));
+  g_free (data);
+  {
+    Vars rv = vars;
+    rv.v["REPLAY_LOG"] = "cut.jsonl";
+    ElementPtr pipe (launch_line (rep->line, rv));
+    ASSERT_NE (pipe, nullptr);
+    EXPECT_EQ (run_for (pipe.get (), 120.0), "");
+    auto cut = read_log (dir.path () + "/cut.jsonl");
+    EXPECT_GT (cut.size (), 0u);
+    EXPECT_LT (cut.size (), replays[0].size ());
+    for (auto &kv : cut) {
+      auto it = replays[0].find (kv.first);
+      ASSERT_NE (it, replays[0].end ()) << kv.first;
+      EXPECT_EQ (it->second.values, kv.second.values) << "chunk " << kv.first;
+    }
+  }
+  ASSERT_TRUE (g_file_get_contents (state.c_str (), &data, &len, nullptr));
+  for (gsize i = 100; i < len; i += 97)
+    data[i] ^= 0x5a;
+  ASSERT_TRUE (g_file_set_contents (state.c_str (), data, (gssize)len, nullptr));
+  g_free (data);
+  {
+    Vars rv = vars;
+    rv.v["REPLAY_LOG"] = "corrupt.jsonl";
+    ElementPtr pipe (launch_line (rep->line, rv));
+    ASSERT_NE (pipe, nullptr);
+    const std::string error = run_for (pipe.get (), 120.0);
+    EXPECT_NE (error.find ("gdpdepay"), std::string::npos) << "'" << error << "'";
+    EXPECT_TRUE (read_log (dir.path () + "/corrupt.jsonl").empty ());
   }
 }
 
