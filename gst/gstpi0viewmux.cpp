@@ -206,6 +206,7 @@ struct State {
   std::vector<gfloat> state;
   bool have_state = false;
   GstClockTime state_rt = GST_CLOCK_TIME_NONE;
+  GstBuffer *state_buf = nullptr; /* the sample @state came from, while it stays queued */
   guint64 sequence = 0;
   GstClockTime last_obs_rt = GST_CLOCK_TIME_NONE;
 };
@@ -519,6 +520,7 @@ reset_state (GstPi0ViewMux *self, bool keep_sequence)
   st.state.clear ();
   st.have_state = false;
   st.state_rt = GST_CLOCK_TIME_NONE;
+  gst_clear_buffer (&st.state_buf);
   st.last_obs_rt = GST_CLOCK_TIME_NONE;
   if (!keep_sequence)
     st.sequence = 0;
@@ -1283,7 +1285,20 @@ drain_state (GstPi0ViewMux *self, GstPi0ViewMuxPad *pad, GstClockTime limit, Sta
       *complete = true;
       return GST_FLOW_OK;
     }
-    gst_aggregator_pad_drop_buffer (apad);
+    /* As for frames: a sample that lasts past the limit is the last one at or before it, and
+     * stays queued so that the pad still holds data at the next base frame. */
+    const GstClockTime duration = GST_BUFFER_DURATION (buf);
+    const bool proves = GST_CLOCK_TIME_IS_VALID (duration) && duration > 0 && rt + duration > limit;
+    if (buf == st.state_buf) {
+      gst_buffer_unref (buf);
+      if (proves) {
+        *complete = true;
+        return GST_FLOW_OK;
+      }
+      gst_clear_buffer (&st.state_buf);
+      gst_aggregator_pad_drop_buffer (apad);
+      continue;
+    }
     delta.state_samples++;
 
     guint dim = pad->priv->state_dim;
@@ -1304,18 +1319,21 @@ drain_state (GstPi0ViewMux *self, GstPi0ViewMuxPad *pad, GstClockTime limit, Sta
           ("Rejected a robot state sample: it must be %u finite float32 values.", dim),
           ("%" GST_PTR_FORMAT, buf));
       gst_buffer_unref (buf);
+      gst_aggregator_pad_drop_buffer (apad);
       continue;
     }
     st.state = std::move (vals);
     st.state_rt = rt;
     st.have_state = true;
-    const GstClockTime duration = GST_BUFFER_DURATION (buf);
-    gst_buffer_unref (buf);
-    /* As for frames: a sample that lasts past the limit is the last one at or before it. */
-    if (GST_CLOCK_TIME_IS_VALID (duration) && duration > 0 && rt + duration > limit) {
+    if (proves) {
+      gst_buffer_replace (&st.state_buf, buf);
+      gst_buffer_unref (buf);
       *complete = true;
       return GST_FLOW_OK;
     }
+    gst_clear_buffer (&st.state_buf);
+    gst_buffer_unref (buf);
+    gst_aggregator_pad_drop_buffer (apad);
   }
 }
 

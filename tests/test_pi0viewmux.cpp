@@ -935,3 +935,37 @@ TEST (ViewMux, TimestampsPtsIgnoresSegments)
     EXPECT_TRUE (meta->views[1].flags & GST_PI0_VIEW_FLAG_VALID);
   }
 }
+
+/* A slower input's buffer that covers several observations stays queued on its pad, so every
+ * pad still holds data at the next base frame and GstAggregator aggregates at once: a 10 Hz
+ * state (or a 10 fps camera) does not hold each 30 fps observation to its deadline. */
+TEST (ViewMux, LiveSlowInputsKeepCoveringBufferQueued)
+{
+  Mux m (true, true, false);
+  gst_harness_set_upstream_latency (m.side.get (), 100 * GST_MSECOND);
+  gst_harness_set_src_caps_str (m.main.get (), MAIN_CAPS);
+  gst_harness_set_src_caps_str (m.side.get (), SIDE_CAPS);
+  gst_harness_set_src_caps_str (m.state.get (), "application/x-pi0-state,dim=(int)3");
+  gst_harness_query_latency (m.main.get ());
+  GstVideoInfo im = video_info (MAIN_CAPS), is = video_info (SIDE_CAPS);
+  const GstClockTime T0 = 200 * GST_MSECOND, D = frame_time (1, 30);
+  /* One side frame and one state sample, each lasting 100 ms: they cover three base frames. */
+  ASSERT_EQ (gst_harness_push (m.side.get (), make_frame (is, T0, 100 * GST_MSECOND, 7)),
+             GST_FLOW_OK);
+  GstBuffer *sb = make_state ({4.f, 0, 0}, T0 - GST_MSECOND);
+  GST_BUFFER_DURATION (sb) = 100 * GST_MSECOND;
+  ASSERT_EQ (gst_harness_push (m.state.get (), sb), GST_FLOW_OK);
+  for (int k = 0; k < 3; k++) {
+    ASSERT_EQ (gst_harness_push (m.main.get (), make_frame (im, T0 + k * D, D, 0)), GST_FLOW_OK);
+    BufferPtr obs (gst_harness_pull (m.main.get ()));
+    ASSERT_NE (obs, nullptr) << "obs " << k;
+    GstPi0ObservationMeta *meta = gst_buffer_get_pi0_observation_meta (obs.get ());
+    EXPECT_EQ (view_byte (obs.get (), &meta->views[1]), 7) << "obs " << k;
+    ASSERT_EQ (meta->state_dim, 3u);
+    EXPECT_EQ (meta->state[0], 4.f);
+  }
+  GstTestClock *clock = gst_harness_get_testclock (m.main.get ());
+  EXPECT_EQ (gst_clock_get_time (GST_CLOCK (clock)), 0u) << "no deadline was waited for";
+  gst_object_unref (clock);
+  EXPECT_EQ (stat (m.element.get (), "side", "frames-in"), 1u); /* counted once, not per use */
+}
