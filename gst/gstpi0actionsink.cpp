@@ -44,6 +44,7 @@
 #include "gstpi0actionsink.h"
 
 #include "pi0frame.h"
+#include "pi0percentile.h"
 #include "pi0safety.h"
 
 #include <gio/gio.h>
@@ -56,7 +57,6 @@
 
 #include <algorithm>
 #include <cinttypes>
-#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -1410,15 +1410,6 @@ gst_pi0_action_sink_render (GstBaseSink *bsink, GstBuffer *buf)
 
 /* ---------------------------------------------------------------------------------------- */
 
-/* Nearest-rank percentile of a copy of @v (not empty). */
-static GstClockTime
-percentile (std::vector<GstClockTime> v, double q)
-{
-  std::sort (v.begin (), v.end ());
-  size_t rank = (size_t)std::ceil (q * (double)v.size ());
-  return v[std::min (rank ? rank - 1 : 0, v.size () - 1)];
-}
-
 static GstStructure *
 make_stats (Private *priv)
 {
@@ -1440,8 +1431,8 @@ make_stats (Private *priv)
     std::vector<GstClockTime> v (d.begin (), d.end ());
     const std::string n = kStageNames[i];
     const GstClockTime max = *std::max_element (v.begin (), v.end ());
-    gst_structure_set (st, (n + "-p50").c_str (), G_TYPE_UINT64, percentile (v, 0.50),
-                       (n + "-p99").c_str (), G_TYPE_UINT64, percentile (v, 0.99),
+    gst_structure_set (st, (n + "-p50").c_str (), G_TYPE_UINT64, pi0::percentile (v, 0.50),
+                       (n + "-p99").c_str (), G_TYPE_UINT64, pi0::percentile (v, 0.99),
                        (n + "-max").c_str (), G_TYPE_UINT64, max, nullptr);
   }
   return st;

@@ -46,6 +46,7 @@
 #endif
 
 #include "gstpi0infer.h"
+#include "pi0percentile.h"
 
 #include <gst/pi0/pi0.h>
 
@@ -485,16 +486,6 @@ gst_pi0_infer_set_property (GObject *object, guint prop_id, const GValue *value,
   }
 }
 
-static double
-percentile (std::vector<double> v, double p)
-{
-  if (v.empty ())
-    return 0.0;
-  std::sort (v.begin (), v.end ());
-  size_t i = (size_t)std::ceil (p * (double)v.size ()) - 1;
-  return v[std::min (i, v.size () - 1)];
-}
-
 static GstStructure *
 make_stats (GstPi0Infer *self)
 {
@@ -508,8 +499,8 @@ make_stats (GstPi0Infer *self)
       "pi0infer-stats", "observations", G_TYPE_UINT64, s.observations, "chunks", G_TYPE_UINT64,
       s.chunks, "skipped-no-state", G_TYPE_UINT64, s.skipped_state, "non-finite", G_TYPE_UINT64,
       s.non_finite, "errors", G_TYPE_UINT64, s.errors, "last-error", G_TYPE_STRING,
-      s.last_error.c_str (), "inference-p50-ms", G_TYPE_DOUBLE, percentile (lat, 0.5),
-      "inference-p99-ms", G_TYPE_DOUBLE, percentile (lat, 0.99), "inference-total-ms",
+      s.last_error.c_str (), "inference-p50-ms", G_TYPE_DOUBLE, pi0::percentile (lat, 0.5),
+      "inference-p99-ms", G_TYPE_DOUBLE, pi0::percentile (lat, 0.99), "inference-total-ms",
       G_TYPE_DOUBLE, s.total_ms, "warmup-ms", G_TYPE_DOUBLE, s.warmup_ms, nullptr);
 }
 
