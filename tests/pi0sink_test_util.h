@@ -5,6 +5,7 @@
  * the sink's `action` signal, a loopback UDP receiver that decodes frames, and the robot
  * simulator run as a subprocess. Loopback addresses only; every wait is bounded. */
 
+#include "exact_within.h"
 #include "pi0frame.h"
 
 #include <gio/gio.h>
@@ -348,21 +349,6 @@ private:
   bool exited_ok_ = false;
 };
 
-/* Exact |a - b| <= s for floats (TwoSum), independent of the implementation under test. */
-inline bool
-exact_within (float a, float b, float s)
-{
-  const double x = a, y = -(double)b;
-  double d = x + y;
-  const double bp = d - x;
-  double err = (x - (d - bp)) + (y - bp);
-  if (d < 0 || (d == 0 && err < 0)) {
-    d = -d;
-    err = -err;
-  }
-  if (d != (double)s)
-    return d < (double)s;
-  return err <= 0;
-}
+using pi0test::exact_within;
 
 } // namespace pi0sinktest

@@ -3,6 +3,7 @@
  * trips, every class of malformed frame, CRC and HMAC failures, the splitting rule, JSON
  * lines, robot configuration parsing, and the limit/step property. */
 
+#include "exact_within.h"
 #include "pi0frame.h"
 #include "pi0safety.h"
 
@@ -421,24 +422,7 @@ const char *kConfig = R"({"joints":["a","b","c"],"lower":[-1,-2,0],"upper":[1,2,
   "max_step":[0.1,0.5,0.05]})";
 }
 
-/* Exact test of |a - b| <= s for floats, whatever their magnitudes: a double difference can
- * round (0.5 - (-1e-45) is 0.5 in double), so the rounding error is recovered with TwoSum and
- * decides the tie. The oracle must not share the implementation's rounding. */
-static bool
-exact_within (float a, float b, float s)
-{
-  const double x = a, y = -(double)b;
-  double d = x + y;
-  const double bp = d - x;
-  double err = (x - (d - bp)) + (y - bp);
-  if (d < 0 || (d == 0 && err < 0)) {
-    d = -d;
-    err = -err;
-  }
-  if (d != (double)s)
-    return d < (double)s;
-  return err <= 0;
-}
+using pi0test::exact_within;
 
 TEST (RobotConfig, ParsesAValidFile)
 {
