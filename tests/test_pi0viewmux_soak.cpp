@@ -58,6 +58,26 @@ run_cycles (GstElement *pipe, Counter &c, int cycles, int buffers_per_cycle)
   }
 }
 
+/* Two warm-up cycles (they load plugins and fill caches that live for the whole process), then
+ * @cycles PLAYING<->NULL cycles tracked by the leaks tracer: every object created during them
+ * must be gone at the end. */
+void
+expect_cycles_leak_nothing (GstTracer *tracer, GstElement *pipe, Counter &c, int cycles,
+                            int per_cycle)
+{
+  run_cycles (pipe, c, 2, per_cycle);
+  g_signal_emit_by_name (tracer, "activity-start-tracking");
+  run_cycles (pipe, c, cycles, per_cycle);
+  /* A stopped task's thread drops its last reference to the GstTask a moment after the join:
+   * wait for the task threads, as GStreamer's own leak tests do. */
+  gst_task_cleanup_all ();
+  auto leaked = alive_since_start (tracer);
+  g_signal_emit_by_name (tracer, "activity-stop-tracking");
+  for (const auto &kv : leaked)
+    ADD_FAILURE () << kv.second << " " << kv.first << " created during the cycles still alive";
+  EXPECT_TRUE (leaked.empty ());
+}
+
 } // namespace
 
 class ViewMuxSoak : public ::testing::TestWithParam<bool>
@@ -88,18 +108,7 @@ TEST_P (ViewMuxSoak, PlayingNullCyclesLeakNothing)
 
   const int cycles = live ? 20 : 200;
   const int per_cycle = live ? 2 : 5;
-  /* The first cycle loads plugins and fills caches that live for the whole process. */
-  run_cycles (pipe.get (), c, 2, per_cycle);
-  g_signal_emit_by_name (tracer.get (), "activity-start-tracking");
-  run_cycles (pipe.get (), c, cycles, per_cycle);
-  /* A stopped task's thread drops its last reference to the GstTask a moment after the join:
-   * wait for the task threads, as GStreamer's own leak tests do. */
-  gst_task_cleanup_all ();
-  auto leaked = alive_since_start (tracer.get ());
-  g_signal_emit_by_name (tracer.get (), "activity-stop-tracking");
-  for (const auto &kv : leaked)
-    ADD_FAILURE () << kv.second << " " << kv.first << " created during the cycles still alive";
-  EXPECT_TRUE (leaked.empty ());
+  expect_cycles_leak_nothing (tracer.get (), pipe.get (), c, cycles, per_cycle);
 }
 
 INSTANTIATE_TEST_SUITE_P (LiveAndNonLive, ViewMuxSoak, ::testing::Bool ());
@@ -127,16 +136,6 @@ TEST (InferSoak, PlayingNullCyclesLeakNothing)
   g_signal_connect (sink, "handoff", G_CALLBACK (on_handoff), &c);
   gst_object_unref (sink);
 
-  run_cycles (pipe.get (), c, 2, 2);
-  g_signal_emit_by_name (tracer.get (), "activity-start-tracking");
-  run_cycles (pipe.get (), c, 100, 2);
-  /* A stopped task's thread drops its last reference to the GstTask a moment after the join:
-   * wait for the task threads, as GStreamer's own leak tests do. */
-  gst_task_cleanup_all ();
-  auto leaked = alive_since_start (tracer.get ());
-  g_signal_emit_by_name (tracer.get (), "activity-stop-tracking");
-  for (const auto &kv : leaked)
-    ADD_FAILURE () << kv.second << " " << kv.first << " created during the cycles still alive";
-  EXPECT_TRUE (leaked.empty ());
+  expect_cycles_leak_nothing (tracer.get (), pipe.get (), c, 100, 2);
 }
 #endif
