@@ -1054,6 +1054,15 @@ buffer_time (GstAggregatorPad *pad, GstBuffer *buf, const Settings &s)
   return buffer_running_time (pad, buf);
 }
 
+/* Whether @buf, at time @t, lasts (by its duration) past @limit: then its successor comes after
+ * @limit, which proves that no later buffer of that pad belongs to the observation. */
+static bool
+lasts_past (GstBuffer *buf, GstClockTime t, GstClockTime limit)
+{
+  const GstClockTime d = GST_BUFFER_DURATION (buf);
+  return GST_CLOCK_TIME_IS_VALID (d) && d > 0 && t + d > limit;
+}
+
 static GstClockTime
 gst_pi0_view_mux_get_next_time (GstAggregator *agg)
 {
@@ -1202,8 +1211,7 @@ drain_view (GstPi0ViewMux *self, int v, GstPi0ViewMuxPad *pad, GstClockTime limi
       *complete = true;
       return GST_FLOW_OK;
     }
-    const GstClockTime duration = GST_BUFFER_DURATION (buf);
-    const bool proves = GST_CLOCK_TIME_IS_VALID (duration) && duration > 0 && rt + duration > limit;
+    const bool proves = lasts_past (buf, rt, limit);
     if (buf == vs.frame) {
       /* Taken for an earlier observation and left queued (below). */
       gst_buffer_unref (buf);
@@ -1287,8 +1295,7 @@ drain_state (GstPi0ViewMux *self, GstPi0ViewMuxPad *pad, GstClockTime limit, Sta
     }
     /* As for frames: a sample that lasts past the limit is the last one at or before it, and
      * stays queued so that the pad still holds data at the next base frame. */
-    const GstClockTime duration = GST_BUFFER_DURATION (buf);
-    const bool proves = GST_CLOCK_TIME_IS_VALID (duration) && duration > 0 && rt + duration > limit;
+    const bool proves = lasts_past (buf, rt, limit);
     if (buf == st.state_buf) {
       gst_buffer_unref (buf);
       if (proves) {
