@@ -242,8 +242,8 @@ private:
     for (size_t i = 0; i < n; i++) {
       uint32_t bits;
       memcpy (&bits, &position_[i], 4);
-      for (int b = 0; b < 4; b++) /* little-endian on the wire, whatever the host */
-        out[4 * i + b] = (uint8_t)(bits >> (8 * b));
+      bits = GUINT32_TO_LE (bits); /* little-endian on the wire, whatever the host */
+      memcpy (out + 4 * i, &bits, 4);
     }
     /* Non-blocking, fire and forget: a state nobody listens to is simply lost. */
     sendto (state_fd_, out, n * 4, 0, (struct sockaddr *)&state_addr_, sizeof state_addr_);
