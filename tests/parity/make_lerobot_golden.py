@@ -30,6 +30,8 @@ from lerobot.policies.pi0.configuration_pi0 import PI0Config
 from transformers.models.auto import CONFIG_MAPPING
 from transformers.models.gemma.modeling_gemma import GemmaTextScaledWordEmbedding
 
+from transformers_parity import randomize  # the same weight rules as the live parity test
+
 VISION = dict(image_size=32, patch_size=8, width=32, depth=1, mlp_dim=64, num_heads=4)
 TEXT = dict(width=64, depth=2, mlp_dim=128, num_heads=8, num_kv_heads=1, head_dim=16)
 EXPERT = dict(width=32, depth=2, mlp_dim=64, num_heads=8, num_kv_heads=1, head_dim=16)
@@ -63,20 +65,6 @@ def shrink(model: nn.Module) -> None:
     pg.multi_modal_projector.linear = nn.Linear(VISION["width"], TEXT["width"])  # projection_dim 2048 in code
     pg.language_model.embed_tokens = GemmaTextScaledWordEmbedding(VOCAB, TEXT["width"], 0,
                                                                   embed_scale=TEXT["width"] ** 0.5)
-
-
-def randomize(model: nn.Module, gen: torch.Generator) -> None:
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            r = torch.randn(p.shape, generator=gen)
-            if "layer_norm" in name or "post_layernorm" in name:
-                p.copy_(1.0 + 0.1 * r if name.endswith("weight") else 0.05 * r)
-            elif "layernorm" in name or name.endswith("norm.weight"):
-                p.copy_(0.1 * r)
-            elif p.dim() >= 2 and "embed" not in name:
-                p.copy_(r / p[0].numel() ** 0.5)
-            else:
-                p.copy_(0.5 * r)
 
 
 def main() -> None:
