@@ -740,3 +740,20 @@ TEST (Cameras, TheLineRunsWithLiveTestSourcesInPlaceOfV4l2)
   Vars vars (dir.path ());
   EXPECT_GT (drive_robot (line, vars, dir, 3.0), 0);
 }
+
+/* Replaying a recording that is not there: a clear error naming the file, no chunk, no hang. */
+TEST (RecordReplay, MissingRecordingIsAClearError)
+{
+  auto all = load_pipelines ();
+  const PipelineFile *rep = find_pipeline (all, "replay");
+  ASSERT_NE (rep, nullptr);
+  if (std::string e = missing_element ({"avdec_ffv1", "gdpdepay"}); !e.empty ())
+    GTEST_SKIP () << e << " is missing (scripts/setup.sh installs gstreamer1.0-libav)";
+  TempDir dir; /* empty: no cameras.mkv, no state.gdp */
+  Vars vars (dir.path ());
+  ElementPtr pipe (launch_line (rep->line, vars));
+  ASSERT_NE (pipe, nullptr);
+  const std::string error = run_for (pipe.get (), 30.0);
+  EXPECT_NE (error.find (dir.path ()), std::string::npos) << "'" << error << "'";
+  EXPECT_TRUE (read_log (dir.path () + "/replay.jsonl").empty ());
+}
