@@ -65,19 +65,19 @@ main (int argc, char **argv)
   std::vector<float> v (H * D);
   for (size_t i = 0; i < v.size (); i++)
     v[i] = 0.5f * (float)((i * 7919) % 1000) / 1000.0f;
-  pi0proto::Header h;
+  pi0::proto::Header h;
   h.steps = (uint16_t)H;
   h.chunk_steps = H;
   h.dim = (uint16_t)D;
   std::vector<uint8_t> buf;
   std::vector<uint8_t> frame;
-  pi0proto::encode (h, v.data (), "", frame);
+  pi0::proto::encode (h, v.data (), "", frame);
   std::vector<uint8_t> frame_mac;
-  pi0proto::encode (h, v.data (), "key", frame_mac);
-  pi0proto::Limits lim;
-  pi0proto::Frame out;
-  pi0safety::RobotConfig cfg;
-  pi0safety::parse_robot_config (config (D), &cfg, nullptr);
+  pi0::proto::encode (h, v.data (), "key", frame_mac);
+  pi0::proto::Limits lim;
+  pi0::proto::Frame out;
+  pi0::proto::RobotConfig cfg;
+  pi0::proto::parse_robot_config (config (D), &cfg, nullptr);
   std::vector<float> o (D);
 
   printf (
@@ -86,23 +86,23 @@ main (int argc, char **argv)
   printf ("|------------------------------------------------------|--------------|\n");
   row ("encode frame (2876 B)", time_ns (iters, [&] {
          buf.clear ();
-         pi0proto::encode (h, v.data (), "", buf);
+         pi0::proto::encode (h, v.data (), "", buf);
        }));
   row ("encode frame + HMAC-SHA256", time_ns (iters, [&] {
          buf.clear ();
-         pi0proto::encode (h, v.data (), "key", buf);
+         pi0::proto::encode (h, v.data (), "key", buf);
        }));
   row ("decode frame (size, CRC, finite)",
-       time_ns (iters, [&] { pi0proto::decode (frame.data (), frame.size (), lim, "", &out); }));
+       time_ns (iters, [&] { pi0::proto::decode (frame.data (), frame.size (), lim, "", &out); }));
   row ("decode frame + HMAC check", time_ns (iters, [&] {
-         pi0proto::decode (frame_mac.data (), frame_mac.size (), lim, "key", &out);
+         pi0::proto::decode (frame_mac.data (), frame_mac.size (), lim, "key", &out);
        }));
   row ("JSON line of the chunk",
-       time_ns (iters / 10 + 1, [&] { (void)pi0proto::to_json (h, v.data (), "m"); }));
+       time_ns (iters / 10 + 1, [&] { (void)pi0::proto::to_json (h, v.data (), "m"); }));
   row ("safety gate: check_chunk (all finite)",
-       time_ns (iters, [&] { pi0safety::check_chunk (&cfg, v.data (), H, D); }));
+       time_ns (iters, [&] { pi0::proto::check_chunk (&cfg, v.data (), H, D); }));
   row ("clamp one action (limits + exact step window)", time_ns (iters * 10, [&] {
-         pi0safety::limit_action (cfg, v.data (), v.data () + D, o.data ());
+         pi0::proto::limit_action (cfg, v.data (), v.data () + D, o.data ());
        }));
 
   /* The element: chunk mode to a UDP port on loopback nobody reads (split into 3 datagrams). */

@@ -253,7 +253,7 @@ main (int argc, char **argv)
            stat<guint64> (sink, "latency-chunks"), stat<guint64> (sink, "stale"),
            stat<guint64> (sink, "rejected"));
   g_print ("\nLatency per chunk sent (pi0actionsink stats, from the metas' stamps):\n");
-  pi0tools::print_latency_table (sink);
+  pi0::tools::print_latency_table (sink);
 
   gst_element_set_state (pipe, GST_STATE_NULL);
   gst_object_unref (bus);

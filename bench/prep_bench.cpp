@@ -30,7 +30,7 @@
 #include <thread>
 #include <vector>
 
-using namespace pi0prep;
+using namespace pi0::prep;
 using Clock = std::chrono::steady_clock;
 
 namespace

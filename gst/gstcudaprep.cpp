@@ -34,6 +34,7 @@
 #endif
 
 #include "gstcudaprep.h"
+#include "gstpi0enum.h"
 
 #include <gst/pi0/pi0.h>
 #include <gst/video/video.h>
@@ -229,17 +230,17 @@ struct DriverApi {
 /* Per view: a stream, an event marking its work done, pinned staging and device input for
  * frames in system memory. */
 struct CudaView {
-  pi0prep::CudaStream stream;
-  pi0prep::CudaEvent done;
-  pi0prep::CudaEvent upload_done; /* staging may be rewritten once this has fired */
-  pi0prep::PinnedBuffer staging;
-  pi0prep::DeviceBuffer input;
+  pi0::prep::CudaStream stream;
+  pi0::prep::CudaEvent done;
+  pi0::prep::CudaEvent upload_done; /* staging may be rewritten once this has fired */
+  pi0::prep::PinnedBuffer staging;
+  pi0::prep::DeviceBuffer input;
 };
 
 struct CudaState {
   int device = 0;
   void *primary_ctx = nullptr; /* retained CUcontext */
-  std::unique_ptr<pi0prep::CudaPrep> prep;
+  std::unique_ptr<pi0::prep::CudaPrep> prep;
   std::vector<std::unique_ptr<CudaView>> views;
   std::shared_ptr<BlockPool> pool;
 };
@@ -247,7 +248,7 @@ struct CudaState {
 
 struct State {
   bool use_cuda = false;
-  std::unique_ptr<pi0prep::ThreadPool> threads;
+  std::unique_ptr<pi0::prep::ThreadPool> threads;
   std::shared_ptr<BlockPool> host_pool;
 #ifdef HAVE_CUDA
   std::unique_ptr<CudaState> cuda;
@@ -266,65 +267,65 @@ struct MappedView {
 };
 
 bool
-to_pi0_format (GstVideoFormat f, pi0prep::Format &out)
+to_pi0_format (GstVideoFormat f, pi0::prep::Format &out)
 {
   switch (f) {
     case GST_VIDEO_FORMAT_RGB:
-      out = pi0prep::Format::RGB;
+      out = pi0::prep::Format::RGB;
       return true;
     case GST_VIDEO_FORMAT_BGR:
-      out = pi0prep::Format::BGR;
+      out = pi0::prep::Format::BGR;
       return true;
     case GST_VIDEO_FORMAT_RGBx:
-      out = pi0prep::Format::RGBx;
+      out = pi0::prep::Format::RGBx;
       return true;
     case GST_VIDEO_FORMAT_BGRx:
-      out = pi0prep::Format::BGRx;
+      out = pi0::prep::Format::BGRx;
       return true;
     case GST_VIDEO_FORMAT_xRGB:
-      out = pi0prep::Format::xRGB;
+      out = pi0::prep::Format::xRGB;
       return true;
     case GST_VIDEO_FORMAT_xBGR:
-      out = pi0prep::Format::xBGR;
+      out = pi0::prep::Format::xBGR;
       return true;
     case GST_VIDEO_FORMAT_RGBA:
-      out = pi0prep::Format::RGBA;
+      out = pi0::prep::Format::RGBA;
       return true;
     case GST_VIDEO_FORMAT_BGRA:
-      out = pi0prep::Format::BGRA;
+      out = pi0::prep::Format::BGRA;
       return true;
     case GST_VIDEO_FORMAT_ARGB:
-      out = pi0prep::Format::ARGB;
+      out = pi0::prep::Format::ARGB;
       return true;
     case GST_VIDEO_FORMAT_ABGR:
-      out = pi0prep::Format::ABGR;
+      out = pi0::prep::Format::ABGR;
       return true;
     case GST_VIDEO_FORMAT_GRAY8:
-      out = pi0prep::Format::GRAY8;
+      out = pi0::prep::Format::GRAY8;
       return true;
     case GST_VIDEO_FORMAT_NV12:
-      out = pi0prep::Format::NV12;
+      out = pi0::prep::Format::NV12;
       return true;
     case GST_VIDEO_FORMAT_I420:
-      out = pi0prep::Format::I420;
+      out = pi0::prep::Format::I420;
       return true;
     case GST_VIDEO_FORMAT_NV21:
-      out = pi0prep::Format::NV21;
+      out = pi0::prep::Format::NV21;
       return true;
     case GST_VIDEO_FORMAT_YV12:
-      out = pi0prep::Format::YV12;
+      out = pi0::prep::Format::YV12;
       return true;
     case GST_VIDEO_FORMAT_Y42B:
-      out = pi0prep::Format::Y42B;
+      out = pi0::prep::Format::Y42B;
       return true;
     case GST_VIDEO_FORMAT_Y444:
-      out = pi0prep::Format::Y444;
+      out = pi0::prep::Format::Y444;
       return true;
     case GST_VIDEO_FORMAT_YUY2:
-      out = pi0prep::Format::YUY2;
+      out = pi0::prep::Format::YUY2;
       return true;
     case GST_VIDEO_FORMAT_UYVY:
-      out = pi0prep::Format::UYVY;
+      out = pi0::prep::Format::UYVY;
       return true;
     default:
       return false;
@@ -333,7 +334,7 @@ to_pi0_format (GstVideoFormat f, pi0prep::Format &out)
 
 /* The frame's YUV matrix and range; when the colorimetry leaves them unknown, GStreamer's own
  * defaults (BT.601 for SD, BT.709 for HD, limited range). */
-pi0prep::YuvMatrix
+pi0::prep::YuvMatrix
 yuv_matrix_for (const GstVideoInfo *info)
 {
   GstVideoColorMatrix m = info->colorimetry.matrix;
@@ -345,21 +346,22 @@ yuv_matrix_for (const GstVideoInfo *info)
     kr = 0.299;
     kb = 0.114;
   }
-  return pi0prep::make_yuv_matrix (kr, kb, info->colorimetry.range == GST_VIDEO_COLOR_RANGE_0_255);
+  return pi0::prep::make_yuv_matrix (kr, kb,
+                                     info->colorimetry.range == GST_VIDEO_COLOR_RANGE_0_255);
 }
 
-pi0prep::Params
+pi0::prep::Params
 to_params (const Settings &s)
 {
-  pi0prep::Params p;
+  pi0::prep::Params p;
   p.out_width = s.width;
   p.out_height = s.height;
-  p.resize = s.resize == GST_PI0_CUDA_PREP_RESIZE_PAD       ? pi0prep::Resize::Pad
-             : s.resize == GST_PI0_CUDA_PREP_RESIZE_STRETCH ? pi0prep::Resize::Stretch
-                                                            : pi0prep::Resize::Crop;
-  p.filter = s.filter == GST_PI0_CUDA_PREP_FILTER_ANTIALIAS ? pi0prep::Filter::Antialias
-             : s.filter == GST_PI0_CUDA_PREP_FILTER_PIL     ? pi0prep::Filter::Pil
-                                                            : pi0prep::Filter::Bilinear;
+  p.resize = s.resize == GST_PI0_CUDA_PREP_RESIZE_PAD       ? pi0::prep::Resize::Pad
+             : s.resize == GST_PI0_CUDA_PREP_RESIZE_STRETCH ? pi0::prep::Resize::Stretch
+                                                            : pi0::prep::Resize::Crop;
+  p.filter = s.filter == GST_PI0_CUDA_PREP_FILTER_ANTIALIAS ? pi0::prep::Filter::Antialias
+             : s.filter == GST_PI0_CUDA_PREP_FILTER_PIL     ? pi0::prep::Filter::Pil
+                                                            : pi0::prep::Filter::Bilinear;
   const float *mean = s.mean, *std = s.std;
   static const float half[3] = {0.5f, 0.5f, 0.5f};
   if (s.normalize == GST_PI0_CUDA_PREP_NORMALIZE_PI0) {
@@ -371,18 +373,18 @@ to_params (const Settings &s)
   }
   std::memcpy (p.mean, mean, sizeof (p.mean));
   std::memcpy (p.std, std, sizeof (p.std));
-  p.dtype = s.dtype == GST_PI0_CUDA_PREP_DTYPE_FLOAT32    ? pi0prep::DType::Float32
-            : s.dtype == GST_PI0_CUDA_PREP_DTYPE_BFLOAT16 ? pi0prep::DType::BFloat16
-                                                          : pi0prep::DType::Float16;
+  p.dtype = s.dtype == GST_PI0_CUDA_PREP_DTYPE_FLOAT32    ? pi0::prep::DType::Float32
+            : s.dtype == GST_PI0_CUDA_PREP_DTYPE_BFLOAT16 ? pi0::prep::DType::BFloat16
+                                                          : pi0::prep::DType::Float16;
   return p;
 }
 
 GstPi0DType
-to_meta_dtype (pi0prep::DType d)
+to_meta_dtype (pi0::prep::DType d)
 {
-  return d == pi0prep::DType::Float32    ? GST_PI0_DTYPE_FLOAT32
-         : d == pi0prep::DType::BFloat16 ? GST_PI0_DTYPE_BFLOAT16
-                                         : GST_PI0_DTYPE_FLOAT16;
+  return d == pi0::prep::DType::Float32    ? GST_PI0_DTYPE_FLOAT32
+         : d == pi0::prep::DType::BFloat16 ? GST_PI0_DTYPE_BFLOAT16
+                                           : GST_PI0_DTYPE_FLOAT16;
 }
 
 } // namespace
@@ -417,45 +419,37 @@ static GstStaticPadTemplate sink_template =
 static GstStaticPadTemplate src_template =
     GST_STATIC_PAD_TEMPLATE ("src", GST_PAD_SRC, GST_PAD_ALWAYS, GST_STATIC_CAPS (PI0_CAPS));
 
-/* ---- enums (g_once: the first caller may be any thread) ---- */
+/* ---- enums ---- */
 
-#define DEFINE_ENUM(fn, Name, ...)                                                                 \
-  GType fn (void)                                                                                  \
-  {                                                                                                \
-    static gsize id = 0;                                                                           \
-    static const GEnumValue values[] = {__VA_ARGS__, {0, NULL, NULL}};                             \
-    if (g_once_init_enter (&id))                                                                   \
-      g_once_init_leave (&id, g_enum_register_static (Name, values));                              \
-    return (GType)id;                                                                              \
-  }
-
-DEFINE_ENUM (gst_pi0_cuda_prep_resize_get_type, "GstPi0CudaPrepResize",
-             {GST_PI0_CUDA_PREP_RESIZE_PAD, "Keep aspect ratio, centre, black padding (openpi)",
-              "pad"},
-             {GST_PI0_CUDA_PREP_RESIZE_STRETCH, "Scale each axis to the output size", "stretch"},
-             {GST_PI0_CUDA_PREP_RESIZE_CROP, "Keep aspect ratio, fill, cut the centre", "crop"})
-DEFINE_ENUM (gst_pi0_cuda_prep_filter_get_type, "GstPi0CudaPrepFilter",
-             {GST_PI0_CUDA_PREP_FILTER_ANTIALIAS,
-              "PIL bilinear, antialiased when downscaling (openpi)", "antialias"},
-             {GST_PI0_CUDA_PREP_FILTER_BILINEAR,
-              "torch interpolate bilinear, align_corners=False, no antialias (LeRobot)",
-              "bilinear"},
-             {GST_PI0_CUDA_PREP_FILTER_PIL,
-              "PIL bilinear in PIL's pass order: bit-identical to openpi "
-              "on landscape frames, slower on the CPU",
-              "pil"})
-DEFINE_ENUM (gst_pi0_cuda_prep_normalize_get_type, "GstPi0CudaPrepNormalize",
-             {GST_PI0_CUDA_PREP_NORMALIZE_PI0, "x/127.5 - 1, range [-1, 1] (Pi0)", "pi0"},
-             {GST_PI0_CUDA_PREP_NORMALIZE_IMAGENET, "ImageNet mean and std", "imagenet"},
-             {GST_PI0_CUDA_PREP_NORMALIZE_CUSTOM, "The mean and std properties", "custom"})
-DEFINE_ENUM (gst_pi0_cuda_prep_device_get_type, "GstPi0CudaPrepDevice",
-             {GST_PI0_CUDA_PREP_DEVICE_AUTO, "CUDA when usable, else CPU", "auto"},
-             {GST_PI0_CUDA_PREP_DEVICE_CUDA, "CUDA (fail to start without a device)", "cuda"},
-             {GST_PI0_CUDA_PREP_DEVICE_CPU, "CPU, multi-threaded", "cpu"})
-DEFINE_ENUM (gst_pi0_cuda_prep_dtype_get_type, "GstPi0CudaPrepDType",
-             {GST_PI0_CUDA_PREP_DTYPE_FLOAT32, "float32", "float32"},
-             {GST_PI0_CUDA_PREP_DTYPE_BFLOAT16, "bfloat16", "bfloat16"},
-             {GST_PI0_CUDA_PREP_DTYPE_FLOAT16, "float16", "float16"})
+GST_PI0_DEFINE_ENUM_TYPE (
+    gst_pi0_cuda_prep_resize_get_type, "GstPi0CudaPrepResize",
+    {GST_PI0_CUDA_PREP_RESIZE_PAD, "Keep aspect ratio, centre, black padding (openpi)", "pad"},
+    {GST_PI0_CUDA_PREP_RESIZE_STRETCH, "Scale each axis to the output size", "stretch"},
+    {GST_PI0_CUDA_PREP_RESIZE_CROP, "Keep aspect ratio, fill, cut the centre", "crop"})
+GST_PI0_DEFINE_ENUM_TYPE (
+    gst_pi0_cuda_prep_filter_get_type, "GstPi0CudaPrepFilter",
+    {GST_PI0_CUDA_PREP_FILTER_ANTIALIAS, "PIL bilinear, antialiased when downscaling (openpi)",
+     "antialias"},
+    {GST_PI0_CUDA_PREP_FILTER_BILINEAR,
+     "torch interpolate bilinear, align_corners=False, no antialias (LeRobot)", "bilinear"},
+    {GST_PI0_CUDA_PREP_FILTER_PIL,
+     "PIL bilinear in PIL's pass order: bit-identical to openpi "
+     "on landscape frames, slower on the CPU",
+     "pil"})
+GST_PI0_DEFINE_ENUM_TYPE (
+    gst_pi0_cuda_prep_normalize_get_type, "GstPi0CudaPrepNormalize",
+    {GST_PI0_CUDA_PREP_NORMALIZE_PI0, "x/127.5 - 1, range [-1, 1] (Pi0)", "pi0"},
+    {GST_PI0_CUDA_PREP_NORMALIZE_IMAGENET, "ImageNet mean and std", "imagenet"},
+    {GST_PI0_CUDA_PREP_NORMALIZE_CUSTOM, "The mean and std properties", "custom"})
+GST_PI0_DEFINE_ENUM_TYPE (gst_pi0_cuda_prep_device_get_type, "GstPi0CudaPrepDevice",
+                          {GST_PI0_CUDA_PREP_DEVICE_AUTO, "CUDA when usable, else CPU", "auto"},
+                          {GST_PI0_CUDA_PREP_DEVICE_CUDA, "CUDA (fail to start without a device)",
+                           "cuda"},
+                          {GST_PI0_CUDA_PREP_DEVICE_CPU, "CPU, multi-threaded", "cpu"})
+GST_PI0_DEFINE_ENUM_TYPE (gst_pi0_cuda_prep_dtype_get_type, "GstPi0CudaPrepDType",
+                          {GST_PI0_CUDA_PREP_DTYPE_FLOAT32, "float32", "float32"},
+                          {GST_PI0_CUDA_PREP_DTYPE_BFLOAT16, "bfloat16", "bfloat16"},
+                          {GST_PI0_CUDA_PREP_DTYPE_FLOAT16, "float16", "float16"})
 
 /* ---- properties ---- */
 
@@ -593,7 +587,7 @@ gst_pi0_cuda_prep_get_property (GObject *object, guint prop_id, GValue *value, G
     if (err_ != cudaSuccess) {                                                                     \
       GST_ELEMENT_ERROR (                                                                          \
           self, RESOURCE, FAILED,                                                                  \
-          ("CUDA error while %s: %s", what, pi0prep::cuda_error_text (err_).c_str ()),             \
+          ("CUDA error while %s: %s", what, pi0::prep::cuda_error_text (err_).c_str ()),           \
           ("%s", #call));                                                                          \
       return false;                                                                                \
     }                                                                                              \
@@ -621,7 +615,7 @@ cuda_start (GstPi0CudaPrep *self, int device)
     }
   }
 #endif
-  cs->prep = std::make_unique<pi0prep::CudaPrep> (GST_PI0_MAX_VIEWS);
+  cs->prep = std::make_unique<pi0::prep::CudaPrep> (GST_PI0_MAX_VIEWS);
   for (int v = 0; v < GST_PI0_MAX_VIEWS; v++) {
     auto cv = std::make_unique<CudaView> ();
     CUDA_TRY (self, cv->stream.create (), "creating a stream");
@@ -658,7 +652,7 @@ gst_pi0_cuda_prep_start (GstBaseTransform *bt)
     int n = 0;
     cudaError_t err = cudaGetDeviceCount (&n);
     if (err != cudaSuccess)
-      why = "cudaGetDeviceCount: " + pi0prep::cuda_error_text (err);
+      why = "cudaGetDeviceCount: " + pi0::prep::cuda_error_text (err);
     else if (device >= n)
       why = "cuda-device-id " + std::to_string (device) + " but " + std::to_string (n) +
             " device(s) present";
@@ -690,7 +684,7 @@ gst_pi0_cuda_prep_start (GstBaseTransform *bt)
 
   const guint n_threads =
       s.n_threads ? s.n_threads : std::max (1u, std::thread::hardware_concurrency ());
-  st.threads = std::make_unique<pi0prep::ThreadPool> ((int)n_threads);
+  st.threads = std::make_unique<pi0::prep::ThreadPool> ((int)n_threads);
   st.host_pool = std::make_shared<BlockPool> ();
   st.host_pool->alloc = host_alloc;
   st.host_pool->release = host_release;
@@ -737,16 +731,16 @@ gst_pi0_cuda_prep_stop (GstBaseTransform *bt)
 /* Enqueues the views on their streams; returns the block holding the output (its event
  * recorded after every view), or nullptr after posting an error. */
 static Block *
-cuda_run (GstPi0CudaPrep *self, const pi0prep::Params &p, std::vector<MappedView> &maps,
-          const std::vector<pi0prep::Image> &imgs, const std::vector<bool> &in_device)
+cuda_run (GstPi0CudaPrep *self, const pi0::prep::Params &p, std::vector<MappedView> &maps,
+          const std::vector<pi0::prep::Image> &imgs, const std::vector<bool> &in_device)
 {
   CudaState &cs = *self->priv->state.cuda;
   const int n = (int)imgs.size ();
-  const size_t vb = pi0prep::view_bytes (p);
+  const size_t vb = pi0::prep::view_bytes (p);
   Block *blk = block_acquire (cs.pool, vb * n);
   auto fail = [&] (const char *what, cudaError_t err) -> Block * {
     GST_ELEMENT_ERROR (self, RESOURCE, FAILED,
-                       ("CUDA error while %s: %s", what, pi0prep::cuda_error_text (err).c_str ()),
+                       ("CUDA error while %s: %s", what, pi0::prep::cuda_error_text (err).c_str ()),
                        (NULL));
     if (blk)
       block_return (blk);
@@ -760,16 +754,17 @@ cuda_run (GstPi0CudaPrep *self, const pi0prep::Params &p, std::vector<MappedView
 
   for (int v = 0; v < n; v++) {
     CudaView &cv = *cs.views[v];
-    pi0prep::Image im = imgs[v];
+    pi0::prep::Image im = imgs[v];
     if (im.planes[0] && !in_device[v]) {
       /* System memory: copy each plane into pinned staging and upload it on this view's
        * stream. The previous frame's upload must be done before staging is rewritten. */
       const GstVideoFrame &f = maps[v].frame;
-      const int np = pi0prep::format_n_planes (im.format);
+      const int np = pi0::prep::format_n_planes (im.format);
       size_t offs[3], total = 0;
       for (int pl = 0; pl < np; pl++) {
         offs[pl] = total;
-        total += (pi0prep::plane_span (im.format, im.height, pl, im.strides[pl]) + 255) / 256 * 256;
+        total +=
+            (pi0::prep::plane_span (im.format, im.height, pl, im.strides[pl]) + 255) / 256 * 256;
       }
       if ((err = cudaEventSynchronize (cv.upload_done.get ())) != cudaSuccess)
         return fail ("waiting for the previous upload", err);
@@ -779,7 +774,7 @@ cuda_run (GstPi0CudaPrep *self, const pi0prep::Params &p, std::vector<MappedView
         return fail ("allocating device input memory", err);
       for (int pl = 0; pl < np; pl++) {
         std::memcpy (cv.staging.data () + offs[pl], GST_VIDEO_FRAME_PLANE_DATA (&f, pl),
-                     pi0prep::plane_span (im.format, im.height, pl, im.strides[pl]));
+                     pi0::prep::plane_span (im.format, im.height, pl, im.strides[pl]));
         im.planes[pl] = cv.input.data () + offs[pl];
       }
       if ((err = cudaMemcpyAsync (cv.input.data (), cv.staging.data (), total,
@@ -816,7 +811,7 @@ gst_pi0_cuda_prep_transform_ip (GstBaseTransform *bt, GstBuffer *buf)
     std::lock_guard<std::mutex> lk (priv->settings_lock);
     s = priv->settings;
   }
-  const pi0prep::Params p = to_params (s);
+  const pi0::prep::Params p = to_params (s);
 
   GstPi0ObservationMeta *meta = gst_buffer_get_pi0_observation_meta (buf);
   if (!meta) {
@@ -831,12 +826,12 @@ gst_pi0_cuda_prep_transform_ip (GstBaseTransform *bt, GstBuffer *buf)
   }
 
   std::vector<MappedView> maps (n);
-  std::vector<pi0prep::Image> imgs (n);
+  std::vector<pi0::prep::Image> imgs (n);
   std::vector<bool> in_device (n, false);
   gboolean masks[GST_PI0_MAX_VIEWS] = {FALSE};
   for (guint i = 0; i < n; i++) {
     const GstPi0View *v = gst_pi0_observation_meta_get_view (meta, i);
-    pi0prep::Image &im = imgs[i];
+    pi0::prep::Image &im = imgs[i];
     if (!(v->flags & GST_PI0_VIEW_FLAG_VALID))
       continue; /* masked: pad value, mask FALSE */
     const GstVideoFormat vf = GST_VIDEO_INFO_FORMAT (&v->info);
@@ -880,13 +875,13 @@ gst_pi0_cuda_prep_transform_ip (GstBaseTransform *bt, GstBuffer *buf)
     const GstVideoFrame &f = maps[i].frame;
     im.width = GST_VIDEO_FRAME_WIDTH (&f);
     im.height = GST_VIDEO_FRAME_HEIGHT (&f);
-    for (int pl = 0; pl < pi0prep::format_n_planes (im.format); pl++) {
+    for (int pl = 0; pl < pi0::prep::format_n_planes (im.format); pl++) {
       im.planes[pl] = static_cast<const uint8_t *> (GST_VIDEO_FRAME_PLANE_DATA (&f, pl));
       const gint stride = GST_VIDEO_FRAME_PLANE_STRIDE (&f, pl);
       im.strides[pl] = stride > 0 ? (size_t)stride : 0;
     }
     im.yuv = yuv_matrix_for (&f.info);
-    const std::string bad = pi0prep::validate (p, im);
+    const std::string bad = pi0::prep::validate (p, im);
     if (!bad.empty ()) {
       GST_ELEMENT_ERROR (self, STREAM, FORMAT,
                          ("View '%s' (%dx%d %s) cannot be read: %s", v->name, im.width, im.height,
@@ -897,7 +892,7 @@ gst_pi0_cuda_prep_transform_ip (GstBaseTransform *bt, GstBuffer *buf)
     masks[i] = TRUE;
   }
 
-  const size_t nbytes = pi0prep::view_bytes (p) * n;
+  const size_t nbytes = pi0::prep::view_bytes (p) * n;
   GstPi0TensorStorage *storage = nullptr;
   gpointer ready_event = nullptr;
 #ifdef HAVE_CUDA
@@ -918,7 +913,7 @@ gst_pi0_cuda_prep_transform_ip (GstBaseTransform *bt, GstBuffer *buf)
                          (NULL));
       return GST_FLOW_ERROR;
     }
-    pi0prep::prep_cpu (p, imgs.data (), (int)n, blk->data, st.threads.get ());
+    pi0::prep::prep_cpu (p, imgs.data (), (int)n, blk->data, st.threads.get ());
     storage =
         gst_pi0_tensor_storage_new (blk->data, nbytes, GST_PI0_DEVICE_CPU, 0, blk, block_return);
   }

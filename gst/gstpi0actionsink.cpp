@@ -42,6 +42,7 @@
 #endif
 
 #include "gstpi0actionsink.h"
+#include "gstpi0enum.h"
 
 #include "pi0frame.h"
 #include "pi0percentile.h"
@@ -78,7 +79,7 @@ constexpr GstClockTime kDefaultReconnectMin = 100 * GST_MSECOND;
 constexpr GstClockTime kDefaultReconnectMax = 2 * GST_SECOND;
 constexpr double kDefaultControlRate = 50.0;
 constexpr guint kDefaultSendBuffer = 64 * 1024;
-constexpr guint kDefaultDatagramSize = (guint)pi0proto::kDefaultDatagramSize;
+constexpr guint kDefaultDatagramSize = (guint)pi0::proto::kDefaultDatagramSize;
 constexpr const char *kDefaultTarget = "stdout";
 
 enum {
@@ -542,7 +543,7 @@ struct State {
   bool started = false;
   bool binary = true;
   bool have_cfg = false;
-  pi0safety::RobotConfig cfg;
+  pi0::proto::RobotConfig cfg;
   guint dim = 0; /* from the config, or fixed by the first chunk */
   GstClockTime period = 0;
   Transport transport;
@@ -604,37 +605,22 @@ GST_ELEMENT_REGISTER_DEFINE (pi0actionsink, "pi0actionsink", GST_RANK_NONE,
 static GstStaticPadTemplate sink_template = GST_STATIC_PAD_TEMPLATE (
     "sink", GST_PAD_SINK, GST_PAD_ALWAYS, GST_STATIC_CAPS (GST_PI0_OBSERVATION_MEDIA_TYPE));
 
-GType
-gst_pi0_action_sink_mode_get_type (void)
-{
-  static GType type = 0;
-  static const GEnumValue values[] = {
-      {GST_PI0_ACTION_SINK_MODE_CHUNK, "Send each chunk whole when it arrives", "chunk"},
-      {GST_PI0_ACTION_SINK_MODE_STREAM, "Send one action per control tick from the newest chunk",
-       "stream"},
-      {GST_PI0_ACTION_SINK_MODE_LOG,
-       "Record every chunk whole, as the policy made it (file:// or stdout only; no limits, no "
-       "age check, no HOLD)",
-       "log"},
-      {0, nullptr, nullptr}};
-  if (g_once_init_enter (&type))
-    g_once_init_leave (&type, g_enum_register_static ("GstPi0ActionSinkMode", values));
-  return type;
-}
+GST_PI0_DEFINE_ENUM_TYPE (
+    gst_pi0_action_sink_mode_get_type, "GstPi0ActionSinkMode",
+    {GST_PI0_ACTION_SINK_MODE_CHUNK, "Send each chunk whole when it arrives", "chunk"},
+    {GST_PI0_ACTION_SINK_MODE_STREAM, "Send one action per control tick from the newest chunk",
+     "stream"},
+    {GST_PI0_ACTION_SINK_MODE_LOG,
+     "Record every chunk whole, as the policy made it (file:// or stdout only; no limits, no "
+     "age check, no HOLD)",
+     "log"})
 
-GType
-gst_pi0_action_sink_format_get_type (void)
-{
-  static GType type = 0;
-  static const GEnumValue values[] = {
-      {GST_PI0_ACTION_SINK_FORMAT_AUTO, "Binary for udp/tcp, JSON lines for file/stdout", "auto"},
-      {GST_PI0_ACTION_SINK_FORMAT_JSON, "One JSON object per line", "json"},
-      {GST_PI0_ACTION_SINK_FORMAT_BINARY, "Binary frames (docs/protocol.md)", "binary"},
-      {0, nullptr, nullptr}};
-  if (g_once_init_enter (&type))
-    g_once_init_leave (&type, g_enum_register_static ("GstPi0ActionSinkFormat", values));
-  return type;
-}
+GST_PI0_DEFINE_ENUM_TYPE (gst_pi0_action_sink_format_get_type, "GstPi0ActionSinkFormat",
+                          {GST_PI0_ACTION_SINK_FORMAT_AUTO,
+                           "Binary for udp/tcp, JSON lines for file/stdout", "auto"},
+                          {GST_PI0_ACTION_SINK_FORMAT_JSON, "One JSON object per line", "json"},
+                          {GST_PI0_ACTION_SINK_FORMAT_BINARY, "Binary frames (docs/protocol.md)",
+                           "binary"})
 
 /* ---------------------------------------------------------------------------------------- */
 /* Everything below that takes State & is called with priv->lock held.                       */
@@ -663,50 +649,50 @@ running_now (State &st)
 
 /* Encodes and writes one message; splits ACTION rows into datagram-sized frames. */
 void
-send_message (State &st, Pending &p, pi0proto::Kind kind, const float *values, guint steps,
+send_message (State &st, Pending &p, pi0::proto::Kind kind, const float *values, guint steps,
               guint step_index, guint chunk_steps, guint64 chunk_id, GstClockTime obs,
               GstClockTime now, uint8_t flags, const std::string &model_id)
 {
   const guint dim = st.dim;
   guint rows_per = steps ? steps : 1;
   if (st.binary && st.transport.is_datagram () && steps > 0)
-    rows_per = pi0proto::rows_per_frame (dim, !st.s.hmac_key.empty (), st.s.datagram_size);
+    rows_per = pi0::proto::rows_per_frame (dim, !st.s.hmac_key.empty (), st.s.datagram_size);
   /* start() and render refuse a dim for which this is 0, so rows_per >= 1 here. */
   if (rows_per == 0)
     rows_per = 1;
   guint done = 0;
   do {
     const guint n = steps ? std::min (rows_per, steps - done) : 0;
-    pi0proto::Header h;
+    pi0::proto::Header h;
     h.kind = kind;
     h.flags = flags;
-    if (kind == pi0proto::Kind::kAction) {
-      h.flags &= (uint8_t)~pi0proto::kFlagLast;
-      if (done + n == steps && (flags & pi0proto::kFlagLast))
-        h.flags |= pi0proto::kFlagLast;
+    if (kind == pi0::proto::Kind::kAction) {
+      h.flags &= (uint8_t)~pi0::proto::kFlagLast;
+      if (done + n == steps && (flags & pi0::proto::kFlagLast))
+        h.flags |= pi0::proto::kFlagLast;
     }
     h.session_id = st.session_id;
     h.seq = ++st.seq;
     h.chunk_id = chunk_id;
-    h.observation_time_ns = GST_CLOCK_TIME_IS_VALID (obs) ? obs : pi0proto::kTimeNone;
-    h.send_time_ns = GST_CLOCK_TIME_IS_VALID (now) ? now : pi0proto::kTimeNone;
+    h.observation_time_ns = GST_CLOCK_TIME_IS_VALID (obs) ? obs : pi0::proto::kTimeNone;
+    h.send_time_ns = GST_CLOCK_TIME_IS_VALID (now) ? now : pi0::proto::kTimeNone;
     h.step_period_ns = st.period;
     h.step_index = step_index + done;
-    h.chunk_steps = kind == pi0proto::Kind::kAction ? chunk_steps : n;
+    h.chunk_steps = kind == pi0::proto::Kind::kAction ? chunk_steps : n;
     h.steps = (uint16_t)n;
-    h.dim = (uint16_t)((n || kind == pi0proto::Kind::kHello) ? dim : 0);
+    h.dim = (uint16_t)((n || kind == pi0::proto::Kind::kHello) ? dim : 0);
     const float *rows = values ? values + (size_t)done * dim : nullptr;
     st.buf.clear ();
     if (st.binary) {
-      pi0proto::encode (h, rows, st.s.hmac_key, st.buf);
+      pi0::proto::encode (h, rows, st.s.hmac_key, st.buf);
     } else {
-      std::string line = pi0proto::to_json (h, rows, model_id);
+      std::string line = pi0::proto::to_json (h, rows, model_id);
       line += '\n';
       st.buf.assign (line.begin (), line.end ());
     }
     if (st.transport.write (st.buf.data (), st.buf.size ()) == SendResult::kSent) {
       st.stats.frames++;
-      if (kind == pi0proto::Kind::kAction)
+      if (kind == pi0::proto::Kind::kAction)
         st.stats.sent += n;
     } else {
       st.stats.dropped++;
@@ -714,9 +700,9 @@ send_message (State &st, Pending &p, pi0proto::Kind kind, const float *values, g
     done += n;
   } while (done < steps);
   st.stats.dropped += st.transport.take_queue_drops ();
-  if (kind != pi0proto::Kind::kHello) {
-    Emitted e{pi0proto::kind_name (kind), chunk_id, step_index, steps,
-              (guint)(steps ? dim : 0),   {}};
+  if (kind != pi0::proto::Kind::kHello) {
+    Emitted e{pi0::proto::kind_name (kind), chunk_id, step_index, steps,
+              (guint)(steps ? dim : 0),     {}};
     if (steps)
       e.values.assign (values, values + (size_t)steps * dim);
     p.emitted.push_back (std::move (e));
@@ -768,7 +754,7 @@ send_hold (State &st, Pending &p, GstClockTime now)
   std::vector<float> hold;
   if (pos)
     hold.assign (pos, pos + st.dim);
-  send_message (st, p, pi0proto::Kind::kHold, pos ? hold.data () : nullptr, pos ? 1 : 0, 0, 0, 0,
+  send_message (st, p, pi0::proto::Kind::kHold, pos ? hold.data () : nullptr, pos ? 1 : 0, 0, 0, 0,
                 GST_CLOCK_TIME_NONE, now, 0, "");
   /* From now on the robot holds this position: it is the reference for the next step bound. */
   if (pos) {
@@ -801,7 +787,7 @@ announce (State &st, Pending &p, GstClockTime now)
   if (st.transport.is_network () && !st.transport.connected ())
     return;
   st.announced = true;
-  send_message (st, p, pi0proto::Kind::kHello, nullptr, 0, 0, 0, 0, GST_CLOCK_TIME_NONE, now, 0,
+  send_message (st, p, pi0::proto::Kind::kHello, nullptr, 0, 0, 0, 0, GST_CLOCK_TIME_NONE, now, 0,
                 "");
   const guint64 holds = st.stats.holds;
   const bool hold_sent = st.hold_sent;
@@ -856,15 +842,15 @@ stream_step (State &st, Pending &p, GstClockTime now)
   const float *in = c.values.data () + (size_t)k * st.dim;
   unsigned changed = 0;
   if (st.have_cfg)
-    changed = pi0safety::limit_action (st.cfg, prev, in, row.data ());
+    changed = pi0::proto::limit_action (st.cfg, prev, in, row.data ());
   else
     row.assign (in, in + st.dim);
   if (changed)
     st.stats.clamped++;
-  uint8_t flags = pi0proto::kFlagStream | (changed ? pi0proto::kFlagClamped : 0);
+  uint8_t flags = pi0::proto::kFlagStream | (changed ? pi0::proto::kFlagClamped : 0);
   if (k + 1 == c.limit)
-    flags |= pi0proto::kFlagLast;
-  send_message (st, p, pi0proto::Kind::kAction, row.data (), 1, (guint)k, c.limit, c.chunk_id,
+    flags |= pi0::proto::kFlagLast;
+  send_message (st, p, pi0::proto::Kind::kAction, row.data (), 1, (guint)k, c.limit, c.chunk_id,
                 c.obs, now, flags, c.model_id);
   if (c.next == 0)
     st.latency.add (c.stamps, now); /* the chunk's first row leaves: its latency */
@@ -886,7 +872,7 @@ watchdog (State &st, Pending &p, GstClockTime now)
     GST_INFO ("no fresh action for %" GST_TIME_FORMAT ": HOLD", GST_TIME_ARGS (idle));
   }
   if (!st.stop_sent && idle >= st.s.stop_timeout) {
-    send_message (st, p, pi0proto::Kind::kStop, nullptr, 0, 0, 0, 0, GST_CLOCK_TIME_NONE, now, 0,
+    send_message (st, p, pi0::proto::Kind::kStop, nullptr, 0, 0, 0, 0, GST_CLOCK_TIME_NONE, now, 0,
                   "");
     st.stop_sent = true;
     st.hold_sent = true;
@@ -1034,12 +1020,12 @@ gst_pi0_action_sink_start (GstBaseSink *bsink)
                        (nullptr));
     return FALSE;
   }
-  pi0safety::RobotConfig cfg;
+  pi0::proto::RobotConfig cfg;
   bool have_cfg = false;
   if (log) {
     /* Nothing here moves a robot: no limits to apply (robot-config, if set, is not used). */
   } else if (!s.robot_config.empty ()) {
-    if (!pi0safety::load_robot_config (s.robot_config, &cfg, &err)) {
+    if (!pi0::proto::load_robot_config (s.robot_config, &cfg, &err)) {
       g_clear_object (&addr);
       GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS,
                          ("Invalid robot configuration: %s", err.c_str ()), (nullptr));
@@ -1067,7 +1053,7 @@ gst_pi0_action_sink_start (GstBaseSink *bsink)
     return FALSE;
   }
   if (have_cfg && binary && type == TargetType::kUdp &&
-      pi0proto::rows_per_frame (cfg.dim (), !s.hmac_key.empty (), s.datagram_size) == 0) {
+      pi0::proto::rows_per_frame (cfg.dim (), !s.hmac_key.empty (), s.datagram_size) == 0) {
     g_clear_object (&addr);
     GST_ELEMENT_ERROR (
         self, RESOURCE, SETTINGS,
@@ -1114,7 +1100,9 @@ gst_pi0_action_sink_start (GstBaseSink *bsink)
   flush_pending (self, p);
   GST_INFO_OBJECT (self, "sending to %s (%s, %s mode, %.1f Hz)", s.target.c_str (),
                    binary ? "binary" : "json",
-                   log ? "log" : s.mode == GST_PI0_ACTION_SINK_MODE_STREAM ? "stream" : "chunk",
+                   log                                         ? "log"
+                   : s.mode == GST_PI0_ACTION_SINK_MODE_STREAM ? "stream"
+                                                               : "chunk",
                    s.control_rate);
   return TRUE;
 }
@@ -1258,7 +1246,7 @@ render_locked (GstPi0ActionSink *self, State &st, GstBuffer *buf, Pending &p, st
     return GST_FLOW_OK;
   }
   if (meta->horizon == 0 || meta->dim == 0 || !meta->actions ||
-      meta->horizon > pi0proto::kMaxSteps || meta->dim > pi0proto::kMaxDim) {
+      meta->horizon > pi0::proto::kMaxSteps || meta->dim > pi0::proto::kMaxDim) {
     *error = "action chunk of " + std::to_string (meta->horizon) + "x" +
              std::to_string (meta->dim) +
              " is outside what the protocol carries (1..4096 x 1..256)";
@@ -1266,7 +1254,7 @@ render_locked (GstPi0ActionSink *self, State &st, GstBuffer *buf, Pending &p, st
   }
   if (st.dim == 0) {
     if (st.binary && st.transport.is_datagram () &&
-        pi0proto::rows_per_frame (meta->dim, !st.s.hmac_key.empty (), st.s.datagram_size) == 0) {
+        pi0::proto::rows_per_frame (meta->dim, !st.s.hmac_key.empty (), st.s.datagram_size) == 0) {
       *error = "datagram-size " + std::to_string (st.s.datagram_size) +
                " cannot hold one action of " + std::to_string (meta->dim) + " values";
       return GST_FLOW_NOT_NEGOTIATED;
@@ -1288,8 +1276,8 @@ render_locked (GstPi0ActionSink *self, State &st, GstBuffer *buf, Pending &p, st
     /* The policy's output as it is, for recordings and replays: a file, never a robot (start()
      * refuses network targets), so no limits, no age check. Non-finite values are written as
      * null; the model_id says when the chunk came from an untrained model. */
-    send_message (st, p, pi0proto::Kind::kAction, meta->actions, meta->horizon, 0, meta->horizon,
-                  meta->sequence, meta->observation_time, now, pi0proto::kFlagLast,
+    send_message (st, p, pi0::proto::Kind::kAction, meta->actions, meta->horizon, 0, meta->horizon,
+                  meta->sequence, meta->observation_time, now, pi0::proto::kFlagLast,
                   meta->model_id ? meta->model_id : "");
     st.latency.add (stamps_of (buf, meta), now);
     return GST_FLOW_OK;
@@ -1298,9 +1286,9 @@ render_locked (GstPi0ActionSink *self, State &st, GstBuffer *buf, Pending &p, st
 
   /* Whole-chunk gate: the meta's flag and our own scan (the flag can be stale if someone
    * wrote the actions after adding the meta). */
-  const pi0safety::Verdict v = pi0safety::check_chunk (st.have_cfg ? &st.cfg : nullptr,
-                                                       meta->actions, meta->horizon, meta->dim);
-  if (v != pi0safety::Verdict::kOk || (meta->flags & GST_PI0_ACTION_FLAG_NON_FINITE)) {
+  const pi0::proto::Verdict v = pi0::proto::check_chunk (st.have_cfg ? &st.cfg : nullptr,
+                                                         meta->actions, meta->horizon, meta->dim);
+  if (v != pi0::proto::Verdict::kOk || (meta->flags & GST_PI0_ACTION_FLAG_NON_FINITE)) {
     st.stats.rejected++;
     warn (st, p,
           "chunk " + std::to_string (meta->sequence) +
@@ -1360,7 +1348,7 @@ render_locked (GstPi0ActionSink *self, State &st, GstBuffer *buf, Pending &p, st
     float *o = out.data () + (size_t)r * st.dim;
     if (st.have_cfg) {
       const float *prev = r ? o - st.dim : (prev_buf.empty () ? nullptr : prev_buf.data ());
-      if (pi0safety::limit_action (st.cfg, prev, in, o)) {
+      if (pi0::proto::limit_action (st.cfg, prev, in, o)) {
         st.stats.clamped++;
         any_clamped = true;
       }
@@ -1368,9 +1356,9 @@ render_locked (GstPi0ActionSink *self, State &st, GstBuffer *buf, Pending &p, st
       memcpy (o, in, st.dim * sizeof (float));
     }
   }
-  send_message (st, p, pi0proto::Kind::kAction, out.data (), rows, (guint)first, limit,
+  send_message (st, p, pi0::proto::Kind::kAction, out.data (), rows, (guint)first, limit,
                 meta->sequence, obs, now,
-                (uint8_t)(pi0proto::kFlagLast | (any_clamped ? pi0proto::kFlagClamped : 0)),
+                (uint8_t)(pi0::proto::kFlagLast | (any_clamped ? pi0::proto::kFlagClamped : 0)),
                 meta->model_id ? meta->model_id : "");
   st.latency.add (stamps_of (buf, meta), now);
   st.sent_rows = std::move (out);

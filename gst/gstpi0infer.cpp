@@ -46,6 +46,7 @@
 #endif
 
 #include "gstpi0infer.h"
+#include "gstpi0enum.h"
 #include "pi0percentile.h"
 
 #include <gst/pi0/pi0.h>
@@ -209,58 +210,22 @@ struct _GstPi0Infer {
 G_DEFINE_TYPE (GstPi0Infer, gst_pi0_infer, GST_TYPE_BASE_TRANSFORM);
 GST_ELEMENT_REGISTER_DEFINE (pi0infer, "pi0infer", GST_RANK_NONE, GST_TYPE_PI0_INFER);
 
-#define GST_TYPE_PI0_INFER_PRECISION (gst_pi0_infer_precision_get_type ())
-static GType
-gst_pi0_infer_precision_get_type (void)
-{
-  static gsize type = 0;
-  static const GEnumValue values[] = {
-      {GST_PI0_INFER_PRECISION_AUTO, "bf16 on CUDA, fp32 on the CPU", "auto"},
-      {GST_PI0_INFER_PRECISION_BF16, "bf16 weights, fp32 norms and softmax", "bf16"},
-      {GST_PI0_INFER_PRECISION_FP32, "fp32", "fp32"},
-      {0, nullptr, nullptr},
-  };
-  if (g_once_init_enter (&type)) {
-    GType t = g_enum_register_static ("GstPi0InferPrecision", values);
-    g_once_init_leave (&type, t);
-  }
-  return (GType)type;
-}
+GST_PI0_DEFINE_ENUM_TYPE (gst_pi0_infer_precision_get_type, "GstPi0InferPrecision",
+                          {GST_PI0_INFER_PRECISION_AUTO, "bf16 on CUDA, fp32 on the CPU", "auto"},
+                          {GST_PI0_INFER_PRECISION_BF16, "bf16 weights, fp32 norms and softmax",
+                           "bf16"},
+                          {GST_PI0_INFER_PRECISION_FP32, "fp32", "fp32"})
 
-#define GST_TYPE_PI0_INFER_DEVICE (gst_pi0_infer_device_get_type ())
-static GType
-gst_pi0_infer_device_get_type (void)
-{
-  static gsize type = 0;
-  static const GEnumValue values[] = {
-      {GST_PI0_INFER_DEVICE_AUTO, "CUDA when usable, else the CPU", "auto"},
-      {GST_PI0_INFER_DEVICE_CUDA, "CUDA (fails to start without a usable GPU)", "cuda"},
-      {GST_PI0_INFER_DEVICE_CPU, "The CPU", "cpu"},
-      {0, nullptr, nullptr},
-  };
-  if (g_once_init_enter (&type)) {
-    GType t = g_enum_register_static ("GstPi0InferDevice", values);
-    g_once_init_leave (&type, t);
-  }
-  return (GType)type;
-}
+GST_PI0_DEFINE_ENUM_TYPE (gst_pi0_infer_device_get_type, "GstPi0InferDevice",
+                          {GST_PI0_INFER_DEVICE_AUTO, "CUDA when usable, else the CPU", "auto"},
+                          {GST_PI0_INFER_DEVICE_CUDA, "CUDA (fails to start without a usable GPU)",
+                           "cuda"},
+                          {GST_PI0_INFER_DEVICE_CPU, "The CPU", "cpu"})
 
-#define GST_TYPE_PI0_INFER_NORM_MODE (gst_pi0_infer_norm_mode_get_type ())
-static GType
-gst_pi0_infer_norm_mode_get_type (void)
-{
-  static gsize type = 0;
-  static const GEnumValue values[] = {
-      {NORM_ZSCORE, "(x - mean) / (std + 1e-6), as pi0 trains", "zscore"},
-      {NORM_QUANTILE, "[q01, q99] to [-1, 1], as pi05 and pi0-FAST train", "quantile"},
-      {0, nullptr, nullptr},
-  };
-  if (g_once_init_enter (&type)) {
-    GType t = g_enum_register_static ("GstPi0InferNormMode", values);
-    g_once_init_leave (&type, t);
-  }
-  return (GType)type;
-}
+GST_PI0_DEFINE_ENUM_TYPE (gst_pi0_infer_norm_mode_get_type, "GstPi0InferNormMode",
+                          {NORM_ZSCORE, "(x - mean) / (std + 1e-6), as pi0 trains", "zscore"},
+                          {NORM_QUANTILE, "[q01, q99] to [-1, 1], as pi05 and pi0-FAST train",
+                           "quantile"})
 
 static void gst_pi0_infer_finalize (GObject *object);
 static void gst_pi0_infer_set_property (GObject *object, guint prop_id, const GValue *value,

@@ -34,4 +34,12 @@ G_DECLARE_FINAL_TYPE (GstPi0Infer, gst_pi0_infer, GST, PI0_INFER, GstBaseTransfo
 
 GST_ELEMENT_REGISTER_DECLARE (pi0infer);
 
+/* Enum types of the element's properties (registered for gst-inspect and bindings). */
+#define GST_TYPE_PI0_INFER_PRECISION (gst_pi0_infer_precision_get_type ())
+GType gst_pi0_infer_precision_get_type (void);
+#define GST_TYPE_PI0_INFER_DEVICE (gst_pi0_infer_device_get_type ())
+GType gst_pi0_infer_device_get_type (void);
+#define GST_TYPE_PI0_INFER_NORM_MODE (gst_pi0_infer_norm_mode_get_type ())
+GType gst_pi0_infer_norm_mode_get_type (void);
+
 G_END_DECLS

@@ -43,6 +43,7 @@
 #endif
 
 #include "gstpi0viewmux.h"
+#include "gstpi0enum.h"
 
 #include <gst/pi0/pi0.h>
 #include <gst/video/video.h>
@@ -241,45 +242,20 @@ struct _GstPi0ViewMux {
 G_DEFINE_TYPE (GstPi0ViewMux, gst_pi0_view_mux, GST_TYPE_AGGREGATOR);
 GST_ELEMENT_REGISTER_DEFINE (pi0viewmux, "pi0viewmux", GST_RANK_NONE, GST_TYPE_PI0_VIEW_MUX);
 
-#define GST_TYPE_PI0_VIEW_MUX_VIEW (gst_pi0_view_mux_view_get_type ())
-static GType
-gst_pi0_view_mux_view_get_type (void)
-{
-  static gsize type = 0;
-  static const GEnumValue values[] = {
-      {VIEW_MAIN, "The main (base) camera", "main"},
-      {VIEW_SIDE, "The side (left wrist) camera", "side"},
-      {VIEW_TOP, "The top (right wrist) camera", "top"},
-      {0, nullptr, nullptr},
-  };
-  if (g_once_init_enter (&type)) {
-    GType t = g_enum_register_static ("GstPi0ViewMuxView", values);
-    g_once_init_leave (&type, t);
-  }
-  return (GType)type;
-}
+GST_PI0_DEFINE_ENUM_TYPE (gst_pi0_view_mux_view_get_type, "GstPi0ViewMuxView",
+                          {VIEW_MAIN, "The main (base) camera", "main"},
+                          {VIEW_SIDE, "The side (left wrist) camera", "side"},
+                          {VIEW_TOP, "The top (right wrist) camera", "top"})
 
 typedef enum {
   TIMESTAMPS_RUNNING_TIME = 0,
   TIMESTAMPS_PTS = 1,
 } Pi0ViewMuxTimestamps;
 
-#define GST_TYPE_PI0_VIEW_MUX_TIMESTAMPS (gst_pi0_view_mux_timestamps_get_type ())
-static GType
-gst_pi0_view_mux_timestamps_get_type (void)
-{
-  static gsize type = 0;
-  static const GEnumValue values[] = {
-      {TIMESTAMPS_RUNNING_TIME, "Running time of each buffer in its pad's segment", "running-time"},
-      {TIMESTAMPS_PTS, "Buffer PTS as they are, ignoring segments (replaying recordings)", "pts"},
-      {0, nullptr, nullptr},
-  };
-  if (g_once_init_enter (&type)) {
-    GType t = g_enum_register_static ("GstPi0ViewMuxTimestamps", values);
-    g_once_init_leave (&type, t);
-  }
-  return (GType)type;
-}
+GST_PI0_DEFINE_ENUM_TYPE (
+    gst_pi0_view_mux_timestamps_get_type, "GstPi0ViewMuxTimestamps",
+    {TIMESTAMPS_RUNNING_TIME, "Running time of each buffer in its pad's segment", "running-time"},
+    {TIMESTAMPS_PTS, "Buffer PTS as they are, ignoring segments (replaying recordings)", "pts"})
 
 static void gst_pi0_view_mux_finalize (GObject *object);
 static void gst_pi0_view_mux_set_property (GObject *object, guint prop_id, const GValue *value,
@@ -414,13 +390,13 @@ gst_pi0_view_mux_class_init (GstPi0ViewMuxClass *klass)
    */
   g_object_class_install_property (
       gobject_class, PROP_MAX_WAIT,
-      g_param_spec_uint64 ("max-wait", "Maximum wait",
-                           "Live: the longest an observation waits after its base frame's "
-                           "capture, whatever the cameras' latency (in nanoseconds; -1 = the "
-                           "pipeline latency)",
-                           0, G_MAXUINT64, G_MAXUINT64,
-                           (GParamFlags) (G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS |
-                                          GST_PARAM_MUTABLE_PLAYING)));
+      g_param_spec_uint64 (
+          "max-wait", "Maximum wait",
+          "Live: the longest an observation waits after its base frame's "
+          "capture, whatever the cameras' latency (in nanoseconds; -1 = the "
+          "pipeline latency)",
+          0, G_MAXUINT64, G_MAXUINT64,
+          (GParamFlags)(G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS | GST_PARAM_MUTABLE_PLAYING)));
 
   /**
    * GstPi0ViewMux:timestamps:
@@ -435,12 +411,12 @@ gst_pi0_view_mux_class_init (GstPi0ViewMuxClass *klass)
    */
   g_object_class_install_property (
       gobject_class, PROP_TIMESTAMPS,
-      g_param_spec_enum ("timestamps", "Timestamps",
-                         "Pair by running-time (default) or by the buffers' pts as they are "
-                         "(replaying recordings whose demuxers rebase segments)",
-                         GST_TYPE_PI0_VIEW_MUX_TIMESTAMPS, TIMESTAMPS_RUNNING_TIME,
-                         (GParamFlags)(G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS |
-                                       GST_PARAM_MUTABLE_READY)));
+      g_param_spec_enum (
+          "timestamps", "Timestamps",
+          "Pair by running-time (default) or by the buffers' pts as they are "
+          "(replaying recordings whose demuxers rebase segments)",
+          GST_TYPE_PI0_VIEW_MUX_TIMESTAMPS, TIMESTAMPS_RUNNING_TIME,
+          (GParamFlags)(G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS | GST_PARAM_MUTABLE_READY)));
 
   /**
    * GstPi0ViewMux:stats:

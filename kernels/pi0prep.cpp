@@ -21,7 +21,7 @@
 #include <immintrin.h>
 #endif
 
-namespace pi0prep
+namespace pi0::prep
 {
 
 const char *
@@ -1337,10 +1337,10 @@ prep_cpu (const Params &p, const Image *views, int n_views, void *out, ThreadPoo
   }
 }
 
-} // namespace pi0prep
+} // namespace pi0::prep
 
 bool
-pi0prep::have_cuda_build ()
+pi0::prep::have_cuda_build ()
 {
 #ifdef HAVE_CUDA
   return true;

@@ -34,7 +34,7 @@
 #include <string>
 #include <vector>
 
-namespace pi0prep
+namespace pi0::prep
 {
 
 enum class Format {
@@ -171,4 +171,4 @@ void prep_cpu (const Params &p, const Image *views, int n_views, void *out, Thre
 
 bool have_cuda_build ();
 
-} // namespace pi0prep
+} // namespace pi0::prep

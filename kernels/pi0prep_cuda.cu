@@ -11,7 +11,7 @@
 #include <algorithm>
 #include <cstring>
 
-namespace pi0prep
+namespace pi0::prep
 {
 
 std::string
@@ -496,4 +496,4 @@ prep_cuda (const Params &p, const Image *views, int n_views, void *out, const cu
   return cudaSuccess;
 }
 
-} // namespace pi0prep
+} // namespace pi0::prep

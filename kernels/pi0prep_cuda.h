@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-namespace pi0prep
+namespace pi0::prep
 {
 
 /* "cudaErrorXxx (description)" */
@@ -160,4 +160,4 @@ private:
   size_t size_ = 0;
 };
 
-} // namespace pi0prep
+} // namespace pi0::prep

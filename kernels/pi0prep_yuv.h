@@ -16,7 +16,7 @@
 #define PI0_HOST_DEVICE inline
 #endif
 
-namespace pi0prep
+namespace pi0::prep
 {
 
 PI0_HOST_DEVICE bool
@@ -66,4 +66,4 @@ yuv_row (Format f, const uint8_t *const planes[3], const size_t strides[3], int 
   return {y, c1, c2, 1, 1, f == Format::Y444 ? 0 : 1}; /* I420, Y42B, Y444 */
 }
 
-} // namespace pi0prep
+} // namespace pi0::prep

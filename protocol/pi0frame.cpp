@@ -12,7 +12,7 @@
 #include <cstdio>
 #include <cstring>
 
-namespace pi0proto
+namespace pi0::proto
 {
 
 namespace
@@ -410,4 +410,4 @@ to_json (const Header &h, const float *values, const std::string &model_id)
   return s;
 }
 
-} // namespace pi0proto
+} // namespace pi0::proto

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-namespace pi0proto
+namespace pi0::proto
 {
 
 /* "PI0A" read as bytes. */
@@ -133,4 +133,4 @@ std::string to_json (const Header &header, const float *values, const std::strin
 
 const char *kind_name (Kind k);
 
-} // namespace pi0proto
+} // namespace pi0::proto

@@ -7,13 +7,16 @@
 #error "pi0safety.cpp must be built without -ffast-math/-ffinite-math-only: they break NaN checks"
 #endif
 
-#include <json-glib/json-glib.h>
+#include "pi0json.h"
 
+#include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <limits>
+#include <sstream>
 
-namespace pi0safety
+namespace pi0::proto
 {
 
 namespace
@@ -27,43 +30,25 @@ finite_bits (float v)
   return (bits & 0x7F800000u) != 0x7F800000u;
 }
 
+/* A per-joint array: present (unless optional), @want long, every value a finite float32. */
 bool
-read_array (JsonObject *obj, const char *name, size_t want, bool required, std::vector<float> *out,
-            std::string *error)
+read_array (const json::Value &obj, const char *name, size_t want, bool required,
+            std::vector<float> *out, std::string *error)
 {
-  if (!json_object_has_member (obj, name)) {
+  const auto it = obj.find (name);
+  if (it == obj.end ()) {
     if (required)
       *error = std::string ("missing \"") + name + "\"";
     return !required;
   }
-  JsonNode *node = json_object_get_member (obj, name);
-  if (!JSON_NODE_HOLDS_ARRAY (node)) {
-    *error = std::string ("\"") + name + "\" must be an array of numbers";
+  const std::string what = std::string ("\"") + name + "\"";
+  if (it->is_array () && it->size () != want) {
+    *error = what + " has " + std::to_string (it->size ()) + " values but \"joints\" has " +
+             std::to_string (want);
     return false;
   }
-  JsonArray *arr = json_node_get_array (node);
-  if (json_array_get_length (arr) != want) {
-    *error = std::string ("\"") + name + "\" has " + std::to_string (json_array_get_length (arr)) +
-             " values but \"joints\" has " + std::to_string (want);
-    return false;
-  }
-  out->clear ();
-  for (guint i = 0; i < want; i++) {
-    JsonNode *e = json_array_get_element (arr, i);
-    if (!JSON_NODE_HOLDS_VALUE (e) || (json_node_get_value_type (e) != G_TYPE_DOUBLE &&
-                                       json_node_get_value_type (e) != G_TYPE_INT64)) {
-      *error = std::string ("\"") + name + "\"[" + std::to_string (i) + "] is not a number";
-      return false;
-    }
-    const double d = json_node_get_double (e);
-    /* A limit that does not fit a float would turn into ±Inf when stored. */
-    if (!std::isfinite (d) || std::fabs (d) > std::numeric_limits<float>::max ()) {
-      *error = std::string ("\"") + name + "\"[" + std::to_string (i) + "] is not a finite float";
-      return false;
-    }
-    out->push_back ((float)d);
-  }
-  return true;
+  /* A limit that does not fit a float would turn into ±Inf when stored: to_float refuses it. */
+  return json::to_float_array (*it, what, out, error);
 }
 
 /* Exactly (a - b) <= s, for finite floats. A double difference of two floats can round
@@ -113,93 +98,63 @@ window_high (float prev, float step)
 } // namespace
 
 bool
-parse_robot_config (const std::string &json, RobotConfig *out, std::string *error)
+parse_robot_config (const std::string &text, RobotConfig *out, std::string *error)
 {
   std::string err;
   RobotConfig cfg;
-  JsonParser *parser = json_parser_new ();
-  GError *gerr = nullptr;
-  bool ok = false;
-
-  if (!json_parser_load_from_data (parser, json.data (), (gssize)json.size (), &gerr)) {
-    err = std::string ("not valid JSON: ") + gerr->message;
-    g_clear_error (&gerr);
-    goto done;
+  auto fail = [&] (const std::string &msg) {
+    if (error)
+      *error = msg;
+    return false;
+  };
+  /* Strict: a key given twice (two "max_step" arrays, say) is refused, not resolved. */
+  const std::optional<json::Value> root = json::parse_strict (text, "robot config", &err);
+  if (!root)
+    return fail (err);
+  if (!root->is_object ())
+    return fail ("the top level must be an object");
+  const auto joints = root->find ("joints");
+  if (joints == root->end () || !joints->is_array ())
+    return fail ("missing \"joints\" (an array of joint names)");
+  const size_t n = joints->size ();
+  if (n == 0 || n > 256)
+    return fail ("\"joints\" must name between 1 and 256 joints");
+  for (size_t i = 0; i < n; i++) {
+    if (!(*joints)[i].is_string ())
+      return fail ("\"joints\"[" + std::to_string (i) + "] is not a string");
+    cfg.joint_names.push_back ((*joints)[i].get<std::string> ());
   }
-  {
-    JsonNode *root = json_parser_get_root (parser);
-    if (!root || !JSON_NODE_HOLDS_OBJECT (root)) {
-      err = "the top level must be an object";
-      goto done;
-    }
-    JsonObject *obj = json_node_get_object (root);
-    if (!json_object_has_member (obj, "joints") ||
-        !JSON_NODE_HOLDS_ARRAY (json_object_get_member (obj, "joints"))) {
-      err = "missing \"joints\" (an array of joint names)";
-      goto done;
-    }
-    JsonArray *joints = json_object_get_array_member (obj, "joints");
-    const guint n = json_array_get_length (joints);
-    if (n == 0 || n > 256) {
-      err = "\"joints\" must name between 1 and 256 joints";
-      goto done;
-    }
-    for (guint i = 0; i < n; i++) {
-      JsonNode *e = json_array_get_element (joints, i);
-      if (!JSON_NODE_HOLDS_VALUE (e) || json_node_get_value_type (e) != G_TYPE_STRING) {
-        err = "\"joints\"[" + std::to_string (i) + "] is not a string";
-        goto done;
-      }
-      cfg.joint_names.emplace_back (json_node_get_string (e));
-    }
-    if (!read_array (obj, "lower", n, true, &cfg.lower, &err) ||
-        !read_array (obj, "upper", n, true, &cfg.upper, &err) ||
-        !read_array (obj, "max_step", n, true, &cfg.max_step, &err) ||
-        !read_array (obj, "initial", n, false, &cfg.initial, &err))
-      goto done;
-    for (guint i = 0; i < n; i++) {
-      const std::string j = "joint " + std::to_string (i) + " (" + cfg.joint_names[i] + ")";
-      if (!(cfg.lower[i] <= cfg.upper[i])) {
-        err = j + ": lower limit is above the upper limit";
-        goto done;
-      }
-      if (!(cfg.max_step[i] > 0.0f)) {
-        err = j + ": max_step must be > 0";
-        goto done;
-      }
-      if (!cfg.initial.empty () &&
-          !(cfg.initial[i] >= cfg.lower[i] && cfg.initial[i] <= cfg.upper[i])) {
-        err = j + ": initial position is outside the limits";
-        goto done;
-      }
-    }
-    ok = true;
+  if (!read_array (*root, "lower", n, true, &cfg.lower, &err) ||
+      !read_array (*root, "upper", n, true, &cfg.upper, &err) ||
+      !read_array (*root, "max_step", n, true, &cfg.max_step, &err) ||
+      !read_array (*root, "initial", n, false, &cfg.initial, &err))
+    return fail (err);
+  for (size_t i = 0; i < n; i++) {
+    const std::string j = "joint " + std::to_string (i) + " (" + cfg.joint_names[i] + ")";
+    if (!(cfg.lower[i] <= cfg.upper[i]))
+      return fail (j + ": lower limit is above the upper limit");
+    if (!(cfg.max_step[i] > 0.0f))
+      return fail (j + ": max_step must be > 0");
+    if (!cfg.initial.empty () &&
+        !(cfg.initial[i] >= cfg.lower[i] && cfg.initial[i] <= cfg.upper[i]))
+      return fail (j + ": initial position is outside the limits");
   }
-done:
-  g_object_unref (parser);
-  if (ok)
-    *out = std::move (cfg);
-  else if (error)
-    *error = err;
-  return ok;
+  *out = std::move (cfg);
+  return true;
 }
 
 bool
 load_robot_config (const std::string &path, RobotConfig *out, std::string *error)
 {
-  gchar *text = nullptr;
-  gsize len = 0;
-  GError *gerr = nullptr;
-  if (!g_file_get_contents (path.c_str (), &text, &len, &gerr)) {
+  std::ifstream in (path, std::ios::binary);
+  std::ostringstream text;
+  if (!(in && (text << in.rdbuf ()) && !in.bad ())) {
     if (error)
-      *error = std::string ("cannot read robot config: ") + gerr->message;
-    g_clear_error (&gerr);
+      *error = "cannot read robot config " + path + ": " + std::strerror (errno);
     return false;
   }
-  std::string json (text, len);
-  g_free (text);
   std::string err;
-  if (!parse_robot_config (json, out, &err)) {
+  if (!parse_robot_config (text.str (), out, &err)) {
     if (error)
       *error = "robot config " + path + ": " + err;
     return false;
@@ -284,4 +239,4 @@ float_checks_work ()
          !all_finite (&nan, 1) && !all_finite (&inf, 1);
 }
 
-} // namespace pi0safety
+} // namespace pi0::proto

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-namespace pi0safety
+namespace pi0::proto
 {
 
 /* A robot configuration (docs/elements/pi0actionsink.md, "Robot configuration"). */
@@ -55,4 +55,4 @@ const char *verdict_name (Verdict v);
  * tests call it: it fails if someone builds the safety code with -ffast-math after all. */
 bool float_checks_work ();
 
-} // namespace pi0safety
+} // namespace pi0::proto

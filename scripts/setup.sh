@@ -9,7 +9,7 @@ APT_PACKAGES=(
   libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev libgstreamer-plugins-bad1.0-dev
   gstreamer1.0-tools gstreamer1.0-plugins-base gstreamer1.0-plugins-good
   gstreamer1.0-plugins-bad gstreamer1.0-plugins-ugly gstreamer1.0-libav libgl-dev
-  libgtest-dev libgmock-dev libjson-glib-dev libsentencepiece-dev sentencepiece
+  libgtest-dev libgmock-dev libsentencepiece-dev sentencepiece
   nlohmann-json3-dev
   python3-pil
   clang libclang-rt-14-dev

@@ -14,46 +14,46 @@ namespace pi0test
 {
 
 inline GstVideoFormat
-to_gst (pi0prep::Format f)
+to_gst (pi0::prep::Format f)
 {
   switch (f) {
-    case pi0prep::Format::RGB:
+    case pi0::prep::Format::RGB:
       return GST_VIDEO_FORMAT_RGB;
-    case pi0prep::Format::BGR:
+    case pi0::prep::Format::BGR:
       return GST_VIDEO_FORMAT_BGR;
-    case pi0prep::Format::RGBx:
+    case pi0::prep::Format::RGBx:
       return GST_VIDEO_FORMAT_RGBx;
-    case pi0prep::Format::BGRx:
+    case pi0::prep::Format::BGRx:
       return GST_VIDEO_FORMAT_BGRx;
-    case pi0prep::Format::xRGB:
+    case pi0::prep::Format::xRGB:
       return GST_VIDEO_FORMAT_xRGB;
-    case pi0prep::Format::xBGR:
+    case pi0::prep::Format::xBGR:
       return GST_VIDEO_FORMAT_xBGR;
-    case pi0prep::Format::RGBA:
+    case pi0::prep::Format::RGBA:
       return GST_VIDEO_FORMAT_RGBA;
-    case pi0prep::Format::BGRA:
+    case pi0::prep::Format::BGRA:
       return GST_VIDEO_FORMAT_BGRA;
-    case pi0prep::Format::ARGB:
+    case pi0::prep::Format::ARGB:
       return GST_VIDEO_FORMAT_ARGB;
-    case pi0prep::Format::ABGR:
+    case pi0::prep::Format::ABGR:
       return GST_VIDEO_FORMAT_ABGR;
-    case pi0prep::Format::GRAY8:
+    case pi0::prep::Format::GRAY8:
       return GST_VIDEO_FORMAT_GRAY8;
-    case pi0prep::Format::NV12:
+    case pi0::prep::Format::NV12:
       return GST_VIDEO_FORMAT_NV12;
-    case pi0prep::Format::I420:
+    case pi0::prep::Format::I420:
       return GST_VIDEO_FORMAT_I420;
-    case pi0prep::Format::NV21:
+    case pi0::prep::Format::NV21:
       return GST_VIDEO_FORMAT_NV21;
-    case pi0prep::Format::YV12:
+    case pi0::prep::Format::YV12:
       return GST_VIDEO_FORMAT_YV12;
-    case pi0prep::Format::Y42B:
+    case pi0::prep::Format::Y42B:
       return GST_VIDEO_FORMAT_Y42B;
-    case pi0prep::Format::Y444:
+    case pi0::prep::Format::Y444:
       return GST_VIDEO_FORMAT_Y444;
-    case pi0prep::Format::YUY2:
+    case pi0::prep::Format::YUY2:
       return GST_VIDEO_FORMAT_YUY2;
-    case pi0prep::Format::UYVY:
+    case pi0::prep::Format::UYVY:
       return GST_VIDEO_FORMAT_UYVY;
   }
   return GST_VIDEO_FORMAT_UNKNOWN;
@@ -66,10 +66,10 @@ inline /* Appends @f as one memory (planes back to back, with their strides) and
 {
   GstPi0View *v = gst_pi0_observation_meta_add_view (meta, name);
   gst_video_info_set_format (&v->info, to_gst (f.format), f.width, f.height);
-  f.yuv = pi0prep::make_yuv_matrix (f.height > 576 ? 0.2126 : 0.299,
+  f.yuv = pi0::prep::make_yuv_matrix (f.height > 576 ? 0.2126 : 0.299,
                                     f.height > 576 ? 0.0722 : 0.114, false);
   std::vector<uint8_t> bytes;
-  for (int p = 0; p < pi0prep::format_n_planes (f.format); p++) {
+  for (int p = 0; p < pi0::prep::format_n_planes (f.format); p++) {
     v->info.offset[p] = bytes.size ();
     v->info.stride[p] = (gint)f.strides[p];
     bytes.insert (bytes.end (), f.planes[p].begin (), f.planes[p].end ());

@@ -7,11 +7,11 @@
 
 #include "exact_within.h"
 #include "pi0frame.h"
+#include "pi0json.h"
 
 #include <gio/gio.h>
 #include <glib/gstdio.h>
 #include <gst/pi0/pi0.h>
-#include <json-glib/json-glib.h>
 
 #include <gtest/gtest.h>
 
@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-namespace pi0sinktest
+namespace pi0test
 {
 
 inline GstBuffer *
@@ -158,41 +158,39 @@ read_lines (const std::string &path)
   return out;
 }
 
-/* A parsed JSON line; holds its parser. */
+/* A parsed JSON line (the robot log and the sink's JSON lines), read with the project's JSON
+ * reader. Missing members read as "" / -1 / empty. */
 class JsonLine
 {
 public:
-  explicit JsonLine (const std::string &line) : p_ (json_parser_new ())
+  explicit JsonLine (const std::string &line)
   {
-    ok_ = json_parser_load_from_data (p_, line.c_str (), -1, nullptr) &&
-          JSON_NODE_HOLDS_OBJECT (json_parser_get_root (p_));
+    auto v = pi0::json::parse_strict (line, "json line", nullptr);
+    ok_ = v && v->is_object ();
+    if (ok_)
+      v_ = std::move (*v);
   }
-  ~JsonLine () { g_object_unref (p_); }
-  JsonLine (const JsonLine &) = delete;
   bool ok () const { return ok_; }
-  JsonObject *obj () const { return json_node_get_object (json_parser_get_root (p_)); }
+  const pi0::json::Value &value () const { return v_; }
   std::string str (const char *k) const
   {
-    return json_object_has_member (obj (), k) &&
-                   JSON_NODE_HOLDS_VALUE (json_object_get_member (obj (), k))
-               ? json_object_get_string_member (obj (), k)
-               : "";
+    return ok_ && v_.contains (k) && v_[k].is_string () ? v_[k].get<std::string> () : "";
   }
   gint64 num (const char *k) const
   {
-    return json_object_has_member (obj (), k) ? json_object_get_int_member (obj (), k) : -1;
+    return ok_ && v_.contains (k) && v_[k].is_number () ? v_[k].get<gint64> () : -1;
   }
   std::vector<float> row (const char *k = "values") const
   {
     std::vector<float> v;
-    JsonArray *a = json_object_get_array_member (obj (), k);
-    for (guint i = 0; i < json_array_get_length (a); i++)
-      v.push_back ((float)json_array_get_double_element (a, i));
+    if (ok_ && v_.contains (k) && v_[k].is_array ())
+      for (const auto &e : v_[k])
+        v.push_back (e.is_number () ? e.get<float> () : NAN);
     return v;
   }
 
 private:
-  JsonParser *p_;
+  pi0::json::Value v_;
   bool ok_ = false;
 };
 
@@ -218,17 +216,17 @@ public:
   int port () const { return port_; }
   std::string target () const { return "udp://127.0.0.1:" + std::to_string (port_); }
   /* Everything queued now (loopback delivery is synchronous with sendto). */
-  std::vector<pi0proto::Frame> drain (int *bad = nullptr)
+  std::vector<pi0::proto::Frame> drain (int *bad = nullptr)
   {
-    std::vector<pi0proto::Frame> out;
+    std::vector<pi0::proto::Frame> out;
     std::vector<uint8_t> buf (70000);
     for (int i = 0; i < 1000000; i++) {
       gssize n = g_socket_receive (sock_, (gchar *)buf.data (), buf.size (), nullptr, nullptr);
       if (n < 0)
         break;
-      pi0proto::Frame f;
-      pi0proto::Limits lim;
-      if (pi0proto::decode (buf.data (), (size_t)n, lim, key_, &f) == pi0proto::Error::kOk)
+      pi0::proto::Frame f;
+      pi0::proto::Limits lim;
+      if (pi0::proto::decode (buf.data (), (size_t)n, lim, key_, &f) == pi0::proto::Error::kOk)
         out.push_back (std::move (f));
       else if (bad)
         (*bad)++;
@@ -351,4 +349,4 @@ private:
 
 using pi0test::exact_within;
 
-} // namespace pi0sinktest
+} // namespace pi0test

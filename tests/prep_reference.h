@@ -19,15 +19,15 @@ namespace pi0test
 {
 
 struct Frame {
-  pi0prep::Format format;
+  pi0::prep::Format format;
   int width, height;
   std::vector<uint8_t> planes[3];
   size_t strides[3] = {0, 0, 0};
-  pi0prep::YuvMatrix yuv;
+  pi0::prep::YuvMatrix yuv;
 
-  pi0prep::Image image () const
+  pi0::prep::Image image () const
   {
-    pi0prep::Image im;
+    pi0::prep::Image im;
     im.format = format;
     im.width = width;
     im.height = height;
@@ -41,18 +41,18 @@ struct Frame {
 };
 
 inline bool
-is_yuv (pi0prep::Format f)
+is_yuv (pi0::prep::Format f)
 {
-  using pi0prep::Format;
+  using pi0::prep::Format;
   return f == Format::NV12 || f == Format::NV21 || f == Format::I420 || f == Format::YV12 ||
          f == Format::Y42B || f == Format::Y444 || f == Format::YUY2 || f == Format::UYVY;
 }
 
 /* Bytes of one row of @plane (the smallest stride allowed). */
 inline size_t
-row_bytes (pi0prep::Format f, int w, int plane)
+row_bytes (pi0::prep::Format f, int w, int plane)
 {
-  using pi0prep::Format;
+  using pi0::prep::Format;
   const size_t half = (w + 1) / 2;
   switch (f) {
     case Format::NV12:
@@ -68,15 +68,15 @@ row_bytes (pi0prep::Format f, int w, int plane)
     case Format::UYVY:
       return 4 * half;
     default:
-      return static_cast<size_t> (w) * pi0prep::format_pixel_stride (f);
+      return static_cast<size_t> (w) * pi0::prep::format_pixel_stride (f);
   }
 }
 
 /* Rows of @plane: 4:2:0 chroma planes have half the rows (rounded up). */
 inline int
-plane_rows (pi0prep::Format f, int h, int plane)
+plane_rows (pi0::prep::Format f, int h, int plane)
 {
-  using pi0prep::Format;
+  using pi0::prep::Format;
   const bool half = plane > 0 && (f == Format::NV12 || f == Format::NV21 || f == Format::I420 ||
                                   f == Format::YV12);
   return half ? (h + 1) / 2 : h;
@@ -84,15 +84,15 @@ plane_rows (pi0prep::Format f, int h, int plane)
 
 /* Random bytes everywhere (row padding included), rows padded by 0..extra_max bytes. */
 inline Frame
-random_frame (std::mt19937 &rng, pi0prep::Format f, int w, int h, int extra_max = 13)
+random_frame (std::mt19937 &rng, pi0::prep::Format f, int w, int h, int extra_max = 13)
 {
   Frame fr;
   fr.format = f;
   fr.width = w;
   fr.height = h;
-  fr.yuv = pi0prep::make_yuv_matrix (0.299, 0.114, false);
+  fr.yuv = pi0::prep::make_yuv_matrix (0.299, 0.114, false);
   std::uniform_int_distribution<int> byte (0, 255), extra (0, extra_max);
-  for (int p = 0; p < pi0prep::format_n_planes (f); p++) {
+  for (int p = 0; p < pi0::prep::format_n_planes (f); p++) {
     fr.strides[p] = row_bytes (f, w, p) + extra (rng);
     const int rows = plane_rows (f, h, p);
     fr.planes[p].resize (fr.strides[p] * rows);
@@ -116,7 +116,7 @@ ref_round8 (double v)
 inline void
 ref_yuv (const Frame &f, int x, int y, int &Y, int &U, int &V)
 {
-  using pi0prep::Format;
+  using pi0::prep::Format;
   const std::vector<uint8_t> *P = f.planes;
   auto at = [&] (int plane, int row, size_t byte) {
     return int (P[plane][f.strides[plane] * row + byte]);
@@ -172,12 +172,12 @@ ref_yuv (const Frame &f, int x, int y, int &Y, int &U, int &V)
 inline void
 ref_rgb (const Frame &f, int x, int y, double rgb[3])
 {
-  using pi0prep::Format;
+  using pi0::prep::Format;
   if (is_yuv (f.format)) {
     int Yi, Ui, Vi;
     ref_yuv (f, x, y, Yi, Ui, Vi);
     const double Y = Yi, U = Ui, V = Vi;
-    const pi0prep::YuvMatrix &m = f.yuv;
+    const pi0::prep::YuvMatrix &m = f.yuv;
     const double yy = double (m.ys) * (Y - m.y_offset);
     rgb[0] = ref_round8 (yy + double (m.rv) * (V - 128));
     rgb[1] = ref_round8 (yy - double (m.gu) * (U - 128) - double (m.gv) * (V - 128));
@@ -243,17 +243,17 @@ struct RefGeometry {
 };
 
 inline RefGeometry
-ref_geometry (const pi0prep::Params &p, int iw, int ih)
+ref_geometry (const pi0::prep::Params &p, int iw, int ih)
 {
   RefGeometry g{0, 0, p.out_width, p.out_height, 0, 0, double (iw), double (ih)};
-  if (p.resize == pi0prep::Resize::Pad) {
+  if (p.resize == pi0::prep::Resize::Pad) {
     /* openpi_client.image_tools._resize_with_pad_pil */
     double ratio = std::max (double (iw) / p.out_width, double (ih) / p.out_height);
     g.h = int (ih / ratio);
     g.w = int (iw / ratio);
     g.y = std::max (0, int ((p.out_height - g.h) / 2.0));
     g.x = std::max (0, int ((p.out_width - g.w) / 2.0));
-  } else if (p.resize == pi0prep::Resize::Crop) {
+  } else if (p.resize == pi0::prep::Resize::Crop) {
     double ratio = std::min (double (iw) / p.out_width, double (ih) / p.out_height);
     double bw = p.out_width * ratio, bh = p.out_height * ratio;
     g.bx0 = float ((iw - bw) / 2);
@@ -295,7 +295,7 @@ ref_pil_clip (int64_t acc, int bits)
 
 /* Whole output [3,H,W] in double, normalized. */
 inline std::vector<double>
-reference (const pi0prep::Params &p, const Frame *f)
+reference (const pi0::prep::Params &p, const Frame *f)
 {
   const int W = p.out_width, H = p.out_height;
   std::vector<double> out (3 * size_t (W) * H);
@@ -315,7 +315,7 @@ reference (const pi0prep::Params &p, const Frame *f)
       out[(c * size_t (H) + g.y + y) * W + g.x + x] = v[c] * scale[c] + bias[c];
   };
 
-  if (p.filter == pi0prep::Filter::Pil) {
+  if (p.filter == pi0::prep::Filter::Pil) {
     /* PIL: horizontal pass over every source row, rounded to uint8 (its intermediate image),
      * then vertical; 22-bit weights. */
     const int bits = 22;
@@ -349,7 +349,7 @@ reference (const pi0prep::Params &p, const Frame *f)
         put (x, y, v);
       }
     }
-  } else if (p.filter == pi0prep::Filter::Antialias) {
+  } else if (p.filter == pi0::prep::Filter::Antialias) {
     /* The same filter with 14-bit weights, vertical pass first (rounded to uint8), then
      * horizontal. */
     const int bits = 14;
@@ -415,12 +415,12 @@ reference (const pi0prep::Params &p, const Frame *f)
 
 /* Output element i as float, whatever the dtype. */
 inline double
-out_value (const pi0prep::Params &p, const void *out, size_t i)
+out_value (const pi0::prep::Params &p, const void *out, size_t i)
 {
-  if (p.dtype == pi0prep::DType::Float32)
+  if (p.dtype == pi0::prep::DType::Float32)
     return static_cast<const float *> (out)[i];
   uint16_t h = static_cast<const uint16_t *> (out)[i];
-  if (p.dtype == pi0prep::DType::BFloat16) {
+  if (p.dtype == pi0::prep::DType::BFloat16) {
     uint32_t u = uint32_t (h) << 16;
     float f;
     std::memcpy (&f, &u, 4);
@@ -434,12 +434,12 @@ out_value (const pi0prep::Params &p, const void *out, size_t i)
 
 /* Tolerance: 1e-3 in normalized units, plus half an ulp of the 16-bit types. */
 inline double
-tolerance (const pi0prep::Params &p, double ref)
+tolerance (const pi0::prep::Params &p, double ref)
 {
   switch (p.dtype) {
-    case pi0prep::DType::BFloat16:
+    case pi0::prep::DType::BFloat16:
       return 1e-3 + std::fabs (ref) * std::ldexp (1.0, -8);
-    case pi0prep::DType::Float16:
+    case pi0::prep::DType::Float16:
       return 1e-3 + std::fabs (ref) * std::ldexp (1.0, -11);
     default:
       return 1e-3;

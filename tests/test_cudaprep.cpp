@@ -58,10 +58,10 @@ make_harness (const char *props = "device=cpu")
 }
 
 void
-expect_tensor_matches (GstPi0TensorMeta *tm, const pi0prep::Params &p, guint view, const Frame *f)
+expect_tensor_matches (GstPi0TensorMeta *tm, const pi0::prep::Params &p, guint view, const Frame *f)
 {
   const std::vector<double> ref = reference (p, f);
-  const size_t vb = pi0prep::view_bytes (p);
+  const size_t vb = pi0::prep::view_bytes (p);
   const uint8_t *data = static_cast<const uint8_t *> (tm->data) + view * vb;
   size_t bad = 0;
   double worst = 0;
@@ -73,17 +73,17 @@ expect_tensor_matches (GstPi0TensorMeta *tm, const pi0prep::Params &p, guint vie
   EXPECT_EQ (bad, 0u) << "view " << view << ": worst error " << worst;
 }
 
-const pi0prep::Format kYuvFormats[] = {
-    pi0prep::Format::NV12, pi0prep::Format::NV21, pi0prep::Format::I420, pi0prep::Format::YV12,
-    pi0prep::Format::Y42B, pi0prep::Format::Y444, pi0prep::Format::YUY2, pi0prep::Format::UYVY};
+const pi0::prep::Format kYuvFormats[] = {
+    pi0::prep::Format::NV12, pi0::prep::Format::NV21, pi0::prep::Format::I420, pi0::prep::Format::YV12,
+    pi0::prep::Format::Y42B, pi0::prep::Format::Y444, pi0::prep::Format::YUY2, pi0::prep::Format::UYVY};
 
 } // namespace
 
 TEST (CudaPrep, TensorMetaMatchesReferenceAndViewsPassThrough)
 {
   std::mt19937 rng (1);
-  Frame a = random_frame (rng, pi0prep::Format::RGB, 641, 479, 29);
-  Frame b = random_frame (rng, pi0prep::Format::NV12, 1280, 720, 0);
+  Frame a = random_frame (rng, pi0::prep::Format::RGB, 641, 479, 29);
+  Frame b = random_frame (rng, pi0::prep::Format::NV12, 1280, 720, 0);
   GstBuffer *buf = new_observation ();
   GstPi0ObservationMeta *meta = gst_buffer_get_pi0_observation_meta (buf);
   add_frame_view (buf, meta, "main", a);
@@ -119,7 +119,7 @@ TEST (CudaPrep, TensorMetaMatchesReferenceAndViewsPassThrough)
   EXPECT_FALSE (tm->image_masks[1]);
   EXPECT_TRUE (tm->image_masks[2]);
   EXPECT_EQ (tm->ready_event, nullptr);
-  pi0prep::Params p;
+  pi0::prep::Params p;
   expect_tensor_matches (tm, p, 0, &a);
   expect_tensor_matches (tm, p, 1, nullptr);
   expect_tensor_matches (tm, p, 2, &b);
@@ -128,7 +128,7 @@ TEST (CudaPrep, TensorMetaMatchesReferenceAndViewsPassThrough)
 TEST (CudaPrep, PropertiesShapeTheTensor)
 {
   std::mt19937 rng (2);
-  Frame a = random_frame (rng, pi0prep::Format::BGRx, 333, 250);
+  Frame a = random_frame (rng, pi0::prep::Format::BGRx, 333, 250);
   GstBuffer *buf = new_observation ();
   add_frame_view (buf, gst_buffer_get_pi0_observation_meta (buf), "main", a);
 
@@ -142,12 +142,12 @@ TEST (CudaPrep, PropertiesShapeTheTensor)
   EXPECT_EQ (tm->shape[0], 1);
   EXPECT_EQ (tm->shape[2], 100);
   EXPECT_EQ (tm->shape[3], 64);
-  pi0prep::Params p;
+  pi0::prep::Params p;
   p.out_width = 64;
   p.out_height = 100;
-  p.resize = pi0prep::Resize::Crop;
-  p.filter = pi0prep::Filter::Bilinear;
-  p.dtype = pi0prep::DType::BFloat16;
+  p.resize = pi0::prep::Resize::Crop;
+  p.filter = pi0::prep::Filter::Bilinear;
+  p.dtype = pi0::prep::DType::BFloat16;
   const float m[3] = {0.485f, 0.456f, 0.406f}, s[3] = {0.229f, 0.224f, 0.225f};
   std::memcpy (p.mean, m, sizeof m);
   std::memcpy (p.std, s, sizeof s);
@@ -170,7 +170,7 @@ TEST (CudaPrep, CustomMeanAndStd)
 
   /* A constant grey 50x50 view: out = (128/255 - mean) / std per channel. */
   Frame f;
-  f.format = pi0prep::Format::RGB;
+  f.format = pi0::prep::Format::RGB;
   f.width = f.height = 50;
   f.strides[0] = 150;
   f.planes[0].assign (150 * 50, 128);
@@ -190,23 +190,23 @@ TEST (CudaPrep, CustomMeanAndStd)
 }
 
 /* Every YUV format, odd sizes and padded strides, through the element (GstVideoInfo to
- * pi0prep::Image, as a muxer's view would be). */
+ * pi0::prep::Image, as a muxer's view would be). */
 TEST (CudaPrep, EveryYuvFormatMatchesReference)
 {
   std::mt19937 rng (4);
-  for (pi0prep::Format fmt : kYuvFormats) {
+  for (pi0::prep::Format fmt : kYuvFormats) {
     Frame a = random_frame (rng, fmt, 161, 121, 7);
     GstBuffer *buf = new_observation ();
     add_frame_view (buf, gst_buffer_get_pi0_observation_meta (buf), "main", a);
     HarnessPtr h = make_harness ();
-    ASSERT_EQ (gst_harness_push (h.get (), buf), GST_FLOW_OK) << pi0prep::format_name (fmt);
+    ASSERT_EQ (gst_harness_push (h.get (), buf), GST_FLOW_OK) << pi0::prep::format_name (fmt);
     BufferPtr out (gst_harness_pull (h.get ()));
     GstPi0TensorMeta *tm = gst_buffer_get_pi0_tensor_meta (out.get ());
-    ASSERT_NE (tm, nullptr) << pi0prep::format_name (fmt);
+    ASSERT_NE (tm, nullptr) << pi0::prep::format_name (fmt);
     ASSERT_EQ (tm->n_masks, 1u);
     EXPECT_TRUE (tm->image_masks[0]);
-    SCOPED_TRACE (pi0prep::format_name (fmt));
-    expect_tensor_matches (tm, pi0prep::Params (), 0, &a);
+    SCOPED_TRACE (pi0::prep::format_name (fmt));
+    expect_tensor_matches (tm, pi0::prep::Params (), 0, &a);
   }
 }
 
@@ -216,16 +216,16 @@ TEST (CudaPrep, ReferenceReadsYuvAsGStreamerUnpacksIt)
 {
   std::mt19937 rng (5);
   const int sizes[][2] = {{37, 23}, {64, 48}};
-  for (pi0prep::Format fmt : kYuvFormats)
+  for (pi0::prep::Format fmt : kYuvFormats)
     for (auto &sz : sizes) {
       const int w = sz[0], h = sz[1];
       Frame f = random_frame (rng, fmt, w, h);
       const GstVideoFormatInfo *info = gst_video_format_get_info (to_gst (fmt));
       ASSERT_NE (info, nullptr);
-      ASSERT_EQ (GST_VIDEO_FORMAT_INFO_N_PLANES (info), (guint)pi0prep::format_n_planes (fmt));
+      ASSERT_EQ (GST_VIDEO_FORMAT_INFO_N_PLANES (info), (guint)pi0::prep::format_n_planes (fmt));
       gpointer data[GST_VIDEO_MAX_PLANES] = {};
       gint stride[GST_VIDEO_MAX_PLANES] = {};
-      for (int p = 0; p < pi0prep::format_n_planes (fmt); p++) {
+      for (int p = 0; p < pi0::prep::format_n_planes (fmt); p++) {
         data[p] = f.planes[p].data ();
         stride[p] = (gint)f.strides[p];
       }
@@ -238,14 +238,14 @@ TEST (CudaPrep, ReferenceReadsYuvAsGStreamerUnpacksIt)
           ref_yuv (f, x, y, Y, U, V);
           if (Y != ayuv[4 * x + 1] || U != ayuv[4 * x + 2] || V != ayuv[4 * x + 3]) {
             if (bad++ == 0)
-              ADD_FAILURE () << pi0prep::format_name (fmt) << " " << w << "x" << h << " at (" << x
+              ADD_FAILURE () << pi0::prep::format_name (fmt) << " " << w << "x" << h << " at (" << x
                              << "," << y << "): reference " << Y << "," << U << "," << V
                              << ", GStreamer " << int (ayuv[4 * x + 1]) << ","
                              << int (ayuv[4 * x + 2]) << "," << int (ayuv[4 * x + 3]);
           }
         }
       }
-      EXPECT_EQ (bad, 0) << pi0prep::format_name (fmt) << " " << w << "x" << h;
+      EXPECT_EQ (bad, 0) << pi0::prep::format_name (fmt) << " " << w << "x" << h;
     }
 }
 
@@ -254,7 +254,7 @@ namespace
 
 /* A copy of view @i of @buf, with the YUV matrix its colorimetry names. */
 Frame
-frame_of_view (GstBuffer *buf, const GstPi0ObservationMeta *meta, guint i, pi0prep::Format fmt)
+frame_of_view (GstBuffer *buf, const GstPi0ObservationMeta *meta, guint i, pi0::prep::Format fmt)
 {
   Frame f{};
   GstVideoFrame vf;
@@ -265,7 +265,7 @@ frame_of_view (GstBuffer *buf, const GstPi0ObservationMeta *meta, guint i, pi0pr
   f.format = fmt;
   f.width = GST_VIDEO_FRAME_WIDTH (&vf);
   f.height = GST_VIDEO_FRAME_HEIGHT (&vf);
-  for (int p = 0; p < pi0prep::format_n_planes (fmt); p++) {
+  for (int p = 0; p < pi0::prep::format_n_planes (fmt); p++) {
     f.strides[p] = GST_VIDEO_FRAME_PLANE_STRIDE (&vf, p);
     const uint8_t *d = static_cast<const uint8_t *> (GST_VIDEO_FRAME_PLANE_DATA (&vf, p));
     f.planes[p].assign (d, d + f.strides[p] * plane_rows (fmt, f.height, p));
@@ -273,13 +273,13 @@ frame_of_view (GstBuffer *buf, const GstPi0ObservationMeta *meta, guint i, pi0pr
   gdouble kr = 0, kb = 0;
   EXPECT_TRUE (gst_video_color_matrix_get_Kr_Kb (vf.info.colorimetry.matrix, &kr, &kb));
   f.yuv =
-      pi0prep::make_yuv_matrix (kr, kb, vf.info.colorimetry.range == GST_VIDEO_COLOR_RANGE_0_255);
+      pi0::prep::make_yuv_matrix (kr, kb, vf.info.colorimetry.range == GST_VIDEO_COLOR_RANGE_0_255);
   gst_video_frame_unmap (&vf);
   return f;
 }
 
 void
-expect_observation_matches (GstBuffer *buf, const pi0prep::Format *formats, guint n_views)
+expect_observation_matches (GstBuffer *buf, const pi0::prep::Format *formats, guint n_views)
 {
   GstPi0ObservationMeta *meta = gst_buffer_get_pi0_observation_meta (buf);
   ASSERT_NE (meta, nullptr);
@@ -293,7 +293,7 @@ expect_observation_matches (GstBuffer *buf, const pi0prep::Format *formats, guin
     EXPECT_TRUE (tm->image_masks[i]) << v->name;
     const Frame f = frame_of_view (buf, meta, i, formats[i]);
     SCOPED_TRACE (v->name);
-    expect_tensor_matches (tm, pi0prep::Params (), i, &f);
+    expect_tensor_matches (tm, pi0::prep::Params (), i, &f);
   }
 }
 
@@ -314,7 +314,7 @@ TEST (CudaPrep, Yuy2ViewThroughViewMux)
   ASSERT_EQ (err, nullptr) << err->message;
   ObjectPtr<GstElement> sink (gst_bin_get_by_name (GST_BIN (pipe.get ()), "out"));
   ASSERT_NE (gst_element_set_state (pipe.get (), GST_STATE_PLAYING), GST_STATE_CHANGE_FAILURE);
-  const pi0prep::Format formats[] = {pi0prep::Format::YUY2, pi0prep::Format::YV12};
+  const pi0::prep::Format formats[] = {pi0::prep::Format::YUY2, pi0::prep::Format::YV12};
   int n = 0;
   for (;;) {
     /* A bounded wait: a refused view would stop the stream without EOS. */
@@ -448,7 +448,7 @@ TEST (CudaPrep, AutoWithoutGpuUsesCpuAndSaysSoOnceAtInfo)
     HarnessPtr h = make_harness ("device=auto");
     for (int cycle = 0; cycle < 2; cycle++) {
       for (int i = 0; i < 3; i++) {
-        Frame f = random_frame (rng, pi0prep::Format::I420, 99, 77);
+        Frame f = random_frame (rng, pi0::prep::Format::I420, 99, 77);
         GstBuffer *buf = new_observation ();
         add_frame_view (buf, gst_buffer_get_pi0_observation_meta (buf), "main", f);
         ASSERT_EQ (gst_harness_push (h.get (), buf), GST_FLOW_OK);
@@ -456,7 +456,7 @@ TEST (CudaPrep, AutoWithoutGpuUsesCpuAndSaysSoOnceAtInfo)
         GstPi0TensorMeta *tm = gst_buffer_get_pi0_tensor_meta (out.get ());
         ASSERT_NE (tm, nullptr);
         EXPECT_EQ (tm->device, GST_PI0_DEVICE_CPU);
-        expect_tensor_matches (tm, pi0prep::Params (), 0, &f);
+        expect_tensor_matches (tm, pi0::prep::Params (), 0, &f);
       }
       /* Restart: still said only once. */
       gst_element_set_state (h->element, GST_STATE_NULL);

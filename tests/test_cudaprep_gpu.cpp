@@ -63,9 +63,9 @@ TEST (CudaPrepGpu, CudaTensorEqualsCpuTensor)
     GTEST_SKIP () << "no CUDA device";
   std::mt19937 rng (11);
   for (const char *filter : {"antialias", "pil", "bilinear"}) {
-    std::vector<Frame> frames = {random_frame (rng, pi0prep::Format::RGB, 1920, 1080, 0),
-                                 random_frame (rng, pi0prep::Format::NV12, 1280, 720, 0),
-                                 random_frame (rng, pi0prep::Format::BGRx, 641, 479, 0)};
+    std::vector<Frame> frames = {random_frame (rng, pi0::prep::Format::RGB, 1920, 1080, 0),
+                                 random_frame (rng, pi0::prep::Format::NV12, 1280, 720, 0),
+                                 random_frame (rng, pi0::prep::Format::BGRx, 641, 479, 0)};
     const std::string f = std::string (" filter=") + filter;
     /* Several frames: the second and later reuse pooled blocks and staging. */
     for (int round = 0; round < 3; round++) {

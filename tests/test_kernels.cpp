@@ -16,7 +16,7 @@
 #include <sstream>
 #include <string>
 
-using namespace pi0prep;
+using namespace pi0::prep;
 using pi0test::Frame;
 
 namespace

@@ -9,7 +9,7 @@
 
 #include <cstring>
 
-using namespace pi0prep;
+using namespace pi0::prep;
 
 namespace
 {

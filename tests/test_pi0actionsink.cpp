@@ -19,7 +19,7 @@
 #include <random>
 #include <set>
 
-using namespace pi0sinktest;
+using namespace pi0test;
 using pi0test::HarnessPtr;
 
 namespace
@@ -113,7 +113,7 @@ start_error (const std::string &desc)
 
 TEST (ActionSink, BuiltWithoutFastMath)
 {
-  EXPECT_TRUE (pi0safety::float_checks_work ());
+  EXPECT_TRUE (pi0::proto::float_checks_work ());
 #if defined(__FAST_MATH__)
   FAIL () << "the test binary itself was built with -ffast-math";
 #endif
@@ -305,7 +305,7 @@ TEST (ActionSink, NonFiniteChunksAreNeverForwarded)
       std::numeric_limits<float>::infinity (), -std::numeric_limits<float>::infinity ()};
   guint64 injected = 0, good = 0;
   std::vector<guint64> good_ids;
-  std::vector<pi0proto::Frame> wire;
+  std::vector<pi0::proto::Frame> wire;
   int bad_frames = 0;
   for (guint64 i = 1; i <= 3000; i++) {
     guint horizon = 1 + rng () % 20;
@@ -346,7 +346,7 @@ TEST (ActionSink, NonFiniteChunksAreNeverForwarded)
   EXPECT_EQ (actions, good);
   size_t wire_actions = 0;
   for (auto &fr : wire) {
-    if (fr.header.kind == pi0proto::Kind::kAction) {
+    if (fr.header.kind == pi0::proto::Kind::kAction) {
       ASSERT_TRUE (allowed.count (fr.header.chunk_id));
       wire_actions++;
     }
@@ -382,8 +382,8 @@ TEST (ActionSink, EveryOutputRespectsLimitsAndMaxStep)
   UdpReceiver rx;
   f.make ("mode=stream target=" + rx.target () + " hold-timeout=30000000 stop-timeout=60000000",
           kRobot3);
-  pi0safety::RobotConfig cfg;
-  ASSERT_TRUE (pi0safety::parse_robot_config (kRobot3, &cfg, nullptr));
+  pi0::proto::RobotConfig cfg;
+  ASSERT_TRUE (pi0::proto::parse_robot_config (kRobot3, &cfg, nullptr));
   std::mt19937 rng (77);
   std::uniform_real_distribution<float> wide (-3.f, 3.f);
   std::vector<float> specials = {1e30f, -1e30f, 3.4e38f, -3.4e38f, 0.0f};
@@ -445,8 +445,8 @@ TEST (ActionSink, ChunkModeBoundsEachChunkAgainstTheRowBeingExecuted)
   f.make ("mode=chunk hold-timeout=40000000 stop-timeout=80000000 target=file://" +
               f.dir.file ("o.jsonl"),
           kRobot3);
-  pi0safety::RobotConfig cfg;
-  ASSERT_TRUE (pi0safety::parse_robot_config (kRobot3, &cfg, nullptr));
+  pi0::proto::RobotConfig cfg;
+  ASSERT_TRUE (pi0::proto::parse_robot_config (kRobot3, &cfg, nullptr));
   std::mt19937 rng (5);
   std::uniform_real_distribution<float> wide (-3.f, 3.f);
   for (int round = 0; round < 150; round++) {
@@ -645,7 +645,7 @@ TEST (ActionSink, SequenceNumbersIncreaseAndSessionsChangeOnRestart)
   gst_element_set_state (f.sink, GST_STATE_NULL); /* sends HOLD in the first session */
   auto first = rx.drain ();
   ASSERT_GT (first.size (), 20u);
-  EXPECT_EQ (first.back ().header.kind, pi0proto::Kind::kHold);
+  EXPECT_EQ (first.back ().header.kind, pi0::proto::Kind::kHold);
   gst_element_set_state (f.sink, GST_STATE_PLAYING);
   gst_harness_set_src_caps_str (f.h.get (), GST_PI0_OBSERVATION_MEDIA_TYPE);
   ASSERT_EQ (GST_FLOW_OK, f.push (10, 3, ramp3 (10, 0, 0.01f), 100, f.now ()));
@@ -654,9 +654,9 @@ TEST (ActionSink, SequenceNumbersIncreaseAndSessionsChangeOnRestart)
   auto second = rx.drain ();
   ASSERT_FALSE (second.empty ());
   /* The first frames of each session: HELLO then HOLD. */
-  EXPECT_EQ (first[0].header.kind, pi0proto::Kind::kHello);
-  EXPECT_EQ (first[1].header.kind, pi0proto::Kind::kHold);
-  EXPECT_EQ (second[0].header.kind, pi0proto::Kind::kHello);
+  EXPECT_EQ (first[0].header.kind, pi0::proto::Kind::kHello);
+  EXPECT_EQ (first[1].header.kind, pi0::proto::Kind::kHold);
+  EXPECT_EQ (second[0].header.kind, pi0::proto::Kind::kHello);
   for (auto *s : {&first, &second}) {
     for (size_t i = 1; i < s->size (); i++) {
       EXPECT_EQ ((*s)[i].header.session_id, (*s)[0].header.session_id);
@@ -1005,12 +1005,11 @@ TEST (ActionSinkLog, WritesEveryChunkWholeAndUnclampedWithoutHandshake)
   EXPECT_EQ (a.num ("chunk_id"), 11);
   EXPECT_EQ (a.num ("steps"), 4);
   EXPECT_EQ (a.num ("observation_time_ns"), (gint64)GST_SECOND);
-  JsonArray *rows = json_object_get_array_member (a.obj (), "values");
-  ASSERT_EQ (json_array_get_length (rows), 4u);
-  for (guint r = 0; r < 4; r++) {
-    JsonArray *row = json_array_get_array_element (rows, r);
-    for (guint c = 0; c < 3; c++)
-      EXPECT_EQ ((float)json_array_get_double_element (row, c), big[r * 3 + c]) << r << "," << c;
+  const pi0::json::Value &rows = a.value ()["values"];
+  ASSERT_EQ (rows.size (), 4u);
+  for (size_t r = 0; r < 4; r++) {
+    for (size_t c = 0; c < 3; c++)
+      EXPECT_EQ (rows[r][c].get<float> (), big[r * 3 + c]) << r << "," << c;
   }
   /* A non-finite value is logged as null (the log says what the policy did). */
   EXPECT_NE (ls[1].find ("null"), std::string::npos) << ls[1];

@@ -25,7 +25,7 @@
 #include <vector>
 
 using namespace pi0test;
-using namespace pi0sinktest;
+using namespace pi0test;
 
 namespace
 {

@@ -5,9 +5,8 @@
 
 #include "exact_within.h"
 #include "pi0frame.h"
+#include "pi0json.h"
 #include "pi0safety.h"
-
-#include <json-glib/json-glib.h>
 
 #include <gtest/gtest.h>
 
@@ -16,7 +15,7 @@
 #include <limits>
 #include <random>
 
-using namespace pi0proto;
+using namespace pi0::proto;
 
 namespace
 {
@@ -381,25 +380,24 @@ TEST (Json, LineParsesBackWithTheSameValues)
   std::string model = "pi0 \"tiny\"\n\\";
   std::string line = to_json (h, v.data (), model);
   EXPECT_EQ (line.find ('\n'), std::string::npos);
-  JsonParser *p = json_parser_new ();
-  ASSERT_TRUE (json_parser_load_from_data (p, line.c_str (), -1, nullptr)) << line;
-  JsonObject *o = json_node_get_object (json_parser_get_root (p));
-  EXPECT_STREQ (json_object_get_string_member (o, "kind"), "action");
-  EXPECT_STREQ (json_object_get_string_member (o, "session"), "0123456789abcdef");
-  EXPECT_EQ (json_object_get_int_member (o, "seq"), 42);
-  EXPECT_EQ (json_object_get_int_member (o, "chunk_id"), 7);
-  EXPECT_EQ (json_object_get_int_member (o, "observation_time_ns"), 1000000000);
-  EXPECT_TRUE (json_object_get_boolean_member (o, "clamped"));
-  EXPECT_STREQ (json_object_get_string_member (o, "model_id"), model.c_str ());
-  JsonArray *rows = json_object_get_array_member (o, "values");
-  ASSERT_EQ (json_array_get_length (rows), 2u);
-  for (guint r = 0; r < 2; r++) {
-    JsonArray *row = json_array_get_array_element (rows, r);
-    ASSERT_EQ (json_array_get_length (row), 3u);
-    for (guint c = 0; c < 3; c++)
-      EXPECT_EQ ((float)json_array_get_double_element (row, c), v[r * 3 + c]);
+  std::string err;
+  const auto parsed = pi0::json::parse_strict (line, "to_json", &err);
+  ASSERT_TRUE (parsed) << err << ": " << line;
+  const pi0::json::Value &o = *parsed;
+  EXPECT_EQ (o["kind"], "action");
+  EXPECT_EQ (o["session"], "0123456789abcdef");
+  EXPECT_EQ (o["seq"], 42);
+  EXPECT_EQ (o["chunk_id"], 7);
+  EXPECT_EQ (o["observation_time_ns"], 1000000000);
+  EXPECT_EQ (o["clamped"], true);
+  EXPECT_EQ (o["model_id"], model);
+  const pi0::json::Value &rows = o["values"];
+  ASSERT_EQ (rows.size (), 2u);
+  for (size_t r = 0; r < 2; r++) {
+    ASSERT_EQ (rows[r].size (), 3u);
+    for (size_t c = 0; c < 3; c++)
+      EXPECT_EQ (rows[r][c].get<float> (), v[r * 3 + c]);
   }
-  g_object_unref (p);
 }
 
 TEST (Json, HoldWithoutTimesUsesNull)
@@ -414,7 +412,7 @@ TEST (Json, HoldWithoutTimesUsesNull)
 
 /* ------------------------------------------------------------------------------------------ */
 
-using namespace pi0safety;
+using namespace pi0::proto;
 
 namespace
 {
@@ -451,6 +449,9 @@ TEST (RobotConfig, RejectsEveryBadField)
       {R"({"joints":["a"],"lower":[0],"upper":[1],"max_step":[0]})", "max_step must be > 0"},
       {R"({"joints":["a"],"lower":[0],"upper":[1],"max_step":[-1]})", "max_step must be > 0"},
       {R"({"joints":["a"],"lower":[0],"upper":[1],"max_step":[1],"initial":[2]})", "outside"},
+      /* A safety file must be unambiguous: the second max_step is not silently the one. */
+      {R"({"joints":["a"],"lower":[0],"upper":[1],"max_step":[0.1],"max_step":[5]})",
+       "'max_step' more than once"},
   };
   for (const auto &b : bad) {
     RobotConfig cfg;

@@ -16,7 +16,7 @@
 #include <limits>
 #include <map>
 
-using namespace pi0sinktest;
+using namespace pi0test;
 
 namespace
 {
@@ -25,11 +25,11 @@ const char *kKey = "robot key";
 
 std::vector<uint8_t>
 frame (uint64_t session, uint64_t seq, std::vector<float> v, unsigned dim, const std::string &key,
-       pi0proto::Kind kind = pi0proto::Kind::kAction)
+       pi0::proto::Kind kind = pi0::proto::Kind::kAction)
 {
-  pi0proto::Header h;
+  pi0::proto::Header h;
   h.kind = kind;
-  h.flags = pi0proto::kFlagLast | pi0proto::kFlagStream;
+  h.flags = pi0::proto::kFlagLast | pi0::proto::kFlagStream;
   h.session_id = session;
   h.seq = seq;
   h.chunk_id = seq;
@@ -38,7 +38,7 @@ frame (uint64_t session, uint64_t seq, std::vector<float> v, unsigned dim, const
   h.chunk_steps = h.steps;
   h.dim = (uint16_t)dim;
   std::vector<uint8_t> out;
-  pi0proto::encode (h, v.data (), key, out);
+  pi0::proto::encode (h, v.data (), key, out);
   return out;
 }
 
@@ -117,7 +117,7 @@ TEST (RobotSim, MalformedDatagramsAreRejectedWithTheirReason)
   cases.push_back ({frame (7, 1, row, 3, ""), "hmac-missing"});
   cases.push_back ({frame (7, 1, row, 3, "other key"), "bad-hmac"});
   auto crc = frame (7, 1, row, 3, kKey);
-  crc[pi0proto::kHeaderSize] ^= 0x01;
+  crc[pi0::proto::kHeaderSize] ^= 0x01;
   cases.push_back ({crc, "bad-crc"});
   auto ver = frame (7, 1, row, 3, kKey);
   ver[4] = 9;
@@ -228,7 +228,7 @@ TEST (RobotSim, TcpBadHeaderDropsTheConnectionWithoutAllocating)
     Client c (true, sim.port ());
     auto f = frame (5, 1, {1, 2, 3}, 3, "");
     f[64] = 0x00, f[65] = 0x10, f[66] = 0x00, f[67] = 0x01, f[60] = 0x00, f[61] = 0x10;
-    f.resize (pi0proto::kHeaderSize);
+    f.resize (pi0::proto::kHeaderSize);
     c.send (f);
     ASSERT_TRUE (sim.wait_count ("reject", 1));
   }

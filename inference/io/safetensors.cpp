@@ -17,7 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <nlohmann/json.hpp>
+#include "pi0json.h"
 
 #include "io/error.h"
 
@@ -154,7 +154,7 @@ struct Header {
 };
 
 uint64_t
-get_uint (const nlohmann::json &v, const std::string &what, const std::string &where)
+get_uint (const json::Value &v, const std::string &what, const std::string &where)
 {
   if (!v.is_number_unsigned () && !(v.is_number_integer () && v.get<int64_t> () >= 0))
     throw Error (where + ": " + what + " must be a non-negative integer, found " + v.dump ());
@@ -180,39 +180,20 @@ parse_header (const std::string &path, const uint8_t *base, uint64_t file_size)
     throw Error (path + ": header does not start with '{' (not a safetensors file)");
   h.header_bytes = n;
 
-  // nlohmann keeps the last of duplicate keys; the callback notices them so that a file whose
-  // meaning depends on which duplicate wins is refused.
-  std::vector<std::set<std::string>> open_objects;
-  std::string duplicate;
-  auto callback = [&] (int, nlohmann::json::parse_event_t ev, nlohmann::json &parsed) {
-    using E = nlohmann::json::parse_event_t;
-    if (ev == E::object_start) {
-      open_objects.emplace_back ();
-    } else if (ev == E::object_end) {
-      if (!open_objects.empty ())
-        open_objects.pop_back ();
-    } else if (ev == E::key && !open_objects.empty () && parsed.is_string ()) {
-      if (!open_objects.back ().insert (parsed.get<std::string> ()).second && duplicate.empty ())
-        duplicate = parsed.get<std::string> ();
-    }
-    return true;
-  };
-  nlohmann::json j;
-  try {
-    const char *text = reinterpret_cast<const char *> (base + 8);
-    j = nlohmann::json::parse (text, text + n, callback);
-  } catch (const nlohmann::json::exception &e) {
-    throw Error (path + ": header is not valid JSON: " + e.what ());
-  }
-  if (!duplicate.empty ())
-    throw Error (path + ": header has the key '" + duplicate + "' more than once");
+  // Strict: a header whose meaning depends on which of two duplicate keys wins is refused.
+  std::string err;
+  const std::optional<json::Value> parsed = json::parse_strict (
+      std::string (reinterpret_cast<const char *> (base + 8), n), path + ": header", &err);
+  if (!parsed)
+    throw Error (err);
+  const json::Value &j = *parsed;
   if (!j.is_object ())
     throw Error (path + ": header is not a JSON object");
 
   const uint64_t data_size = file_size - 8 - n;
   for (auto it = j.begin (); it != j.end (); ++it) {
     const std::string &name = it.key ();
-    const nlohmann::json &v = it.value ();
+    const json::Value &v = it.value ();
     if (name == "__metadata__") {
       if (v.is_null ())
         continue;
@@ -406,7 +387,7 @@ save_safetensors (const std::string &path, const TensorMap &tensors,
   std::stable_sort (outs.begin (), outs.end (),
                     [] (const Out &a, const Out &b) { return a.dtype->size > b.dtype->size; });
 
-  nlohmann::json header = nlohmann::json::object ();
+  json::Value header = json::Value::object ();
   if (!metadata.empty ())
     header["__metadata__"] = metadata;
   uint64_t offset = 0;
@@ -420,7 +401,7 @@ save_safetensors (const std::string &path, const TensorMap &tensors,
   std::string text;
   try {
     text = header.dump ();
-  } catch (const nlohmann::json::exception &e) {
+  } catch (const json::Value::exception &e) {
     throw Error (path + ": a tensor name or metadata string is not valid UTF-8 (" + e.what () +
                  ")");
   }

@@ -26,16 +26,16 @@ check (bool ok)
 }
 
 void
-one_frame (const uint8_t *data, size_t size, const std::string &key, const pi0proto::Limits &lim)
+one_frame (const uint8_t *data, size_t size, const std::string &key, const pi0::proto::Limits &lim)
 {
-  pi0proto::Header h;
+  pi0::proto::Header h;
   size_t announced = 0;
-  const pi0proto::Error pe = pi0proto::peek_header (data, size, lim, &h, &announced);
-  pi0proto::Frame f;
-  const pi0proto::Error e = pi0proto::decode (data, size, lim, key, &f);
-  if (pe != pi0proto::Error::kOk)
+  const pi0::proto::Error pe = pi0::proto::peek_header (data, size, lim, &h, &announced);
+  pi0::proto::Frame f;
+  const pi0::proto::Error e = pi0::proto::decode (data, size, lim, key, &f);
+  if (pe != pi0::proto::Error::kOk)
     check (e == pe); /* decode fails the same way when the header is bad */
-  if (e != pi0proto::Error::kOk) {
+  if (e != pi0::proto::Error::kOk) {
     check (f.values.empty ());
     return;
   }
@@ -47,24 +47,24 @@ one_frame (const uint8_t *data, size_t size, const std::string &key, const pi0pr
     check ((bits & 0x7F800000u) != 0x7F800000u);
   }
   std::vector<uint8_t> again;
-  pi0proto::encode (f.header, f.values.data (), key, again);
+  pi0::proto::encode (f.header, f.values.data (), key, again);
   check (again.size () == size && memcmp (again.data (), data, size) == 0);
-  (void)pi0proto::to_json (f.header, f.values.data (), "fuzz");
+  (void)pi0::proto::to_json (f.header, f.values.data (), "fuzz");
 }
 
 /* The TCP reader's loop: header first, then wait for the announced size. */
 void
-as_stream (const uint8_t *data, size_t size, const pi0proto::Limits &lim)
+as_stream (const uint8_t *data, size_t size, const pi0::proto::Limits &lim)
 {
   size_t off = 0;
-  for (int guard = 0; guard < 10000 && size - off >= pi0proto::kHeaderSize; guard++) {
+  for (int guard = 0; guard < 10000 && size - off >= pi0::proto::kHeaderSize; guard++) {
     size_t n = 0;
-    if (pi0proto::peek_header (data + off, size - off, lim, nullptr, &n) != pi0proto::Error::kOk)
+    if (pi0::proto::peek_header (data + off, size - off, lim, nullptr, &n) != pi0::proto::Error::kOk)
       return;
-    check (n >= pi0proto::kHeaderSize + pi0proto::kCrcSize);
+    check (n >= pi0::proto::kHeaderSize + pi0::proto::kCrcSize);
     if (size - off < n)
       return;
-    (void)pi0proto::decode (data + off, n, lim, "", nullptr);
+    (void)pi0::proto::decode (data + off, n, lim, "", nullptr);
     off += n;
   }
 }
@@ -76,16 +76,16 @@ void
 with_valid_checksums (const uint8_t *data, size_t size)
 {
   std::vector<uint8_t> f (data, data + size);
-  pi0proto::Limits lim;
+  pi0::proto::Limits lim;
   lim.max_frame_size = 1 << 20;
   size_t n = 0;
-  pi0proto::Header h;
-  if (pi0proto::peek_header (f.data (), f.size (), lim, &h, &n) != pi0proto::Error::kOk ||
+  pi0::proto::Header h;
+  if (pi0::proto::peek_header (f.data (), f.size (), lim, &h, &n) != pi0::proto::Error::kOk ||
       n != f.size ())
     return;
-  const bool hmac = (h.flags & pi0proto::kFlagHmac) != 0;
-  const size_t crc_off = n - pi0proto::kCrcSize - (hmac ? pi0proto::kHmacSize : 0);
-  const uint32_t c = pi0proto::crc32 (f.data (), crc_off);
+  const bool hmac = (h.flags & pi0::proto::kFlagHmac) != 0;
+  const size_t crc_off = n - pi0::proto::kCrcSize - (hmac ? pi0::proto::kHmacSize : 0);
+  const uint32_t c = pi0::proto::crc32 (f.data (), crc_off);
   for (int i = 0; i < 4; i++)
     f[crc_off + i] = (uint8_t)(c >> (8 * i));
   if (hmac) {
@@ -93,9 +93,9 @@ with_valid_checksums (const uint8_t *data, size_t size)
      * let the fuzzer's payload bits (possibly NaN) through unchanged. */
     std::vector<float> vals ((size_t)h.steps * h.dim);
     if (!vals.empty ())
-      memcpy (vals.data (), f.data () + pi0proto::kHeaderSize, vals.size () * 4);
+      memcpy (vals.data (), f.data () + pi0::proto::kHeaderSize, vals.size () * 4);
     std::vector<uint8_t> g;
-    pi0proto::encode (h, vals.data (), "fuzz key", g);
+    pi0::proto::encode (h, vals.data (), "fuzz key", g);
     if (g.size () == f.size ())
       f = g;
   }
@@ -111,7 +111,7 @@ LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
     with_valid_checksums (data + 1, size - 1);
     return 0;
   }
-  pi0proto::Limits lim;
+  pi0::proto::Limits lim;
   lim.max_frame_size = 1 << 20;
   one_frame (data, size, "", lim);
   one_frame (data, size, "fuzz key", lim);

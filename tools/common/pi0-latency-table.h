@@ -7,7 +7,7 @@
 
 #include <string>
 
-namespace pi0tools
+namespace pi0::tools
 {
 
 /* Prints one row per stage (p50, p99, max in ms); returns the number of chunks measured. */
@@ -46,4 +46,4 @@ print_latency_table (GstElement *sink, const char *indent = "  ")
   return n;
 }
 
-} // namespace pi0tools
+} // namespace pi0::tools

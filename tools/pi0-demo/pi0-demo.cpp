@@ -227,7 +227,7 @@ print_latency (GstElement *sink)
 {
   g_print ("\nLatency per chunk sent (pi0actionsink stats, from the stamps in the metas; running "
            "time on the pipeline clock):\n");
-  guint64 n = pi0tools::print_latency_table (sink);
+  guint64 n = pi0::tools::print_latency_table (sink);
   g_print ("  (%" G_GUINT64_FORMAT " chunks.) A camera whose frame covers the observation pairs at "
            "once; one that is late or stalled\n  is waited for at most pi0viewmux max-wait "
            "(--max-wait; -1 = the slowest camera's declared latency + max-skew).\n",

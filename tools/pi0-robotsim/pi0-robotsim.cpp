@@ -91,7 +91,7 @@ public:
       log_ = stdout;
     }
     if (!o_.robot_config.empty ()) {
-      if (!pi0safety::load_robot_config (o_.robot_config, &cfg_, err))
+      if (!pi0::proto::load_robot_config (o_.robot_config, &cfg_, err))
         return false;
       have_cfg_ = true;
       if (o_.dim == 0)
@@ -306,13 +306,13 @@ private:
   /* One complete, exactly-sized candidate frame. */
   void handle_frame (const uint8_t *data, size_t len)
   {
-    pi0proto::Frame f;
-    pi0proto::Error e = pi0proto::decode (data, len, limits_, o_.key, &f);
-    if (e != pi0proto::Error::kOk) {
-      reject (pi0proto::error_name (e), len);
+    pi0::proto::Frame f;
+    pi0::proto::Error e = pi0::proto::decode (data, len, limits_, o_.key, &f);
+    if (e != pi0::proto::Error::kOk) {
+      reject (pi0::proto::error_name (e), len);
       return;
     }
-    const pi0proto::Header &h = f.header;
+    const pi0::proto::Header &h = f.header;
     if (o_.dim && h.dim && h.dim != o_.dim) {
       reject ("dim-mismatch", len);
       return;
@@ -350,25 +350,25 @@ private:
               ",\"recv_ns\":%" PRIu64,
               h.session_id, h.seq, h.chunk_id, now);
     switch (h.kind) {
-      case pi0proto::Kind::kHello:
+      case pi0::proto::Kind::kHello:
         emit (std::string ("{\"event\":\"hello\",") + head + ",\"dim\":" + std::to_string (h.dim) +
               "}");
         break;
-      case pi0proto::Kind::kHold:
+      case pi0::proto::Kind::kHold:
         schedule_.clear ();
         if (!f.values.empty ())
           position_.assign (f.values.begin (), f.values.begin () + h.dim);
         emit (std::string ("{\"event\":\"hold\",") + head +
               ",\"values\":" + values_json (f.values.data (), f.values.size ()) + "}");
         break;
-      case pi0proto::Kind::kStop:
+      case pi0::proto::Kind::kStop:
         emit (std::string ("{\"event\":\"stop\",") + head + "}");
         break;
-      case pi0proto::Kind::kAction: {
+      case pi0::proto::Kind::kAction: {
         /* Row i of a chunk runs step_period after row i-1; the first row received runs now. */
         uint64_t base = now;
         uint32_t base_step = h.step_index;
-        if (!(h.flags & pi0proto::kFlagStream)) {
+        if (!(h.flags & pi0::proto::kFlagStream)) {
           auto it = chunk_base_.find (h.chunk_id);
           if (it == chunk_base_.end ()) {
             chunk_base_.clear (); /* a new chunk replaces the rest of the old one */
@@ -384,7 +384,7 @@ private:
           char row[160];
           snprintf (row, sizeof row,
                     ",\"step_index\":%u,\"at_ns\":%" PRIu64 ",\"clamped\":%s,\"values\":",
-                    h.step_index + r, at, (h.flags & pi0proto::kFlagClamped) ? "true" : "false");
+                    h.step_index + r, at, (h.flags & pi0::proto::kFlagClamped) ? "true" : "false");
           emit (std::string ("{\"event\":\"execute\",") + head + row +
                 values_json (f.values.data () + (size_t)r * h.dim, h.dim) + "}");
           const float *v = f.values.data () + (size_t)r * h.dim;
@@ -483,12 +483,12 @@ private:
     /* Frames are taken off the front only when complete; the header is checked (and the
      * size it announces bounded) before waiting for, or keeping, the rest. */
     size_t off = 0;
-    while (rbuf_.size () - off >= pi0proto::kHeaderSize) {
+    while (rbuf_.size () - off >= pi0::proto::kHeaderSize) {
       size_t size = 0;
-      pi0proto::Error e =
-          pi0proto::peek_header (rbuf_.data () + off, rbuf_.size () - off, limits_, nullptr, &size);
-      if (e != pi0proto::Error::kOk) {
-        reject (pi0proto::error_name (e), rbuf_.size () - off);
+      pi0::proto::Error e =
+          pi0::proto::peek_header (rbuf_.data () + off, rbuf_.size () - off, limits_, nullptr, &size);
+      if (e != pi0::proto::Error::kOk) {
+        reject (pi0::proto::error_name (e), rbuf_.size () - off);
         rbuf_.clear ();
         close_conn ("bad-header"); /* a byte stream cannot be resynchronised */
         return;
@@ -509,8 +509,8 @@ private:
   }
 
   Options o_;
-  pi0proto::Limits limits_;
-  pi0safety::RobotConfig cfg_;
+  pi0::proto::Limits limits_;
+  pi0::proto::RobotConfig cfg_;
   bool have_cfg_ = false;
   FILE *log_ = nullptr;
   int fd_ = -1;
@@ -598,7 +598,7 @@ main (int argc, char **argv)
   o.port = port;
   o.duration = duration;
   o.dim = dim > 0 ? (unsigned)dim : 0;
-  o.max_frame = max_frame > (gint)(pi0proto::kHeaderSize + 4) ? (size_t)max_frame : o.max_frame;
+  o.max_frame = max_frame > (gint)(pi0::proto::kHeaderSize + 4) ? (size_t)max_frame : o.max_frame;
   const std::string m = mode ? mode : "normal";
   if (m == "normal")
     o.mode = Mode::kNormal;

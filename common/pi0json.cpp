@@ -1,0 +1,161 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include "pi0json.h"
+
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <sstream>
+
+namespace pi0::json
+{
+
+namespace
+{
+
+/* JSON Pointer escaping (RFC 6901) of one path component, for messages. */
+std::string
+escape_pointer (const std::string &s)
+{
+  std::string out;
+  for (char c : s) {
+    if (c == '~')
+      out += "~0";
+    else if (c == '/')
+      out += "~1";
+    else
+      out += c;
+  }
+  return out;
+}
+
+} // namespace
+
+std::optional<Value>
+parse_strict (const std::string &text, const std::string &source, std::string *error)
+{
+  /* One entry per open object or array: the keys seen so far (objects) and the path to it. The
+   * callback sees keys before their values, so the path of a value is known when it starts. */
+  struct Open {
+    bool object;
+    std::set<std::string> keys;
+    std::string path;
+    std::string last_key;
+    size_t index = 0;
+  };
+  std::vector<Open> open;
+  std::string duplicate, duplicate_at;
+  auto child_path = [&] () -> std::string {
+    if (open.empty ())
+      return "";
+    const Open &o = open.back ();
+    return o.path + "/" + (o.object ? escape_pointer (o.last_key) : std::to_string (o.index));
+  };
+  auto callback = [&] (int, Value::parse_event_t ev, Value &parsed) {
+    using E = Value::parse_event_t;
+    switch (ev) {
+      case E::object_start:
+      case E::array_start:
+        open.push_back (Open{ev == E::object_start, {}, child_path ()});
+        break;
+      case E::object_end:
+      case E::array_end:
+        if (!open.empty ())
+          open.pop_back ();
+        if (!open.empty () && !open.back ().object)
+          open.back ().index++;
+        break;
+      case E::key:
+        if (!open.empty () && parsed.is_string ()) {
+          Open &o = open.back ();
+          o.last_key = parsed.get<std::string> ();
+          if (!o.keys.insert (o.last_key).second && duplicate.empty ()) {
+            duplicate = o.last_key;
+            duplicate_at = o.path.empty () ? "/" : o.path;
+          }
+        }
+        break;
+      case E::value:
+        if (!open.empty () && !open.back ().object)
+          open.back ().index++;
+        break;
+    }
+    return true;
+  };
+  Value v;
+  try {
+    v = Value::parse (text, callback);
+  } catch (const Value::exception &e) {
+    /* nlohmann's what() starts with "[json.exception.parse_error.101] ": keep the part a user
+     * can read. */
+    std::string what = e.what ();
+    const size_t cut = what.find ("] ");
+    if (error)
+      *error =
+          source + ": not valid JSON: " + (cut == std::string::npos ? what : what.substr (cut + 2));
+    return std::nullopt;
+  }
+  if (!duplicate.empty ()) {
+    if (error)
+      *error = source + ": the same object has the key '" + duplicate + "' more than once (at " +
+               duplicate_at + "); refusing an ambiguous file";
+    return std::nullopt;
+  }
+  return v;
+}
+
+std::optional<Value>
+load_strict (const std::string &path, std::string *error)
+{
+  std::ifstream in (path, std::ios::binary);
+  if (!in) {
+    if (error)
+      *error = path + ": cannot open the file";
+    return std::nullopt;
+  }
+  std::ostringstream ss;
+  ss << in.rdbuf ();
+  if (in.bad ()) {
+    if (error)
+      *error = path + ": cannot read the file";
+    return std::nullopt;
+  }
+  return parse_strict (ss.str (), path, error);
+}
+
+bool
+to_float (const Value &v, const std::string &what, float *out, std::string *error)
+{
+  if (!v.is_number ()) {
+    if (error)
+      *error = what + " is not a number (found " + v.dump () + ")";
+    return false;
+  }
+  const double d = v.get<double> ();
+  if (!std::isfinite (d) || std::fabs (d) > (double)std::numeric_limits<float>::max ()) {
+    if (error)
+      *error = what + " is not a finite float (" + v.dump () + " is outside float32's range)";
+    return false;
+  }
+  *out = (float)d;
+  return true;
+}
+
+bool
+to_float_array (const Value &v, const std::string &what, std::vector<float> *out,
+                std::string *error)
+{
+  if (!v.is_array ()) {
+    if (error)
+      *error = what + " must be an array of numbers, found " + std::string (v.type_name ());
+    return false;
+  }
+  std::vector<float> r (v.size ());
+  for (size_t i = 0; i < v.size (); i++)
+    if (!to_float (v[i], what + "[" + std::to_string (i) + "]", &r[i], error))
+      return false;
+  *out = std::move (r);
+  return true;
+}
+
+} // namespace pi0::json

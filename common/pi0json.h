@@ -1,0 +1,41 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+/* The project's one way to read JSON (robot configurations, model configs, norm stats,
+ * safetensors headers): nlohmann-json, parsed strictly. Configuration files decide what a
+ * robot may do, so an ambiguous file is refused rather than read one way: a key given twice in
+ * one object is an error naming the key and where it is (nlohmann alone keeps the last).
+ *
+ * Errors follow the convention of the layer that calls: these functions return false (or an
+ * empty optional) with a message; inference/ turns it into a pi0::Error, protocol/ returns it
+ * to its own caller. No GLib, no GStreamer. */
+
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace pi0::json
+{
+
+using Value = nlohmann::json;
+
+/* Parses @text. On failure returns nothing and sets *@error to "<source>: <what>", e.g.
+ * "robot.json: the same object has the key 'max_step' more than once (at /limits)". */
+std::optional<Value> parse_strict (const std::string &text, const std::string &source,
+                                   std::string *error);
+
+/* Reads and parses a file; a missing or unreadable file is an error naming it. */
+std::optional<Value> load_strict (const std::string &path, std::string *error);
+
+/* One number as a float32: it must be a JSON number, finite and within float32's range (1e39
+ * would become infinity). On failure *@error says why, prefixed with @what. */
+bool to_float (const Value &v, const std::string &what, float *out, std::string *error);
+
+/* An array of numbers as float32, each checked as by to_float(). @what names the field in the
+ * message ("\"upper\"[3] ..."). */
+bool to_float_array (const Value &v, const std::string &what, std::vector<float> *out,
+                     std::string *error);
+
+} // namespace pi0::json
