@@ -52,7 +52,7 @@
 #include "gstpi0enum.h"
 
 #include "pi0frame.h"
-#include "pi0percentile.h"
+#include "pi0latency.h"
 #include "pi0safety.h"
 #include "pi0session.h"
 #include "pi0transport.h"
@@ -60,7 +60,6 @@
 #include <gst/pi0/pi0.h>
 
 #include <algorithm>
-#include <deque>
 #include <exception>
 #include <mutex>
 #include <optional>
@@ -75,14 +74,6 @@ namespace
 
 namespace proto = pi0::proto;
 
-constexpr GstClockTime kDefaultMaxActionAge = GST_SECOND;
-constexpr GstClockTime kDefaultHoldTimeout = 100 * GST_MSECOND;
-constexpr GstClockTime kDefaultStopTimeout = GST_SECOND;
-constexpr GstClockTime kDefaultReconnectMin = 100 * GST_MSECOND;
-constexpr GstClockTime kDefaultReconnectMax = 2 * GST_SECOND;
-constexpr double kDefaultControlRate = 50.0;
-constexpr guint kDefaultSendBuffer = 64 * 1024;
-constexpr guint kDefaultDatagramSize = (guint)proto::kDefaultDatagramSize;
 constexpr const char *kDefaultTarget = "stdout";
 
 enum {
@@ -109,68 +100,21 @@ enum {
 enum { SIGNAL_ACTION, N_SIGNALS };
 guint signals[N_SIGNALS];
 
+/* The properties. The session's and the transport's own settings (and their defaults) are
+ * kept in their structs; start() completes them from the rest. */
 struct Settings {
   std::string target = kDefaultTarget;
   GstPi0ActionSinkFormat format = GST_PI0_ACTION_SINK_FORMAT_AUTO;
   GstPi0ActionSinkMode mode = GST_PI0_ACTION_SINK_MODE_STREAM;
-  double control_rate = kDefaultControlRate;
-  guint execute_steps = 0;
+  double control_rate = 50.0;
   std::string robot_config;
   bool allow_unlimited = false;
-  GstClockTime max_action_age = kDefaultMaxActionAge;
-  GstClockTime hold_timeout = kDefaultHoldTimeout;
-  GstClockTime stop_timeout = kDefaultStopTimeout;
   std::string hmac_key;
   bool hmac_key_set = false; /* set, possibly to "" (refused at start) */
-  guint max_send_buffer = kDefaultSendBuffer;
-  guint datagram_size = kDefaultDatagramSize;
-  GstClockTime reconnect_min = kDefaultReconnectMin;
-  GstClockTime reconnect_max = kDefaultReconnectMax;
+  guint datagram_size = (guint)proto::kDefaultDatagramSize;
   bool tolerate_write_errors = false;
-};
-
-/* What the transport did with the session's frames (the session counts the rest). */
-struct Stats {
-  guint64 sent = 0;    /* action rows handed to the transport */
-  guint64 frames = 0;  /* messages of any kind handed to the transport */
-  guint64 no_meta = 0; /* buffers without an action meta (counted as rejected) */
-  guint64 reconnects = 0;
-  guint64 dropped = 0;      /* frames the transport could not take (full buffer, no peer) */
-  guint64 write_errors = 0; /* file/stdout writes that failed */
-};
-
-/* Running times at which one chunk's observation passed each stage, from the metas. */
-struct Stamps {
-  GstClockTime capture = GST_CLOCK_TIME_NONE;  /* observation_time: the base frame */
-  GstClockTime muxed = GST_CLOCK_TIME_NONE;    /* GstPi0ObservationMeta.muxed_time */
-  GstClockTime prepared = GST_CLOCK_TIME_NONE; /* GstPi0TensorMeta.prepared_time */
-  GstClockTime done = GST_CLOCK_TIME_NONE;     /* GstPi0ActionMeta.done_time */
-};
-
-/* Per-stage latencies of the last kLatencyWindow chunks sent, for the stats. */
-constexpr size_t kLatencyWindow = 1024;
-enum Stage { kStageMux, kStagePrep, kStageInfer, kStageSink, kStageEndToEnd, kNumStages };
-const char *const kStageNames[kNumStages] = {"mux", "prep", "infer", "sink", "end-to-end"};
-
-struct LatencyWindow {
-  std::deque<GstClockTime> samples[kNumStages];
-  guint64 chunks = 0; /* chunks measured since start */
-
-  void add (const Stamps &t, GstClockTime sent)
-  {
-    const GstClockTime points[kNumStages + 1] = {t.capture, t.muxed, t.prepared, t.done, sent};
-    auto push = [this] (Stage s, GstClockTime a, GstClockTime b) {
-      if (!GST_CLOCK_TIME_IS_VALID (a) || !GST_CLOCK_TIME_IS_VALID (b) || b < a)
-        return;
-      samples[s].push_back (b - a);
-      if (samples[s].size () > kLatencyWindow)
-        samples[s].pop_front ();
-    };
-    for (int s = kStageMux; s <= kStageSink; s++)
-      push ((Stage)s, points[s], points[s + 1]);
-    push (kStageEndToEnd, t.capture, sent);
-    chunks++;
-  }
+  proto::SenderSettings sender;       /* execute-steps, max-action-age, hold/stop-timeout */
+  proto::TransportSettings transport; /* max-send-buffer, reconnect-min/max */
 };
 
 /* What to do once the lock is released: signals, bus warnings, an error. */
@@ -183,7 +127,6 @@ struct Pending {
 struct State {
   Settings s; /* snapshot taken in start() */
   bool started = false;
-  bool binary = true;
   std::optional<proto::Sender> session;
   proto::Transport transport;
   proto::SenderOutput out; /* scratch, reused */
@@ -197,13 +140,12 @@ struct State {
   GstClockTime base_time = 0;
   GstClockID wait_id = nullptr;
 
-  Stats stats;
-  LatencyWindow latency;
-  Stamps stamps; /* of the last chunk given to the session */
+  guint64 no_meta = 0; /* buffers without an action meta (counted as rejected) */
+  pi0::StageLatency latency;
+  pi0::StageStamps stamps; /* of the last chunk given to the session */
   guint64 stamps_chunk = 0;
   bool have_stamps = false;
   guint64 warn_count = 0;
-  std::vector<uint8_t> buf;
 };
 
 struct Private {
@@ -277,36 +219,16 @@ deliver (State &st, Pending &p)
 {
   proto::SenderOutput &out = st.out;
   for (const proto::OutFrame &f : out.frames) {
-    st.buf.clear ();
-    if (st.binary) {
-      proto::encode (f.header, f.values.data (), st.s.hmac_key, st.buf);
-    } else {
-      std::string line = proto::to_json (f.header, f.values.data (), f.model_id);
-      line += '\n';
-      st.buf.assign (line.begin (), line.end ());
-    }
-    switch (st.transport.write (st.buf.data (), st.buf.size ())) {
-      case proto::SendResult::kSent:
-        st.stats.frames++;
-        if (f.header.kind == proto::Kind::kAction)
-          st.stats.sent += f.header.steps;
-        break;
-      case proto::SendResult::kDropped:
-        st.stats.dropped++;
-        break;
-      case proto::SendResult::kFailed:
-        st.stats.dropped++;
-        st.stats.write_errors++;
-        if (st.s.tolerate_write_errors) {
-          warn (st, p, st.transport.error () + ": message lost");
-        } else if (!st.write_failed) {
-          st.write_failed = true;
-          p.error = st.transport.error ();
-        }
-        break;
+    if (st.transport.send (f) != proto::SendResult::kFailed)
+      continue;
+    /* A recording that loses data must say so. */
+    if (st.s.tolerate_write_errors) {
+      warn (st, p, st.transport.error () + ": message lost");
+    } else if (!st.write_failed) {
+      st.write_failed = true;
+      p.error = st.transport.error ();
     }
   }
-  st.stats.dropped += st.transport.take_queue_drops ();
   for (proto::SentMessage &m : out.sent) {
     if (m.first_of_chunk && st.have_stamps && m.chunk_id == st.stamps_chunk)
       st.latency.add (st.stamps, m.time_ns); /* the chunk's first rows leave: its latency */
@@ -323,20 +245,6 @@ pump (State &st, GstClockTime now)
 {
   st.transport.pump ();
   st.session->link (now, st.transport.up (), st.transport.take_new_connection (), st.out);
-  st.stats.reconnects = st.transport.reconnects ();
-}
-
-Stamps
-stamps_of (GstBuffer *buf, const GstPi0ActionMeta *meta)
-{
-  Stamps t;
-  t.capture = meta->observation_time;
-  t.done = meta->done_time;
-  if (GstPi0ObservationMeta *om = gst_buffer_get_pi0_observation_meta (buf))
-    t.muxed = om->muxed_time;
-  if (GstPi0TensorMeta *tm = gst_buffer_get_pi0_tensor_meta (buf))
-    t.prepared = tm->prepared_time;
-  return t;
 }
 
 void
@@ -436,7 +344,7 @@ gst_pi0_action_sink_start (GstBaseSink *bsink)
   std::string err;
   if (!proto::parse_target (s.target, &target, &err))
     return refuse ("Invalid target: " + err);
-  if (s.reconnect_max < s.reconnect_min)
+  if (s.transport.reconnect_max_ns < s.transport.reconnect_min_ns)
     return refuse ("reconnect-max must not be shorter than reconnect-min");
   if (s.hmac_key_set && s.hmac_key.empty ())
     return refuse ("hmac-key is empty: an empty key would turn authentication off",
@@ -445,7 +353,7 @@ gst_pi0_action_sink_start (GstBaseSink *bsink)
   if (log && target.is_network ())
     return refuse ("mode=log writes the policy's raw chunks and never goes to a robot: use a "
                    "file:// or stdout target");
-  proto::SenderSettings ss;
+  proto::SenderSettings ss = s.sender;
   ss.mode = log                                         ? proto::SendMode::kLog
             : s.mode == GST_PI0_ACTION_SINK_MODE_STREAM ? proto::SendMode::kStream
                                                         : proto::SendMode::kChunk;
@@ -469,19 +377,14 @@ gst_pi0_action_sink_start (GstBaseSink *bsink)
         "format=json cannot be sent over UDP: a line may not fit a datagram; use binary");
   ss.period_ns = (GstClockTime)(GST_SECOND / s.control_rate + 0.5);
   ss.period_ns = std::max<guint64> (ss.period_ns, 1);
-  ss.execute_steps = s.execute_steps;
-  ss.max_action_age_ns = s.max_action_age;
-  ss.hold_timeout_ns = s.hold_timeout;
-  ss.stop_timeout_ns = s.stop_timeout;
   ss.max_frame_size = binary && target.type == proto::TargetType::kUdp ? s.datagram_size : 0;
   ss.hmac = !s.hmac_key.empty ();
   if (!proto::validate (ss, &err))
     return refuse (err);
 
-  proto::TransportSettings ts;
-  ts.max_send_buffer = s.max_send_buffer;
-  ts.reconnect_min_ns = s.reconnect_min;
-  ts.reconnect_max_ns = s.reconnect_max;
+  proto::TransportSettings ts = s.transport;
+  ts.binary = binary;
+  ts.key = binary ? s.hmac_key : ""; /* JSON lines carry no HMAC */
   Pending p;
   std::unique_lock<std::mutex> lk (priv->lock);
   State &st = priv->st;
@@ -492,13 +395,10 @@ gst_pi0_action_sink_start (GstBaseSink *bsink)
     return FALSE;
   }
   st.s = s;
-  if (!binary)
-    st.s.hmac_key.clear (); /* JSON lines carry no HMAC */
-  st.binary = binary;
   st.session.emplace (std::move (ss));
   st.out.clear ();
-  st.stats = Stats ();
-  st.latency = LatencyWindow ();
+  st.no_meta = 0;
+  st.latency = pi0::StageLatency ();
   st.have_stamps = false;
   st.warn_count = 0;
   st.unlocked = false;
@@ -624,24 +524,27 @@ gst_pi0_action_sink_event (GstBaseSink *bsink, GstEvent *event)
   return GST_BASE_SINK_CLASS (parent_class)->event (bsink, event);
 }
 
+/* render never waits on a peer or the clock (sockets are non-blocking and sync is off), so there
+ * is nothing to interrupt; the flag makes a render racing with a flush drop its chunk. */
+static gboolean
+set_unlocked (GstBaseSink *bsink, bool unlocked)
+{
+  GstPi0ActionSink *self = GST_PI0_ACTION_SINK (bsink);
+  std::lock_guard<std::mutex> g (self->priv->lock);
+  self->priv->st.unlocked = unlocked;
+  return TRUE;
+}
+
 static gboolean
 gst_pi0_action_sink_unlock (GstBaseSink *bsink)
 {
-  /* render never waits on a peer or the clock (sockets are non-blocking and sync is off), so
-   * there is nothing to interrupt; the flag makes a render racing with a flush drop its chunk. */
-  GstPi0ActionSink *self = GST_PI0_ACTION_SINK (bsink);
-  std::lock_guard<std::mutex> g (self->priv->lock);
-  self->priv->st.unlocked = true;
-  return TRUE;
+  return set_unlocked (bsink, true);
 }
 
 static gboolean
 gst_pi0_action_sink_unlock_stop (GstBaseSink *bsink)
 {
-  GstPi0ActionSink *self = GST_PI0_ACTION_SINK (bsink);
-  std::lock_guard<std::mutex> g (self->priv->lock);
-  self->priv->st.unlocked = false;
-  return TRUE;
+  return set_unlocked (bsink, false);
 }
 
 static GstFlowReturn
@@ -649,7 +552,7 @@ render_locked (State &st, GstBuffer *buf, Pending &p, std::string *error)
 {
   GstPi0ActionMeta *meta = gst_buffer_get_pi0_action_meta (buf);
   if (!meta) {
-    st.stats.no_meta++;
+    st.no_meta++;
     warn (st, p, "buffer without GstPi0ActionMeta: nothing sent");
     return GST_FLOW_OK;
   }
@@ -658,7 +561,7 @@ render_locked (State &st, GstBuffer *buf, Pending &p, std::string *error)
   const GstClockTime now = running_now (st);
   if (st.s.mode != GST_PI0_ACTION_SINK_MODE_LOG)
     pump (st, now);
-  st.stamps = stamps_of (buf, meta);
+  st.stamps = pi0::stage_stamps (buf, meta);
   st.stamps_chunk = meta->sequence;
   st.have_stamps = true;
   proto::ChunkIn in;
@@ -708,93 +611,79 @@ static GstStructure *
 make_stats (Private *priv)
 {
   std::lock_guard<std::mutex> g (priv->lock);
-  const Stats &s = priv->st.stats;
-  const proto::SenderCounters c =
-      priv->st.session ? priv->st.session->counters () : proto::SenderCounters ();
-  const LatencyWindow &lw = priv->st.latency;
-  GstStructure *st = gst_structure_new (
-      "pi0actionsink-stats", "sent", G_TYPE_UINT64, s.sent, "frames", G_TYPE_UINT64, s.frames,
-      "rejected", G_TYPE_UINT64, s.no_meta + c.rejected, "clamped", G_TYPE_UINT64, c.clamped,
-      "stale", G_TYPE_UINT64, c.stale, "holds", G_TYPE_UINT64, c.holds, "stops", G_TYPE_UINT64,
-      c.stops, "reconnects", G_TYPE_UINT64, s.reconnects, "dropped", G_TYPE_UINT64, s.dropped,
-      "sessions", G_TYPE_UINT64, c.sessions, "queued-bytes", G_TYPE_UINT64,
-      (guint64)priv->st.transport.queued_bytes (), "write-errors", G_TYPE_UINT64, s.write_errors,
-      nullptr);
-  gst_structure_set (st, "latency-chunks", G_TYPE_UINT64, lw.chunks, nullptr);
-  for (int i = 0; i < kNumStages; i++) {
-    const auto &d = lw.samples[i];
-    if (d.empty ())
-      continue;
-    std::vector<GstClockTime> v (d.begin (), d.end ());
-    const std::string n = kStageNames[i];
-    const GstClockTime max = *std::max_element (v.begin (), v.end ());
-    gst_structure_set (st, (n + "-p50").c_str (), G_TYPE_UINT64, pi0::percentile (v, 0.50),
-                       (n + "-p99").c_str (), G_TYPE_UINT64, pi0::percentile (v, 0.99),
-                       (n + "-max").c_str (), G_TYPE_UINT64, max, nullptr);
-  }
-  return st;
+  State &st = priv->st;
+  const proto::TransportCounters &t = st.transport.counters ();
+  const proto::SenderCounters c = st.session ? st.session->counters () : proto::SenderCounters ();
+  GstStructure *s = gst_structure_new (
+      "pi0actionsink-stats", "sent", G_TYPE_UINT64, t.action_rows, "frames", G_TYPE_UINT64,
+      t.frames, "rejected", G_TYPE_UINT64, st.no_meta + c.rejected, "clamped", G_TYPE_UINT64,
+      c.clamped, "stale", G_TYPE_UINT64, c.stale, "holds", G_TYPE_UINT64, c.holds, "stops",
+      G_TYPE_UINT64, c.stops, "reconnects", G_TYPE_UINT64, st.transport.reconnects (), "dropped",
+      G_TYPE_UINT64, t.dropped, "sessions", G_TYPE_UINT64, c.sessions, "queued-bytes",
+      G_TYPE_UINT64, (guint64)st.transport.queued_bytes (), "write-errors", G_TYPE_UINT64,
+      t.write_errors, nullptr);
+  st.latency.write (s);
+  return s;
 }
+
+/* Copies @value into the settings (@set) or out of them: one table for both directions. */
+static void
+transfer (Settings &s, guint prop_id, GValue *value, bool set)
+{
+#define SETTING(ID, field, type, gtype)                                                            \
+  case ID:                                                                                         \
+    if (set)                                                                                       \
+      s.field = (decltype (s.field))g_value_get_##gtype (value);                                   \
+    else                                                                                           \
+      g_value_set_##gtype (value, (type)s.field);                                                  \
+    break;
+  switch (prop_id) {
+    SETTING (PROP_FORMAT, format, gint, enum)
+    SETTING (PROP_MODE, mode, gint, enum)
+    SETTING (PROP_CONTROL_RATE, control_rate, gdouble, double)
+    SETTING (PROP_EXECUTE_STEPS, sender.execute_steps, guint, uint)
+    SETTING (PROP_ALLOW_UNLIMITED, allow_unlimited, gboolean, boolean)
+    SETTING (PROP_MAX_ACTION_AGE, sender.max_action_age_ns, guint64, uint64)
+    SETTING (PROP_HOLD_TIMEOUT, sender.hold_timeout_ns, guint64, uint64)
+    SETTING (PROP_STOP_TIMEOUT, sender.stop_timeout_ns, guint64, uint64)
+    SETTING (PROP_MAX_SEND_BUFFER, transport.max_send_buffer, guint, uint)
+    SETTING (PROP_DATAGRAM_SIZE, datagram_size, guint, uint)
+    SETTING (PROP_RECONNECT_MIN, transport.reconnect_min_ns, guint64, uint64)
+    SETTING (PROP_RECONNECT_MAX, transport.reconnect_max_ns, guint64, uint64)
+    SETTING (PROP_TOLERATE_WRITE_ERRORS, tolerate_write_errors, gboolean, boolean)
+    case PROP_TARGET:
+      if (!set)
+        g_value_set_string (value, s.target.c_str ());
+      else
+        s.target = g_value_get_string (value) ? g_value_get_string (value) : kDefaultTarget;
+      break;
+    case PROP_ROBOT_CONFIG:
+      if (!set)
+        g_value_set_string (value, s.robot_config.empty () ? nullptr : s.robot_config.c_str ());
+      else
+        s.robot_config = g_value_get_string (value) ? g_value_get_string (value) : "";
+      break;
+    case PROP_HMAC_KEY: /* write-only: a key must not be readable back */
+      if (set) {
+        s.hmac_key_set = g_value_get_string (value) != nullptr;
+        s.hmac_key = s.hmac_key_set ? g_value_get_string (value) : "";
+      }
+      break;
+  }
+#undef SETTING
+}
+
 static void
 gst_pi0_action_sink_set_property (GObject *object, guint prop_id, const GValue *value,
                                   GParamSpec *pspec)
 {
   GstPi0ActionSink *self = GST_PI0_ACTION_SINK (object);
-  std::lock_guard<std::mutex> g (self->priv->settings_lock);
-  Settings &s = self->priv->settings;
-  switch (prop_id) {
-    case PROP_TARGET:
-      s.target = g_value_get_string (value) ? g_value_get_string (value) : kDefaultTarget;
-      break;
-    case PROP_FORMAT:
-      s.format = (GstPi0ActionSinkFormat)g_value_get_enum (value);
-      break;
-    case PROP_MODE:
-      s.mode = (GstPi0ActionSinkMode)g_value_get_enum (value);
-      break;
-    case PROP_CONTROL_RATE:
-      s.control_rate = g_value_get_double (value);
-      break;
-    case PROP_EXECUTE_STEPS:
-      s.execute_steps = g_value_get_uint (value);
-      break;
-    case PROP_ROBOT_CONFIG:
-      s.robot_config = g_value_get_string (value) ? g_value_get_string (value) : "";
-      break;
-    case PROP_ALLOW_UNLIMITED:
-      s.allow_unlimited = g_value_get_boolean (value);
-      break;
-    case PROP_MAX_ACTION_AGE:
-      s.max_action_age = g_value_get_uint64 (value);
-      break;
-    case PROP_HOLD_TIMEOUT:
-      s.hold_timeout = g_value_get_uint64 (value);
-      break;
-    case PROP_STOP_TIMEOUT:
-      s.stop_timeout = g_value_get_uint64 (value);
-      break;
-    case PROP_HMAC_KEY:
-      s.hmac_key_set = g_value_get_string (value) != nullptr;
-      s.hmac_key = s.hmac_key_set ? g_value_get_string (value) : "";
-      break;
-    case PROP_MAX_SEND_BUFFER:
-      s.max_send_buffer = g_value_get_uint (value);
-      break;
-    case PROP_DATAGRAM_SIZE:
-      s.datagram_size = g_value_get_uint (value);
-      break;
-    case PROP_RECONNECT_MIN:
-      s.reconnect_min = g_value_get_uint64 (value);
-      break;
-    case PROP_RECONNECT_MAX:
-      s.reconnect_max = g_value_get_uint64 (value);
-      break;
-    case PROP_TOLERATE_WRITE_ERRORS:
-      s.tolerate_write_errors = g_value_get_boolean (value);
-      break;
-    default:
-      G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
-      break;
+  if (prop_id == PROP_0 || prop_id >= PROP_STATS) {
+    G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
+    return;
   }
+  std::lock_guard<std::mutex> g (self->priv->settings_lock);
+  transfer (self->priv->settings, prop_id, (GValue *)value, true);
 }
 
 static void
@@ -803,59 +692,11 @@ gst_pi0_action_sink_get_property (GObject *object, guint prop_id, GValue *value,
   GstPi0ActionSink *self = GST_PI0_ACTION_SINK (object);
   if (prop_id == PROP_STATS) {
     g_value_take_boxed (value, make_stats (self->priv));
-    return;
-  }
-  std::lock_guard<std::mutex> g (self->priv->settings_lock);
-  const Settings &s = self->priv->settings;
-  switch (prop_id) {
-    case PROP_TARGET:
-      g_value_set_string (value, s.target.c_str ());
-      break;
-    case PROP_FORMAT:
-      g_value_set_enum (value, s.format);
-      break;
-    case PROP_MODE:
-      g_value_set_enum (value, s.mode);
-      break;
-    case PROP_CONTROL_RATE:
-      g_value_set_double (value, s.control_rate);
-      break;
-    case PROP_EXECUTE_STEPS:
-      g_value_set_uint (value, s.execute_steps);
-      break;
-    case PROP_ROBOT_CONFIG:
-      g_value_set_string (value, s.robot_config.empty () ? nullptr : s.robot_config.c_str ());
-      break;
-    case PROP_ALLOW_UNLIMITED:
-      g_value_set_boolean (value, s.allow_unlimited);
-      break;
-    case PROP_MAX_ACTION_AGE:
-      g_value_set_uint64 (value, s.max_action_age);
-      break;
-    case PROP_HOLD_TIMEOUT:
-      g_value_set_uint64 (value, s.hold_timeout);
-      break;
-    case PROP_STOP_TIMEOUT:
-      g_value_set_uint64 (value, s.stop_timeout);
-      break;
-    case PROP_MAX_SEND_BUFFER:
-      g_value_set_uint (value, s.max_send_buffer);
-      break;
-    case PROP_DATAGRAM_SIZE:
-      g_value_set_uint (value, s.datagram_size);
-      break;
-    case PROP_RECONNECT_MIN:
-      g_value_set_uint64 (value, s.reconnect_min);
-      break;
-    case PROP_RECONNECT_MAX:
-      g_value_set_uint64 (value, s.reconnect_max);
-      break;
-    case PROP_TOLERATE_WRITE_ERRORS:
-      g_value_set_boolean (value, s.tolerate_write_errors);
-      break;
-    default:
-      G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
-      break;
+  } else if (prop_id == PROP_0 || prop_id > PROP_STATS) {
+    G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
+  } else {
+    std::lock_guard<std::mutex> g (self->priv->settings_lock);
+    transfer (self->priv->settings, prop_id, value, false);
   }
 }
 
@@ -899,6 +740,10 @@ gst_pi0_action_sink_class_init (GstPi0ActionSinkClass *klass)
   gobject_class->set_property = gst_pi0_action_sink_set_property;
   gobject_class->get_property = gst_pi0_action_sink_get_property;
   gobject_class->finalize = gst_pi0_action_sink_finalize;
+  const Settings d; /* the defaults */
+  auto install = [gobject_class] (guint id, GParamSpec *ps) {
+    g_object_class_install_property (gobject_class, id, ps);
+  };
 
   /**
    * GstPi0ActionSink:target:
@@ -906,103 +751,93 @@ gst_pi0_action_sink_class_init (GstPi0ActionSinkClass *klass)
    * Where actions go: `udp://IP:PORT`, `tcp://IP:PORT`, `file:///path` or `stdout`. Numeric
    * addresses only; examples use loopback, anything else must be set explicitly.
    */
-  g_object_class_install_property (
-      gobject_class, PROP_TARGET,
+  install (
+      PROP_TARGET,
       g_param_spec_string ("target", "Target",
                            "Where actions go: udp://IP:PORT, tcp://IP:PORT, file:///path or stdout",
                            kDefaultTarget, rw_ready));
-  g_object_class_install_property (
-      gobject_class, PROP_FORMAT,
+  install (
+      PROP_FORMAT,
       g_param_spec_enum (
           "format", "Format",
           "Message encoding: auto (binary for udp/tcp, JSON lines for file/stdout), json or binary",
           gst_pi0_action_sink_format_get_type (), GST_PI0_ACTION_SINK_FORMAT_AUTO, rw_ready));
-  g_object_class_install_property (
-      gobject_class, PROP_MODE,
-      g_param_spec_enum ("mode", "Mode",
-                         "chunk: send each chunk whole on arrival; stream: one action per control "
-                         "tick from the newest chunk; log: write every chunk whole and unmodified "
-                         "(file:// or stdout only: recordings, replays)",
-                         gst_pi0_action_sink_mode_get_type (), GST_PI0_ACTION_SINK_MODE_STREAM,
-                         rw_ready));
-  g_object_class_install_property (
-      gobject_class, PROP_CONTROL_RATE,
+  install (PROP_MODE,
+           g_param_spec_enum (
+               "mode", "Mode",
+               "chunk: send each chunk whole on arrival; stream: one action per control "
+               "tick from the newest chunk; log: write every chunk whole and unmodified "
+               "(file:// or stdout only: recordings, replays)",
+               gst_pi0_action_sink_mode_get_type (), GST_PI0_ACTION_SINK_MODE_STREAM, rw_ready));
+  install (
+      PROP_CONTROL_RATE,
       g_param_spec_double ("control-rate", "Control rate",
                            "Robot control rate in Hz: one chunk row per tick (also the step period "
                            "written in frames)",
-                           0.1, 1000.0, kDefaultControlRate, rw_ready));
-  g_object_class_install_property (
-      gobject_class, PROP_EXECUTE_STEPS,
-      g_param_spec_uint ("execute-steps", "Execute steps",
-                         "Use at most this many rows of each chunk (0 = all rows)", 0, G_MAXUINT, 0,
-                         rw_ready));
-  g_object_class_install_property (
-      gobject_class, PROP_ROBOT_CONFIG,
+                           0.1, 1000.0, d.control_rate, rw_ready));
+  install (PROP_EXECUTE_STEPS,
+           g_param_spec_uint ("execute-steps", "Execute steps",
+                              "Use at most this many rows of each chunk (0 = all rows)", 0,
+                              G_MAXUINT, 0, rw_ready));
+  install (
+      PROP_ROBOT_CONFIG,
       g_param_spec_string ("robot-config", "Robot configuration",
                            "JSON file with joints, lower/upper limits and max_step per tick; every "
                            "action is clamped to it",
                            nullptr, rw_ready));
-  g_object_class_install_property (
-      gobject_class, PROP_ALLOW_UNLIMITED,
-      g_param_spec_boolean (
-          "allow-unlimited", "Allow unlimited",
-          "Start without robot-config (actions are still checked for NaN/Inf but not clamped)",
-          FALSE, rw_ready));
-  g_object_class_install_property (
-      gobject_class, PROP_MAX_ACTION_AGE,
-      g_param_spec_uint64 (
-          "max-action-age", "Maximum action age",
-          "Drop actions whose observation was captured longer ago than this, in nanoseconds",
-          GST_MSECOND, G_MAXUINT64, kDefaultMaxActionAge, rw_ready));
-  g_object_class_install_property (
-      gobject_class, PROP_HOLD_TIMEOUT,
-      g_param_spec_uint64 (
-          "hold-timeout", "Hold timeout",
-          "Send HOLD after this long without a fresh action, in nanoseconds of pipeline clock",
-          GST_MSECOND, G_MAXUINT64, kDefaultHoldTimeout, rw_ready));
-  g_object_class_install_property (
-      gobject_class, PROP_STOP_TIMEOUT,
-      g_param_spec_uint64 (
-          "stop-timeout", "Stop timeout",
-          "Send STOP after this long without a fresh action, in nanoseconds (>= hold-timeout)",
-          GST_MSECOND, G_MAXUINT64, kDefaultStopTimeout, rw_ready));
+  install (PROP_ALLOW_UNLIMITED,
+           g_param_spec_boolean (
+               "allow-unlimited", "Allow unlimited",
+               "Start without robot-config (actions are still checked for NaN/Inf but not clamped)",
+               FALSE, rw_ready));
+  install (PROP_MAX_ACTION_AGE,
+           g_param_spec_uint64 (
+               "max-action-age", "Maximum action age",
+               "Drop actions whose observation was captured longer ago than this, in nanoseconds",
+               GST_MSECOND, G_MAXUINT64, d.sender.max_action_age_ns, rw_ready));
+  install (PROP_HOLD_TIMEOUT,
+           g_param_spec_uint64 (
+               "hold-timeout", "Hold timeout",
+               "Send HOLD after this long without a fresh action, in nanoseconds of pipeline clock",
+               GST_MSECOND, G_MAXUINT64, d.sender.hold_timeout_ns, rw_ready));
+  install (PROP_STOP_TIMEOUT,
+           g_param_spec_uint64 (
+               "stop-timeout", "Stop timeout",
+               "Send STOP after this long without a fresh action, in nanoseconds (>= hold-timeout)",
+               GST_MSECOND, G_MAXUINT64, d.sender.stop_timeout_ns, rw_ready));
   /* Write-only: a key must not be readable back through gst-inspect or a property dump. */
-  g_object_class_install_property (
-      gobject_class, PROP_HMAC_KEY,
+  install (
+      PROP_HMAC_KEY,
       g_param_spec_string (
           "hmac-key", "HMAC key",
           "Shared key: when set, every binary frame carries an HMAC-SHA256 trailer (write-only)",
           nullptr,
           (GParamFlags)(G_PARAM_WRITABLE | G_PARAM_STATIC_STRINGS | GST_PARAM_MUTABLE_READY)));
-  g_object_class_install_property (
-      gobject_class, PROP_MAX_SEND_BUFFER,
-      g_param_spec_uint (
-          "max-send-buffer", "Maximum send buffer",
-          "TCP: bytes queued for a slow peer before the oldest unsent frames are dropped", 1024,
-          64 * 1024 * 1024, kDefaultSendBuffer, rw_ready));
-  g_object_class_install_property (
-      gobject_class, PROP_DATAGRAM_SIZE,
-      g_param_spec_uint (
-          "datagram-size", "Datagram size",
-          "UDP: largest frame in bytes; bigger chunks are split per docs/protocol.md", 128, 65507,
-          kDefaultDatagramSize, rw_ready));
-  g_object_class_install_property (
-      gobject_class, PROP_RECONNECT_MIN,
+  install (PROP_MAX_SEND_BUFFER,
+           g_param_spec_uint (
+               "max-send-buffer", "Maximum send buffer",
+               "TCP: bytes queued for a slow peer before the oldest unsent frames are dropped",
+               1024, 64 * 1024 * 1024, (guint)d.transport.max_send_buffer, rw_ready));
+  install (PROP_DATAGRAM_SIZE,
+           g_param_spec_uint (
+               "datagram-size", "Datagram size",
+               "UDP: largest frame in bytes; bigger chunks are split per docs/protocol.md", 128,
+               65507, d.datagram_size, rw_ready));
+  install (
+      PROP_RECONNECT_MIN,
       g_param_spec_uint64 (
           "reconnect-min", "Reconnect minimum",
           "TCP: first reconnect delay in nanoseconds (doubles per failure up to reconnect-max)",
-          GST_MSECOND, 60 * GST_SECOND, kDefaultReconnectMin, rw_ready));
-  g_object_class_install_property (
-      gobject_class, PROP_RECONNECT_MAX,
-      g_param_spec_uint64 ("reconnect-max", "Reconnect maximum",
-                           "TCP: longest reconnect delay in nanoseconds", GST_MSECOND,
-                           600 * GST_SECOND, kDefaultReconnectMax, rw_ready));
-  g_object_class_install_property (
-      gobject_class, PROP_TOLERATE_WRITE_ERRORS,
-      g_param_spec_boolean ("tolerate-write-errors", "Tolerate write errors",
-                            "file/stdout: a failed write is a warning and counts in "
-                            "stats.write-errors instead of an error that stops the pipeline",
-                            FALSE, rw_ready));
+          GST_MSECOND, 60 * GST_SECOND, d.transport.reconnect_min_ns, rw_ready));
+  install (PROP_RECONNECT_MAX,
+           g_param_spec_uint64 ("reconnect-max", "Reconnect maximum",
+                                "TCP: longest reconnect delay in nanoseconds", GST_MSECOND,
+                                600 * GST_SECOND, d.transport.reconnect_max_ns, rw_ready));
+  install (PROP_TOLERATE_WRITE_ERRORS,
+           g_param_spec_boolean ("tolerate-write-errors", "Tolerate write errors",
+                                 "file/stdout: a failed write is a warning and counts in "
+                                 "stats.write-errors instead of an error that stops the pipeline",
+                                 FALSE, rw_ready));
   /**
    * GstPi0ActionSink:stats:
    *
@@ -1017,14 +852,13 @@ gst_pi0_action_sink_class_init (GstPi0ActionSinkClass *klass)
    * pi0infer's push: queueing and inference), `sink` (to the send) and `end-to-end` (capture
    * to send). A stage whose stamps are missing (no cudaprep, no clock) has no fields.
    */
-  g_object_class_install_property (
-      gobject_class, PROP_STATS,
+  install (
+      PROP_STATS,
       g_param_spec_boxed (
           "stats", "Statistics",
           "Counters: sent, frames, rejected, clamped, stale, holds, stops, reconnects, dropped, "
           "sessions, queued-bytes, write-errors; latency per stage (mux, prep, infer, sink, "
-          "end-to-end) as "
-          "STAGE-p50/-p99/-max in ns over the last 1024 chunks",
+          "end-to-end) as STAGE-p50/-p99/-max in ns over the last 1024 chunks",
           GST_TYPE_STRUCTURE, (GParamFlags)(G_PARAM_READABLE | G_PARAM_STATIC_STRINGS)));
 
   /**

@@ -85,6 +85,7 @@ Transport::open (const Target &target, const TransportSettings &s, std::string *
   /* Everything per connection and per start begins afresh (counters are per start). */
   connected_ = ever_connected_ = new_connection_ = false;
   reconnects_ = dropped_in_queue_ = 0;
+  counters_ = TransportCounters ();
   next_attempt_ = connect_started_ = 0;
   target_ = target;
   s_ = s;
@@ -244,6 +245,35 @@ Transport::write (const uint8_t *data, size_t len)
     }
   }
   return SendResult::kDropped;
+}
+
+SendResult
+Transport::send (const OutFrame &f)
+{
+  buf_.clear ();
+  if (s_.binary) {
+    encode (f.header, f.values.data (), s_.key, buf_);
+  } else {
+    const std::string line = to_json (f.header, f.values.data (), f.model_id) + "\n";
+    buf_.assign (line.begin (), line.end ());
+  }
+  const SendResult r = write (buf_.data (), buf_.size ());
+  if (r == SendResult::kSent) {
+    counters_.frames++;
+    if (f.header.kind == Kind::kAction)
+      counters_.action_rows += f.header.steps;
+  } else {
+    counters_.dropped++;
+    counters_.write_errors += r == SendResult::kFailed;
+  }
+  return r;
+}
+
+const TransportCounters &
+Transport::counters ()
+{
+  counters_.dropped += take_queue_drops ();
+  return counters_;
 }
 
 bool

@@ -6,6 +6,8 @@
  * blocks: sockets are non-blocking and a peer that does not keep up costs dropped frames, not
  * time or memory. GIO, no GStreamer; not thread-safe (the caller holds its lock). */
 
+#include "pi0session.h"
+
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -35,6 +37,8 @@ struct Target {
 bool parse_target (const std::string &uri, Target *out, std::string *error);
 
 struct TransportSettings {
+  bool binary = true; /* frames as docs/protocol.md's binary frames, or as JSON lines */
+  std::string key;    /* binary: HMAC key (empty: no HMAC trailer) */
   size_t max_send_buffer = 64 * 1024;    /* TCP: bytes queued before the oldest are dropped */
   uint64_t reconnect_min_ns = 100000000; /* TCP: first retry delay, doubling per failure */
   uint64_t reconnect_max_ns = 2000000000;
@@ -44,6 +48,14 @@ enum class SendResult {
   kSent,    /* handed over (TCP: queued or on the wire) */
   kDropped, /* not taken: no peer, full queue, datagram refused */
   kFailed,  /* a file or stdout write failed: error() says why */
+};
+
+/* What became of the frames given to send() since open(). */
+struct TransportCounters {
+  uint64_t frames = 0;       /* handed over */
+  uint64_t action_rows = 0;  /* rows of the ACTION frames handed over */
+  uint64_t dropped = 0;      /* not taken (no peer, full queue), or lost with a connection */
+  uint64_t write_errors = 0; /* file/stdout writes that failed (also counted as dropped) */
 };
 
 class Transport
@@ -64,6 +76,8 @@ public:
   /* Sends or queues one frame. Frames never wait for a peer: with no connection they are
    * dropped (a reconnect starts a new session and must not replay old actions). */
   SendResult write (const uint8_t *data, size_t len);
+  /* Encodes @f as the settings say and writes it, counting the outcome. */
+  SendResult send (const OutFrame &f);
 
   /* True once after each new TCP connection (the caller starts a new session on it). */
   bool take_new_connection ();
@@ -71,6 +85,7 @@ public:
   bool up () const { return !is_network () || connected_; }
   bool is_network () const { return target_.is_network (); }
   uint64_t reconnects () const { return reconnects_; }
+  const TransportCounters &counters ();
   /* Frames the TCP queue dropped to make room, or lost with a connection, since last asked. */
   uint64_t take_queue_drops ();
   size_t queued_bytes () const { return queued_; }
@@ -100,6 +115,8 @@ private:
   size_t queued_ = 0;
   uint64_t reconnects_ = 0;
   uint64_t dropped_in_queue_ = 0;
+  TransportCounters counters_;
+  std::vector<uint8_t> buf_;
   std::string error_;
 };
 
