@@ -554,8 +554,8 @@ Receiver::check (const Frame &f) const
     return "old-session"; /* a newer session has replaced it: never again */
   }
   if (h.kind == Kind::kAction) {
-    if (h.step_period_ns == 0)
-      return "bad-period";
+    if (h.step_period_ns == 0 || h.step_period_ns > kMaxStepPeriod)
+      return "bad-period"; /* all rows at once, or a robot left waiting */
     /* Rows of one chunk come in order (frames of a split chunk); a frame going back into rows
      * already scheduled is not a plan the robot can follow. */
     if (!(h.flags & kFlagStream) && have_chunk_ && h.chunk_id == chunk_id_ &&

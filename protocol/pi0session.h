@@ -36,6 +36,9 @@ namespace pi0::proto
  * lost since the last one it accepted (docs/protocol.md, "Sessions and sequence numbers"). */
 constexpr uint64_t kMaxSeq = (1ull << 63) - 1;
 constexpr uint64_t kMaxSeqJump = 1ull << 32;
+/* Longest step period a receiver accepts (pi0actionsink's slowest control rate, 0.1 Hz): rows
+ * further apart would keep a robot waiting, and its watchdog with it. */
+constexpr uint64_t kMaxStepPeriod = 10000000000ull;
 
 /* What the robot executes: row `row` of chunk `chunk_id` started at `time_ns`. The sender
  * reports it for its own stream stepping and takes it as an input (Sender::feedback), so that a
