@@ -268,8 +268,8 @@ TEST (RobotSim, ExitsCleanlyOnSigintAndAfterDuration)
 TEST (RobotSim, PublishesItsJointStateAndFollowsWhatItExecutes)
 {
   TempDir dir;
-  GSocket *rx = g_socket_new (G_SOCKET_FAMILY_IPV4, G_SOCKET_TYPE_DATAGRAM,
-                              G_SOCKET_PROTOCOL_UDP, nullptr);
+  GSocket *rx =
+      g_socket_new (G_SOCKET_FAMILY_IPV4, G_SOCKET_TYPE_DATAGRAM, G_SOCKET_PROTOCOL_UDP, nullptr);
   GInetAddress *lo = g_inet_address_new_loopback (G_SOCKET_FAMILY_IPV4);
   GSocketAddress *any = g_inet_socket_address_new (lo, 0);
   ASSERT_TRUE (g_socket_bind (rx, any, TRUE, nullptr));
@@ -564,8 +564,8 @@ TEST (RobotSim, SessionRuleRefusesOldSessionsAndTopSequenceNumbers)
   c.send (a2);
   c.send (frame (200, 1, row, 3, kKey)); /* a newer session */
   ASSERT_TRUE (sim.wait_count ("execute", 3));
-  c.send (a2);                            /* replay of an authenticated frame of session 100 */
-  c.send (frame (100, 3, row, 3, kKey));  /* session 100 again, a fresh seq */
+  c.send (a2);                           /* replay of an authenticated frame of session 100 */
+  c.send (frame (100, 3, row, 3, kKey)); /* session 100 again, a fresh seq */
   c.send (frame (200, UINT64_MAX, row, 3, kKey));
   c.send (frame (200, (1ull << 40), row, 3, kKey));
   c.send (frame (200, 2, row, 3, kKey)); /* the session goes on */
@@ -582,4 +582,49 @@ TEST (RobotSim, SessionRuleRefusesOldSessionsAndTopSequenceNumbers)
   }
   ASSERT_EQ (executed.size (), 4u);
   EXPECT_EQ (executed[3], std::make_pair (std::string ("00000000000000c8"), (gint64)2));
+}
+
+/* The robot's own watchdog (--hold-timeout, --stop-timeout): it holds, then stops, by itself,
+ * counted from when its last commanded row ran. */
+TEST (RobotSim, ItsOwnWatchdogHoldsThenStopsWhenCommandsStop)
+{
+  TempDir dir;
+  SimProc sim;
+  ASSERT_TRUE (sim.start ({"--proto=udp", "--port=0", "--hold-timeout=0.05", "--stop-timeout=0.1"},
+                          dir.file ("sim.jsonl")));
+  Client c (false, sim.port ());
+  c.send (frame (3, 1, {0.1f, 0.2f, 0.3f}, 3, ""));
+  ASSERT_TRUE (sim.wait_count ("watchdog", 2));
+  gint64 ran = -1;
+  std::vector<std::string> actions;
+  std::vector<gint64> deadlines, at;
+  for (auto &l : sim.lines ()) {
+    JsonLine j (l);
+    if (j.str ("event") == "execute")
+      ran = j.num ("at_ns");
+    if (j.str ("event") == "watchdog") {
+      actions.push_back (j.str ("action"));
+      deadlines.push_back (j.num ("deadline_ns"));
+      at.push_back (j.num ("at_ns"));
+    }
+  }
+  ASSERT_GT (ran, 0);
+  EXPECT_EQ (actions, (std::vector<std::string>{"hold", "stop"}));
+  EXPECT_EQ (deadlines, (std::vector<gint64>{ran + 50000000, ran + 100000000}));
+  EXPECT_GE (at[0], deadlines[0]);
+  EXPECT_GE (at[1], deadlines[1]);
+  EXPECT_EQ (sim.count ("watchdog"), 2u) << "once each, until the next command";
+}
+
+TEST (RobotSim, RefusesContradictoryOptions)
+{
+  TempDir dir;
+  std::string err;
+  EXPECT_EQ (run_sim ({"--dim=4", "--robot-config=" + dir.file ("r.json", R"({"joints":["a","b"],
+                        "lower":[-1,-1],"upper":[1,1],"max_step":[1,1]})")},
+                      &err),
+             1);
+  EXPECT_NE (err.find ("differs from the robot configuration"), std::string::npos) << err;
+  EXPECT_EQ (run_sim ({"--hold-timeout=0.2", "--stop-timeout=0.1"}, &err), 1);
+  EXPECT_NE (err.find ("stop timeout"), std::string::npos) << err;
 }

@@ -550,7 +550,7 @@ main (int argc, char **argv)
        "largest frame accepted, bytes (default 65536)", "B"},
       {"dim", 0, 0, G_OPTION_ARG_INT, &dim, "expected number of joints (0 = any)", "N"},
       {"robot-config", 0, 0, G_OPTION_ARG_FILENAME, &robot,
-       "reject frames outside these joint limits", "FILE"},
+       "refuse values outside these joint limits; clamp steps over max_step", "FILE"},
       {"state-to", 0, 0, G_OPTION_ARG_STRING, &state_to,
        "publish the joint state (dim float32 LE per datagram) to this IPv4:PORT", "IP:PORT"},
       {"state-rate", 0, 0, G_OPTION_ARG_DOUBLE, &state_rate,
