@@ -780,8 +780,7 @@ TEST (ActionSink, FailedFileWritesAreAnError)
 TEST (ActionSink, FailedWritesCanBeToleratedWithAWarningAndACounter)
 {
   Fixture f;
-  f.make ("mode=chunk allow-unlimited=true tolerate-write-errors=true target=file:///dev/full",
-          "");
+  f.make ("mode=chunk allow-unlimited=true tolerate-write-errors=true target=file:///dev/full", "");
   GstBus *bus = gst_bus_new ();
   gst_element_set_bus (f.sink, bus);
   EXPECT_EQ (GST_FLOW_OK, f.push (2, 3, ramp3 (2, 0, 1), 1, 0));
