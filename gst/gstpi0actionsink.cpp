@@ -336,7 +336,10 @@ gst_pi0_action_sink_start (GstBaseSink *bsink)
     s = priv->settings;
   }
   auto refuse = [self] (const std::string &msg, const char *debug = nullptr) {
-    GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS, ("%s", msg.c_str ()), ("%s", debug ? debug : ""));
+    if (debug)
+      GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS, ("%s", msg.c_str ()), ("%s", debug));
+    else
+      GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS, ("%s", msg.c_str ()), (nullptr));
     return FALSE;
   };
 
