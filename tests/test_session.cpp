@@ -547,13 +547,11 @@ private:
     const unsigned d = dim ();
     if (!plan_.empty ()) {
       const uint64_t n = plan_.size () / d;
-      uint64_t j = plan_first_; /* no time known: the first row sent */
-      if (t == kTimeNone) {
-      } else if (anchor_) {
+      uint64_t j = plan_first_; /* with no time known: the first row sent */
+      if (t != kTimeNone && anchor_)
         j = anchor_->row + (t > anchor_->time_ns ? (t - anchor_->time_ns) / s_.period_ns : 0);
-      } else if (t > plan_obs_) {
+      else if (t != kTimeNone && t > plan_obs_)
         j = (t - plan_obs_) / s_.period_ns;
-      }
       j = std::min (std::max<uint64_t> (j, plan_first_), plan_first_ + n - 1);
       return plan_.data () + (j - plan_first_) * d;
     }
@@ -806,8 +804,7 @@ random_sender_settings (std::mt19937_64 &rng)
   return s;
 }
 
-/* One random session of @events events; returns false (with the failure in @res) on the first
- * property broken. */
+/* One random session of @events events; the first property broken is left in @res. */
 void
 run_sender_sequence (uint64_t seed, int events, ::testing::AssertionResult *res,
                      std::map<std::string, uint64_t> &cov)
