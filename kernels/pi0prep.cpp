@@ -975,6 +975,13 @@ struct Norm {
     for (int x = 0; x < n; x++)
       out[x] = t[v[x]];
   }
+  /* n float values (0..255) of channel c, normalized in place */
+  void floats (int c, float *v, int n) const
+  {
+    const float m = mean[c], s = std[c];
+    for (int x = 0; x < n; x++)
+      v[x] = normalize_value (v[x], m, s);
+  }
 };
 
 /* Pad value over output rows [y0, y1) outside the resized rectangle (everything if !valid). */
@@ -1327,13 +1334,15 @@ bilinear_band (const Params &p, const ViewJob &job, int r0, int r1)
       for (int ch = 0; ch < 3; ch++) {
         const float top = (1.f - lx) * a[ch] + lx * b[ch];
         const float bot = (1.f - lx) * c[ch] + lx * d[ch];
-        const float v = (1.f - ly) * top + ly * bot;
-        f[ch * nw + x] = normalize_value (v, nm.mean[ch], nm.std[ch]);
+        f[ch * nw + x] = (1.f - ly) * top + ly * bot;
       }
     }
-    for (int ch = 0; ch < 3; ch++)
+    /* Normalized a row at a time, where the divisions vectorize. */
+    for (int ch = 0; ch < 3; ch++) {
+      nm.floats (ch, f.data () + ch * nw, nw);
       store_row (p, job.out, (static_cast<size_t> (ch) * H + g.dst_y + r) * W + g.dst_x,
                  f.data () + ch * nw, nw);
+    }
   }
 }
 
