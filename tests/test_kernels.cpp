@@ -700,7 +700,7 @@ run_oracle_test (Filter filter)
     for (int y = 0; y < p.out_height; y++)
       for (int x = 0; x < p.out_width; x++)
         for (int ch = 0; ch < 3; ch++) {
-          /* ours is [3,H,W] normalized by x/127.5-1; theirs HWC in 0..255 */
+          /* ours is [3,H,W] normalized by x/255*2-1; theirs HWC in 0..255 */
           const double v = (ours[(size_t (ch) * p.out_height + y) * p.out_width + x] + 1.0) * 127.5;
           const double d = std::fabs (v - theirs[(size_t (y) * p.out_width + x) * 3 + ch]);
           worst = std::max (worst, d);
