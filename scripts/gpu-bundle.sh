@@ -129,8 +129,16 @@ else
   echo "gpu-bundle: no x264enc here: no H.264 files (gpu-check encodes with nvh264enc instead)"
 fi
 
+# The newest C library and C++ runtime symbol versions the bundle's binaries need.
+tmp=$(mktemp -d)
+for d in debs/*.deb; do dpkg-deb -x "$d" "$tmp"; done
+needs=$({ find "$tmp" -type f \( -name '*.so*' -o -path '*/bin/*' -o -name gst-plugin-scanner \) \
+          -exec readelf -V {} + 2>/dev/null || true; } | grep -oE '(GLIBC|GLIBCXX)_[0-9][0-9.]*' | sort -V -u |
+        awk -F_ '{ m[$1] = $0 } END { print m["GLIBC"], m["GLIBCXX"] }' || true)
+rm -rf "$tmp"
 {
   echo "# gst-pi0 GPU bundle, made $(date -u +%Y-%m-%dT%H:%MZ) on $(. /etc/os-release && echo "$PRETTY_NAME")"
+  echo "# needs: $needs (the GPU machine's C library and C++ runtime)"
   echo "# package version bytes"
   for d in debs/*.deb; do
     echo "$(dpkg-deb --show --showformat='${Package} ${Version}' "$d") $(stat -c %s "$d")"
