@@ -29,7 +29,7 @@ set -uo pipefail
 # Later GPU rows (real-time chunking cost, batched serving throughput): add a line here; what
 # it prints goes into the summary.
 STAGES=(
-  'gpu-suite|150|meson test -C "$BUILD" --no-rebuild --suite gpu --print-errorlogs'
+  'gpu-suite|150|meson test -C "$BUILD" --no-rebuild --suite gpu --print-errorlogs && no_skip_with_gpu'
   'prep-bench|45|"$PREP_BENCH" --cuda-only --iterations 200'
   'model-graph|90|"$PI0_MODEL" bench --config pi0 --device cuda --dtype bf16 --iters 30 --warmup 5'
   'model-eager|75|"$PI0_MODEL" bench --config pi0 --device cuda --dtype bf16 --iters 30 --warmup 5 --no-graph'
@@ -260,6 +260,18 @@ gpu_decode() {
     { echo "the robot executed no action row"; return 1; }
 }
 export -f gpu_decode
+
+# A gpu-suite test skips itself when it finds no CUDA device (or torch sees none): where
+# nvidia-smi sees a GPU, that is a failure of the check, not a pass.
+no_skip_with_gpu() {
+  nvidia-smi -L >/dev/null 2>&1 || return 0
+  if grep -E '^\[  SKIPPED \]' "$BUILD/meson-logs/testlog.txt"; then
+    echo "tests skipped although nvidia-smi sees a GPU (torch.cuda.is_available():" \
+      "$("${PYTHON:-python3}" -c 'import torch; print(torch.cuda.is_available())' 2>&1 | tail -1))"
+    return 1
+  fi
+}
+export -f no_skip_with_gpu
 
 run_stage() {   # "name|timeout|command"
   local spec=$1 name limit cmd t0 rc res l

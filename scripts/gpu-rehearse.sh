@@ -105,7 +105,8 @@ mkdir -p "$dir"
 
 # What the GPU machine has besides its base system: a C++ compiler and Python. ccache only
 # speeds up a second rehearsal (its cache stays in .gpu/rehearse/ccache); it changes nothing
-# the compiler reads.
+# the compiler reads. It wraps gcc and g++ only, and stays off PATH: meson would wrap nvcc in
+# it too, and kernels/meson.build takes the CUDA root from the CUDA compiler's first word.
 includes=g++,python3,ccache
 if [ ! -f "$dir/base.tar" ] || [ "$(cat "$dir/base.includes" 2>/dev/null)" != "$includes" ] ||
    [ -n "${REHEARSE_FRESH:-}" ]; then
@@ -131,6 +132,7 @@ fi
 rm -rf "$R"
 mkdir -p "$R"
 tar -C "$R" -xf "$dir/base.tar"
+mkdir -p "$R/opt/ccache" && mv "$R/usr/bin/ccache" "$R/opt/ccache/"
 
 # meson and ninja as the GPU machine has them: from PyPI, not Debian.
 if ! ls "$dir"/wheels/meson-*.whl "$dir"/wheels/ninja-*.whl >/dev/null 2>&1; then
@@ -153,7 +155,8 @@ unshare --mount --propagation private -- bash -euc '
   mount --rbind /sys "$R/sys"
   exec chroot "$R" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM=dumb \
     PATH=/opt/pytools/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
-    PYTHONPATH=/opt/pytools CCACHE_DIR=/var/cache/ccache CC="ccache gcc" CXX="ccache g++" \
+    PYTHONPATH=/opt/pytools CCACHE_DIR=/var/cache/ccache CC="/opt/ccache/ccache gcc" \
+    CXX="/opt/ccache/ccache g++" \
     nice -n 10 bash "$src/scripts/gpu-rehearse.sh" --inside "$5" "$venv" "$6" "$7"
 ' _ "$R" "$src" "$venv" "$cuda" "$bundle" "$jobs" "${CONFIGURE_ONLY:-}" || rc=$?
 secs=$(($(date +%s) - t_start))
