@@ -104,6 +104,15 @@ run (const std::vector<std::string> &argv, std::string *out,
   return st;
 }
 
+/* The environment of the lerobot checker: offline, its caches in @dir. */
+std::map<std::string, std::string>
+python_env (const std::string &dir)
+{
+  return {{"HF_HUB_OFFLINE", "1"},
+          {"HF_DATASETS_CACHE", dir + "/hf-datasets"},
+          {"HF_HOME", dir + "/hf-home"}};
+}
+
 std::string
 pipeline_line (const std::string &name)
 {
@@ -514,6 +523,41 @@ TEST (LeRobotSink, RefusesAnActionSinkThatDrivesNoRobot)
   EXPECT_FALSE (g_file_test ((d.path + "/ds").c_str (), G_FILE_TEST_EXISTS));
 }
 
+/* LeRobot's fps is an integer: a base camera at 30000/1001 is refused (unless fps is set)
+ * before anything is written. */
+TEST (LeRobotSink, RefusesABaseCameraAtAFractionalRateUnlessFpsIsSet)
+{
+  for (int with_fps = 0; with_fps < 2; with_fps++) {
+    Dir d;
+    const std::string desc =
+        "videotestsrc num-buffers=3 ! video/x-raw,format=I420,width=64,height=48,"
+        "framerate=30000/1001 ! pi0viewmux name=mux ! pi0lerobotsink name=rec action-sink=robot "
+        "location=" +
+        d.path + "/ds" + (with_fps ? " fps=30" : "") +
+        " fakesrc num-buffers=0 ! pi0actionsink name=robot allow-unlimited=true "
+        "target=file:///dev/null";
+    GError *err = nullptr;
+    ElementPtr pipe (gst_parse_launch (desc.c_str (), &err));
+    ASSERT_EQ (err, nullptr) << err->message;
+    gst_element_set_state (pipe.get (), GST_STATE_PLAYING);
+    GstBus *bus = gst_element_get_bus (pipe.get ());
+    MessagePtr m (gst_bus_timed_pop_filtered (
+        bus, 60 * GST_SECOND, (GstMessageType)(GST_MESSAGE_ERROR | GST_MESSAGE_EOS)));
+    gst_object_unref (bus);
+    gst_element_set_state (pipe.get (), GST_STATE_NULL);
+    ASSERT_NE (m, nullptr);
+    if (!with_fps) {
+      ASSERT_EQ (GST_MESSAGE_TYPE (m.get ()), GST_MESSAGE_ERROR);
+      EXPECT_NE (message_text (m.get ()).find ("30000/1001"), std::string::npos)
+          << message_text (m.get ());
+      EXPECT_FALSE (g_file_test ((d.path + "/ds/meta/info.json").c_str (), G_FILE_TEST_EXISTS));
+    } else {
+      /* fps=30: recorded (no state here: every observation is skipped, nothing committed). */
+      EXPECT_EQ (GST_MESSAGE_TYPE (m.get ()), GST_MESSAGE_EOS) << message_text (m.get ());
+    }
+  }
+}
+
 TEST (LeRobotSrc, AMissingDatasetOrEpisodeIsAnErrorNamingIt)
 {
   Dir d;
@@ -620,7 +664,7 @@ TEST (LeRobotRecord, TwoEpisodesLoadInLeRobotAndReplayGivesTheLiveActions)
   std::string out;
   const int rc =
       run ({py, source_root () + "/tests/lerobot/check_dataset.py", dir.path + "/lerobot", expect},
-           &out);
+           &out, python_env (dir.path));
   EXPECT_EQ (rc, 0) << out;
   std::cout << out;
 
@@ -653,6 +697,8 @@ TEST (LeRobotRecord, TwoEpisodesLoadInLeRobotAndReplayGivesTheLiveActions)
         << "frame " << k << " (live observation " << ep1[k].seq << ") differs";
     compared++;
   }
+  std::cout << "replay of episode 1: " << replay.size () << " chunks, " << compared
+            << " compared with the live run's, bitwise\n";
   EXPECT_GE (compared, 3u) << "too few live chunks to compare";
 }
 
@@ -703,7 +749,7 @@ TEST (LeRobotRecord, KilledRecordingKeepsItsFinishedEpisodes)
   std::string out;
   EXPECT_EQ (run ({py, source_root () + "/tests/lerobot/check_dataset.py", dir.path + "/lerobot",
                    "--episodes", std::to_string (n)},
-                  &out),
+                  &out, python_env (dir.path)),
              0)
       << out;
   std::cout << out;
@@ -734,7 +780,7 @@ TEST (LeRobotRecord, KilledRecordingKeepsItsFinishedEpisodes)
     EXPECT_NE (f.path ().extension (), ".part") << "left over: " << f.path ();
   EXPECT_EQ (run ({py, source_root () + "/tests/lerobot/check_dataset.py", dir.path + "/lerobot",
                    "--episodes", std::to_string (n + 1)},
-                  &out),
+                  &out, python_env (dir.path)),
              0)
       << out;
   std::cout << out;
