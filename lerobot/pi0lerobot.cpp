@@ -134,9 +134,9 @@ write_parquet_atomic (const fs::path &dst, const std::shared_ptr<arrow::Table> &
   /* store_schema: the Arrow schema and its metadata (pandas', the datasets library's) go into
    * the file, as pyarrow writes them; pandas needs its metadata to restore the tasks' index. */
   auto arrow_props = parquet::ArrowWriterProperties::Builder ().store_schema ()->build ();
-  auto st = parquet::arrow::WriteTable (*table, arrow::default_memory_pool (), *out,
-                                        std::max<int64_t> (table->num_rows (), 1), props,
-                                        arrow_props);
+  auto st =
+      parquet::arrow::WriteTable (*table, arrow::default_memory_pool (), *out,
+                                  std::max<int64_t> (table->num_rows (), 1), props, arrow_props);
   if (st.ok ())
     st = (*out)->Close ();
   if (!st.ok ())
