@@ -11,6 +11,10 @@
 #ifdef HAVE_PI0INFER
 #include "gstpi0infer.h"
 #endif
+#ifdef HAVE_PI0LEROBOT
+#include "gstpi0lerobotsink.h"
+#include "gstpi0lerobotsrc.h"
+#endif
 
 gboolean
 gst_pi0_elements_register (GstPlugin *plugin)
@@ -25,6 +29,10 @@ gst_pi0_elements_register (GstPlugin *plugin)
   ok &= GST_ELEMENT_REGISTER (cudaprep, plugin);
 #ifdef HAVE_PI0INFER
   ok &= GST_ELEMENT_REGISTER (pi0infer, plugin);
+#endif
+#ifdef HAVE_PI0LEROBOT
+  ok &= GST_ELEMENT_REGISTER (pi0lerobotsink, plugin);
+  ok &= GST_ELEMENT_REGISTER (pi0lerobotsrc, plugin);
 #endif
   return ok;
 }
