@@ -13,6 +13,7 @@ APT_PACKAGES=(
   nlohmann-json3-dev
   python3-pil
   clang libclang-rt-14-dev
+  libsoup-3.0-dev libmsgpack-cxx-dev
 )
 
 missing=()
