@@ -75,8 +75,7 @@ struct _GstPi0ServeSink {
 
 #define gst_pi0_serve_sink_parent_class parent_class
 G_DEFINE_TYPE (GstPi0ServeSink, gst_pi0_serve_sink, GST_TYPE_BASE_SINK);
-GST_ELEMENT_REGISTER_DEFINE (pi0servesink, "pi0servesink", GST_RANK_NONE,
-                             GST_TYPE_PI0_SERVE_SINK);
+GST_ELEMENT_REGISTER_DEFINE (pi0servesink, "pi0servesink", GST_RANK_NONE, GST_TYPE_PI0_SERVE_SINK);
 
 #define CAPS                                                                                       \
   GST_PI0_OBSERVATION_MEDIA_TYPE "; " GST_PI0_OBSERVATION_MEDIA_TYPE "(memory:CUDAMemory)"
@@ -102,15 +101,14 @@ gst_pi0_serve_sink_set_property (GObject *object, guint prop_id, const GValue *v
 }
 
 static void
-gst_pi0_serve_sink_get_property (GObject *object, guint prop_id, GValue *value,
-                                 GParamSpec *pspec)
+gst_pi0_serve_sink_get_property (GObject *object, guint prop_id, GValue *value, GParamSpec *pspec)
 {
   auto self = GST_PI0_SERVE_SINK (object);
   switch (prop_id) {
     case PROP_SERVER: {
       std::lock_guard<std::mutex> lk (self->priv->settings_lock);
-      g_value_set_string (value, self->priv->server.empty () ? nullptr
-                                                             : self->priv->server.c_str ());
+      g_value_set_string (value,
+                          self->priv->server.empty () ? nullptr : self->priv->server.c_str ());
       break;
     }
     case PROP_STATS: {
@@ -119,12 +117,11 @@ gst_pi0_serve_sink_get_property (GObject *object, guint prop_id, GValue *value,
         std::lock_guard<std::mutex> lk (self->priv->stats_lock);
         s = self->priv->stats;
       }
-      g_value_take_boxed (value,
-                          gst_structure_new ("pi0servesink-stats", "replies", G_TYPE_UINT64,
-                                             s.replies, "no-actions", G_TYPE_UINT64, s.no_actions,
-                                             "non-finite", G_TYPE_UINT64, s.non_finite,
-                                             "not-requests", G_TYPE_UINT64, s.not_requests,
-                                             nullptr));
+      g_value_take_boxed (value, gst_structure_new ("pi0servesink-stats", "replies", G_TYPE_UINT64,
+                                                    s.replies, "no-actions", G_TYPE_UINT64,
+                                                    s.no_actions, "non-finite", G_TYPE_UINT64,
+                                                    s.non_finite, "not-requests", G_TYPE_UINT64,
+                                                    s.not_requests, nullptr));
       break;
     }
     default:
@@ -168,8 +165,7 @@ gst_pi0_serve_sink_render (GstBaseSink *bsink, GstBuffer *buf)
       std::lock_guard<std::mutex> lk (priv->stats_lock);
       priv->stats.no_actions++;
     }
-    GST_INFO_OBJECT (self, "client %" G_GUINT64_FORMAT " request %" G_GUINT64_FORMAT
-                           ": no actions",
+    GST_INFO_OBJECT (self, "client %" G_GUINT64_FORMAT " request %" G_GUINT64_FORMAT ": no actions",
                      rm->client_id, rm->request_id);
     srv->fail (rm->client_id, rm->request_id,
                "the policy gave no actions for this observation (see the server's log)");
@@ -180,8 +176,9 @@ gst_pi0_serve_sink_render (GstBaseSink *bsink, GstBuffer *buf)
       std::lock_guard<std::mutex> lk (priv->stats_lock);
       priv->stats.non_finite++;
     }
-    GST_WARNING_OBJECT (self, "client %" G_GUINT64_FORMAT " request %" G_GUINT64_FORMAT
-                              ": non-finite actions, refused",
+    GST_WARNING_OBJECT (self,
+                        "client %" G_GUINT64_FORMAT " request %" G_GUINT64_FORMAT
+                        ": non-finite actions, refused",
                         rm->client_id, rm->request_id);
     srv->fail (rm->client_id, rm->request_id,
                "the policy's actions for this observation were not finite; none were sent");
@@ -238,12 +235,12 @@ gst_pi0_serve_sink_class_init (GstPi0ServeSinkClass *klass)
    */
   g_object_class_install_property (
       gobject_class, PROP_SERVER,
-      g_param_spec_string ("server", "Server name",
-                           "Answer only requests of this server (default: any, each through its "
-                           "own)",
-                           nullptr,
-                           (GParamFlags)(G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS |
-                                         GST_PARAM_MUTABLE_READY)));
+      g_param_spec_string (
+          "server", "Server name",
+          "Answer only requests of this server (default: any, each through its "
+          "own)",
+          nullptr,
+          (GParamFlags)(G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS | GST_PARAM_MUTABLE_READY)));
   /**
    * GstPi0ServeSink:stats:
    *
@@ -274,6 +271,10 @@ gst_pi0_serve_sink_init (GstPi0ServeSink *self)
   self->priv = new GstPi0ServeSinkPrivate ();
   /* Answers go out as soon as they exist: there is nothing to synchronise with. */
   gst_base_sink_set_sync (GST_BASE_SINK (self), FALSE);
+  /* Nothing to preroll either: the source is live and the first buffer comes only when a robot
+   * asks, so an async state change would leave the pipeline short of PLAYING (and /healthz at
+   * 503) until then. */
+  gst_base_sink_set_async_enabled (GST_BASE_SINK (self), FALSE);
   /* A robot's images and actions are not kept after the answer. */
   gst_base_sink_set_last_sample_enabled (GST_BASE_SINK (self), FALSE);
 }
