@@ -190,14 +190,14 @@ TEST_F (ServeServer, BadClientsGetAnErrorOrAreClosedAndOthersAreUnaffected)
   ASSERT_TRUE (srv->start (settings ("aloha", max_message), &err)) << err;
   {
     StandIn policy (*srv);
-    auto r =
-        run_clients ("bad", srv->port (), {"--max-message", std::to_string (max_message)});
+    auto r = run_clients ("bad", srv->port (), {"--max-message", std::to_string (max_message)});
     EXPECT_TRUE (r.ok) << r.out;
     std::cout << r.out;
     EXPECT_TRUE (all_gone (*srv));
     ServerStats st = srv->stats ();
-    /* malformed, truncated, unknown key, 4 states, object dtype, text: errors sent. */
-    EXPECT_GE (st.errors, 9u);
+    /* malformed, truncated, unknown key, 4 states, short state, 2 bad images, object dtype,
+     * text: errors sent. */
+    EXPECT_GE (st.errors, 12u);
     EXPECT_EQ (st.open, 0u);
     EXPECT_EQ (st.queued, 0u);
   }

@@ -306,6 +306,32 @@ def case_bad(args):
             fail(f"state {bad}: unclear error {seen[f'state_{bad}']}")
         good_still_answered()
 
+    # Wrong shapes: one state value short, an image with four channels, an image that is 2-D.
+    key = {"aloha": "state", "droid": "observation/joint_position", "libero": "observation/state"}[args.mapping]
+    ws = raw(args)
+    ws.recv()
+    obs = observation(args.mapping, 7, 0)
+    obs[key] = obs[key][:-1].copy()
+    seen["short_state"] = expect_error(ws, "short state", payload=msgpack_numpy.packb(obs))
+    if "state" not in seen["short_state"] or "values" not in seen["short_state"]:
+        fail(f"short state: unclear error {seen['short_state']}")
+    good_still_answered()
+    for name, bad_image in (("rgba_image", lambda img: np.zeros((10, 12, 4), np.uint8)),
+                            ("flat_image", lambda img: np.zeros((10, 12), np.uint8))):
+        ws = raw(args)
+        ws.recv()
+        obs = observation(args.mapping, 7, 0)
+        view = {"aloha": ("images", "cam_high"), "droid": (None, "observation/exterior_image_1_left"),
+                "libero": (None, "observation/image")}[args.mapping]
+        if view[0]:
+            obs[view[0]][view[1]] = bad_image(obs[view[0]][view[1]])
+        else:
+            obs[view[1]] = bad_image(obs[view[1]])
+        seen[name] = expect_error(ws, name, payload=msgpack_numpy.packb(obs))
+        if "image must be uint8 [H,W,3] or [3,H,W]" not in seen[name]:
+            fail(f"{name}: unclear error {seen[name]}")
+        good_still_answered()
+
     # A dtype outside the whitelist, written as msgpack_numpy would write an object array.
     ws = raw(args)
     ws.recv()
