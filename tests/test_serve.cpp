@@ -27,6 +27,7 @@
 #include "leaks_helpers.h"
 
 #include <cmath>
+#include <sys/wait.h>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -464,6 +465,55 @@ TEST (ServeElements, StartErrorsSayWhatIsWrong)
   ASSERT_EQ (err, nullptr);
   EXPECT_EQ (gst_element_set_state (pipe.get (), GST_STATE_PLAYING), GST_STATE_CHANGE_FAILURE);
   EXPECT_NE (bus_error (pipe.get ()).find ("already running"), std::string::npos);
+}
+
+/* tools/pi0-serve: bad usage is exit status 2 with the reason, a server that cannot start is 1
+ * with the element's message, and --print-pipeline is the launch line it runs. */
+TEST (ServeTool, UsageAndStartErrorsAreClearExits)
+{
+  const char *tool = g_getenv ("PI0_SERVE_TOOL");
+  if (!tool)
+    GTEST_SKIP () << "pi0-serve not built";
+  struct Case {
+    std::vector<std::string> args;
+    int status;
+    const char *expect;
+  } cases[] = {
+      {{"--mapping", "aloha"}, 2, "--model is required"},
+      {{"--model", "builtin:pi0-tiny", "--port", "70000"}, 2, "--port 0..65535"},
+      {{"--model", "builtin:pi0-tiny", "--max-message-size", "10"}, 2, "1 KiB..1 GiB"},
+      {{"--print-mapping", "robotx"}, 2, "no preset mapping 'robotx'"},
+      {{"--no-such-option"}, 2, "no-such-option"},
+      {{"--model", "builtin:pi0-tiny", "--port", "0", "--mapping", "robotx"},
+       1,
+       "neither a mapping preset"},
+      {{"--model", "builtin:pi0-tiny", "--port", "0", "--host", "example.org"},
+       1,
+       "numeric IP address"},
+      {{"--model", "builtin:pi0-tiny", "--mapping", "droid", "--print-pipeline"},
+       0,
+       "pi0servesrc mapping=droid host=127.0.0.1 port=8000 ! cudaprep width=32 height=32"},
+  };
+  for (const auto &c : cases) {
+    std::vector<const gchar *> argv{tool};
+    std::string shown = "pi0-serve";
+    for (const auto &a : c.args) {
+      argv.push_back (a.c_str ());
+      shown += " " + a;
+    }
+    argv.push_back (nullptr);
+    gchar *out = nullptr, *err = nullptr;
+    gint status = 0;
+    ASSERT_TRUE (g_spawn_sync (nullptr, (gchar **)argv.data (), nullptr, G_SPAWN_DEFAULT, nullptr,
+                               nullptr, &out, &err, &status, nullptr))
+        << shown;
+    const std::string both = std::string (out ? out : "") + (err ? err : "");
+    g_free (out);
+    g_free (err);
+    EXPECT_TRUE (WIFEXITED (status)) << shown << ": " << both;
+    EXPECT_EQ (WEXITSTATUS (status), c.status) << shown << ": " << both;
+    EXPECT_NE (both.find (c.expect), std::string::npos) << shown << ": " << both;
+  }
 }
 
 TEST (ServeElements, SinkAnswersErrorsForObservationsWithoutActions)
