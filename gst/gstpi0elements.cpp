@@ -15,6 +15,10 @@
 #include "gstpi0lerobotsink.h"
 #include "gstpi0lerobotsrc.h"
 #endif
+#ifdef HAVE_PI0SERVE
+#include "gstpi0servesink.h"
+#include "gstpi0servesrc.h"
+#endif
 
 gboolean
 gst_pi0_elements_register (GstPlugin *plugin)
@@ -33,6 +37,10 @@ gst_pi0_elements_register (GstPlugin *plugin)
 #ifdef HAVE_PI0LEROBOT
   ok &= GST_ELEMENT_REGISTER (pi0lerobotsink, plugin);
   ok &= GST_ELEMENT_REGISTER (pi0lerobotsrc, plugin);
+#endif
+#ifdef HAVE_PI0SERVE
+  ok &= GST_ELEMENT_REGISTER (pi0servesrc, plugin);
+  ok &= GST_ELEMENT_REGISTER (pi0servesink, plugin);
 #endif
   return ok;
 }

@@ -14,6 +14,7 @@ APT_PACKAGES=(
   libavdevice59
   python3-pil
   clang libclang-rt-14-dev
+  libsoup-3.0-dev libmsgpack-cxx-dev
 )
 
 missing=()
