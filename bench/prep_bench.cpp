@@ -6,7 +6,9 @@
  * view at the extreme ratios of issue 16 (long filters: the CPU path's bounded slow path).
  * Prints tables; never asserts anything.
  *
- * usage: pi0-prep-bench [--iterations N] [--threads N] */
+ * usage: pi0-prep-bench [--iterations N] [--threads N] [--cuda-only]
+ *   --cuda-only: only the CUDA rows (scripts/gpu-check.sh); exits 1 when there are none (no
+ *   CUDA build or no device). */
 
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -154,11 +156,14 @@ main (int argc, char **argv)
   gst_init (&argc, &argv);
   int iters = 30;
   int threads = std::max (1u, std::thread::hardware_concurrency ());
+  bool cuda_only = false;
   for (int i = 1; i < argc; i++) {
     if (!std::strcmp (argv[i], "--iterations") && i + 1 < argc)
       iters = std::atoi (argv[++i]);
     else if (!std::strcmp (argv[i], "--threads") && i + 1 < argc)
       threads = std::atoi (argv[++i]);
+    else if (!std::strcmp (argv[i], "--cuda-only"))
+      cuda_only = true;
   }
 
   std::vector<Row> rows;
@@ -171,57 +176,59 @@ main (int argc, char **argv)
     const char *fname = format_name (f);
     double med, mn;
 
-    measure (
-        iters, [&] { prep_cpu (p, fr.img, kViews, out.data (), &pool); }, med, mn);
-    rows.push_back ({"cudaprep CPU (" + std::to_string (threads) + " threads)", fname, med, mn,
-                     "antialias pad, float32 [3,3,224,224]"});
-    measure (
-        iters, [&] { prep_cpu (p, fr.img, kViews, out.data (), nullptr); }, med, mn);
-    rows.push_back ({"cudaprep CPU serial (1 thread)", fname, med, mn, "same output"});
+    if (!cuda_only) {
+      measure (
+          iters, [&] { prep_cpu (p, fr.img, kViews, out.data (), &pool); }, med, mn);
+      rows.push_back ({"cudaprep CPU (" + std::to_string (threads) + " threads)", fname, med, mn,
+                       "antialias pad, float32 [3,3,224,224]"});
+      measure (
+          iters, [&] { prep_cpu (p, fr.img, kViews, out.data (), nullptr); }, med, mn);
+      rows.push_back ({"cudaprep CPU serial (1 thread)", fname, med, mn, "same output"});
 
-    {
-      StockScaler s (fr, fname, 224, 224, 1);
-      measure (
-          iters,
-          [&] {
-            GstBuffer *o[kViews];
-            s.run (o);
-            for (int v = 0; v < kViews; v++) {
-              GstMapInfo map;
-              gst_buffer_map (o[v], &map, GST_MAP_READ);
-              normalize_rgb (map.data, out.data () + v * 3 * 224 * 224, 224, 224);
-              gst_buffer_unmap (o[v], &map);
-              gst_buffer_unref (o[v]);
-            }
-          },
-          med, mn);
-      rows.push_back ({"videoconvertscale bilinear2 + normalize", fname, med, mn,
-                       "letterboxed 224x224 (add-borders), 1 thread"});
-      measure (
-          iters,
-          [&] {
-            GstBuffer *o[kViews];
-            s.run (o);
-            for (auto *b : o)
-              gst_buffer_unref (b);
-          },
-          med, mn);
-      rows.push_back ({"videoconvertscale bilinear2 alone", fname, med, mn,
-                       "224x224 RGB, no normalize, 1 thread"});
-    }
-    {
-      StockScaler s (fr, fname, 224, 224, threads);
-      measure (
-          iters,
-          [&] {
-            GstBuffer *o[kViews];
-            s.run (o);
-            for (auto *b : o)
-              gst_buffer_unref (b);
-          },
-          med, mn);
-      rows.push_back ({"videoconvertscale bilinear2 alone", fname, med, mn,
-                       "224x224 RGB, n-threads=" + std::to_string (threads)});
+      {
+        StockScaler s (fr, fname, 224, 224, 1);
+        measure (
+            iters,
+            [&] {
+              GstBuffer *o[kViews];
+              s.run (o);
+              for (int v = 0; v < kViews; v++) {
+                GstMapInfo map;
+                gst_buffer_map (o[v], &map, GST_MAP_READ);
+                normalize_rgb (map.data, out.data () + v * 3 * 224 * 224, 224, 224);
+                gst_buffer_unmap (o[v], &map);
+                gst_buffer_unref (o[v]);
+              }
+            },
+            med, mn);
+        rows.push_back ({"videoconvertscale bilinear2 + normalize", fname, med, mn,
+                         "letterboxed 224x224 (add-borders), 1 thread"});
+        measure (
+            iters,
+            [&] {
+              GstBuffer *o[kViews];
+              s.run (o);
+              for (auto *b : o)
+                gst_buffer_unref (b);
+            },
+            med, mn);
+        rows.push_back ({"videoconvertscale bilinear2 alone", fname, med, mn,
+                         "224x224 RGB, no normalize, 1 thread"});
+      }
+      {
+        StockScaler s (fr, fname, 224, 224, threads);
+        measure (
+            iters,
+            [&] {
+              GstBuffer *o[kViews];
+              s.run (o);
+              for (auto *b : o)
+                gst_buffer_unref (b);
+            },
+            med, mn);
+        rows.push_back ({"videoconvertscale bilinear2 alone", fname, med, mn,
+                         "224x224 RGB, n-threads=" + std::to_string (threads)});
+      }
     }
 
 #ifdef HAVE_CUDA
@@ -250,6 +257,22 @@ main (int argc, char **argv)
           dev_img[v].planes[1] = dev_in[v].data () + (fr.img[v].planes[1] - base);
         cudaMemcpy (dev_in[v].data (), base, fr.data[v].size (), cudaMemcpyHostToDevice);
       }
+      /* The first CUDA error of a row's runs: such a row has no time. */
+      cudaError_t err = cudaSuccess;
+      auto check = [&err] (cudaError_t e) {
+        if (err == cudaSuccess)
+          err = e;
+      };
+      auto cuda_row = [&] (const char *path, std::string note) {
+        check (cudaDeviceSynchronize ());
+        check (cudaGetLastError ());
+        if (err != cudaSuccess)
+          rows.push_back (
+              {path, fname, 0, 0, std::string ("CUDA error: ") + cudaGetErrorString (err)});
+        else
+          rows.push_back ({path, fname, med, mn, note});
+        err = cudaSuccess;
+      };
       if (ok) {
         double per_stream[kViews] = {0, 0, 0};
         /* From system memory: copy into pinned staging, upload and run on each view's stream. */
@@ -259,9 +282,10 @@ main (int argc, char **argv)
               for (int v = 0; v < kViews; v++) {
                 std::memcpy (pinned[v].data (), fr.data[v].data (), fr.data[v].size ());
                 cudaEventRecord (start[v].get (), ss[v]);
-                cudaMemcpyAsync (dev_in[v].data (), pinned[v].data (), fr.data[v].size (),
-                                 cudaMemcpyHostToDevice, ss[v]);
-                prep.run_view (p, v, dev_img[v], dev_out.data () + v * view_bytes (p), ss[v]);
+                check (cudaMemcpyAsync (dev_in[v].data (), pinned[v].data (), fr.data[v].size (),
+                                        cudaMemcpyHostToDevice, ss[v]));
+                check (
+                    prep.run_view (p, v, dev_img[v], dev_out.data () + v * view_bytes (p), ss[v]));
                 cudaEventRecord (done[v].get (), ss[v]);
               }
               for (int v = 0; v < kViews; v++)
@@ -277,14 +301,15 @@ main (int argc, char **argv)
           std::snprintf (b, sizeof b, " %.3f", per_stream[v]);
           note += b;
         }
-        rows.push_back ({"cudaprep CUDA, system memory", fname, med, mn, note});
+        cuda_row ("cudaprep CUDA, system memory", note);
         /* From device memory (as from nvcodec): kernels only. */
         measure (
             iters,
             [&] {
               for (int v = 0; v < kViews; v++) {
                 cudaEventRecord (start[v].get (), ss[v]);
-                prep.run_view (p, v, dev_img[v], dev_out.data () + v * view_bytes (p), ss[v]);
+                check (
+                    prep.run_view (p, v, dev_img[v], dev_out.data () + v * view_bytes (p), ss[v]));
                 cudaEventRecord (done[v].get (), ss[v]);
               }
               for (int v = 0; v < kViews; v++)
@@ -299,7 +324,7 @@ main (int argc, char **argv)
           std::snprintf (b, sizeof b, " %.3f", ms);
           note += b;
         }
-        rows.push_back ({"cudaprep CUDA, CUDA memory", fname, med, mn, note});
+        cuda_row ("cudaprep CUDA, CUDA memory", note);
       } else {
         rows.push_back ({"cudaprep CUDA", fname, 0, 0, "CUDA setup failed"});
       }
@@ -307,6 +332,19 @@ main (int argc, char **argv)
 #endif
   }
 
+  int cuda_rows = 0;
+  for (auto &r : rows)
+    cuda_rows += r.path.rfind ("cudaprep CUDA", 0) == 0 && r.median_ms > 0;
+  if (cuda_only && cuda_rows == 0) {
+    std::fprintf (stderr, "pi0-prep-bench: --cuda-only, but no CUDA row (%s)\n",
+#ifdef HAVE_CUDA
+                  "no CUDA device, or its setup failed"
+#else
+                  "built without CUDA"
+#endif
+    );
+    return 1;
+  }
   std::printf ("pi0-prep-bench: 3 views 1920x1080 -> 3x3x224x224, %d iterations, %u hw threads\n",
                iters, std::thread::hardware_concurrency ());
   std::printf ("| %-42s | %-6s | %10s | %10s | %s\n", "path", "input", "median ms", "min ms",

@@ -11,6 +11,14 @@
 #ifdef HAVE_PI0INFER
 #include "gstpi0infer.h"
 #endif
+#ifdef HAVE_PI0LEROBOT
+#include "gstpi0lerobotsink.h"
+#include "gstpi0lerobotsrc.h"
+#endif
+#ifdef HAVE_PI0SERVE
+#include "gstpi0servesink.h"
+#include "gstpi0servesrc.h"
+#endif
 
 gboolean
 gst_pi0_elements_register (GstPlugin *plugin)
@@ -25,6 +33,14 @@ gst_pi0_elements_register (GstPlugin *plugin)
   ok &= GST_ELEMENT_REGISTER (cudaprep, plugin);
 #ifdef HAVE_PI0INFER
   ok &= GST_ELEMENT_REGISTER (pi0infer, plugin);
+#endif
+#ifdef HAVE_PI0LEROBOT
+  ok &= GST_ELEMENT_REGISTER (pi0lerobotsink, plugin);
+  ok &= GST_ELEMENT_REGISTER (pi0lerobotsrc, plugin);
+#endif
+#ifdef HAVE_PI0SERVE
+  ok &= GST_ELEMENT_REGISTER (pi0servesrc, plugin);
+  ok &= GST_ELEMENT_REGISTER (pi0servesink, plugin);
 #endif
   return ok;
 }

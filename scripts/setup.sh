@@ -11,8 +11,10 @@ APT_PACKAGES=(
   gstreamer1.0-plugins-bad gstreamer1.0-plugins-ugly gstreamer1.0-libav libgl-dev
   libgtest-dev libgmock-dev libsentencepiece-dev sentencepiece
   nlohmann-json3-dev
+  libavdevice59
   python3-pil
   clang libclang-rt-14-dev
+  libsoup-3.0-dev libmsgpack-cxx-dev
 )
 
 missing=()
@@ -45,4 +47,40 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "== installing Python packages into $VENV"
   "$VENV/bin/pip" install -q --disable-pip-version-check -r scripts/requirements.txt
   echo "$want" > "$stamp"
+fi
+
+# The real lerobot (Python 3.12), which the tests load recordings with (tests/test_lerobot.cpp).
+# Light: --no-deps from a pinned list, and torch's CUDA libraries are .venv's (same torch
+# version) through a link instead of a second 2.7 GB copy. Without Python 3.12 those tests skip.
+LEROBOT_VENV=.lerobot-venv
+py312=""
+for c in "${PYTHON312:-}" "$(pyenv root 2>/dev/null || echo "$HOME/.pyenv")/versions/3.12.1/bin/python" \
+         "$(command -v python3.12 || true)"; do
+  if [ -n "$c" ] && [ -x "$c" ] &&
+     "$c" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null; then
+    py312="$c"; break
+  fi
+done
+lr_want=$(cat scripts/lerobot-requirements.txt scripts/requirements.txt | sha256sum | cut -d' ' -f1)
+if [ -z "$py312" ]; then
+  echo "== no Python 3.12 found: the LeRobot round-trip tests will skip"
+elif [ "$(cat "$LEROBOT_VENV/.requirements.sha" 2>/dev/null)" != "$lr_want" ]; then
+  echo "== creating $LEROBOT_VENV (lerobot 0.6.1, Python 3.12)"
+  rm -rf "$LEROBOT_VENV"
+  "$py312" -m venv "$LEROBOT_VENV"
+  site=$("$LEROBOT_VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  nv=$("$VENV/bin/python" -c 'import nvidia, os; print(list(nvidia.__path__)[0])' 2>/dev/null || true)
+  if [ -n "$nv" ]; then
+    ln -s "$(realpath --relative-to="$site" "$nv")" "$site/nvidia"
+  fi
+  "$LEROBOT_VENV/bin/pip" install -q --disable-pip-version-check --no-deps \
+    -r scripts/lerobot-requirements.txt
+  if ! "$LEROBOT_VENV/bin/python" -c 'import torch' 2>/dev/null; then
+    echo "== $VENV has no matching CUDA libraries for torch: installing them into $LEROBOT_VENV"
+    rm -f "$site/nvidia"
+    "$LEROBOT_VENV/bin/pip" install -q --disable-pip-version-check \
+      "$(grep '^torch==' scripts/lerobot-requirements.txt)"
+  fi
+  "$LEROBOT_VENV/bin/python" -c 'from lerobot.datasets import LeRobotDataset' >/dev/null
+  echo "$lr_want" > "$LEROBOT_VENV/.requirements.sha"
 fi

@@ -36,4 +36,23 @@ GST_PI0_API GstEvent *gst_pi0_executing_event_new (guint64 chunk_id, guint row, 
 GST_PI0_API gboolean gst_pi0_executing_event_parse (GstEvent *event, guint64 *chunk_id, guint *row,
                                                     GstClockTime *time, guint64 *period);
 
+#define GST_PI0_EPISODE_EVENT_NAME "pi0-episode"
+
+/**
+ * GstPi0EpisodeAction:
+ * @GST_PI0_EPISODE_START: begin an episode (ends the one in progress first)
+ * @GST_PI0_EPISODE_STOP: end the episode in progress and keep it
+ *
+ * What a `pi0-episode` event asks of a recorder (`pi0lerobotsink`).
+ */
+typedef enum {
+  GST_PI0_EPISODE_START = 0,
+  GST_PI0_EPISODE_STOP = 1,
+} GstPi0EpisodeAction;
+
+GST_PI0_API GstEvent *gst_pi0_episode_event_new (GstPi0EpisodeAction action, const gchar *task);
+
+GST_PI0_API gboolean gst_pi0_episode_event_parse (GstEvent *event, GstPi0EpisodeAction *action,
+                                                  const gchar **task);
+
 G_END_DECLS

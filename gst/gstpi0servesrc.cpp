@@ -1,0 +1,711 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/**
+ * SECTION:element-pi0servesrc
+ * @title: pi0servesrc
+ *
+ * A policy server for robots that speak openpi's websocket protocol (openpi-client's
+ * `WebsocketClientPolicy`, unchanged): each request a robot sends becomes one observation
+ * buffer, exactly as `pi0viewmux` makes them from cameras (the views' frames as the buffer's
+ * memories, a #GstPi0ObservationMeta with the robot state), plus a #GstPi0RequestMeta saying
+ * which client asked, with which prompt and noise seed. Downstream, `cudaprep` resizes and
+ * normalizes the views (any image size) and `pi0infer` computes the action chunk; at the end of
+ * the chain `pi0servesink` sends each chunk back to the client that asked.
+ *
+ * The mapping (#GstPi0ServeSrc:mapping) says which observation keys are which camera, the
+ * state and the prompt: the presets `aloha`, `droid` and `libero` follow openpi's examples; a
+ * JSON file describes any other robot (docs/serve.md). Images are uint8, HWC or CHW, of any
+ * size. Keys the mapping does not know, malformed msgpack, numpy dtypes outside a numeric
+ * whitelist, a non-finite state or a message over #GstPi0ServeSrc:max-message-size get that
+ * client an error (openpi's way: a text message, then the connection closes) and never reach
+ * the pipeline; the other clients are not affected.
+ *
+ * It listens on 127.0.0.1 unless #GstPi0ServeSrc:host says otherwise, requires
+ * `Authorization: Api-Key <key>` when #GstPi0ServeSrc:api-key (or api-key-file) is set, and
+ * answers `GET /healthz` with 200 only while PLAYING (503 otherwise: a readiness probe).
+ *
+ * Each connection's requests are numbered from 0; request N is drawn with noise seed
+ * #GstPi0ServeSrc:seed + N (unless the mapping reads a seed key that the client sends), so a
+ * client gets the same actions whether it is alone or one of many. The observation meta's
+ * sequence is that number too, which is what `pi0infer` (seed + sequence) draws its noise from
+ * when it does not read the request meta.
+ *
+ * ## Example launch line
+ * |[
+ * gst-launch-1.0 pi0servesrc mapping=aloha port=8000 ! cudaprep width=224 height=224 ! \
+ *   pi0infer model=/models/pi0_aloha norm-stats=/models/pi0_aloha/assets ! pi0servesink
+ * ]|
+ *
+ * Since: 0.3
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include "gstpi0servesrc.h"
+
+#include "pi0mapping.h"
+#include "pi0server.h"
+
+#include <gst/pi0/pi0.h>
+#include <gst/video/video.h>
+
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+
+GST_DEBUG_CATEGORY_STATIC (gst_pi0_serve_src_debug);
+#define GST_CAT_DEFAULT gst_pi0_serve_src_debug
+
+/* Locking: settings_lock guards Settings; lock guards `server` and `caps`. Never held
+ * together, and never while waiting for a request (pop) or pushing. */
+
+namespace
+{
+
+namespace serve = pi0::serve;
+
+constexpr const char *kDefaultServer = "pi0serve";
+constexpr const char *kDefaultHost = "127.0.0.1";
+constexpr int kDefaultPort = 8000;
+constexpr const char *kDefaultMapping = "aloha";
+constexpr guint kDefaultMaxMessage = 16u << 20;
+constexpr int kDefaultMaxClients = 16;
+constexpr guint64 kDefaultRequestTimeout = 60 * GST_SECOND;
+
+enum {
+  PROP_0,
+  PROP_SERVER,
+  PROP_HOST,
+  PROP_PORT,
+  PROP_BOUND_PORT,
+  PROP_API_KEY,
+  PROP_API_KEY_FILE,
+  PROP_MAPPING,
+  PROP_MAX_MESSAGE_SIZE,
+  PROP_MAX_CLIENTS,
+  PROP_REQUEST_TIMEOUT,
+  PROP_SEED,
+  PROP_PROMPT,
+  PROP_METADATA,
+  PROP_STATS,
+};
+
+struct Settings {
+  std::string server = kDefaultServer;
+  std::string host = kDefaultHost;
+  int port = kDefaultPort;
+  std::string api_key;
+  std::string api_key_file;
+  std::string mapping = kDefaultMapping;
+  guint max_message = kDefaultMaxMessage;
+  int max_clients = kDefaultMaxClients;
+  guint64 request_timeout = kDefaultRequestTimeout;
+  guint64 seed = 0;
+  std::string prompt;
+  std::string metadata = "{}";
+};
+
+/* Owned by the streaming thread between start() and stop(). */
+struct State {
+  bool sent_prompt = false;
+  std::string last_prompt;
+};
+
+} // namespace
+
+struct GstPi0ServeSrcPrivate {
+  std::mutex settings_lock;
+  Settings settings;
+  std::mutex lock;
+  std::shared_ptr<serve::Server> server;
+  GstCaps *caps = nullptr;
+  State state;
+};
+
+struct _GstPi0ServeSrc {
+  GstPushSrc parent;
+  GstPi0ServeSrcPrivate *priv;
+};
+
+#define gst_pi0_serve_src_parent_class parent_class
+G_DEFINE_TYPE (GstPi0ServeSrc, gst_pi0_serve_src, GST_TYPE_PUSH_SRC);
+GST_ELEMENT_REGISTER_DEFINE (pi0servesrc, "pi0servesrc", GST_RANK_NONE, GST_TYPE_PI0_SERVE_SRC);
+
+static GstStaticPadTemplate src_template = GST_STATIC_PAD_TEMPLATE (
+    "src", GST_PAD_SRC, GST_PAD_ALWAYS, GST_STATIC_CAPS (GST_PI0_OBSERVATION_MEDIA_TYPE));
+
+static std::shared_ptr<serve::Server>
+get_server (GstPi0ServeSrc *self)
+{
+  std::lock_guard<std::mutex> lk (self->priv->lock);
+  return self->priv->server;
+}
+
+static GstStructure *
+make_stats (GstPi0ServeSrc *self)
+{
+  auto srv = get_server (self);
+  serve::ServerStats s = srv ? srv->stats () : serve::ServerStats ();
+  return gst_structure_new (
+      "pi0servesrc-stats", "connections", G_TYPE_UINT64, (guint64)s.connections, "open",
+      G_TYPE_UINT64, (guint64)s.open, "refused", G_TYPE_UINT64, (guint64)s.refused, "requests",
+      G_TYPE_UINT64, (guint64)s.requests, "replies", G_TYPE_UINT64, (guint64)s.replies, "errors",
+      G_TYPE_UINT64, (guint64)s.errors, "dropped", G_TYPE_UINT64, (guint64)s.dropped, "timeouts",
+      G_TYPE_UINT64, (guint64)s.timeouts, "queued", G_TYPE_UINT64, (guint64)s.queued, "peers",
+      G_TYPE_UINT64, (guint64)s.peers, nullptr);
+}
+
+static void
+gst_pi0_serve_src_set_property (GObject *object, guint prop_id, const GValue *value,
+                                GParamSpec *pspec)
+{
+  auto self = GST_PI0_SERVE_SRC (object);
+  std::lock_guard<std::mutex> lk (self->priv->settings_lock);
+  Settings &s = self->priv->settings;
+  auto str = [&] (const char *dflt) {
+    const gchar *v = g_value_get_string (value);
+    return std::string (v ? v : dflt);
+  };
+  switch (prop_id) {
+    case PROP_SERVER:
+      s.server = str (kDefaultServer);
+      break;
+    case PROP_HOST:
+      s.host = str (kDefaultHost);
+      break;
+    case PROP_PORT:
+      s.port = g_value_get_int (value);
+      break;
+    case PROP_API_KEY:
+      s.api_key = str ("");
+      break;
+    case PROP_API_KEY_FILE:
+      s.api_key_file = str ("");
+      break;
+    case PROP_MAPPING:
+      s.mapping = str (kDefaultMapping);
+      break;
+    case PROP_MAX_MESSAGE_SIZE:
+      s.max_message = g_value_get_uint (value);
+      break;
+    case PROP_MAX_CLIENTS:
+      s.max_clients = g_value_get_int (value);
+      break;
+    case PROP_REQUEST_TIMEOUT:
+      s.request_timeout = g_value_get_uint64 (value);
+      break;
+    case PROP_SEED:
+      s.seed = g_value_get_uint64 (value);
+      break;
+    case PROP_PROMPT:
+      s.prompt = str ("");
+      break;
+    case PROP_METADATA:
+      s.metadata = str ("{}");
+      break;
+    default:
+      G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
+      break;
+  }
+}
+
+static void
+gst_pi0_serve_src_get_property (GObject *object, guint prop_id, GValue *value, GParamSpec *pspec)
+{
+  auto self = GST_PI0_SERVE_SRC (object);
+  if (prop_id == PROP_STATS) {
+    g_value_take_boxed (value, make_stats (self));
+    return;
+  }
+  if (prop_id == PROP_BOUND_PORT) {
+    auto srv = get_server (self);
+    g_value_set_int (value, srv && srv->running () ? srv->port () : 0);
+    return;
+  }
+  std::lock_guard<std::mutex> lk (self->priv->settings_lock);
+  const Settings &s = self->priv->settings;
+  switch (prop_id) {
+    case PROP_SERVER:
+      g_value_set_string (value, s.server.c_str ());
+      break;
+    case PROP_HOST:
+      g_value_set_string (value, s.host.c_str ());
+      break;
+    case PROP_PORT:
+      g_value_set_int (value, s.port);
+      break;
+    case PROP_API_KEY_FILE:
+      g_value_set_string (value, s.api_key_file.empty () ? nullptr : s.api_key_file.c_str ());
+      break;
+    case PROP_MAPPING:
+      g_value_set_string (value, s.mapping.c_str ());
+      break;
+    case PROP_MAX_MESSAGE_SIZE:
+      g_value_set_uint (value, s.max_message);
+      break;
+    case PROP_MAX_CLIENTS:
+      g_value_set_int (value, s.max_clients);
+      break;
+    case PROP_REQUEST_TIMEOUT:
+      g_value_set_uint64 (value, s.request_timeout);
+      break;
+    case PROP_SEED:
+      g_value_set_uint64 (value, s.seed);
+      break;
+    case PROP_PROMPT:
+      g_value_set_string (value, s.prompt.c_str ());
+      break;
+    case PROP_METADATA:
+      g_value_set_string (value, s.metadata.c_str ());
+      break;
+    default:
+      G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
+      break;
+  }
+}
+
+/* The key from api-key-file: its first line, surrounding whitespace removed. */
+static bool
+read_key_file (const std::string &path, std::string *key, std::string *error)
+{
+  gchar *text = nullptr;
+  GError *err = nullptr;
+  if (!g_file_get_contents (path.c_str (), &text, nullptr, &err)) {
+    *error = err->message;
+    g_error_free (err);
+    return false;
+  }
+  gchar *nl = strchr (text, '\n');
+  if (nl)
+    *nl = '\0';
+  *key = g_strstrip (text);
+  g_free (text);
+  if (key->empty ()) {
+    *error = "the file holds no key";
+    return false;
+  }
+  return true;
+}
+
+static gboolean
+gst_pi0_serve_src_start (GstBaseSrc *bsrc)
+{
+  auto self = GST_PI0_SERVE_SRC (bsrc);
+  Settings s;
+  {
+    std::lock_guard<std::mutex> lk (self->priv->settings_lock);
+    s = self->priv->settings;
+  }
+
+  serve::ServerSettings ss;
+  std::string err;
+  try {
+    auto mapping = serve::load_mapping (s.mapping, &err);
+    if (!mapping) {
+      GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS, ("Invalid mapping: %s", err.c_str ()),
+                         (nullptr));
+      return FALSE;
+    }
+    ss.mapping = *mapping;
+    ss.api_key = s.api_key;
+    if (!s.api_key_file.empty ()) {
+      if (!s.api_key.empty ()) {
+        GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS,
+                           ("Set api-key or api-key-file, not both."), (nullptr));
+        return FALSE;
+      }
+      if (!read_key_file (s.api_key_file, &ss.api_key, &err)) {
+        GST_ELEMENT_ERROR (self, RESOURCE, OPEN_READ,
+                           ("Cannot read the API key from '%s': %s", s.api_key_file.c_str (),
+                            err.c_str ()),
+                           (nullptr));
+        return FALSE;
+      }
+    }
+    ss.host = s.host;
+    ss.port = s.port;
+    ss.max_message = s.max_message;
+    ss.max_clients = s.max_clients;
+    ss.request_timeout_s = (double)s.request_timeout / GST_SECOND;
+    ss.seed = s.seed;
+    ss.default_prompt = s.prompt;
+    ss.metadata_json = s.metadata;
+    if (!g_utf8_validate (s.prompt.c_str (), -1, nullptr)) {
+      GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS, ("prompt is not valid UTF-8."), (nullptr));
+      return FALSE;
+    }
+
+    auto srv = serve::Server::get (s.server);
+    if (!srv->start (ss, &err)) {
+      GST_ELEMENT_ERROR (self, RESOURCE, OPEN_READ_WRITE,
+                         ("Cannot start the policy server '%s': %s", s.server.c_str (),
+                          err.c_str ()),
+                         (nullptr));
+      return FALSE;
+    }
+    GST_INFO_OBJECT (self, "serving on %s:%d with mapping '%s'", s.host.c_str (), srv->port (),
+                     ss.mapping.name.c_str ());
+
+    GString *names = g_string_new (nullptr);
+    for (int v = 0; v < serve::kNumViews; v++)
+      g_string_append_printf (names, "%s%s", v ? "," : "", serve::kViewNames[v]);
+    GstCaps *caps = gst_caps_new_simple (
+        GST_PI0_OBSERVATION_MEDIA_TYPE, "views", G_TYPE_INT, serve::kNumViews, "view-names",
+        G_TYPE_STRING, names->str, "base-view", G_TYPE_STRING, serve::kViewNames[0], "state-dim",
+        G_TYPE_INT, ss.mapping.state_dim, "framerate", GST_TYPE_FRACTION, 0, 1, nullptr);
+    g_string_free (names, TRUE);
+    {
+      std::lock_guard<std::mutex> lk (self->priv->lock);
+      self->priv->server = srv;
+      gst_caps_replace (&self->priv->caps, caps);
+    }
+    gst_caps_unref (caps);
+  } catch (const std::exception &e) {
+    GST_ELEMENT_ERROR (self, RESOURCE, FAILED, ("Cannot start the policy server: %s", e.what ()),
+                       (nullptr));
+    return FALSE;
+  }
+  self->priv->state = State ();
+  g_object_notify (G_OBJECT (self), "bound-port");
+  return TRUE;
+}
+
+static gboolean
+gst_pi0_serve_src_stop (GstBaseSrc *bsrc)
+{
+  auto self = GST_PI0_SERVE_SRC (bsrc);
+  std::shared_ptr<serve::Server> srv;
+  {
+    std::lock_guard<std::mutex> lk (self->priv->lock);
+    srv = std::move (self->priv->server);
+    self->priv->server.reset ();
+  }
+  if (srv)
+    srv->stop ();
+  return TRUE;
+}
+
+static GstCaps *
+gst_pi0_serve_src_get_caps (GstBaseSrc *bsrc, GstCaps *filter)
+{
+  auto self = GST_PI0_SERVE_SRC (bsrc);
+  GstCaps *caps = nullptr;
+  {
+    std::lock_guard<std::mutex> lk (self->priv->lock);
+    if (self->priv->caps)
+      caps = gst_caps_ref (self->priv->caps);
+  }
+  if (!caps)
+    caps = gst_pad_get_pad_template_caps (GST_BASE_SRC_PAD (bsrc));
+  if (filter) {
+    GstCaps *i = gst_caps_intersect_full (filter, caps, GST_CAPS_INTERSECT_FIRST);
+    gst_caps_unref (caps);
+    caps = i;
+  }
+  return caps;
+}
+
+static gboolean
+gst_pi0_serve_src_unlock (GstBaseSrc *bsrc)
+{
+  if (auto srv = get_server (GST_PI0_SERVE_SRC (bsrc)))
+    srv->set_flushing (true);
+  return TRUE;
+}
+
+static gboolean
+gst_pi0_serve_src_unlock_stop (GstBaseSrc *bsrc)
+{
+  if (auto srv = get_server (GST_PI0_SERVE_SRC (bsrc)))
+    srv->set_flushing (false);
+  return TRUE;
+}
+
+static GstStateChangeReturn
+gst_pi0_serve_src_change_state (GstElement *element, GstStateChange transition)
+{
+  auto self = GST_PI0_SERVE_SRC (element);
+  /* /healthz says ready only while requests are being answered. */
+  if (transition == GST_STATE_CHANGE_PLAYING_TO_PAUSED)
+    if (auto srv = get_server (self))
+      srv->set_ready (false);
+  GstStateChangeReturn ret = GST_ELEMENT_CLASS (parent_class)->change_state (element, transition);
+  if (ret != GST_STATE_CHANGE_FAILURE && transition == GST_STATE_CHANGE_PAUSED_TO_PLAYING)
+    if (auto srv = get_server (self))
+      srv->set_ready (true);
+  return ret;
+}
+
+/* One view's pixels as a memory: HWC is wrapped in place (the message stays alive as long as the
+ * memory), CHW is transposed to HWC (cudaprep reads packed RGB). */
+static GstMemory *
+view_memory (const serve::ImageView &v, const std::shared_ptr<GBytes> &message)
+{
+  const gsize size = v.size ();
+  if (!v.chw) {
+    return gst_memory_new_wrapped (GST_MEMORY_FLAG_READONLY, (gpointer)v.data, size, 0, size,
+                                   g_bytes_ref (message.get ()), (GDestroyNotify)g_bytes_unref);
+  }
+  GstMemory *mem = gst_allocator_alloc (nullptr, size, nullptr);
+  GstMapInfo map;
+  if (!mem || !gst_memory_map (mem, &map, GST_MAP_WRITE)) {
+    if (mem)
+      gst_memory_unref (mem);
+    return nullptr;
+  }
+  const size_t plane = (size_t)v.width * v.height;
+  for (size_t i = 0; i < plane; i++)
+    for (int c = 0; c < 3; c++)
+      map.data[i * 3 + c] = v.data[c * plane + i];
+  gst_memory_unmap (mem, &map);
+  return mem;
+}
+
+/* The observation buffer of request @r; nullptr (the client told) when memory runs out. */
+static GstBuffer *
+build_observation (GstPi0ServeSrc *self, serve::Server &srv, const serve::Request &r)
+{
+  const GstClockTime now = gst_pi0_element_get_running_time (GST_ELEMENT (self));
+  GstBuffer *buf = gst_buffer_new ();
+  GstPi0ObservationMeta *om = gst_buffer_add_pi0_observation_meta (buf);
+  for (int v = 0; v < serve::kNumViews; v++) {
+    GstPi0View *view = gst_pi0_observation_meta_add_view (om, serve::kViewNames[v]);
+    const serve::ImageView &iv = r.obs.views[v];
+    if (!iv.present)
+      continue; /* masked: no memory, the model ignores the view */
+    GstMemory *mem = view_memory (iv, r.message);
+    if (!mem) {
+      gst_buffer_unref (buf);
+      srv.fail (r.client, r.number, "the server could not allocate memory for an image");
+      GST_ELEMENT_WARNING (self, RESOURCE, NO_SPACE_LEFT,
+                           ("Could not allocate %" G_GSIZE_FORMAT " bytes for an image.",
+                            iv.size ()),
+                           (nullptr));
+      return nullptr;
+    }
+    gst_video_info_set_format (&view->info, GST_VIDEO_FORMAT_RGB, (guint)iv.width,
+                               (guint)iv.height);
+    /* Packed rows, as numpy holds them (GStreamer's default would round rows up to 4 bytes). */
+    GST_VIDEO_INFO_PLANE_STRIDE (&view->info, 0) = iv.width * 3;
+    GST_VIDEO_INFO_PLANE_OFFSET (&view->info, 0) = 0;
+    GST_VIDEO_INFO_SIZE (&view->info) = iv.size ();
+    view->flags = GST_PI0_VIEW_FLAG_VALID;
+    view->pts = now;
+    view->capture_time = now;
+    view->mem_index = gst_buffer_n_memory (buf);
+    view->n_mem = 1;
+    gst_buffer_append_memory (buf, mem);
+  }
+  gst_pi0_observation_meta_set_state (om, r.obs.state.data (), (guint)r.obs.state.size (), now,
+                                      GST_PI0_STATE_FLAG_PRESENT);
+  om->sequence = r.number;
+  om->observation_time = now;
+  om->muxed_time = now;
+  /* Appending memories tags a buffer for pools; ours comes from no pool. */
+  GST_BUFFER_FLAG_UNSET (buf, GST_BUFFER_FLAG_TAG_MEMORY);
+
+  GstPi0RequestMeta *rm = gst_buffer_add_pi0_request_meta (buf, srv.name ().c_str (), r.client,
+                                                           r.number, r.prompt.c_str (), r.seed);
+  if (rm) {
+    if (r.obs.seed)
+      rm->flags = GST_PI0_REQUEST_FLAG_CLIENT_SEED;
+    const GstClockTime waited = (GstClockTime)(g_get_monotonic_time () - r.received_us) * 1000;
+    if (GST_CLOCK_TIME_IS_VALID (now))
+      rm->received_time = now > waited ? now - waited : 0;
+  }
+  return buf;
+}
+
+static GstFlowReturn
+gst_pi0_serve_src_create (GstPushSrc *psrc, GstBuffer **outbuf)
+{
+  auto self = GST_PI0_SERVE_SRC (psrc);
+  auto srv = get_server (self);
+  if (!srv)
+    return GST_FLOW_FLUSHING;
+
+  GstBuffer *buf = nullptr;
+  serve::Request r;
+  while (!buf) {
+    if (srv->pop (&r) != serve::Server::Pop::kRequest)
+      return GST_FLOW_FLUSHING;
+    buf = build_observation (self, *srv, r);
+  }
+
+  /* The prompt reaches pi0infer as its instruction event, serialized just before this buffer
+   * (GstBaseSrc pushes events sent from create() ahead of the buffer): requests from different
+   * clients interleave and each keeps its own prompt. */
+  State &st = self->priv->state;
+  if (!st.sent_prompt || st.last_prompt != r.prompt) {
+    gst_element_send_event (GST_ELEMENT (self), gst_pi0_instruction_event_new (r.prompt.c_str ()));
+    st.sent_prompt = true;
+    st.last_prompt = r.prompt;
+  }
+  GST_LOG_OBJECT (self, "client %" G_GUINT64_FORMAT " request %" G_GUINT64_FORMAT, r.client,
+                  r.number);
+  *outbuf = buf;
+  return GST_FLOW_OK;
+}
+
+static void
+gst_pi0_serve_src_finalize (GObject *object)
+{
+  auto self = GST_PI0_SERVE_SRC (object);
+  if (self->priv->server)
+    self->priv->server->stop ();
+  gst_clear_caps (&self->priv->caps);
+  delete self->priv;
+  G_OBJECT_CLASS (parent_class)->finalize (object);
+}
+
+static void
+gst_pi0_serve_src_class_init (GstPi0ServeSrcClass *klass)
+{
+  auto gobject_class = G_OBJECT_CLASS (klass);
+  auto element_class = GST_ELEMENT_CLASS (klass);
+  auto bsrc_class = GST_BASE_SRC_CLASS (klass);
+  auto psrc_class = GST_PUSH_SRC_CLASS (klass);
+  const auto rw_ready =
+      (GParamFlags)(G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS | GST_PARAM_MUTABLE_READY);
+  const auto w_ready =
+      (GParamFlags)(G_PARAM_WRITABLE | G_PARAM_STATIC_STRINGS | GST_PARAM_MUTABLE_READY);
+  const auto ro = (GParamFlags)(G_PARAM_READABLE | G_PARAM_STATIC_STRINGS);
+
+  gobject_class->set_property = gst_pi0_serve_src_set_property;
+  gobject_class->get_property = gst_pi0_serve_src_get_property;
+  gobject_class->finalize = gst_pi0_serve_src_finalize;
+
+  /**
+   * GstPi0ServeSrc:server:
+   *
+   * The server's name: `pi0servesink` answers through the server a request came from, and two
+   * sources in one process need different names.
+   */
+  g_object_class_install_property (
+      gobject_class, PROP_SERVER,
+      g_param_spec_string ("server", "Server name",
+                           "Name of the policy server (unique per process)", kDefaultServer,
+                           rw_ready));
+  /**
+   * GstPi0ServeSrc:host:
+   *
+   * The address to listen on, numeric. The default serves this machine only; `0.0.0.0` (or
+   * `::`) serves the network: then set an API key.
+   */
+  g_object_class_install_property (
+      gobject_class, PROP_HOST,
+      g_param_spec_string ("host", "Host",
+                           "Numeric address to listen on (0.0.0.0 or :: for every interface)",
+                           kDefaultHost, rw_ready));
+  g_object_class_install_property (
+      gobject_class, PROP_PORT,
+      g_param_spec_int ("port", "Port", "TCP port to listen on (0: any free port, see bound-port)",
+                        0, 65535, kDefaultPort, rw_ready));
+  g_object_class_install_property (
+      gobject_class, PROP_BOUND_PORT,
+      g_param_spec_int ("bound-port", "Bound port",
+                        "The port the server listens on (0 when not running)", 0, 65535, 0, ro));
+  /**
+   * GstPi0ServeSrc:api-key:
+   *
+   * When set, clients must send `Authorization: Api-Key <key>` (what openpi-client sends when
+   * given `api_key`); compared in constant time. Write-only: it is never shown. Prefer
+   * #GstPi0ServeSrc:api-key-file, which keeps the key out of command lines.
+   */
+  g_object_class_install_property (
+      gobject_class, PROP_API_KEY,
+      g_param_spec_string ("api-key", "API key",
+                           "Key clients must send as 'Authorization: Api-Key <key>' (write-only)",
+                           nullptr, w_ready));
+  g_object_class_install_property (
+      gobject_class, PROP_API_KEY_FILE,
+      g_param_spec_string ("api-key-file", "API key file",
+                           "File whose first line is the API key (instead of api-key)", nullptr,
+                           rw_ready));
+  /**
+   * GstPi0ServeSrc:mapping:
+   *
+   * Which observation keys are which view, the state and the prompt: `aloha`, `droid`,
+   * `libero` (openpi's examples), or the path of a JSON mapping file (docs/serve.md).
+   */
+  g_object_class_install_property (
+      gobject_class, PROP_MAPPING,
+      g_param_spec_string ("mapping", "Mapping",
+                           "Observation keys: a preset (aloha, droid, libero) or a JSON file",
+                           kDefaultMapping, rw_ready));
+  g_object_class_install_property (
+      gobject_class, PROP_MAX_MESSAGE_SIZE,
+      g_param_spec_uint ("max-message-size", "Max message size",
+                         "Largest request in bytes; a client that sends more is disconnected",
+                         1024, 1u << 30, kDefaultMaxMessage, rw_ready));
+  g_object_class_install_property (
+      gobject_class, PROP_MAX_CLIENTS,
+      g_param_spec_int ("max-clients", "Max clients",
+                        "Clients served at once; more are refused with HTTP 503", 1, 4096,
+                        kDefaultMaxClients, rw_ready));
+  g_object_class_install_property (
+      gobject_class, PROP_REQUEST_TIMEOUT,
+      g_param_spec_uint64 ("request-timeout", "Request timeout",
+                           "Nanoseconds after which an unanswered request gets an error (0: wait "
+                           "forever)",
+                           0, G_MAXUINT64, kDefaultRequestTimeout, rw_ready));
+  /**
+   * GstPi0ServeSrc:seed:
+   *
+   * Request N of a connection draws its flow-matching noise from seed + N (unless the client
+   * sends its own, see the mapping's "seed"): the same client, the same actions, however many
+   * others share the server.
+   */
+  g_object_class_install_property (
+      gobject_class, PROP_SEED,
+      g_param_spec_uint64 ("seed", "Seed",
+                           "Noise seed: request N of each connection uses seed + N", 0,
+                           G_MAXUINT64, 0, rw_ready));
+  g_object_class_install_property (
+      gobject_class, PROP_PROMPT,
+      g_param_spec_string ("prompt", "Default prompt",
+                           "Instruction for requests that carry no prompt", "", rw_ready));
+  g_object_class_install_property (
+      gobject_class, PROP_METADATA,
+      g_param_spec_string ("metadata", "Metadata",
+                           "JSON object sent to each client on connect (openpi's policy "
+                           "metadata)",
+                           "{}", rw_ready));
+  /**
+   * GstPi0ServeSrc:stats:
+   *
+   * `connections` (sessions opened), `open`, `refused` (key, origin, capacity), `requests`,
+   * `replies`, `errors` (sent to clients), `dropped` (answers for clients that had gone),
+   * `timeouts`, `queued` (waiting for the pipeline), `peers` (TCP connections now).
+   */
+  g_object_class_install_property (
+      gobject_class, PROP_STATS,
+      g_param_spec_boxed ("stats", "Statistics", "Connections, requests, replies, errors",
+                          GST_TYPE_STRUCTURE, ro));
+
+  gst_element_class_add_static_pad_template (element_class, &src_template);
+  gst_element_class_set_static_metadata (
+      element_class, "Pi0 policy server source", "Source/Network",
+      "Serves robots over openpi's websocket protocol: each request becomes an observation",
+      "gst-pi0 <https://github.com/gst-pi0/gst-pi0>");
+  element_class->change_state = gst_pi0_serve_src_change_state;
+
+  bsrc_class->start = gst_pi0_serve_src_start;
+  bsrc_class->stop = gst_pi0_serve_src_stop;
+  bsrc_class->get_caps = gst_pi0_serve_src_get_caps;
+  bsrc_class->unlock = gst_pi0_serve_src_unlock;
+  bsrc_class->unlock_stop = gst_pi0_serve_src_unlock_stop;
+  psrc_class->create = gst_pi0_serve_src_create;
+
+  GST_DEBUG_CATEGORY_INIT (gst_pi0_serve_src_debug, "pi0servesrc", 0, "Pi0 policy server source");
+}
+
+static void
+gst_pi0_serve_src_init (GstPi0ServeSrc *self)
+{
+  self->priv = new GstPi0ServeSrcPrivate ();
+  gst_base_src_set_live (GST_BASE_SRC (self), TRUE);
+  gst_base_src_set_format (GST_BASE_SRC (self), GST_FORMAT_TIME);
+  gst_base_src_set_do_timestamp (GST_BASE_SRC (self), TRUE);
+}

@@ -1,0 +1,571 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The policy server as a pipeline: pipelines/serve.txt (pi0servesrc ! cudaprep ! pi0infer with
+ * builtin:pi0-tiny ! pi0servesink), expanded by bash and parsed as gst-launch-1.0 would, with the
+ * real openpi-client (tests/serve/openpi_clients.py) as robots.
+ *
+ * - One client per mapping (ALOHA's CHW images, DROID's and LIBERO's HWC; sizes that are not the
+ *   model's): metadata, actions, timings; and the actions are those of the camera path: the same
+ *   images and state through pi0viewmux ! cudaprep ! pi0infer, with the request's prompt and
+ *   seed, give the same chunk.
+ * - Eight concurrent clients each get what they get alone.
+ * - Bad clients (malformed, truncated, oversized, fragmented, unknown keys, non-finite state,
+ *   object dtype, text, killed mid-request and mid-message) get an error or are closed; the
+ *   pipeline posts no error, the good client is answered throughout, and at the end no
+ *   connection, queued request, buffer or file descriptor is left (leaks tracer, /proc/self/fd).
+ * - /healthz follows the pipeline's state. */
+
+#include "pi0json.h"
+#include "serve_test_util.h"
+#include "test_helpers.h"
+
+#include <gst/app/gstappsink.h>
+#include <gst/app/gstappsrc.h>
+#include <gst/pi0/pi0.h>
+#include <gst/video/video.h>
+#include <gtest/gtest.h>
+
+#include "leaks_helpers.h"
+
+#include <cmath>
+#include <sys/wait.h>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+using namespace pi0test;
+
+namespace
+{
+
+struct TmpDir {
+  std::string path;
+  TmpDir ()
+  {
+    gchar *p = g_dir_make_tmp ("pi0serve-XXXXXX", nullptr);
+    path = p ? p : "/tmp";
+    g_free (p);
+  }
+  ~TmpDir ()
+  {
+    std::error_code ec;
+    std::filesystem::remove_all (path, ec);
+  }
+};
+
+/* pipelines/NAME.txt without its comments, as one line. */
+std::string
+pipeline_line (const std::string &name)
+{
+  std::ifstream in (serve_source_root () + "/pipelines/" + name + ".txt");
+  std::string line, l;
+  while (std::getline (in, l))
+    if (!l.empty () && l[0] != '#')
+      line += l + " ";
+  return line;
+}
+
+/* argv as bash gives it to gst-launch-1.0 after `eval gst-launch-1.0 "$line"`, with @vars in
+ * the environment; parsed with gst_parse_launchv as gst-launch-1.0 does. */
+GstElement *
+launch_line (const std::string &line, const std::vector<std::pair<std::string, std::string>> &vars)
+{
+  gchar **env = g_get_environ ();
+  for (auto &kv : vars)
+    env = g_environ_setenv (env, kv.first.c_str (), kv.second.c_str (), TRUE);
+  env = g_environ_setenv (env, "PI0_LINE", line.c_str (), TRUE);
+  gchar *out = nullptr;
+  gsize len = 0;
+  gint status = 1;
+  GError *err = nullptr;
+  /* The NUL-separated words go to a file: g_spawn_sync's captured output has no length. */
+  TmpDir tmp;
+  const std::string file = tmp.path + "/argv";
+  const std::string cmd = "eval \"set -- $PI0_LINE\" && printf '%s\\0' \"$@\" > '" + file + "'";
+  const gchar *argv[] = {"bash", "-c", cmd.c_str (), nullptr};
+  bool ok = g_spawn_sync (serve_source_root ().c_str (), (gchar **)argv, env, G_SPAWN_SEARCH_PATH,
+                          nullptr, nullptr, nullptr, nullptr, &status, &err) &&
+            g_spawn_check_wait_status (status, nullptr);
+  g_strfreev (env);
+  g_clear_error (&err);
+  if (!ok || !g_file_get_contents (file.c_str (), &out, &len, nullptr)) {
+    ADD_FAILURE () << "bash cannot expand " << line;
+    return nullptr;
+  }
+  std::vector<std::string> args;
+  for (gsize i = 0; i < len;) {
+    std::string a (out + i);
+    i += a.size () + 1;
+    args.push_back (a);
+  }
+  g_free (out);
+  std::vector<const gchar *> cargv;
+  for (auto &a : args)
+    cargv.push_back (a.c_str ());
+  cargv.push_back (nullptr);
+  GstElement *pipe = gst_parse_launchv (cargv.data (), &err);
+  if (err) {
+    ADD_FAILURE () << "cannot parse: " << err->message;
+    g_clear_error (&err);
+    if (pipe)
+      gst_object_unref (pipe);
+    return nullptr;
+  }
+  return pipe;
+}
+
+GstElement *
+by_factory (GstElement *pipe, const char *factory)
+{
+  GstIterator *it = gst_bin_iterate_recurse (GST_BIN (pipe));
+  GValue v = G_VALUE_INIT;
+  GstElement *found = nullptr;
+  while (!found && gst_iterator_next (it, &v) == GST_ITERATOR_OK) {
+    GstElement *e = GST_ELEMENT (g_value_get_object (&v));
+    GstElementFactory *f = gst_element_get_factory (e);
+    if (f && g_str_equal (GST_OBJECT_NAME (f), factory))
+      found = e; /* the pipeline holds it */
+    g_value_reset (&v);
+  }
+  g_value_unset (&v);
+  gst_iterator_free (it);
+  return found;
+}
+
+guint64
+stat_of (GstElement *e, const char *field)
+{
+  GstStructure *s = nullptr;
+  g_object_get (e, "stats", &s, nullptr);
+  guint64 v = 0;
+  if (s)
+    gst_structure_get_uint64 (s, field, &v);
+  if (s)
+    gst_structure_free (s);
+  return v;
+}
+
+/* The server's side of "every client has gone". */
+bool
+all_gone (GstElement *src)
+{
+  for (int i = 0; i < 600; i++) {
+    if (stat_of (src, "open") == 0 && stat_of (src, "peers") == 0 && stat_of (src, "queued") == 0)
+      return true;
+    g_usleep (50000);
+  }
+  return false;
+}
+
+std::string
+bus_error (GstElement *pipe)
+{
+  GstBus *bus = gst_element_get_bus (pipe);
+  MessagePtr m (gst_bus_pop_filtered (bus, GST_MESSAGE_ERROR));
+  gst_object_unref (bus);
+  return m ? message_text (m.get ()) : "";
+}
+
+/* serve.txt running on a free port; nullptr (and a failure) if it does not start. */
+struct Served {
+  ElementPtr pipe;
+  GstElement *src = nullptr, *sink = nullptr;
+  int port = 0;
+};
+
+Served
+serve (const std::string &mapping,
+       const std::vector<std::pair<std::string, std::string>> &extra = {})
+{
+  Served s;
+  auto vars = extra;
+  vars.push_back ({"SERVE_PORT", "0"});
+  vars.push_back ({"SERVE_MAPPING", mapping});
+  s.pipe.reset (launch_line (pipeline_line ("serve"), vars));
+  if (!s.pipe)
+    return s;
+  s.src = by_factory (s.pipe.get (), "pi0servesrc");
+  s.sink = by_factory (s.pipe.get (), "pi0servesink");
+  EXPECT_TRUE (s.src && s.sink);
+  if (gst_element_set_state (s.pipe.get (), GST_STATE_PLAYING) == GST_STATE_CHANGE_FAILURE) {
+    ADD_FAILURE () << "serve.txt does not start: " << bus_error (s.pipe.get ());
+    s.pipe.reset ();
+    return s;
+  }
+  GstState state;
+  gst_element_get_state (s.pipe.get (), &state, nullptr, 60 * GST_SECOND);
+  EXPECT_EQ (state, GST_STATE_PLAYING);
+  g_object_get (s.src, "bound-port", &s.port, nullptr);
+  EXPECT_GT (s.port, 0);
+  return s;
+}
+
+class Serve : public ::testing::Test
+{
+protected:
+  void SetUp () override
+  {
+    if (!have_openpi_client ())
+      GTEST_SKIP () << "no .venv with openpi-client (scripts/setup.sh installs it)";
+  }
+};
+
+/* ---- The camera path as the oracle ---- */
+
+struct Recorded {
+  std::vector<std::string> view_files; /* "" when the view was not sent */
+  std::vector<int> widths, heights;
+  std::vector<float> state;
+  std::string prompt;
+  std::vector<float> actions;
+  int horizon = 0, dim = 0;
+};
+
+std::vector<Recorded>
+read_recorded (const std::string &dir)
+{
+  std::vector<Recorded> out;
+  std::string err;
+  auto index = pi0::json::load_strict (dir + "/index.json", &err);
+  EXPECT_TRUE (index) << err;
+  if (!index)
+    return out;
+  for (const auto &e : *index) {
+    Recorded r;
+    for (const auto &v : e["views"]) {
+      r.view_files.push_back (v.is_null () ? "" : dir + "/" + v["file"].get<std::string> ());
+      r.widths.push_back (v.is_null () ? 0 : v["width"].get<int> ());
+      r.heights.push_back (v.is_null () ? 0 : v["height"].get<int> ());
+    }
+    for (const auto &x : e["state"])
+      r.state.push_back (x.get<float> ());
+    r.prompt = e["prompt"].get<std::string> ();
+    r.horizon = e["horizon"].get<int> ();
+    r.dim = e["dim"].get<int> ();
+    gchar *data = nullptr;
+    gsize len = 0;
+    const std::string af = dir + "/" + e["actions_file"].get<std::string> ();
+    EXPECT_TRUE (g_file_get_contents (af.c_str (), &data, &len, nullptr)) << af;
+    r.actions.resize (len / 4);
+    if (data)
+      memcpy (r.actions.data (), data, len / 4 * 4);
+    g_free (data);
+    out.push_back (r);
+  }
+  return out;
+}
+
+/* A packed RGB file as a GStreamer RGB frame (rows padded to 4 bytes, as the caps say). */
+GstBuffer *
+rgb_frame (const std::string &file, int w, int h)
+{
+  gchar *data = nullptr;
+  gsize len = 0;
+  EXPECT_TRUE (g_file_get_contents (file.c_str (), &data, &len, nullptr)) << file;
+  EXPECT_EQ (len, (gsize)w * h * 3);
+  GstVideoInfo info;
+  gst_video_info_set_format (&info, GST_VIDEO_FORMAT_RGB, w, h);
+  GstBuffer *b = gst_buffer_new_allocate (nullptr, GST_VIDEO_INFO_SIZE (&info), nullptr);
+  GstMapInfo map;
+  gst_buffer_map (b, &map, GST_MAP_WRITE);
+  for (int y = 0; y < h && data; y++)
+    memcpy (map.data + (size_t)y * GST_VIDEO_INFO_PLANE_STRIDE (&info, 0), data + (size_t)y * w * 3,
+            (size_t)w * 3);
+  gst_buffer_unmap (b, &map);
+  g_free (data);
+  GST_BUFFER_PTS (b) = 0;
+  GST_BUFFER_DURATION (b) = 100 * GST_MSECOND;
+  return b;
+}
+
+/* The chunk the camera path makes for one recorded request: its views as three cameras (a view
+ * that was not sent is a camera with no frame), its state on the state pad, its prompt as the
+ * instruction, and seed = the request's number (the server's seed is 0). */
+std::vector<float>
+camera_path (const Recorded &r, guint64 seed, int *horizon, int *dim)
+{
+  std::ostringstream line;
+  line << "pi0viewmux name=mux ! cudaprep width=32 height=32 ! pi0infer model=builtin:pi0-tiny "
+          "seed="
+       << seed << " name=infer ! appsink name=out sync=false ";
+  const char *pads[] = {"main", "side", "top"};
+  for (int v = 0; v < 3; v++)
+    if (!r.view_files[v].empty ())
+      line << "appsrc name=v" << v
+           << " format=time caps=video/x-raw,format=RGB,width=" << r.widths[v]
+           << ",height=" << r.heights[v] << ",framerate=10/1 ! mux." << pads[v] << " ";
+  line << "appsrc name=st format=time caps=application/x-pi0-state,dim=" << r.state.size ()
+       << " ! mux.state";
+  GError *err = nullptr;
+  ElementPtr pipe (gst_parse_launch (line.str ().c_str (), &err));
+  EXPECT_EQ (err, nullptr) << (err ? err->message : "");
+  g_clear_error (&err);
+  if (!pipe)
+    return {};
+  GstElement *infer = gst_bin_get_by_name (GST_BIN (pipe.get ()), "infer");
+  g_object_set (infer, "instruction", r.prompt.c_str (), nullptr);
+  gst_object_unref (infer);
+  EXPECT_NE (gst_element_set_state (pipe.get (), GST_STATE_PLAYING), GST_STATE_CHANGE_FAILURE);
+  for (int v = 0; v < 3; v++) {
+    if (r.view_files[v].empty ())
+      continue;
+    GstElement *src =
+        gst_bin_get_by_name (GST_BIN (pipe.get ()), ("v" + std::to_string (v)).c_str ());
+    gst_app_src_push_buffer (GST_APP_SRC (src),
+                             rgb_frame (r.view_files[v], r.widths[v], r.heights[v]));
+    gst_app_src_end_of_stream (GST_APP_SRC (src));
+    gst_object_unref (src);
+  }
+  GstElement *st = gst_bin_get_by_name (GST_BIN (pipe.get ()), "st");
+  GstBuffer *sb = gst_buffer_new_memdup (r.state.data (), r.state.size () * sizeof (float));
+  GST_BUFFER_PTS (sb) = 0;
+  gst_app_src_push_buffer (GST_APP_SRC (st), sb);
+  gst_app_src_end_of_stream (GST_APP_SRC (st));
+  gst_object_unref (st);
+
+  GstElement *out = gst_bin_get_by_name (GST_BIN (pipe.get ()), "out");
+  GstSample *sample = gst_app_sink_try_pull_sample (GST_APP_SINK (out), 120 * GST_SECOND);
+  gst_object_unref (out);
+  std::vector<float> actions;
+  EXPECT_NE (sample, nullptr) << "the camera path made no observation: " << bus_error (pipe.get ());
+  if (sample) {
+    GstPi0ActionMeta *am = gst_buffer_get_pi0_action_meta (gst_sample_get_buffer (sample));
+    EXPECT_NE (am, nullptr);
+    if (am) {
+      *horizon = (int)am->horizon;
+      *dim = (int)am->dim;
+      actions.assign (am->actions, am->actions + (size_t)am->horizon * am->dim);
+    }
+    gst_sample_unref (sample);
+  }
+  return actions;
+}
+
+} // namespace
+
+TEST_F (Serve, OneClientPerMappingGetsTheCameraPathsActions)
+{
+  for (const char *mapping : {"aloha", "droid", "libero"}) {
+    SCOPED_TRACE (mapping);
+    TmpDir dir;
+    Served s = serve (mapping);
+    ASSERT_TRUE (s.pipe);
+    auto r = run_clients (
+        "one", s.port,
+        {"--mapping", mapping, "--requests", "3", "--out", dir.path, "--expect-metadata", "{}"});
+    EXPECT_TRUE (r.ok) << r.out;
+    EXPECT_TRUE (all_gone (s.src));
+    EXPECT_EQ (stat_of (s.src, "requests"), 6u);
+    EXPECT_EQ (stat_of (s.src, "replies"), 6u);
+    EXPECT_EQ (stat_of (s.sink, "replies"), 6u);
+    EXPECT_EQ (bus_error (s.pipe.get ()), "");
+    gst_element_set_state (s.pipe.get (), GST_STATE_NULL);
+
+    auto recorded = read_recorded (dir.path);
+    ASSERT_EQ (recorded.size (), 3u);
+    for (size_t n = 0; n < recorded.size (); n++) {
+      int h = 0, d = 0;
+      auto oracle = camera_path (recorded[n], n, &h, &d);
+      ASSERT_EQ (h, recorded[n].horizon);
+      ASSERT_GE (d, recorded[n].dim);
+      double worst = 0;
+      for (int row = 0; row < h; row++)
+        for (int c = 0; c < recorded[n].dim; c++)
+          worst = std::max (
+              worst, (double)std::fabs (oracle[(size_t)row * d + c] -
+                                        recorded[n].actions[(size_t)row * recorded[n].dim + c]));
+      EXPECT_LE (worst, 1e-6) << "request " << n << ": served and camera-path actions differ";
+    }
+  }
+}
+
+TEST_F (Serve, EightConcurrentClientsEachGetWhatTheyGetAlone)
+{
+  Served s = serve ("aloha");
+  ASSERT_TRUE (s.pipe);
+  auto r = run_clients ("many", s.port, {"--clients", "8", "--requests", "3"});
+  EXPECT_TRUE (r.ok) << r.out;
+  EXPECT_TRUE (all_gone (s.src));
+  EXPECT_EQ (stat_of (s.src, "replies"), 48u);
+  EXPECT_EQ (stat_of (s.src, "errors"), 0u);
+  EXPECT_EQ (bus_error (s.pipe.get ()), "");
+}
+
+TEST_F (Serve, BadClientsDoNotDisturbThePipelineOrOthersAndLeakNothing)
+{
+  ObjectPtr<GstTracer> tracer (leaks_tracer ());
+  const int max_message = 256 << 10;
+  Served s = serve ("aloha", {{"SERVE_MAX_MESSAGE", std::to_string (max_message)}});
+  ASSERT_TRUE (s.pipe);
+  /* Warm-up (first-use allocations of GLib, the model's caches), then count. */
+  auto warm = run_clients ("one", s.port, {"--requests", "1"});
+  ASSERT_TRUE (warm.ok) << warm.out;
+  ASSERT_TRUE (all_gone (s.src));
+  const int fds = open_fds ();
+  if (tracer)
+    g_signal_emit_by_name (tracer.get (), "activity-start-tracking");
+
+  auto r = run_clients ("bad", s.port, {"--max-message", std::to_string (max_message)});
+  EXPECT_TRUE (r.ok) << r.out;
+  EXPECT_TRUE (all_gone (s.src));
+  EXPECT_GE (stat_of (s.src, "errors"), 12u);
+  EXPECT_EQ (bus_error (s.pipe.get ()), "") << "a bad client reached the pipeline";
+  EXPECT_EQ (open_fds (), fds) << "file descriptors outlived the clients";
+  if (tracer) {
+    auto alive = alive_since_start (tracer.get ());
+    g_signal_emit_by_name (tracer.get (), "activity-stop-tracking");
+    for (const auto &kv : alive)
+      if (kv.first.find ("Buffer") != std::string::npos ||
+          kv.first.find ("Memory") != std::string::npos ||
+          kv.first.find ("Event") != std::string::npos)
+        ADD_FAILURE () << kv.second << " " << kv.first << " still alive after every client left";
+  }
+}
+
+TEST_F (Serve, HealthzFollowsThePipelineState)
+{
+  Served s = serve ("libero");
+  ASSERT_TRUE (s.pipe);
+  auto r = run_clients ("health", s.port, {});
+  EXPECT_NE (r.out.find ("\"status\": 200"), std::string::npos) << r.out;
+  ASSERT_NE (gst_element_set_state (s.pipe.get (), GST_STATE_PAUSED), GST_STATE_CHANGE_FAILURE);
+  gst_element_get_state (s.pipe.get (), nullptr, nullptr, 10 * GST_SECOND);
+  r = run_clients ("health", s.port, {});
+  EXPECT_NE (r.out.find ("\"status\": 503"), std::string::npos) << r.out;
+  ASSERT_NE (gst_element_set_state (s.pipe.get (), GST_STATE_PLAYING), GST_STATE_CHANGE_FAILURE);
+  gst_element_get_state (s.pipe.get (), nullptr, nullptr, 10 * GST_SECOND);
+  r = run_clients ("health", s.port, {});
+  EXPECT_NE (r.out.find ("\"status\": 200"), std::string::npos) << r.out;
+}
+
+TEST (ServeElements, StartErrorsSayWhatIsWrong)
+{
+  struct Case {
+    const char *props, *expect;
+  } cases[] = {
+      {"mapping=robotx", "neither a mapping preset"},
+      {"mapping=/nonexistent/map.json", "/nonexistent/map.json"},
+      {"host=example.org", "numeric IP address"},
+      {"api-key-file=/nonexistent/key", "/nonexistent/key"},
+      {"metadata=[1,2]", "metadata"},
+  };
+  for (const auto &c : cases) {
+    std::string line = std::string ("pi0servesrc port=0 ") + c.props + " ! fakesink";
+    GError *err = nullptr;
+    ElementPtr pipe (gst_parse_launch (line.c_str (), &err));
+    ASSERT_EQ (err, nullptr) << line;
+    EXPECT_EQ (gst_element_set_state (pipe.get (), GST_STATE_PLAYING), GST_STATE_CHANGE_FAILURE)
+        << line;
+    std::string e = bus_error (pipe.get ());
+    EXPECT_NE (e.find (c.expect), std::string::npos) << line << " -> " << e;
+  }
+  /* Two sources with one server name: the second says so. */
+  GError *err = nullptr;
+  ElementPtr pipe (
+      gst_parse_launch ("pi0servesrc port=0 ! fakesink pi0servesrc port=0 ! fakesink", &err));
+  ASSERT_EQ (err, nullptr);
+  EXPECT_EQ (gst_element_set_state (pipe.get (), GST_STATE_PLAYING), GST_STATE_CHANGE_FAILURE);
+  EXPECT_NE (bus_error (pipe.get ()).find ("already running"), std::string::npos);
+}
+
+/* tools/pi0-serve: bad usage is exit status 2 with the reason, a server that cannot start is 1
+ * with the element's message, and --print-pipeline is the launch line it runs. */
+TEST (ServeTool, UsageAndStartErrorsAreClearExits)
+{
+  const char *tool = g_getenv ("PI0_SERVE_TOOL");
+  if (!tool)
+    GTEST_SKIP () << "pi0-serve not built";
+  struct Case {
+    std::vector<std::string> args;
+    int status;
+    const char *expect;
+  } cases[] = {
+      {{"--mapping", "aloha"}, 2, "--model is required"},
+      {{"--model", "builtin:pi0-tiny", "--port", "70000"}, 2, "--port 0..65535"},
+      {{"--model", "builtin:pi0-tiny", "--max-message-size", "10"}, 2, "1 KiB..1 GiB"},
+      {{"--print-mapping", "robotx"}, 2, "no preset mapping 'robotx'"},
+      {{"--no-such-option"}, 2, "no-such-option"},
+      {{"--model", "builtin:pi0-tiny", "--port", "0", "--mapping", "robotx"},
+       1,
+       "neither a mapping preset"},
+      {{"--model", "builtin:pi0-tiny", "--port", "0", "--host", "example.org"},
+       1,
+       "numeric IP address"},
+      {{"--model", "builtin:pi0-tiny", "--mapping", "droid", "--print-pipeline"},
+       0,
+       "pi0servesrc mapping=droid host=127.0.0.1 port=8000 ! cudaprep width=32 height=32"},
+  };
+  for (const auto &c : cases) {
+    std::vector<const gchar *> argv{tool};
+    std::string shown = "pi0-serve";
+    for (const auto &a : c.args) {
+      argv.push_back (a.c_str ());
+      shown += " " + a;
+    }
+    argv.push_back (nullptr);
+    gchar *out = nullptr, *err = nullptr;
+    gint status = 0;
+    ASSERT_TRUE (g_spawn_sync (nullptr, (gchar **)argv.data (), nullptr, G_SPAWN_DEFAULT, nullptr,
+                               nullptr, &out, &err, &status, nullptr))
+        << shown;
+    const std::string both = std::string (out ? out : "") + (err ? err : "");
+    g_free (out);
+    g_free (err);
+    EXPECT_TRUE (WIFEXITED (status)) << shown << ": " << both;
+    EXPECT_EQ (WEXITSTATUS (status), c.status) << shown << ": " << both;
+    EXPECT_NE (both.find (c.expect), std::string::npos) << shown << ": " << both;
+  }
+}
+
+TEST (ServeElements, SinkAnswersErrorsForObservationsWithoutActions)
+{
+  /* No pi0infer: every observation reaches the sink without actions, and each client must hear
+   * so instead of waiting forever. */
+  if (!have_openpi_client ())
+    GTEST_SKIP () << "no .venv with openpi-client";
+  GError *err = nullptr;
+  ElementPtr pipe (gst_parse_launch ("pi0servesrc port=0 server=noactions ! cudaprep width=32 "
+                                     "height=32 ! pi0servesink name=sink",
+                                     &err));
+  ASSERT_EQ (err, nullptr);
+  ASSERT_NE (gst_element_set_state (pipe.get (), GST_STATE_PLAYING), GST_STATE_CHANGE_FAILURE);
+  gst_element_get_state (pipe.get (), nullptr, nullptr, 10 * GST_SECOND);
+  GstElement *src = by_factory (pipe.get (), "pi0servesrc");
+  GstElement *sink = by_factory (pipe.get (), "pi0servesink");
+  int port = 0;
+  g_object_get (src, "bound-port", &port, nullptr);
+  auto r = run_clients ("one", port, {"--requests", "1"});
+  EXPECT_FALSE (r.ok);
+  EXPECT_NE (r.out.find ("the policy gave no actions"), std::string::npos) << r.out;
+  EXPECT_TRUE (all_gone (src));
+  EXPECT_EQ (stat_of (sink, "no-actions"), 1u);
+  EXPECT_EQ (stat_of (sink, "replies"), 0u);
+}
+
+TEST (ServeElements, RequestMetaSurvivesCopies)
+{
+  GstBuffer *b = gst_buffer_new ();
+  GstPi0RequestMeta *m = gst_buffer_add_pi0_request_meta (b, "srv", 7, 3, "pick it up", 42);
+  ASSERT_NE (m, nullptr);
+  m->flags = GST_PI0_REQUEST_FLAG_CLIENT_SEED;
+  m->received_time = 5 * GST_SECOND;
+  GstBuffer *c = gst_buffer_copy (b);
+  GstPi0RequestMeta *mc = gst_buffer_get_pi0_request_meta (c);
+  ASSERT_NE (mc, nullptr);
+  EXPECT_STREQ (mc->server, "srv");
+  EXPECT_EQ (mc->client_id, 7u);
+  EXPECT_EQ (mc->request_id, 3u);
+  EXPECT_STREQ (mc->prompt, "pick it up");
+  EXPECT_NE (mc->prompt, m->prompt); /* a deep copy */
+  EXPECT_EQ (mc->seed, 42u);
+  EXPECT_EQ (mc->flags, GST_PI0_REQUEST_FLAG_CLIENT_SEED);
+  EXPECT_EQ (mc->received_time, 5 * GST_SECOND);
+  EXPECT_EQ (mc->version, (guint)GST_PI0_META_VERSION);
+  gst_buffer_unref (b);
+  gst_buffer_unref (c);
+  /* A prompt that is not UTF-8 is refused (it would reach a tokenizer). */
+  ExpectLog crit ("g_utf8_validate");
+  GstBuffer *d = gst_buffer_new ();
+  EXPECT_EQ (gst_buffer_add_pi0_request_meta (d, "srv", 1, 0, "caf\xc3", 0), nullptr);
+  EXPECT_EQ (crit.count (), 1);
+  gst_buffer_unref (d);
+}
