@@ -48,6 +48,56 @@ gst_pi0_instruction_event_parse (GstEvent *event, const gchar **instruction)
 }
 
 /**
+ * gst_pi0_episode_event_new:
+ * @action: start or stop an episode
+ * @task: (nullable): for a start, the episode's task (instruction); %NULL keeps the current one
+ *
+ * Returns: (transfer full): a custom serialized downstream event for `pi0lerobotsink`: push it
+ *   into the stream (a source, a pad) or send it to the recorder with gst_element_send_event().
+ */
+GstEvent *
+gst_pi0_episode_event_new (GstPi0EpisodeAction action, const gchar *task)
+{
+  GstStructure *s;
+
+  g_return_val_if_fail (action == GST_PI0_EPISODE_START || action == GST_PI0_EPISODE_STOP, NULL);
+  s = gst_structure_new (GST_PI0_EPISODE_EVENT_NAME, "action", G_TYPE_STRING,
+                         action == GST_PI0_EPISODE_START ? "start" : "stop", NULL);
+  if (task && action == GST_PI0_EPISODE_START)
+    gst_structure_set (s, "task", G_TYPE_STRING, task, NULL);
+  return gst_event_new_custom (GST_EVENT_CUSTOM_DOWNSTREAM, s);
+}
+
+/**
+ * gst_pi0_episode_event_parse:
+ * @action: (out) (optional): start or stop
+ * @task: (out) (transfer none) (optional): the task of a start, or %NULL
+ *
+ * Returns: %TRUE when @event is a well-formed episode event.
+ */
+gboolean
+gst_pi0_episode_event_parse (GstEvent *event, GstPi0EpisodeAction *action, const gchar **task)
+{
+  const GstStructure *s;
+  const gchar *a;
+
+  g_return_val_if_fail (GST_IS_EVENT (event), FALSE);
+  if (GST_EVENT_TYPE (event) != GST_EVENT_CUSTOM_DOWNSTREAM)
+    return FALSE;
+  s = gst_event_get_structure (event);
+  if (!s || !gst_structure_has_name (s, GST_PI0_EPISODE_EVENT_NAME))
+    return FALSE;
+  a = gst_structure_get_string (s, "action");
+  if (!a || (g_strcmp0 (a, "start") != 0 && g_strcmp0 (a, "stop") != 0))
+    return FALSE;
+  if (action)
+    *action = g_strcmp0 (a, "start") == 0 ? GST_PI0_EPISODE_START : GST_PI0_EPISODE_STOP;
+  if (task)
+    *task = gst_structure_get_string (s, "task");
+  return TRUE;
+}
+
+/**
  * gst_pi0_executing_event_new:
  * @chunk_id: the #GstPi0ActionMeta sequence of the chunk being executed
  * @row: the row of that chunk that started at @time
@@ -106,52 +156,5 @@ gst_pi0_executing_event_parse (GstEvent *event, guint64 *chunk_id, guint *row, G
     *time = t;
   if (period)
     *period = p;
-
- * gst_pi0_episode_event_new:
- * @action: start or stop an episode
- * @task: (nullable): for a start, the episode's task (instruction); %NULL keeps the current one
- *
- * Returns: (transfer full): a custom serialized downstream event for `pi0lerobotsink`: push it
- *   into the stream (a source, a pad) or send it to the recorder with gst_element_send_event().
- */
-GstEvent *
-gst_pi0_episode_event_new (GstPi0EpisodeAction action, const gchar *task)
- {
-   GstStructure *s;
-
-   g_return_val_if_fail (action == GST_PI0_EPISODE_START || action == GST_PI0_EPISODE_STOP, NULL);
-   s = gst_structure_new (GST_PI0_EPISODE_EVENT_NAME, "action", G_TYPE_STRING,
-                          action == GST_PI0_EPISODE_START ? "start" : "stop", NULL);
-   if (task && action == GST_PI0_EPISODE_START)
-     gst_structure_set (s, "task", G_TYPE_STRING, task, NULL);
-   return gst_event_new_custom (GST_EVENT_CUSTOM_DOWNSTREAM, s);
- }
-
- /**
- * gst_pi0_episode_event_parse:
- * @action: (out) (optional): start or stop
- * @task: (out) (transfer none) (optional): the task of a start, or %NULL
- *
- * Returns: %TRUE when @event is a well-formed episode event.
- */
- gboolean gst_pi0_episode_event_parse (GstEvent * event, GstPi0EpisodeAction * action,
-                                       const gchar **task)
- {
-   const GstStructure *s;
-   const gchar *a;
-
-   g_return_val_if_fail (GST_IS_EVENT (event), FALSE);
-   if (GST_EVENT_TYPE (event) != GST_EVENT_CUSTOM_DOWNSTREAM)
-     return FALSE;
-   s = gst_event_get_structure (event);
-   if (!s || !gst_structure_has_name (s, GST_PI0_EPISODE_EVENT_NAME))
-     return FALSE;
-   a = gst_structure_get_string (s, "action");
-   if (!a || (g_strcmp0 (a, "start") != 0 && g_strcmp0 (a, "stop") != 0))
-     return FALSE;
-   if (action)
-     *action = g_strcmp0 (a, "start") == 0 ? GST_PI0_EPISODE_START : GST_PI0_EPISODE_STOP;
-   if (task)
-     *task = gst_structure_get_string (s, "task");
-   return TRUE;
- }
+  return TRUE;
+}
