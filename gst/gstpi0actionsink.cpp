@@ -120,6 +120,9 @@ struct Settings {
 /* What to do once the lock is released: signals, bus warnings, an error. */
 struct Pending {
   std::vector<proto::SentMessage> sent;
+  /* What the robot executes (first and last of a wake-up): sent upstream as pi0-executing. */
+  std::vector<proto::Feedback> executing;
+  guint64 period_ns = 0;
   std::vector<std::string> warnings;
   std::string error;
 };
@@ -236,6 +239,14 @@ deliver (State &st, Pending &p)
   }
   for (const std::string &w : out.warnings)
     warn (st, p, w);
+  /* The first row of a chunk tells pi0infer the delay it had; the last, where the robot is now.
+   * Rows in between add nothing. */
+  if (!out.executing.empty () && st.s.mode != GST_PI0_ACTION_SINK_MODE_LOG) {
+    p.period_ns = st.session->settings ().period_ns;
+    p.executing.push_back (out.executing.front ());
+    if (out.executing.size () > 1)
+      p.executing.push_back (out.executing.back ());
+  }
   out.clear ();
 }
 
@@ -256,12 +267,18 @@ flush_pending (GstPi0ActionSink *self, Pending &p)
                    m.step_index, m.steps, m.dim, b);
     g_bytes_unref (b);
   }
+  for (const proto::Feedback &fb : p.executing)
+    if (GST_CLOCK_TIME_IS_VALID (fb.time_ns))
+      gst_pad_push_event (
+          GST_BASE_SINK_PAD (self),
+          gst_pi0_executing_event_new (fb.chunk_id, fb.row, fb.time_ns, p.period_ns));
   for (auto &w : p.warnings)
     GST_ELEMENT_WARNING (self, STREAM, FAILED, ("%s", w.c_str ()), (nullptr));
   if (!p.error.empty ())
     GST_ELEMENT_ERROR (self, RESOURCE, WRITE, ("%s", p.error.c_str ()),
                        ("set tolerate-write-errors=true to go on with a warning instead"));
   p.sent.clear ();
+  p.executing.clear ();
   p.warnings.clear ();
   p.error.clear ();
 }
@@ -289,7 +306,7 @@ control_thread (gpointer data)
     pump (st, now);
     st.session->tick (now, st.out);
     deliver (st, p);
-    if (!p.sent.empty () || !p.warnings.empty () || !p.error.empty ()) {
+    if (!p.sent.empty () || !p.executing.empty () || !p.warnings.empty () || !p.error.empty ()) {
       lk.unlock ();
       flush_pending (self, p);
       lk.lock ();

@@ -79,6 +79,9 @@ GST_DEBUG_CATEGORY_STATIC (gst_pi0_infer_debug);
 #define DEFAULT_DEVICE GST_PI0_INFER_DEVICE_AUTO
 #define DEFAULT_NORM_MODE NORM_ZSCORE
 #define LATENCY_WINDOW 200
+#define DEFAULT_RTC GST_PI0_INFER_RTC_OFF
+#define DEFAULT_RTC_MAX_GUIDANCE_WEIGHT 5.0
+#define RTC_HISTORY 8 /* chunks kept for the feedback to name */
 
 enum {
   PROP_0,
@@ -94,6 +97,9 @@ enum {
   PROP_CUDA_DEVICE_ID,
   PROP_SEED,
   PROP_REQUIRE_STATE,
+  PROP_RTC,
+  PROP_RTC_EXECUTION_HORIZON,
+  PROP_RTC_MAX_GUIDANCE_WEIGHT,
   PROP_MODEL_ID,
   PROP_STATS,
 };
@@ -120,6 +126,9 @@ struct Settings {
   int cuda_device_id = 0;
   guint64 seed = 0;
   bool require_state = true;
+  GstPi0InferRtc rtc = DEFAULT_RTC;
+  guint rtc_execution_horizon = 0; /* 0: the rows already due when the observation was taken */
+  double rtc_max_guidance_weight = DEFAULT_RTC_MAX_GUIDANCE_WEIGHT;
 };
 
 struct Stats {
@@ -132,6 +141,30 @@ struct Stats {
   std::deque<double> latencies_ms; /* the last LATENCY_WINDOW inferences */
   double total_ms = 0;             /* all inferences since start: busy time */
   double warmup_ms = 0;
+  guint64 rtc_guided = 0;           /* chunks sampled with guidance */
+  guint64 rtc_feedback = 0;         /* pi0-executing events taken */
+  guint64 rtc_feedback_ignored = 0; /* pi0-executing events refused (a warning says why) */
+  guint64 rtc_delay = 0;            /* delay in rows of the last guided chunk */
+  guint64 rtc_prefix_rows = 0;      /* rows of the executing chunk it was guided toward */
+};
+
+/* Real-time chunking: the chunks made lately (robot units) and what the sink says runs. */
+struct RtcChunk {
+  guint64 sequence = 0;
+  GstClockTime observation_time = GST_CLOCK_TIME_NONE;
+  guint horizon = 0, dim = 0;
+  std::vector<float> actions;
+  gint64 first_row = -1; /* the row it took over at (from the first feedback about it) */
+};
+
+struct RtcState {
+  std::deque<RtcChunk> history; /* oldest first */
+  bool have_feedback = false;
+  guint64 chunk_id = 0; /* the last feedback taken */
+  guint row = 0;
+  GstClockTime time = GST_CLOCK_TIME_NONE;
+  guint64 period = 0;
+  bool warned_unsupported = false;
 };
 
 struct State {
@@ -147,6 +180,8 @@ struct GstPi0InferPrivate {
   std::string model_id; /* under stats_lock: readable while running */
   std::unique_ptr<pi0::OpenedPolicy> policy;
   State state;
+  std::mutex rtc_lock; /* RtcState: written by transform_ip and by upstream events */
+  RtcState rtc;
 };
 
 struct _GstPi0Infer {
@@ -175,6 +210,16 @@ GST_PI0_DEFINE_ENUM_TYPE (gst_pi0_infer_norm_mode_get_type, "GstPi0InferNormMode
                           {NORM_QUANTILE, "[q01, q99] to [-1, 1], as pi05 and pi0-FAST train",
                            "quantile"})
 
+GST_PI0_DEFINE_ENUM_TYPE (
+    gst_pi0_infer_rtc_get_type, "GstPi0InferRtc",
+    {GST_PI0_INFER_RTC_OFF, "Each chunk from fresh noise alone", "off"},
+    {GST_PI0_INFER_RTC_GUIDED,
+     "Real-time chunking: guide each chunk toward the rest of the executing one (the paper's "
+     "vector-Jacobian product)",
+     "guided"},
+    {GST_PI0_INFER_RTC_GUIDED_IDENTITY,
+     "Real-time chunking with J = I (LeRobot's form: no backward pass)", "guided-identity"})
+
 static void gst_pi0_infer_finalize (GObject *object);
 static void gst_pi0_infer_set_property (GObject *object, guint prop_id, const GValue *value,
                                         GParamSpec *pspec);
@@ -184,6 +229,7 @@ static gboolean gst_pi0_infer_start (GstBaseTransform *trans);
 static gboolean gst_pi0_infer_stop (GstBaseTransform *trans);
 static gboolean gst_pi0_infer_set_caps (GstBaseTransform *trans, GstCaps *incaps, GstCaps *outcaps);
 static gboolean gst_pi0_infer_sink_event (GstBaseTransform *trans, GstEvent *event);
+static gboolean gst_pi0_infer_src_event (GstBaseTransform *trans, GstEvent *event);
 static gboolean gst_pi0_infer_query (GstBaseTransform *trans, GstPadDirection direction,
                                      GstQuery *query);
 static GstFlowReturn gst_pi0_infer_transform_ip (GstBaseTransform *trans, GstBuffer *buf);
@@ -285,6 +331,42 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
                             "Give no actions for observations whose robot state is missing or "
                             "stale (else a missing state is zeros)",
                             TRUE, rw_playing));
+  /**
+   * GstPi0Infer:rtc:
+   *
+   * Real-time chunking (docs/rtc.md). When guided, each new chunk is sampled as an inpainting
+   * of the chunk the robot is executing: `pi0actionsink` reports which chunk and row run (a
+   * `pi0-executing` upstream event), and the rows of that chunk still to run after this
+   * observation guide the new chunk's first rows, with the delay measured on the clock. Before
+   * any report (or when the executing chunk has run out) chunks are sampled unguided. Native
+   * Pi0 models only: with a TorchScript policy a warning says so and chunks stay unguided.
+   */
+  g_object_class_install_property (
+      gobject_class, PROP_RTC,
+      g_param_spec_enum ("rtc", "Real-time chunking",
+                         "Guide each chunk toward the rest of the chunk being executed (needs "
+                         "pi0actionsink downstream)",
+                         GST_TYPE_PI0_INFER_RTC, DEFAULT_RTC, rw_playing));
+  /**
+   * GstPi0Infer:rtc-execution-horizon:
+   *
+   * The paper's s: the guidance mask ends at row horizon - s of the new chunk. 0 (the default)
+   * takes s from the clock: the rows of the executing chunk already due when the new
+   * observation was captured, so the mask covers all of the executing chunk that remains. A
+   * larger s frees the tail sooner (less smoothing, more reactivity).
+   */
+  g_object_class_install_property (
+      gobject_class, PROP_RTC_EXECUTION_HORIZON,
+      g_param_spec_uint ("rtc-execution-horizon", "RTC execution horizon",
+                         "Rows s: guidance ends at row horizon - s (0 = from the clock: the rows "
+                         "of the executing chunk already due at the observation)",
+                         0, 1000, 0, rw_playing));
+  g_object_class_install_property (
+      gobject_class, PROP_RTC_MAX_GUIDANCE_WEIGHT,
+      g_param_spec_double ("rtc-max-guidance-weight", "RTC maximum guidance weight",
+                           "The clip beta of the guidance weight (the paper: 5; with "
+                           "rtc=guided-identity use 10)",
+                           0.0, 1000.0, DEFAULT_RTC_MAX_GUIDANCE_WEIGHT, rw_playing));
   g_object_class_install_property (
       gobject_class, PROP_MODEL_ID,
       g_param_spec_string ("model-id", "Model id",
@@ -296,7 +378,10 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
    * `observations`, `chunks`, `skipped-no-state`, `non-finite`, `errors`, `last-error`,
    * `inference-p50-ms`, `inference-p99-ms` (over the last 200 inferences),
    * `inference-total-ms` (time spent inferring since start: divided by the wall time, how busy
-   * the policy is), `warmup-ms`.
+   * the policy is), `warmup-ms`; real-time chunking: `rtc-guided` (chunks guided),
+   * `rtc-feedback` (pi0-executing events taken), `rtc-feedback-ignored` (refused: malformed,
+   * unknown chunk, from the future, row out of range; each with a warning), `rtc-delay` and
+   * `rtc-prefix-rows` (of the last guided chunk).
    */
   g_object_class_install_property (
       gobject_class, PROP_STATS,
@@ -317,6 +402,7 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
   bt_class->stop = GST_DEBUG_FUNCPTR (gst_pi0_infer_stop);
   bt_class->set_caps = GST_DEBUG_FUNCPTR (gst_pi0_infer_set_caps);
   bt_class->sink_event = GST_DEBUG_FUNCPTR (gst_pi0_infer_sink_event);
+  bt_class->src_event = GST_DEBUG_FUNCPTR (gst_pi0_infer_src_event);
   bt_class->query = GST_DEBUG_FUNCPTR (gst_pi0_infer_query);
   bt_class->transform_ip = GST_DEBUG_FUNCPTR (gst_pi0_infer_transform_ip);
   /* The buffer is never changed, only a meta added. */
@@ -325,6 +411,7 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
   gst_type_mark_as_plugin_api (GST_TYPE_PI0_INFER_PRECISION, (GstPluginAPIFlags)0);
   gst_type_mark_as_plugin_api (GST_TYPE_PI0_INFER_DEVICE, (GstPluginAPIFlags)0);
   gst_type_mark_as_plugin_api (GST_TYPE_PI0_INFER_NORM_MODE, (GstPluginAPIFlags)0);
+  gst_type_mark_as_plugin_api (GST_TYPE_PI0_INFER_RTC, (GstPluginAPIFlags)0);
   GST_DEBUG_CATEGORY_INIT (gst_pi0_infer_debug, "pi0infer", 0, "Pi0 policy inference");
 }
 
@@ -393,6 +480,15 @@ gst_pi0_infer_set_property (GObject *object, guint prop_id, const GValue *value,
     case PROP_REQUIRE_STATE:
       s.require_state = g_value_get_boolean (value);
       break;
+    case PROP_RTC:
+      s.rtc = (GstPi0InferRtc)g_value_get_enum (value);
+      break;
+    case PROP_RTC_EXECUTION_HORIZON:
+      s.rtc_execution_horizon = g_value_get_uint (value);
+      break;
+    case PROP_RTC_MAX_GUIDANCE_WEIGHT:
+      s.rtc_max_guidance_weight = g_value_get_double (value);
+      break;
     default:
       G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
       break;
@@ -414,7 +510,10 @@ make_stats (GstPi0Infer *self)
       s.non_finite, "errors", G_TYPE_UINT64, s.errors, "last-error", G_TYPE_STRING,
       s.last_error.c_str (), "inference-p50-ms", G_TYPE_DOUBLE, pi0::percentile (lat, 0.5),
       "inference-p99-ms", G_TYPE_DOUBLE, pi0::percentile (lat, 0.99), "inference-total-ms",
-      G_TYPE_DOUBLE, s.total_ms, "warmup-ms", G_TYPE_DOUBLE, s.warmup_ms, nullptr);
+      G_TYPE_DOUBLE, s.total_ms, "warmup-ms", G_TYPE_DOUBLE, s.warmup_ms, "rtc-guided",
+      G_TYPE_UINT64, s.rtc_guided, "rtc-feedback", G_TYPE_UINT64, s.rtc_feedback,
+      "rtc-feedback-ignored", G_TYPE_UINT64, s.rtc_feedback_ignored, "rtc-delay", G_TYPE_UINT64,
+      s.rtc_delay, "rtc-prefix-rows", G_TYPE_UINT64, s.rtc_prefix_rows, nullptr);
 }
 
 static void
@@ -471,6 +570,15 @@ gst_pi0_infer_get_property (GObject *object, guint prop_id, GValue *value, GPara
       break;
     case PROP_REQUIRE_STATE:
       g_value_set_boolean (value, s.require_state);
+      break;
+    case PROP_RTC:
+      g_value_set_enum (value, s.rtc);
+      break;
+    case PROP_RTC_EXECUTION_HORIZON:
+      g_value_set_uint (value, s.rtc_execution_horizon);
+      break;
+    case PROP_RTC_MAX_GUIDANCE_WEIGHT:
+      g_value_set_double (value, s.rtc_max_guidance_weight);
       break;
     default:
       G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
@@ -608,6 +716,10 @@ gst_pi0_infer_start (GstBaseTransform *trans)
     priv->model_id = policy->model_id ();
   }
   priv->state = State ();
+  {
+    std::lock_guard<std::mutex> lk (priv->rtc_lock);
+    priv->rtc = RtcState ();
+  }
   priv->policy = std::move (policy);
   return TRUE;
 }
@@ -660,6 +772,90 @@ gst_pi0_infer_sink_event (GstBaseTransform *trans, GstEvent *event)
     g_object_notify (G_OBJECT (self), "instruction");
   }
   return GST_BASE_TRANSFORM_CLASS (parent_class)->sink_event (trans, event);
+}
+
+/* A pi0-executing event refused: counted, logged, and posted as a warning for the 1st, 2nd,
+ * 4th, 8th... (a sink gone wrong must not flood the bus). Nothing else changes. */
+static void
+ignore_feedback (GstPi0Infer *self, const std::string &why)
+{
+  guint64 n;
+  {
+    std::lock_guard<std::mutex> lk (self->priv->stats_lock);
+    n = ++self->priv->stats.rtc_feedback_ignored;
+  }
+  GST_WARNING_OBJECT (self, "pi0-executing ignored: %s", why.c_str ());
+  if ((n & (n - 1)) == 0)
+    GST_ELEMENT_WARNING (
+        self, STREAM, FAILED,
+        ("Feedback from the sink ignored: %s (%" G_GUINT64_FORMAT " so far).", why.c_str (), n),
+        (nullptr));
+}
+
+/* What the sink says the robot executes. Checked before anything is kept: a malformed event, a
+ * chunk this element did not make (or no longer remembers), a row beyond the chunk, a time in
+ * the future of our clock: ignored with a warning. */
+static void
+take_feedback (GstPi0Infer *self, GstEvent *event)
+{
+  guint64 chunk_id = 0, period = 0;
+  guint row = 0;
+  GstClockTime time = GST_CLOCK_TIME_NONE;
+  if (!gst_pi0_executing_event_parse (event, &chunk_id, &row, &time, &period)) {
+    gchar *str = gst_structure_to_string (gst_event_get_structure (event));
+    std::string why = std::string ("malformed event ") + str;
+    g_free (str);
+    ignore_feedback (self, why);
+    return;
+  }
+  const GstClockTime now = gst_pi0_element_get_running_time (GST_ELEMENT (self));
+  if (GST_CLOCK_TIME_IS_VALID (now) && time > now + period) {
+    ignore_feedback (self, "row " + std::to_string (row) + " of chunk " +
+                               std::to_string (chunk_id) + " is said to start in the future (" +
+                               std::to_string (time) + " ns, now " + std::to_string (now) + " ns)");
+    return;
+  }
+  std::string why;
+  {
+    std::lock_guard<std::mutex> lk (self->priv->rtc_lock);
+    RtcState &r = self->priv->rtc;
+    RtcChunk *c = nullptr;
+    for (RtcChunk &h : r.history)
+      if (h.sequence == chunk_id)
+        c = &h;
+    if (!c) {
+      why = "chunk " + std::to_string (chunk_id) + " is not one of the last chunks made here";
+    } else if (row >= c->horizon) {
+      why = "row " + std::to_string (row) + " is beyond chunk " + std::to_string (chunk_id) +
+            "'s " + std::to_string (c->horizon) + " rows";
+    } else {
+      if (c->first_row < 0)
+        c->first_row = row;
+      r.have_feedback = true;
+      r.chunk_id = chunk_id;
+      r.row = row;
+      r.time = time;
+      r.period = period;
+    }
+  }
+  if (!why.empty ()) {
+    ignore_feedback (self, why);
+    return;
+  }
+  std::lock_guard<std::mutex> lk (self->priv->stats_lock);
+  self->priv->stats.rtc_feedback++;
+}
+
+static gboolean
+gst_pi0_infer_src_event (GstBaseTransform *trans, GstEvent *event)
+{
+  if (GST_EVENT_TYPE (event) == GST_EVENT_CUSTOM_UPSTREAM &&
+      gst_event_has_name (event, GST_PI0_EXECUTING_EVENT_NAME)) {
+    take_feedback (GST_PI0_INFER (trans), event);
+    gst_event_unref (event); /* ours: nothing upstream needs it */
+    return TRUE;
+  }
+  return GST_BASE_TRANSFORM_CLASS (parent_class)->src_event (trans, event);
 }
 
 static gboolean
@@ -728,6 +924,56 @@ request_images (const GstPi0TensorMeta *tm, pi0::Request *rq)
   for (guint i = 0; i < tm->n_masks; i++)
     m[i] = (bool)tm->image_masks[i];
   rq->image_masks = m;
+}
+
+/* The guidance for a new chunk whose observation was captured at @obs (docs/rtc.md, "In the
+ * chain"): the newest chunk made here is the one the sink will be executing when the new one
+ * arrives (it always switches to the newest). Its row i runs at its observation time + i
+ * periods, the new chunk's row j at @obs + j periods: the prefix is its rows from
+ * s = (obs - its observation time) / period on. The delay is measured: the row at which the
+ * sink started the last chunk it reported (capture to takeover, in rows); before one is known,
+ * the time since capture plus the last inference time. False: no guidance (no feedback yet,
+ * nothing left of the executing chunk). */
+static bool
+rtc_guidance (GstPi0Infer *self, const Settings &s, GstClockTime obs, double last_ms,
+              pi0::PolicyGuidance *g)
+{
+  std::vector<float> rows;
+  guint dim = 0;
+  gint64 delay = -1, shift = 0;
+  guint64 period = 0;
+  {
+    std::lock_guard<std::mutex> lk (self->priv->rtc_lock);
+    RtcState &r = self->priv->rtc;
+    if (!r.have_feedback || r.history.empty () || !GST_CLOCK_TIME_IS_VALID (obs))
+      return false;
+    const RtcChunk &c = r.history.back ();
+    if (!GST_CLOCK_TIME_IS_VALID (c.observation_time) || obs < c.observation_time)
+      return false;
+    period = r.period;
+    shift = (gint64)((obs - c.observation_time + period / 2) / period);
+    if (shift >= (gint64)c.horizon)
+      return false; /* the executing chunk has run out by now */
+    dim = c.dim;
+    rows.assign (c.actions.begin () + (size_t)shift * dim, c.actions.end ());
+    for (auto it = r.history.rbegin (); it != r.history.rend (); ++it)
+      if (it->first_row >= 0) {
+        delay = it->first_row;
+        break;
+      }
+  }
+  const gint64 n = (gint64)rows.size () / dim;
+  if (delay < 0) {
+    const GstClockTime now = gst_pi0_element_get_running_time (GST_ELEMENT (self));
+    double since = GST_CLOCK_TIME_IS_VALID (now) && now > obs ? (double)(now - obs) : 0.0;
+    delay = (gint64)std::ceil ((since + last_ms * GST_MSECOND) / (double)period);
+  }
+  g->prefix = at::from_blob (rows.data (), {n, (int64_t)dim}, at::kFloat).clone ();
+  g->delay = std::min (delay, n);
+  g->execution_horizon = s.rtc_execution_horizon ? (int64_t)s.rtc_execution_horizon : shift;
+  g->max_guidance_weight = s.rtc_max_guidance_weight;
+  g->identity_jacobian = s.rtc == GST_PI0_INFER_RTC_GUIDED_IDENTITY;
+  return true;
 }
 
 static GstFlowReturn
@@ -801,6 +1047,13 @@ gst_pi0_infer_transform_ip (GstBaseTransform *trans, GstBuffer *buf)
     return GST_FLOW_NOT_NEGOTIATED;
   }
 
+  double last_ms = 0;
+  {
+    std::lock_guard<std::mutex> lk (priv->stats_lock);
+    if (!priv->stats.latencies_ms.empty ())
+      last_ms = priv->stats.latencies_ms.back ();
+  }
+  bool guided = false;
   auto t0 = std::chrono::steady_clock::now ();
   pi0::Response response;
   try {
@@ -810,7 +1063,42 @@ gst_pi0_infer_transform_ip (GstBaseTransform *trans, GstBuffer *buf)
       rq.state = at::from_blob ((void *)state, {(int64_t)state_dim}, at::kFloat).clone ();
     rq.prompt = s.instruction;
     rq.seed = s.seed + om->sequence;
-    response = policy->infer (rq);
+    if (s.rtc != GST_PI0_INFER_RTC_OFF) {
+      if (!policy->supports_guidance ()) {
+        if (!priv->rtc.warned_unsupported) {
+          priv->rtc.warned_unsupported = true; /* only this thread touches the flag */
+          GST_ELEMENT_WARNING (self, STREAM, FAILED,
+                               ("rtc is on but this policy cannot be guided (TorchScript): "
+                                "chunks are sampled unguided."),
+                               ("%s", policy->describe ().c_str ()));
+        }
+      } else {
+        guided = rtc_guidance (self, s, om->observation_time, last_ms, &rq.guidance);
+      }
+    }
+    if (guided) {
+      try {
+        response = policy->infer (rq);
+      } catch (const pi0::Error &e) {
+        /* A prefix the model refuses: this chunk unguided, said once per occurrence. */
+        GST_ELEMENT_WARNING (self, STREAM, FAILED,
+                             ("Real-time chunking failed on observation %" G_GUINT64_FORMAT
+                              ": sampled unguided.",
+                              om->sequence),
+                             ("%s", e.what ()));
+        guided = false;
+        rq.guidance = pi0::PolicyGuidance ();
+        response = policy->infer (rq);
+      }
+    } else {
+      response = policy->infer (rq);
+    }
+    if (guided) {
+      std::lock_guard<std::mutex> lk (priv->stats_lock);
+      priv->stats.rtc_guided++;
+      priv->stats.rtc_delay = (guint64)rq.guidance.delay;
+      priv->stats.rtc_prefix_rows = (guint64)rq.guidance.prefix.size (0);
+    }
   } catch (const c10::Error &e) {
     record_error (self, e.what_without_backtrace ());
     GST_ELEMENT_ERROR (self, STREAM, FAILED,
@@ -860,6 +1148,20 @@ gst_pi0_infer_transform_ip (GstBaseTransform *trans, GstBuffer *buf)
   if (!finite)
     GST_WARNING_OBJECT (self, "observation %" G_GUINT64_FORMAT ": non-finite actions (flagged)",
                         om->sequence);
+  else {
+    /* Kept for real-time chunking: the sink may now execute it. A non-finite chunk is never
+     * executed, so it is never a prefix. */
+    RtcChunk c;
+    c.sequence = am->sequence;
+    c.observation_time = am->observation_time;
+    c.horizon = am->horizon;
+    c.dim = am->dim;
+    c.actions.assign (am->actions, am->actions + (size_t)am->horizon * am->dim);
+    std::lock_guard<std::mutex> lk (priv->rtc_lock);
+    priv->rtc.history.push_back (std::move (c));
+    if (priv->rtc.history.size () > RTC_HISTORY)
+      priv->rtc.history.pop_front ();
+  }
   GST_LOG_OBJECT (self, "observation %" G_GUINT64_FORMAT ": %ux%u actions in %.2f ms", om->sequence,
                   am->horizon, am->dim, ms);
   return GST_FLOW_OK;

@@ -29,6 +29,20 @@ typedef enum {
   GST_PI0_INFER_DEVICE_CPU = 2,
 } GstPi0InferDevice;
 
+/**
+ * GstPi0InferRtc:
+ * @GST_PI0_INFER_RTC_OFF: each chunk is sampled from fresh noise alone
+ * @GST_PI0_INFER_RTC_GUIDED: real-time chunking: each chunk is guided toward the rest of the
+ *   chunk the robot executes (reported by pi0actionsink), docs/rtc.md
+ * @GST_PI0_INFER_RTC_GUIDED_IDENTITY: as guided, with J = I in the correction (LeRobot's form:
+ *   no backward pass, the cost of plain sampling)
+ */
+typedef enum {
+  GST_PI0_INFER_RTC_OFF = 0,
+  GST_PI0_INFER_RTC_GUIDED = 1,
+  GST_PI0_INFER_RTC_GUIDED_IDENTITY = 2,
+} GstPi0InferRtc;
+
 #define GST_TYPE_PI0_INFER (gst_pi0_infer_get_type ())
 G_DECLARE_FINAL_TYPE (GstPi0Infer, gst_pi0_infer, GST, PI0_INFER, GstBaseTransform)
 
@@ -41,5 +55,7 @@ GType gst_pi0_infer_precision_get_type (void);
 GType gst_pi0_infer_device_get_type (void);
 #define GST_TYPE_PI0_INFER_NORM_MODE (gst_pi0_infer_norm_mode_get_type ())
 GType gst_pi0_infer_norm_mode_get_type (void);
+#define GST_TYPE_PI0_INFER_RTC (gst_pi0_infer_rtc_get_type ())
+GType gst_pi0_infer_rtc_get_type (void);
 
 G_END_DECLS

@@ -568,6 +568,75 @@ TEST (ActionSink, StreamModeExecutesRowsAlignedToCaptureTime)
   }
 }
 
+/* Real-time chunking (issue 13): the sink tells upstream which chunk and row the robot
+ * executes, with the clock time of the row and the control period. */
+struct Executing {
+  guint64 chunk;
+  guint row;
+  GstClockTime time;
+  guint64 period;
+  bool operator== (const Executing &o) const
+  {
+    return chunk == o.chunk && row == o.row && time == o.time && period == o.period;
+  }
+};
+
+std::vector<Executing>
+pull_executing (GstHarness *h)
+{
+  std::vector<Executing> v;
+  while (GstEvent *e = gst_harness_try_pull_upstream_event (h)) {
+    Executing x{};
+    if (gst_pi0_executing_event_parse (e, &x.chunk, &x.row, &x.time, &x.period))
+      v.push_back (x);
+    gst_event_unref (e);
+  }
+  return v;
+}
+
+TEST (ActionSink, StreamModeTellsUpstreamWhatRunsAtEachTick)
+{
+  Fixture f;
+  f.make ("mode=stream execute-steps=6 target=file://" + f.dir.file ("o.jsonl"), kRobotWide3);
+  f.crank ();
+  f.crank_until (100 * GST_MSECOND);
+  pull_executing (f.h.get ());
+  /* As in StreamModeExecutesRowsAlignedToCaptureTime: rows 3, 4, 5 at 120, 140, 160 ms. */
+  ASSERT_EQ (GST_FLOW_OK, f.push (10, 3, ramp3 (10, 0, 0.1f), 5, 50 * GST_MSECOND));
+  f.crank_until (200 * GST_MSECOND);
+  std::vector<Executing> got = pull_executing (f.h.get ());
+  std::vector<Executing> want = {{5, 3, 120 * GST_MSECOND, kPeriod},
+                                 {5, 4, 140 * GST_MSECOND, kPeriod},
+                                 {5, 5, 160 * GST_MSECOND, kPeriod}};
+  EXPECT_EQ (got, want);
+}
+
+TEST (ActionSink, ChunkModeTellsUpstreamTheFirstRowSent)
+{
+  Fixture f;
+  f.make ("mode=chunk target=file://" + f.dir.file ("o.jsonl"), kRobotWide3);
+  f.crank ();
+  f.crank_until (100 * GST_MSECOND);
+  pull_executing (f.h.get ());
+  const GstClockTime at = f.now ();
+  ASSERT_EQ (GST_FLOW_OK, f.push (10, 3, ramp3 (10, 0, 0.1f), 8, 50 * GST_MSECOND));
+  std::vector<Executing> got = pull_executing (f.h.get ());
+  ASSERT_EQ (got.size (), 1u);
+  EXPECT_EQ (got[0].chunk, 8u);
+  EXPECT_EQ (got[0].time, at);
+  EXPECT_EQ (got[0].period, kPeriod);
+  /* Captured at 50 ms, sent at 100 ms or later: rows before (now - 50 ms) / 20 ms are past. */
+  EXPECT_EQ (got[0].row, (guint)((at - 50 * GST_MSECOND) / kPeriod));
+}
+
+TEST (ActionSinkLog, SendsNoFeedbackUpstream)
+{
+  Fixture f;
+  f.make ("mode=log target=file://" + f.dir.file ("o.jsonl"), "");
+  ASSERT_EQ (GST_FLOW_OK, f.push (10, 3, ramp3 (10, 0, 0.1f), 8, 50 * GST_MSECOND));
+  EXPECT_TRUE (pull_executing (f.h.get ()).empty ());
+}
+
 TEST (ActionSink, WatchdogHoldsThenStopsOnTheClockAndThenStaysQuiet)
 {
   Fixture f;

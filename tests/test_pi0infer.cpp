@@ -726,3 +726,195 @@ TEST (Pi0Infer, TokenizerThatIsADirectoryUnderGstLaunchIsAnErrorNotAnAbort)
   EXPECT_NE (WEXITSTATUS (status), 0) << text; /* gst-launch-1.0 exits 255 when it cannot preroll */
   EXPECT_NE (text.find ("is a directory"), std::string::npos) << text;
 }
+
+/* ---- Real-time chunking (issue 13): the sink's pi0-executing feedback ----------------------- */
+
+namespace
+{
+
+guint64
+infer_stat (GstElement *e, const char *field)
+{
+  GstStructure *s = nullptr;
+  g_object_get (e, "stats", &s, nullptr);
+  guint64 v = 0;
+  EXPECT_TRUE (gst_structure_get_uint64 (s, field, &v)) << field;
+  gst_structure_free (s);
+  return v;
+}
+
+/* Mean |a - b| over rows [r0, r1) of two [H, dim] chunks, b starting at row @shift. */
+double
+row_distance (const std::vector<float> &a, const std::vector<float> &b, int dim, int r0, int r1,
+              int shift)
+{
+  double sum = 0;
+  int n = 0;
+  for (int r = r0; r < r1; r++)
+    for (int j = 0; j < dim; j++, n++)
+      sum += std::fabs ((double)a[(size_t)r * dim + j] - (double)b[(size_t)(r + shift) * dim + j]);
+  return sum / n;
+}
+
+constexpr GstClockTime kRtcNow = 10 * GST_SECOND;
+constexpr guint64 kRtcPeriod = 20 * GST_MSECOND;
+
+/* pi0-tiny with @rtc; the test clock at kRtcNow so that the observations (at 33 ms steps) are
+ * in the past. */
+struct RtcInfer : Infer {
+  explicit RtcInfer (gint rtc)
+      : Infer (make_infer ("builtin:pi0-tiny", "rtc", rtc, "seed", (guint64)7, nullptr))
+  {
+    gst_harness_set_time (h.get (), kRtcNow);
+  }
+  bool feedback (GstEvent *e) { return gst_harness_push_upstream_event (h.get (), e); }
+};
+
+} // namespace
+
+TEST (Pi0InferRtc, PropertiesAndDefaults)
+{
+  ObjectPtr<GstElement> e (make_infer ("builtin:pi0-tiny"));
+  gst_object_ref_sink (e.get ());
+  gint rtc = -1;
+  guint horizon = 99;
+  gdouble beta = 0;
+  g_object_get (e.get (), "rtc", &rtc, "rtc-execution-horizon", &horizon, "rtc-max-guidance-weight",
+                &beta, nullptr);
+  EXPECT_EQ (rtc, 0); /* off */
+  EXPECT_EQ (horizon, 0u);
+  EXPECT_DOUBLE_EQ (beta, 5.0);
+  gst_util_set_object_arg (G_OBJECT (e.get ()), "rtc", "guided");
+  g_object_get (e.get (), "rtc", &rtc, nullptr);
+  EXPECT_EQ (rtc, 1); /* guided */
+}
+
+TEST (Pi0InferRtc, TheEventRoundTripsAndRefusesBadFields)
+{
+  GstEvent *e = gst_pi0_executing_event_new (4, 3, 120 * GST_MSECOND, kRtcPeriod);
+  guint64 chunk = 0, period = 0;
+  guint row = 0;
+  GstClockTime t = 0;
+  EXPECT_EQ (GST_EVENT_TYPE (e), GST_EVENT_CUSTOM_UPSTREAM);
+  ASSERT_TRUE (gst_pi0_executing_event_parse (e, &chunk, &row, &t, &period));
+  EXPECT_EQ (chunk, 4u);
+  EXPECT_EQ (row, 3u);
+  EXPECT_EQ (t, 120 * GST_MSECOND);
+  EXPECT_EQ (period, kRtcPeriod);
+  gst_event_unref (e);
+  /* A NaN where a time belongs, a zero period, a missing field: not an executing event. */
+  GstEvent *bad[] = {
+      gst_event_new_custom (GST_EVENT_CUSTOM_UPSTREAM,
+                            gst_structure_new (GST_PI0_EXECUTING_EVENT_NAME, "chunk-id",
+                                               G_TYPE_UINT64, (guint64)1, "row", G_TYPE_UINT, 0u,
+                                               "time", G_TYPE_DOUBLE, (double)NAN, "period",
+                                               G_TYPE_UINT64, kRtcPeriod, nullptr)),
+      gst_pi0_executing_event_new (1, 0, GST_MSECOND, 0),
+      gst_event_new_custom (GST_EVENT_CUSTOM_UPSTREAM,
+                            gst_structure_new (GST_PI0_EXECUTING_EVENT_NAME, "chunk-id",
+                                               G_TYPE_UINT64, (guint64)1, nullptr)),
+  };
+  for (GstEvent *b : bad) {
+    EXPECT_FALSE (gst_pi0_executing_event_parse (b, nullptr, nullptr, nullptr, nullptr));
+    gst_event_unref (b);
+  }
+}
+
+/* The guided chunk's first rows follow what the robot will still execute of the previous
+ * chunk much more closely than the unguided chunk from the same noise does. */
+TEST (Pi0InferRtc, GuidedChunkContinuesTheExecutingChunk)
+{
+  RtcInfer off (0), on (1);
+  std::vector<float> a_off = off.run (make_observation (1, 11));
+  std::vector<float> a_on = on.run (make_observation (1, 11));
+  ASSERT_EQ (a_off.size (), 50u * 32);
+  EXPECT_EQ (a_off, a_on); /* no feedback yet: plain sampling, bit for bit */
+  EXPECT_EQ (infer_stat (on.element.get (), "rtc-guided"), 0u);
+
+  /* The sink started chunk 1 at row 3 (its capture was 3 periods before the takeover). */
+  const GstClockTime obs1 = 33 * GST_MSECOND;
+  ASSERT_TRUE (on.feedback (gst_pi0_executing_event_new (1, 3, obs1 + 3 * kRtcPeriod, kRtcPeriod)));
+  ASSERT_TRUE (
+      off.feedback (gst_pi0_executing_event_new (1, 3, obs1 + 3 * kRtcPeriod, kRtcPeriod)));
+  EXPECT_EQ (infer_stat (on.element.get (), "rtc-feedback"), 1u);
+
+  /* Observation 2 at 66 ms: chunk 1's rows from round(33 / 20) = 2 on run from then. */
+  std::vector<float> b_off = off.run (make_observation (2, 22));
+  std::vector<float> b_on = on.run (make_observation (2, 22));
+  ASSERT_EQ (b_on.size (), 50u * 32);
+  EXPECT_EQ (infer_stat (on.element.get (), "rtc-guided"), 1u);
+  EXPECT_EQ (infer_stat (off.element.get (), "rtc-guided"), 0u);
+  EXPECT_EQ (infer_stat (on.element.get (), "rtc-delay"), 3u);
+  EXPECT_EQ (infer_stat (on.element.get (), "rtc-prefix-rows"), 48u);
+  for (float v : b_on)
+    ASSERT_TRUE (std::isfinite (v));
+  const int shift = 2;
+  /* The frozen rows (the delay) and the soft region after them. */
+  const double frozen_on = row_distance (b_on, a_on, 32, 0, 3, shift);
+  const double frozen_off = row_distance (b_off, a_off, 32, 0, 3, shift);
+  const double soft_on = row_distance (b_on, a_on, 32, 3, 15, shift);
+  const double soft_off = row_distance (b_off, a_off, 32, 3, 15, shift);
+  RecordProperty ("frozen_on", std::to_string (frozen_on));
+  RecordProperty ("frozen_off", std::to_string (frozen_off));
+  EXPECT_LT (frozen_on, 0.5 * frozen_off) << frozen_on << " vs " << frozen_off;
+  EXPECT_LT (soft_on, soft_off) << soft_on << " vs " << soft_off;
+}
+
+/* Feedback that cannot be right changes nothing: a warning, a counter, and the next chunk is
+ * the unguided one. */
+TEST (Pi0InferRtc, BadFeedbackIsIgnoredWithAWarning)
+{
+  RtcInfer off (0), on (1);
+  std::vector<float> a = on.run (make_observation (1, 11));
+  off.run (make_observation (1, 11));
+  ASSERT_FALSE (a.empty ());
+  const GstClockTime obs1 = 33 * GST_MSECOND;
+  GstEvent *bad[] = {
+      /* a chunk this element never made */
+      gst_pi0_executing_event_new (99, 0, obs1, kRtcPeriod),
+      /* from the future of the element's clock */
+      gst_pi0_executing_event_new (1, 0, kRtcNow + GST_SECOND, kRtcPeriod),
+      /* a row beyond the chunk */
+      gst_pi0_executing_event_new (1, 50, obs1, kRtcPeriod),
+      /* NaN for a time */
+      gst_event_new_custom (GST_EVENT_CUSTOM_UPSTREAM,
+                            gst_structure_new (GST_PI0_EXECUTING_EVENT_NAME, "chunk-id",
+                                               G_TYPE_UINT64, (guint64)1, "row", G_TYPE_UINT, 0u,
+                                               "time", G_TYPE_DOUBLE, (double)NAN, "period",
+                                               G_TYPE_UINT64, kRtcPeriod, nullptr)),
+      /* no period */
+      gst_pi0_executing_event_new (1, 0, obs1, 0),
+  };
+  for (GstEvent *e : bad)
+    on.feedback (e);
+  EXPECT_EQ (infer_stat (on.element.get (), "rtc-feedback-ignored"), 5u);
+  EXPECT_EQ (infer_stat (on.element.get (), "rtc-feedback"), 0u);
+  MessagePtr w = pop_message (on.bus.get (), GST_MESSAGE_WARNING);
+  ASSERT_NE (w, nullptr);
+  EXPECT_NE (message_text (w.get ()).find ("Feedback from the sink ignored"), std::string::npos)
+      << message_text (w.get ());
+  std::vector<float> b_on = on.run (make_observation (2, 22));
+  std::vector<float> b_off = off.run (make_observation (2, 22));
+  EXPECT_EQ (infer_stat (on.element.get (), "rtc-guided"), 0u);
+  EXPECT_EQ (b_on, b_off);
+}
+
+/* A TorchScript policy cannot be guided: one warning, chunks as without rtc. */
+TEST (Pi0InferRtc, TorchScriptPolicyStaysUnguidedWithAWarning)
+{
+  TempDir dir;
+  std::string pt = write_scripted_policy (dir.path);
+  Infer inf (make_infer (pt, "tokenizer", tiny_tokenizer ().c_str (), "rtc", 1, nullptr));
+  gst_harness_set_time (inf.h.get (), kRtcNow);
+  ASSERT_FALSE (inf.run (make_observation (1, 11)).empty ());
+  gst_harness_push_upstream_event (
+      inf.h.get (), gst_pi0_executing_event_new (1, 0, 33 * GST_MSECOND, kRtcPeriod));
+  ASSERT_FALSE (inf.run (make_observation (2, 22)).empty ());
+  EXPECT_EQ (infer_stat (inf.element.get (), "rtc-guided"), 0u);
+  bool warned = false;
+  while (GstMessage *m = gst_bus_pop_filtered (inf.bus.get (), GST_MESSAGE_WARNING)) {
+    warned |= message_text (m).find ("cannot be guided") != std::string::npos;
+    gst_message_unref (m);
+  }
+  EXPECT_TRUE (warned);
+}

@@ -430,6 +430,22 @@ TEST_P (Pipelines, ParsesAndRuns)
     EXPECT_TRUE (sim.wait_count ("execute", 1)) << p.name << ": the robot executed nothing";
     EXPECT_EQ (sim.count ("reject"), 0u) << p.name;
   }
+  /* Real-time chunking closes the loop on the whole chain (issue 13): the sink's feedback
+   * reached pi0infer, none of it was refused, and chunks were guided. */
+  if (p.line.find ("rtc=guided") != std::string::npos) {
+    ElementPtr infer (find_factory (pipe.get (), "pi0infer"));
+    ASSERT_NE (infer, nullptr);
+    GstStructure *st = nullptr;
+    g_object_get (infer.get (), "stats", &st, nullptr);
+    guint64 guided = 0, feedback = 0, ignored = 0;
+    gst_structure_get_uint64 (st, "rtc-guided", &guided);
+    gst_structure_get_uint64 (st, "rtc-feedback", &feedback);
+    gst_structure_get_uint64 (st, "rtc-feedback-ignored", &ignored);
+    gst_structure_free (st);
+    EXPECT_GT (feedback, 0u) << p.name;
+    EXPECT_GT (guided, 0u) << p.name;
+    EXPECT_EQ (ignored, 0u) << p.name;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P (All, Pipelines, ::testing::ValuesIn (load_pipelines ()),

@@ -96,3 +96,65 @@ gst_pi0_episode_event_parse (GstEvent *event, GstPi0EpisodeAction *action, const
     *task = gst_structure_get_string (s, "task");
   return TRUE;
 }
+
+/**
+ * gst_pi0_executing_event_new:
+ * @chunk_id: the #GstPi0ActionMeta sequence of the chunk being executed
+ * @row: the row of that chunk that started at @time
+ * @time: running time (pipeline clock) at which @row started
+ * @period: the control period in ns (one row per period), > 0
+ *
+ * Returns: (transfer full): a custom upstream (non-serialized) event, sent by `pi0actionsink`
+ *   to tell `pi0infer` what the robot executes (real-time chunking, docs/rtc.md).
+ */
+GstEvent *
+gst_pi0_executing_event_new (guint64 chunk_id, guint row, GstClockTime time, guint64 period)
+{
+  return gst_event_new_custom (GST_EVENT_CUSTOM_UPSTREAM,
+                               gst_structure_new (GST_PI0_EXECUTING_EVENT_NAME, "chunk-id",
+                                                  G_TYPE_UINT64, chunk_id, "row", G_TYPE_UINT, row,
+                                                  "time", G_TYPE_UINT64, time, "period",
+                                                  G_TYPE_UINT64, period, NULL));
+}
+
+/**
+ * gst_pi0_executing_event_parse:
+ * @chunk_id: (out) (optional):
+ * @row: (out) (optional):
+ * @time: (out) (optional):
+ * @period: (out) (optional):
+ *
+ * Returns: %TRUE when @event is a well-formed executing event: an upstream custom event named
+ *   #GST_PI0_EXECUTING_EVENT_NAME whose four fields are there with their types, a valid @time
+ *   and a non-zero @period. A structure with that name but anything else (a missing field, a
+ *   field of another type such as a double, a NaN) gives %FALSE.
+ */
+gboolean
+gst_pi0_executing_event_parse (GstEvent *event, guint64 *chunk_id, guint *row, GstClockTime *time,
+                               guint64 *period)
+{
+  const GstStructure *s;
+  guint64 c = 0, t = 0, p = 0;
+  guint r = 0;
+
+  g_return_val_if_fail (GST_IS_EVENT (event), FALSE);
+  if (GST_EVENT_TYPE (event) != GST_EVENT_CUSTOM_UPSTREAM)
+    return FALSE;
+  s = gst_event_get_structure (event);
+  if (!s || !gst_structure_has_name (s, GST_PI0_EXECUTING_EVENT_NAME))
+    return FALSE;
+  if (!gst_structure_get_uint64 (s, "chunk-id", &c) || !gst_structure_get_uint (s, "row", &r) ||
+      !gst_structure_get_uint64 (s, "time", &t) || !gst_structure_get_uint64 (s, "period", &p))
+    return FALSE;
+  if (!GST_CLOCK_TIME_IS_VALID (t) || p == 0)
+    return FALSE;
+  if (chunk_id)
+    *chunk_id = c;
+  if (row)
+    *row = r;
+  if (time)
+    *time = t;
+  if (period)
+    *period = p;
+  return TRUE;
+}

@@ -19,6 +19,23 @@ GST_PI0_API GstEvent *gst_pi0_instruction_event_new (const gchar *instruction);
 
 GST_PI0_API gboolean gst_pi0_instruction_event_parse (GstEvent *event, const gchar **instruction);
 
+/**
+ * GST_PI0_EXECUTING_EVENT_NAME:
+ *
+ * Structure name of the custom upstream event `pi0actionsink` sends to tell `pi0infer` what the
+ * robot executes, for real-time chunking (docs/rtc.md):
+ * `pi0-executing, chunk-id=(guint64)N, row=(uint)R, time=(guint64)T, period=(guint64)P`:
+ * row R of the chunk whose #GstPi0ActionMeta sequence is N started at running time T, and one
+ * row runs every P ns. Not serialized: it travels up at once, like QoS.
+ */
+#define GST_PI0_EXECUTING_EVENT_NAME "pi0-executing"
+
+GST_PI0_API GstEvent *gst_pi0_executing_event_new (guint64 chunk_id, guint row, GstClockTime time,
+                                                   guint64 period);
+
+GST_PI0_API gboolean gst_pi0_executing_event_parse (GstEvent *event, guint64 *chunk_id, guint *row,
+                                                    GstClockTime *time, guint64 *period);
+
 #define GST_PI0_EPISODE_EVENT_NAME "pi0-episode"
 
 /**

@@ -217,4 +217,30 @@ NormStats::unnormalize_actions (const torch::Tensor &actions, NormMode mode, int
   return y.slice (-1, 0, native_dims).contiguous ().to (result_dtype (actions));
 }
 
+torch::Tensor
+NormStats::normalize_actions (const torch::Tensor &actions, NormMode mode) const
+{
+  if (!actions.defined () || actions.dim () < 1 || actions.size (-1) < 1)
+    throw Error (source_ + ": the actions to normalize must have at least one dimension");
+  const int64_t a = actions.size (-1);
+  const int64_t s = std::min<int64_t> (actions_.dim (), a);
+  const auto dev = actions.device ();
+  const torch::Tensor x = actions.to (torch::kFloat64);
+  torch::Tensor y;
+  if (mode == NormMode::ZScore) {
+    auto mean = torch::zeros ({a}, torch::kFloat64);
+    auto sd = torch::ones ({a}, torch::kFloat64);
+    mean.slice (0, 0, s).copy_ (actions_.mean.slice (0, 0, s));
+    sd.slice (0, 0, s).copy_ (actions_.std.slice (0, 0, s));
+    y = (x - mean.to (dev)) / (sd.to (dev) + kEps);
+  } else {
+    require_quantiles (actions_, source_, "actions");
+    const auto q01 = actions_.q01->slice (0, 0, s).to (dev);
+    const auto q99 = actions_.q99->slice (0, 0, s).to (dev);
+    y = x.clone ();
+    y.slice (-1, 0, s).copy_ ((x.slice (-1, 0, s) - q01) / (q99 - q01 + kEps) * 2.0 - 1.0);
+  }
+  return y.to (result_dtype (actions));
+}
+
 } // namespace pi0

@@ -47,6 +47,11 @@ public:
   torch::Tensor unnormalize_actions (const torch::Tensor &actions, NormMode mode,
                                      int native_dims) const;
 
+  // The inverse of unnormalize_actions on actions in robot units [..., d] (d >= 1; dims beyond
+  // the stats' are treated as unnormalize_actions treats them): what the model would have
+  // output for them, before padding. Used for real-time chunking's prefix (docs/rtc.md).
+  torch::Tensor normalize_actions (const torch::Tensor &actions, NormMode mode) const;
+
   const NormVectors &state () const { return state_; }
   const NormVectors &actions () const { return actions_; }
   const std::string &source () const { return source_; }

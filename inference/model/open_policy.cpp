@@ -195,6 +195,12 @@ OpenedPolicy::spec () const
   return policy_->spec ();
 }
 
+bool
+OpenedPolicy::supports_guidance () const
+{
+  return policy_->supports_guidance ();
+}
+
 int
 OpenedPolicy::prompt_length () const
 {
@@ -259,6 +265,24 @@ OpenedPolicy::prepare (const Request &r, bool *truncated)
   }
   in.seed = r.seed;
   in.noise = r.noise;
+  if (r.guidance.prefix.defined ()) {
+    const at::Tensor &p = r.guidance.prefix;
+    if (!policy_->supports_guidance ())
+      throw Error ("real-time chunking is not supported by this policy: " + policy_->describe ());
+    if (p.dim () != 2 || p.size (0) < 1 || p.size (0) > spec.horizon || p.size (1) < 1 ||
+        p.size (1) > action_dims_)
+      throw Error ("RTC prefix must be float [R<=" + std::to_string (spec.horizon) +
+                   ", d<=" + std::to_string (action_dims_) + "]");
+    at::Tensor y = p.to (at::kCPU, at::kFloat);
+    if (!at::isfinite (y).all ().item<bool> ())
+      throw Error ("RTC prefix has non-finite values");
+    if (norm_)
+      y = norm_->normalize_actions (y, norm_mode_).to (at::kFloat);
+    if (y.size (1) < spec.action_dim)
+      y = at::constant_pad_nd (y, {0, spec.action_dim - y.size (1)}, 0.0);
+    in.guidance = r.guidance;
+    in.guidance.prefix = y;
+  }
   return in;
 }
 

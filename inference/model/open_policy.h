@@ -92,6 +92,10 @@ struct Request {
   std::string prompt; // the instruction in words; tokenized once per distinct prompt
   uint64_t seed = 0;  // the flow-matching noise is drawn from this seed...
   at::Tensor noise;   // ...unless given: float [horizon, model action_dim] (tests, parity)
+  /* Real-time chunking (docs/rtc.md): guidance.prefix in robot units, float [R, d] with
+   * R <= horizon and d <= action_dims(), finite; normalised with the norm stats and zero-padded
+   * here. Undefined: plain sampling. Needs supports_guidance() (else pi0::Error). */
+  PolicyGuidance guidance;
 };
 
 struct Response {
@@ -120,6 +124,7 @@ public:
   bool warmup ();
 
   const PolicySpec &spec () const;
+  bool supports_guidance () const;
   int action_dims () const { return action_dims_; }
   int prompt_length () const;
   const std::string &model_id () const { return model_id_; }

@@ -206,10 +206,14 @@ public:
     use_graph_ = opts_.device.is_cuda () && opts_.cuda_graph && cuda_graphs_built ();
   }
 
+  bool supports_guidance () const override { return true; }
+
   at::Tensor infer (const PolicyInput &input, StageTimings *timings) override
   {
     c10::InferenceMode guard;
     Batched b = check_and_batch (input, spec_, opts_.device, model_->config ().vocab_size);
+    if (input.guidance.prefix.defined ())
+      return infer_guided (b, input.guidance);
     if (use_graph_ && !timings) {
       // The whole observation -> actions computation is one captured graph: per call, six small
       // host-to-device copies, one replay, one copy back.
@@ -282,6 +286,22 @@ public:
   const PolicySpec &spec () const override { return spec_; }
   c10::Device device () const override { return opts_.device; }
   at::ScalarType dtype () const override { return opts_.dtype; }
+
+  /* RTC: eager (no CUDA graph: the VJP needs autograd, and the prefix changes every call). */
+  at::Tensor infer_guided (const Batched &b, const PolicyGuidance &g)
+  {
+    RtcGuidance rtc;
+    rtc.prefix = g.prefix.to (opts_.device, at::kFloat);
+    rtc.delay = g.delay;
+    rtc.execution_horizon = g.execution_horizon;
+    rtc.max_guidance_weight = g.max_guidance_weight;
+    rtc.jacobian = g.identity_jacobian ? RtcJacobian::Identity : RtcJacobian::Vjp;
+    PrefixCache cache =
+        model_->prefill (model_->embed_prefix (b.images, b.image_masks, b.tokens, b.token_mask));
+    at::Tensor x = b.noise.clone ();
+    model_->denoise_loop_guided (cache, b.state, x, rtc);
+    return x.squeeze (0).to (at::kCPU).clone ();
+  }
 
   /* The graphs read fixed buffers: allocate them once, then copy each observation in. */
   void copy_in (const Batched &b)

@@ -21,6 +21,17 @@ namespace pi0
 
 class Pi0Model;
 
+/* Real-time chunking guidance (docs/rtc.md): the executing chunk's actions that will still run,
+ * row 0 aligned with the new chunk's row 0, in the model's normalised space: float [R, A] with
+ * R <= horizon and A <= action_dim (zero-padded). Undefined prefix: plain sampling. */
+struct PolicyGuidance {
+  at::Tensor prefix;
+  int64_t delay = 0;                // rows that run before the new chunk takes over (weight 1)
+  int64_t execution_horizon = 0;    // the paper's s: the mask ends at row horizon - s (<= R)
+  double max_guidance_weight = 5.0; // beta
+  bool identity_jacobian = false;   // J = I (LeRobot) instead of the VJP (the paper)
+};
+
 struct PolicyInput {
   at::Tensor images;      // float [V,3,H,W], values in [-1,1], views in openpi order
   at::Tensor image_masks; // bool [V], true = real view; undefined = all real
@@ -29,6 +40,7 @@ struct PolicyInput {
   at::Tensor state;       // float [<= state_dim]; zero-padded to state_dim
   at::Tensor noise;       // float [horizon, action_dim]; undefined = drawn from `seed`
   uint64_t seed = 0; // noise seed when `noise` is undefined (CPU generator: same on any device)
+  PolicyGuidance guidance; // RTC; only backends with supports_guidance() accept a prefix
 };
 
 /* What a backend expects; 0 = not declared (TorchScript modules may leave some out). */
@@ -64,6 +76,9 @@ public:
    * one-time work (CUDA graph capture, cuBLAS/cuDNN set-up, first-touch allocation). Call it
    * before streaming starts. No-op when spec() does not declare every input dimension. */
   virtual void warmup ();
+  /* Whether infer() can guide sampling toward PolicyInput::guidance (real-time chunking). A
+   * backend without it throws pi0::Error on a guided input. */
+  virtual bool supports_guidance () const { return false; }
   virtual const PolicySpec &spec () const = 0;
   virtual c10::Device device () const = 0;
   virtual at::ScalarType dtype () const = 0;

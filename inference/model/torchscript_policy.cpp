@@ -61,6 +61,9 @@ public:
     auto bad = [&] (const std::string &what) {
       throw Error ("TorchScript policy '" + path_ + "': " + what);
     };
+    if (in.guidance.prefix.defined ())
+      bad ("real-time chunking needs the policy's velocity, which a TorchScript module's forward "
+           "does not expose: guidance is not supported by this backend");
     // Shape checks against the declared attributes; undeclared dims are the module's business.
     if (!in.images.defined () || in.images.dim () != 4)
       bad ("images must be [V,3,H,W]");

@@ -62,7 +62,7 @@ const char *PIPELINE =
     "pi0viewmux name=mux max-staleness=200000000 max-state-age=50000000 max-wait=%" G_GUINT64_FORMAT
     " ! "
     "cudaprep name=prep width=32 height=32 ! queue max-size-buffers=1 leaky=downstream ! "
-    "pi0infer name=infer model=builtin:pi0-tiny action-dims=7 ! "
+    "pi0infer name=infer model=builtin:pi0-tiny action-dims=7 rtc=guided ! "
     "pi0actionsink name=sink target=udp://127.0.0.1:%d robot-config=%s mode=chunk "
     "max-action-age=500000000 "
     "videotestsrc is-live=%s pattern=smpte name=cam_main ! "
@@ -430,7 +430,7 @@ main (int argc, char **argv)
   g_print ("gst-pi0 demo: 3 cameras (main 640x480 RGB 30 fps, side 320x240 NV12 15 fps, top "
            "1280x720 I420 10 fps) + a 7-joint state at 100 Hz\n"
            "  -> pi0viewmux -> cudaprep (CPU) -> pi0infer (builtin:pi0-tiny: UNTRAINED, random "
-           "weights; its actions mean nothing)\n"
+           "weights; its actions mean nothing; rtc=guided)\n"
            "  -> pi0actionsink -> udp://127.0.0.1:%d -> pi0-robotsim\n"
            "Instruction: \"%s\". The top camera stalls from %.1f s to %.1f s.\n"
            "Per view: frame age at the observation (* = older than max-skew).\n\n",

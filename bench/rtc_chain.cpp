@@ -1,0 +1,332 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* bench/rtc-chain: chunk-switch jumps on the whole chain, rtc=off vs rtc=guided (issue 13).
+ *
+ * Three live synthetic cameras -> pi0viewmux -> cudaprep -> leaky queue -> pi0infer (rtc=X)
+ * -> pi0actionsink mode=stream (a robot configuration with max_step) for --duration seconds,
+ * once per rtc mode. The control rate is high enough that several rows run during each
+ * inference. What the sink sends each tick is recorded from its `action` signal, the chunks as
+ * the policy made them from a probe on pi0infer's src pad. At each tick where the sink switches
+ * to a new chunk, the jump is the largest |requested row of the new chunk - row sent the tick
+ * before| over the joints, before the sink's clamp; the clamped rows are the sink's
+ * stats.clamped. The within-chunk step (same measure between consecutive ticks of one chunk) is
+ * printed as the floor a policy's own motion sets, and the plan change (the new chunk's row vs
+ * the row the old chunk had for the same tick) isolates what the switch itself adds.
+ *
+ *   rtc-chain --duration 8 --rate 100 --max-step 0.5 --csv-dir /tmp/rtc
+ *
+ * With --csv-dir, one CSV per mode (time, chunk, row, switch, joint 0 sent and requested) for
+ * scripts/rtc_plot.py. Never asserted: numbers go to docs/perf.md with machine, date, command. */
+
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include "gstpi0elements.h"
+
+#include <glib/gstdio.h>
+#include <gst/gst.h>
+#include <gst/pi0/pi0.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <type_traits>
+#include <string>
+#include <vector>
+
+namespace
+{
+
+struct Options {
+  double duration = 8.0;
+  double rate = 100.0;
+  double max_step = 0.5;
+  int fps = 30;
+  int num_steps = 10;
+  gchar *csv_dir = nullptr;
+  gchar *modes = nullptr;
+};
+
+struct Row {
+  guint64 chunk;
+  guint step;
+  std::vector<float> sent;
+  gint64 t_us;
+};
+
+struct Recording {
+  std::mutex m;
+  std::vector<Row> rows;
+  std::map<guint64, std::vector<float>> chunks; /* sequence -> horizon x dim, as made */
+  guint dim = 0;
+};
+
+void
+on_action (GstElement *, const gchar *kind, guint64 chunk, guint step, guint steps, guint dim,
+           GBytes *values, gpointer ud)
+{
+  if (g_strcmp0 (kind, "action") != 0 || steps != 1)
+    return;
+  Recording *r = (Recording *)ud;
+  gsize len = 0;
+  const float *v = (const float *)g_bytes_get_data (values, &len);
+  std::lock_guard<std::mutex> g (r->m);
+  r->dim = dim;
+  r->rows.push_back ({chunk, step, std::vector<float> (v, v + dim), g_get_monotonic_time ()});
+}
+
+GstPadProbeReturn
+on_chunk (GstPad *, GstPadProbeInfo *info, gpointer ud)
+{
+  Recording *r = (Recording *)ud;
+  GstBuffer *b = GST_PAD_PROBE_INFO_BUFFER (info);
+  if (GstPi0ActionMeta *am = b ? gst_buffer_get_pi0_action_meta (b) : nullptr) {
+    std::lock_guard<std::mutex> g (r->m);
+    r->chunks[am->sequence].assign (am->actions, am->actions + (size_t)am->horizon * am->dim);
+  }
+  return GST_PAD_PROBE_OK;
+}
+
+template <typename T>
+T
+stat (GstElement *e, const char *field)
+{
+  GstStructure *s = nullptr;
+  g_object_get (e, "stats", &s, nullptr);
+  T out = 0;
+  if (s) {
+    gst_structure_get (s, field, std::is_same<T, double>::value ? G_TYPE_DOUBLE : G_TYPE_UINT64,
+                       &out, nullptr);
+    gst_structure_free (s);
+  }
+  return out;
+}
+
+double
+max_abs_diff (const float *a, const float *b, guint dim)
+{
+  double m = 0;
+  for (guint j = 0; j < dim; j++)
+    m = std::max (m, (double)std::fabs (a[j] - b[j]));
+  return m;
+}
+
+double
+pct (std::vector<double> v, double q)
+{
+  if (v.empty ())
+    return 0;
+  std::sort (v.begin (), v.end ());
+  return v[(size_t)std::min<double> (v.size () - 1, q * (v.size () - 1) + 0.5)];
+}
+
+struct Result {
+  std::string mode;
+  guint64 chunks = 0, switches = 0, clamped = 0, sent = 0, guided = 0;
+  double jump_max = 0, jump_p50 = 0, within_p99 = 0, within_max = 0, infer_p50 = 0;
+  double plan_max = 0, plan_p50 = 0;
+  double delay_rows = 0;
+};
+
+bool
+run_mode (const Options &o, const std::string &mode, const std::string &robot_json, Result *res)
+{
+  const char *patterns[3] = {"smpte", "ball", "pinwheel"};
+  const char *views[3] = {"main", "side", "top"};
+  std::string desc =
+      "pi0viewmux name=mux ! cudaprep width=32 height=32 ! queue max-size-buffers=1 "
+      "leaky=downstream ! pi0infer name=infer model=builtin:pi0-tiny device=cpu seed=1 "
+      "require-state=false num-steps=" +
+      std::to_string (o.num_steps) + " rtc=" + mode +
+      " ! pi0actionsink name=sink mode=stream control-rate=" + std::to_string (o.rate) +
+      " robot-config=" + robot_json +
+      " target=file:///dev/null hold-timeout=" + std::to_string ((guint64)(2 * GST_SECOND)) +
+      " stop-timeout=" + std::to_string ((guint64)(4 * GST_SECOND)) + " ";
+  for (int v = 0; v < 3; v++)
+    desc += std::string ("videotestsrc is-live=true pattern=") + patterns[v] +
+            " ! video/x-raw,width=64,height=48,framerate=" + std::to_string (o.fps) +
+            "/1 ! queue max-size-buffers=2 leaky=downstream ! mux." + views[v] + " ";
+  GError *err = nullptr;
+  GstElement *pipe = gst_parse_launch (desc.c_str (), &err);
+  if (!pipe) {
+    g_printerr ("pipeline: %s\n", err ? err->message : "?");
+    return false;
+  }
+  GstElement *infer = gst_bin_get_by_name (GST_BIN (pipe), "infer");
+  GstElement *sink = gst_bin_get_by_name (GST_BIN (pipe), "sink");
+  Recording rec;
+  g_signal_connect (sink, "action", G_CALLBACK (on_action), &rec);
+  GstPad *src = gst_element_get_static_pad (infer, "src");
+  gst_pad_add_probe (src, GST_PAD_PROBE_TYPE_BUFFER, on_chunk, &rec, nullptr);
+  gst_object_unref (src);
+
+  GstBus *bus = gst_element_get_bus (pipe);
+  bool ok = true;
+  if (gst_element_set_state (pipe, GST_STATE_PAUSED) == GST_STATE_CHANGE_FAILURE ||
+      gst_element_get_state (pipe, nullptr, nullptr, GST_CLOCK_TIME_NONE) ==
+          GST_STATE_CHANGE_FAILURE)
+    ok = false;
+  if (ok) {
+    gst_element_set_state (pipe, GST_STATE_PLAYING);
+    GstMessage *m = gst_bus_timed_pop_filtered (bus, (GstClockTime)(o.duration * GST_SECOND),
+                                                GST_MESSAGE_ERROR);
+    if (m) {
+      gst_message_parse_error (m, &err, nullptr);
+      g_printerr ("error: %s\n", err->message);
+      g_clear_error (&err);
+      gst_message_unref (m);
+      ok = false;
+    }
+  }
+  res->mode = mode;
+  res->chunks = stat<guint64> (infer, "chunks");
+  res->guided = stat<guint64> (infer, "rtc-guided");
+  res->infer_p50 = stat<double> (infer, "inference-p50-ms");
+  res->delay_rows = (double)stat<guint64> (infer, "rtc-delay");
+  res->clamped = stat<guint64> (sink, "clamped");
+  res->sent = stat<guint64> (sink, "sent");
+  gst_element_set_state (pipe, GST_STATE_NULL);
+
+  /* Jumps at switches (before the clamp) and the steps within chunks. */
+  std::vector<double> jumps, within, plan;
+  FILE *csv = nullptr;
+  if (o.csv_dir) {
+    std::string path = std::string (o.csv_dir) + "/rtc-" + mode + ".csv";
+    csv = fopen (path.c_str (), "w");
+    if (csv)
+      fprintf (csv, "t_s,chunk,row,switch,sent0,requested0\n");
+  }
+  const guint dim = rec.dim;
+  for (size_t i = 1; i < rec.rows.size (); i++) {
+    const Row &prev = rec.rows[i - 1], &cur = rec.rows[i];
+    auto it = rec.chunks.find (cur.chunk);
+    if (it == rec.chunks.end () || (size_t)(cur.step + 1) * dim > it->second.size ())
+      continue;
+    const float *requested = it->second.data () + (size_t)cur.step * dim;
+    const double d = max_abs_diff (requested, prev.sent.data (), dim);
+    const bool sw = cur.chunk != prev.chunk;
+    (sw ? jumps : within).push_back (d);
+    /* The change of plan: the new chunk's row vs the row the old chunk had for this tick. */
+    auto old = rec.chunks.find (prev.chunk);
+    if (sw && old != rec.chunks.end () && (size_t)(prev.step + 2) * dim <= old->second.size ())
+      plan.push_back (
+          max_abs_diff (requested, old->second.data () + (size_t)(prev.step + 1) * dim, dim));
+    if (csv)
+      fprintf (csv, "%.4f,%" G_GUINT64_FORMAT ",%u,%d,%.6f,%.6f\n",
+               (double)(cur.t_us - rec.rows[0].t_us) / 1e6, cur.chunk, cur.step, sw ? 1 : 0,
+               cur.sent[0], requested[0]);
+  }
+  if (csv)
+    fclose (csv);
+  res->switches = jumps.size ();
+  res->jump_max = jumps.empty () ? 0 : *std::max_element (jumps.begin (), jumps.end ());
+  res->jump_p50 = pct (jumps, 0.5);
+  res->within_p99 = pct (within, 0.99);
+  res->plan_max = plan.empty () ? 0 : *std::max_element (plan.begin (), plan.end ());
+  res->plan_p50 = pct (plan, 0.5);
+  res->within_max = within.empty () ? 0 : *std::max_element (within.begin (), within.end ());
+
+  gst_object_unref (bus);
+  gst_object_unref (infer);
+  gst_object_unref (sink);
+  gst_object_unref (pipe);
+  return ok;
+}
+
+} // namespace
+
+int
+main (int argc, char **argv)
+{
+  Options o;
+  GOptionEntry entries[] = {
+      {"duration", 'd', 0, G_OPTION_ARG_DOUBLE, &o.duration, "seconds per mode (default 8)", "S"},
+      {"rate", 'r', 0, G_OPTION_ARG_DOUBLE, &o.rate, "control rate in Hz (default 100)", "HZ"},
+      {"max-step", 0, 0, G_OPTION_ARG_DOUBLE, &o.max_step,
+       "robot configuration's max_step for every joint (default 0.5)", "X"},
+      {"fps", 0, 0, G_OPTION_ARG_INT, &o.fps, "camera rate (default 30)", "N"},
+      {"num-steps", 0, 0, G_OPTION_ARG_INT, &o.num_steps, "flow-matching steps (default 10)", "N"},
+      {"modes", 0, 0, G_OPTION_ARG_STRING, &o.modes,
+       "comma-separated rtc modes (default off,guided,guided-identity)", "M"},
+      {"csv-dir", 0, 0, G_OPTION_ARG_FILENAME, &o.csv_dir,
+       "write rtc-MODE.csv here (for scripts/rtc_plot.py)", "DIR"},
+      {nullptr, 0, 0, G_OPTION_ARG_NONE, nullptr, nullptr, nullptr},
+  };
+  GOptionContext *ctx = g_option_context_new ("- chunk-switch jumps, rtc off vs guided");
+  g_option_context_add_main_entries (ctx, entries, nullptr);
+  g_option_context_add_group (ctx, gst_init_get_option_group ());
+  GError *err = nullptr;
+  if (!g_option_context_parse (ctx, &argc, &argv, &err)) {
+    g_printerr ("%s\n", err->message);
+    return 2;
+  }
+  g_option_context_free (ctx);
+  gst_init (&argc, &argv);
+  if (!gst_pi0_elements_register (nullptr)) {
+    g_printerr ("could not register the gst-pi0 elements\n");
+    return 1;
+  }
+
+  /* pi0-tiny's 32 dims as 32 joints: wide limits, max_step as asked. */
+  gchar *tmp = g_dir_make_tmp ("rtc-chain-XXXXXX", nullptr);
+  std::string robot = std::string (tmp) + "/robot.json";
+  std::string json = "{\"joints\":[";
+  std::string lo, hi, ms;
+  for (int j = 0; j < 32; j++) {
+    const char *sep = j ? "," : "";
+    json += std::string (sep) + "\"j" + std::to_string (j) + "\"";
+    lo += std::string (sep) + "-1000";
+    hi += std::string (sep) + "1000";
+    ms += std::string (sep) + std::to_string (o.max_step);
+  }
+  json += "],\"lower\":[" + lo + "],\"upper\":[" + hi + "],\"max_step\":[" + ms + "]}";
+  g_file_set_contents (robot.c_str (), json.c_str (), -1, nullptr);
+
+  std::vector<std::string> modes;
+  gchar **parts = g_strsplit (o.modes ? o.modes : "off,guided,guided-identity", ",", -1);
+  for (gchar **p = parts; *p; p++)
+    modes.push_back (*p);
+  g_strfreev (parts);
+
+  g_print ("bench/rtc-chain: 3 live cameras 64x48 @ %d fps -> pi0viewmux -> cudaprep 32x32 -> "
+           "leaky queue -> pi0infer builtin:pi0-tiny (CPU, %d steps, rtc=MODE) -> pi0actionsink "
+           "stream @ %.0f Hz, max_step %.3f; %.1f s per mode\n\n",
+           o.fps, o.num_steps, o.rate, o.max_step, o.duration);
+  std::vector<Result> results;
+  int rc = 0;
+  for (const std::string &m : modes) {
+    Result r;
+    if (!run_mode (o, m, robot, &r))
+      rc = 1;
+    results.push_back (r);
+  }
+  g_print (
+      "| rtc | chunks | guided | infer p50 ms | delay rows | switches | switch jump max | "
+      "switch jump p50 | plan change max | plan change p50 | within-chunk step p99 | within max | "
+      "rows sent | rows clamped |\n");
+  g_print ("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | "
+           "---: | ---: |\n");
+  for (const Result &r : results)
+    g_print ("| %s | %" G_GUINT64_FORMAT " | %" G_GUINT64_FORMAT
+             " | %.1f | %.0f | %" G_GUINT64_FORMAT
+             " | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %" G_GUINT64_FORMAT
+             " | %" G_GUINT64_FORMAT " |\n",
+             r.mode.c_str (), r.chunks, r.guided, r.infer_p50, r.delay_rows, r.switches, r.jump_max,
+             r.jump_p50, r.plan_max, r.plan_p50, r.within_p99, r.within_max, r.sent, r.clamped);
+  if (results.size () > 1 && results[0].mode == "off")
+    for (size_t i = 1; i < results.size (); i++)
+      g_print ("%s vs off: switch jump max %.1fx smaller, p50 %.1fx smaller; plan change max "
+               "%.1fx, p50 %.1fx smaller; clamped rows %.1fx fewer\n",
+               results[i].mode.c_str (),
+               results[i].jump_max > 0 ? results[0].jump_max / results[i].jump_max : 0.0,
+               results[i].jump_p50 > 0 ? results[0].jump_p50 / results[i].jump_p50 : 0.0,
+               results[i].plan_max > 0 ? results[0].plan_max / results[i].plan_max : 0.0,
+               results[i].plan_p50 > 0 ? results[0].plan_p50 / results[i].plan_p50 : 0.0,
+               results[i].clamped ? (double)results[0].clamped / (double)results[i].clamped : 0.0);
+  g_unlink (robot.c_str ());
+  g_rmdir (tmp);
+  g_free (tmp);
+  return rc;
+}
