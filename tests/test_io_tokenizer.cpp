@@ -1,7 +1,11 @@
 // Tokenizer: libsentencepiece with openpi's Pi0 prompt format, held against the Python
 // sentencepiece package on the tiny model in tests/data/tokenizer/.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <cstdlib>
 
 #include "io/error.h"
 #include "io/tokenizer.h"
@@ -149,4 +153,40 @@ TEST (Tokenizer, ClearErrors)
   expect_error ([&] { tok.encode_prompt ("x", 0); }, {"max_len must be at least 1"});
   pi0::Tokenizer unloaded;
   expect_error ([&] { unloaded.encode_prompt ("x"); }, {"before Tokenizer::load()"});
+}
+
+// Debian's libsentencepiece and LibTorch's libc10 both export FLAGS_minloglevel (an absl::Flag
+// object in one, an int in the other; see inference/io/spm_shim.cpp). Opening the tokenizer must
+// leave libc10's int alone: when sentencepiece's constructor built its flag over it, the mutex
+// beside it was overwritten and the first TorchScript forward deadlocked
+// (Pi0Infer.TorchScriptExceptionIsAnElementErrorAndNaNIsFlagged is that case end to end).
+TEST (Tokenizer, LeavesLibTorchsFlagsAlone)
+{
+  auto *flag = static_cast<int *> (dlsym (RTLD_DEFAULT, "FLAGS_minloglevel"));
+  if (!flag)
+    GTEST_SKIP () << "this LibTorch exports no FLAGS_minloglevel: nothing can clash";
+  // sentencepiece's constructors run once per process, when its module is first opened, so the
+  // check runs in a fresh process: a "threadsafe" death test re-executes this binary and runs only
+  // this test there (where nothing may open the module before the statement below).
+  // (The style is set first: InDeathTestChild() reads it.)
+  const std::string style = GTEST_FLAG_GET (death_test_style);
+  GTEST_FLAG_SET (death_test_style, "threadsafe");
+  if (!testing::internal::InDeathTestChild () && !pi0::Tokenizer::available ()) {
+    GTEST_FLAG_SET (death_test_style, style);
+    GTEST_SKIP () << "built without libsentencepiece";
+  }
+  EXPECT_EXIT (
+      {
+        *flag = 7;
+        try {
+          pi0::Tokenizer::load (tiny_model ());
+        } catch (const std::exception &e) {
+          std::fprintf (stderr, "%s\n", e.what ());
+          std::_Exit (2);
+        }
+        std::fprintf (stderr, "FLAGS_minloglevel is %d after opening the tokenizer\n", *flag);
+        std::_Exit (*flag == 7 ? 0 : 1);
+      },
+      testing::ExitedWithCode (0), "");
+  GTEST_FLAG_SET (death_test_style, style);
 }

@@ -1,11 +1,16 @@
 // A C face for libsentencepiece, built as its own shared module and loaded by tokenizer.cpp with
-// dlopen(RTLD_LOCAL | RTLD_DEEPBIND).
+// dlopen(RTLD_LOCAL).
 //
 // Why: Debian's libsentencepiece and LibTorch's libc10 both export a global FLAGS_minloglevel
 // (an absl::Flag object in one, an int in the other). Linked into one process, sentencepiece's
 // static constructor builds its absl::Flag over libc10's int and overwrites the mutex next to
-// it, and the first TorchScript call then deadlocks. With DEEPBIND, sentencepiece binds to its
-// own symbols and the two never meet.
+// it, and the first TorchScript call then deadlocks. RTLD_LOCAL alone does not prevent that:
+// libsentencepiece's own references are looked up in the global scope first, where libc10 is.
+// So this module links a copy of libsentencepiece with DF_SYMBOLIC set (elf_symbolic.py; the
+// flag -Bsymbolic would have set), found through this module's RPATH: sentencepiece's references
+// bind to its own definitions first and the two flags never meet. (RTLD_DEEPBIND did the same,
+// but AddressSanitizer refuses it; a version script or -Bsymbolic on this module changes nothing,
+// since the clashing reference is inside libsentencepiece.)
 #include <sentencepiece_processor.h>
 
 #include <cstdlib>
