@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* pi0-prep-bench: per-observation time of three 1920x1080 views (RGB and NV12) -> [3,3,224,224]
- * float32 (openpi resize-with-pad, PIL-bilinear antialias, x/127.5-1), for our CPU path, a
+ * float32 (openpi resize-with-pad, PIL-bilinear antialias, x/255*2-1), for our CPU path, a
  * single-threaded serial run of it, stock GStreamer (videoconvertscale method=bilinear2 per
- * view, then a plain normalize loop), and the CUDA path when a device is present. Prints a
- * table; never asserts anything.
+ * view, then a plain normalize loop), and the CUDA path when a device is present; then one
+ * view at the extreme ratios of issue 16 (long filters: the CPU path's bounded slow path).
+ * Prints tables; never asserts anything.
  *
  * usage: pi0-prep-bench [--iterations N] [--threads N] */
 
@@ -315,5 +316,55 @@ main (int argc, char **argv)
   for (auto &r : rows)
     std::printf ("| %-42s | %-6s | %10.3f | %10.3f | %s\n", r.path.c_str (), r.format.c_str (),
                  r.median_ms, r.min_ms, r.note.c_str ());
+
+  /* One view at extreme ratios, CPU path with the pool (filters longer than 128 taps take the
+   * 32-bit grouped path; see docs/elements/cudaprep.md, Sizes). */
+  struct Extreme {
+    Format format;
+    int w, h, ow, oh;
+    Filter filter;
+  } extremes[] = {
+      {Format::RGB, 640, 480, 1, 1, Filter::Antialias},
+      {Format::NV12, 7680, 4320, 32, 32, Filter::Antialias},
+      {Format::NV12, 7680, 4320, 32, 32, Filter::Pil},
+      {Format::RGB, 7680, 4320, 1, 1, Filter::Antialias},
+      {Format::RGB, 7680, 4320, 224, 224, Filter::Antialias},
+  };
+  std::printf ("\npi0-prep-bench: one view at extreme ratios, CPU (%d threads), %d iterations\n",
+               threads, std::max (3, iters / 10));
+  std::printf ("| %-34s | %-9s | %10s | %10s\n", "view", "filter", "median ms", "min ms");
+  std::printf ("|%s|%s|%s|%s\n", std::string (36, '-').c_str (), std::string (11, '-').c_str (),
+               std::string (12, '-').c_str (), std::string (12, '-').c_str ());
+  for (const Extreme &e : extremes) {
+    const size_t n = e.format == Format::NV12 ? size_t (e.w) * e.h * 3 / 2 : size_t (e.w) * e.h * 3;
+    std::vector<uint8_t> data (n);
+    std::mt19937 rng (7);
+    for (auto &b : data)
+      b = uint8_t (rng ());
+    Image im;
+    im.format = e.format;
+    im.width = e.w;
+    im.height = e.h;
+    im.planes[0] = data.data ();
+    im.strides[0] = e.format == Format::NV12 ? size_t (e.w) : size_t (e.w) * 3;
+    if (e.format == Format::NV12) {
+      im.planes[1] = data.data () + size_t (e.w) * e.h;
+      im.strides[1] = size_t (e.w);
+      im.yuv = make_yuv_matrix (0.2126, 0.0722, false);
+    }
+    Params ep;
+    ep.out_width = e.ow;
+    ep.out_height = e.oh;
+    ep.filter = e.filter;
+    std::vector<uint8_t> o (view_bytes (ep));
+    double med, mn;
+    measure (
+        std::max (3, iters / 10), [&] { prep_cpu (ep, &im, 1, o.data (), &pool); }, med, mn);
+    const std::string view = std::string (format_name (e.format)) + " " + std::to_string (e.w) +
+                             "x" + std::to_string (e.h) + " -> " + std::to_string (e.ow) + "x" +
+                             std::to_string (e.oh);
+    std::printf ("| %-34s | %-9s | %10.3f | %10.3f\n", view.c_str (),
+                 e.filter == Filter::Pil ? "pil" : "antialias", med, mn);
+  }
   return 0;
 }

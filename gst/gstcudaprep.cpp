@@ -436,11 +436,13 @@ GST_PI0_DEFINE_ENUM_TYPE (
      "PIL bilinear in PIL's pass order: bit-identical to openpi "
      "on landscape frames, slower on the CPU",
      "pil"})
-GST_PI0_DEFINE_ENUM_TYPE (
-    gst_pi0_cuda_prep_normalize_get_type, "GstPi0CudaPrepNormalize",
-    {GST_PI0_CUDA_PREP_NORMALIZE_PI0, "x/127.5 - 1, range [-1, 1] (Pi0)", "pi0"},
-    {GST_PI0_CUDA_PREP_NORMALIZE_IMAGENET, "ImageNet mean and std", "imagenet"},
-    {GST_PI0_CUDA_PREP_NORMALIZE_CUSTOM, "The mean and std properties", "custom"})
+GST_PI0_DEFINE_ENUM_TYPE (gst_pi0_cuda_prep_normalize_get_type, "GstPi0CudaPrepNormalize",
+                          {GST_PI0_CUDA_PREP_NORMALIZE_PI0,
+                           "x/255*2 - 1 in float32 as openpi, range [-1, 1] (Pi0)", "pi0"},
+                          {GST_PI0_CUDA_PREP_NORMALIZE_IMAGENET, "ImageNet mean and std",
+                           "imagenet"},
+                          {GST_PI0_CUDA_PREP_NORMALIZE_CUSTOM, "The mean and std properties",
+                           "custom"})
 GST_PI0_DEFINE_ENUM_TYPE (gst_pi0_cuda_prep_device_get_type, "GstPi0CudaPrepDevice",
                           {GST_PI0_CUDA_PREP_DEVICE_AUTO, "CUDA when usable, else CPU", "auto"},
                           {GST_PI0_CUDA_PREP_DEVICE_CUDA, "CUDA (fail to start without a device)",
@@ -1060,12 +1062,13 @@ gst_pi0_cuda_prep_class_init (GstPi0CudaPrepClass *klass)
   /**
    * GstPi0CudaPrep:normalize:
    *
-   * Normalization of the 0..255 values: pi0 gives [-1, 1].
+   * Normalization of the 0..255 values: pi0 gives [-1, 1], bit-identical to openpi's float32
+   * x / 255 * 2 - 1. Every mode computes (x / 255 - mean) / std in float32, in that order.
    */
   g_object_class_install_property (
       gobject_class, PROP_NORMALIZE,
       g_param_spec_enum ("normalize", "Normalize",
-                         "Value normalization: pi0 (x/127.5-1), "
+                         "Value normalization: pi0 (x/255*2-1, as openpi), "
                          "imagenet, or custom (the mean and std properties)",
                          gst_pi0_cuda_prep_normalize_get_type (), GST_PI0_CUDA_PREP_NORMALIZE_PI0,
                          playing));

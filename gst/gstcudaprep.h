@@ -37,7 +37,7 @@ typedef enum {
 
 /**
  * GstPi0CudaPrepNormalize:
- * @GST_PI0_CUDA_PREP_NORMALIZE_PI0: x / 127.5 - 1 (range [-1, 1])
+ * @GST_PI0_CUDA_PREP_NORMALIZE_PI0: x / 255 * 2 - 1 in float32, as openpi (range [-1, 1])
  * @GST_PI0_CUDA_PREP_NORMALIZE_IMAGENET: (x / 255 - mean) / std with ImageNet's mean and std
  * @GST_PI0_CUDA_PREP_NORMALIZE_CUSTOM: (x / 255 - mean) / std with the `mean` and `std`
  *   properties

@@ -51,24 +51,9 @@
 
 #include <gst/pi0/pi0.h>
 
-#include "io/error.h"
-#include "io/norm_stats.h"
-#include "io/safetensors.h"
-#include "io/checkpoint.h"
-#include "io/tokenizer.h"
-#include "model/config.h"
-#include "model/pi0_model.h"
-#include "model/policy.h"
+#include "model/open_policy.h"
 
 #include <ATen/ATen.h>
-
-#ifdef PI0_INFER_HAVE_CUDA
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-#include <cuda_runtime_api.h>
-#endif
-
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <chrono>
@@ -76,7 +61,6 @@
 #include <deque>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -85,7 +69,10 @@ GST_DEBUG_CATEGORY_STATIC (gst_pi0_infer_debug);
 
 /* Locking: settings_lock guards Settings; stats_lock guards Stats. They are never held
  * together, and neither is held while loading the model, running inference or posting. The
- * loaded policy and State belong to the streaming thread between start() and stop(). */
+ * opened policy and State belong to the streaming thread between start() and stop().
+ *
+ * Everything about the policy (which backend, checkpoint, tokenizer, norm stats, device, CUDA
+ * stream) is inference/'s pi0::open_policy(); this file is the GStreamer side only. */
 
 #define DEFAULT_NUM_STEPS 10
 #define DEFAULT_PRECISION GST_PI0_INFER_PRECISION_AUTO
@@ -147,48 +134,9 @@ struct Stats {
   double warmup_ms = 0;
 };
 
-/* What start() builds and stop() frees. */
-struct Loaded {
-  std::unique_ptr<pi0::Policy> policy;
-  std::optional<pi0::Tokenizer> tokenizer;
-  std::optional<pi0::NormStats> norm;
-  pi0::NormMode norm_mode = pi0::NormMode::ZScore;
-  std::string model_id;
-  bool untrained = false;
-  pi0::PolicySpec spec;
-  int action_dims = 0; /* native dims kept */
-#ifdef PI0_INFER_HAVE_CUDA
-  /* The element's own CUDA stream (high priority, from LibTorch's pool): warm-up and every
-   * inference run on it, made to wait on cudaprep's event. */
-  std::optional<c10::cuda::CUDAStream> stream;
-#endif
-};
-
-/* Makes @L's stream (if any) current for the scope: LibTorch then queues everything on it. */
-class StreamScope
-{
-public:
-  explicit StreamScope (const Loaded &L)
-  {
-#ifdef PI0_INFER_HAVE_CUDA
-    if (L.stream)
-      guard_.emplace (*L.stream);
-#else
-    (void)L;
-#endif
-  }
-
-private:
-#ifdef PI0_INFER_HAVE_CUDA
-  std::optional<c10::cuda::CUDAStreamGuard> guard_;
-#endif
-};
-
 struct State {
-  std::string tokens_for; /* the instruction the cached tokens belong to */
-  bool have_tokens = false;
-  at::Tensor tokens, token_mask;
   bool warned_no_state = false;
+  bool warned_truncated = false;
 };
 
 struct GstPi0InferPrivate {
@@ -197,7 +145,7 @@ struct GstPi0InferPrivate {
   std::mutex stats_lock;
   Stats stats;
   std::string model_id; /* under stats_lock: readable while running */
-  std::unique_ptr<Loaded> loaded;
+  std::unique_ptr<pi0::OpenedPolicy> policy;
   State state;
 };
 
@@ -548,68 +496,57 @@ record_error (GstPi0Infer *self, const std::string &what)
 /* ------------------------------------------------------------------------------------------ */
 /* Loading                                                                                     */
 
-static bool
-path_exists (const std::string &p)
+/* Where the builtin models find their bundled tokenizer: $PI0_DATA_DIR, the installed data
+ * directory, then the source tree (uninstalled runs and the tests). */
+static std::vector<std::string>
+data_dirs ()
 {
-  struct stat st;
-  return ::stat (p.c_str (), &st) == 0;
-}
-
-static bool
-is_dir (const std::string &p)
-{
-  struct stat st;
-  return ::stat (p.c_str (), &st) == 0 && S_ISDIR (st.st_mode);
-}
-
-static bool
-has_suffix (const std::string &s, const char *suffix)
-{
-  return g_str_has_suffix (s.c_str (), suffix);
-}
-
-/* The bundled tokenizer of the builtin models: installed, or in the source tree. */
-static std::string
-bundled_tokenizer ()
-{
-  std::vector<std::string> candidates;
+  std::vector<std::string> dirs;
   if (const gchar *d = g_getenv ("PI0_DATA_DIR"))
-    candidates.push_back (std::string (d) + "/tiny_paligemma.model");
-  candidates.push_back (std::string (PI0_DATADIR) + "/tiny_paligemma.model");
-  candidates.push_back (std::string (PI0_SOURCE_DATADIR) + "/tiny_paligemma.model");
-  for (const auto &c : candidates) {
-    if (path_exists (c))
-      return c;
-  }
-  return "";
+    dirs.push_back (d);
+  dirs.push_back (PI0_DATADIR);
+  dirs.push_back (PI0_SOURCE_DATADIR);
+  return dirs;
 }
 
-/* A native Pi0 checkpoint with the element's num-steps (config.json + model.safetensors). */
-static std::shared_ptr<pi0::Pi0Model>
-load_native (const std::string &path, int num_steps, std::string *config_tokenizer)
+static pi0::OpenOptions
+open_options (const Settings &s)
 {
-  gchar *parent = g_path_get_dirname (path.c_str ());
-  std::string dir = is_dir (path) ? path : std::string (parent);
-  g_free (parent);
-  std::string weights = is_dir (path) ? dir + "/model.safetensors" : path;
-  if (!path_exists (weights))
-    throw pi0::Error ("no model.safetensors in '" + dir + "'");
-  std::string config_path = dir + "/config.json";
-  if (!path_exists (config_path))
-    throw pi0::Error ("'" + weights +
-                      "' has no config.json beside it: the architecture is unknown");
-  pi0::Pi0Config cfg = pi0::config_from_json_file (config_path);
-  cfg.num_steps = num_steps;
-  /* The file first (memory-mapped, validated): a corrupt one fails before gigabytes of
-   * parameters are allocated. */
-  pi0::TensorMap tensors = pi0::load_safetensors (weights);
-  auto model = std::make_shared<pi0::Pi0Model> (cfg);
-  pi0::load_state_dict (*model, tensors, weights);
-  if (config_tokenizer && !cfg.tokenizer.empty ()) {
-    *config_tokenizer =
-        g_path_is_absolute (cfg.tokenizer.c_str ()) ? cfg.tokenizer : dir + "/" + cfg.tokenizer;
+  pi0::OpenOptions o;
+  o.device = s.device == GST_PI0_INFER_DEVICE_CUDA  ? pi0::DeviceChoice::Cuda
+             : s.device == GST_PI0_INFER_DEVICE_CPU ? pi0::DeviceChoice::Cpu
+                                                    : pi0::DeviceChoice::Auto;
+  o.cuda_device_id = s.cuda_device_id;
+  o.precision = s.precision == GST_PI0_INFER_PRECISION_BF16   ? pi0::PrecisionChoice::Bf16
+                : s.precision == GST_PI0_INFER_PRECISION_FP32 ? pi0::PrecisionChoice::Fp32
+                                                              : pi0::PrecisionChoice::Auto;
+  o.num_steps = s.num_steps;
+  o.tokenizer = s.tokenizer;
+  o.data_dirs = data_dirs ();
+  o.norm_stats = s.norm_stats;
+  o.norm_mode = s.norm_mode == NORM_QUANTILE ? pi0::NormMode::Quantile : pi0::NormMode::ZScore;
+  o.action_dims = s.action_dims;
+  return o;
+}
+
+static void
+post_open_error (GstPi0Infer *self, const pi0::OpenError &e)
+{
+  using Kind = pi0::OpenError::Kind;
+  switch (e.kind ()) {
+    case Kind::NotFound:
+      GST_ELEMENT_ERROR (self, RESOURCE, NOT_FOUND, ("%s", e.what ()), (nullptr));
+      break;
+    case Kind::Settings:
+      GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS, ("%s", e.what ()), (nullptr));
+      break;
+    case Kind::Unreadable:
+      GST_ELEMENT_ERROR (self, RESOURCE, OPEN_READ, ("%s", e.what ()), (nullptr));
+      break;
+    case Kind::Library:
+      GST_ELEMENT_ERROR (self, LIBRARY, INIT, ("%s", e.what ()), (nullptr));
+      break;
   }
-  return model;
 }
 
 static gboolean
@@ -618,7 +555,6 @@ gst_pi0_infer_start (GstBaseTransform *trans)
   auto self = GST_PI0_INFER (trans);
   auto priv = self->priv;
   Settings s = snapshot_settings (self);
-  auto loaded = std::make_unique<Loaded> ();
 
   if (s.model.empty ()) {
     GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS,
@@ -628,131 +564,29 @@ gst_pi0_infer_start (GstBaseTransform *trans)
     return FALSE;
   }
 
-  pi0::PolicyOptions opts;
-  bool want_cuda = s.device == GST_PI0_INFER_DEVICE_CUDA ||
-                   (s.device == GST_PI0_INFER_DEVICE_AUTO && pi0::cuda_available ());
-  if (s.device == GST_PI0_INFER_DEVICE_CUDA && !pi0::cuda_available ()) {
-    GST_ELEMENT_ERROR (self, LIBRARY, INIT, ("device=cuda, but no usable CUDA device was found."),
-                       ("LibTorch reports no CUDA device; use device=cpu or device=auto"));
-    return FALSE;
-  }
-  opts.device = want_cuda ? c10::Device (c10::kCUDA, (c10::DeviceIndex)s.cuda_device_id)
-                          : c10::Device (c10::kCPU);
-  opts.dtype = (s.precision == GST_PI0_INFER_PRECISION_BF16 ||
-                (s.precision == GST_PI0_INFER_PRECISION_AUTO && want_cuda))
-                   ? at::kBFloat16
-                   : at::kFloat;
-  if (!want_cuda)
-    GST_INFO_OBJECT (self, "running the policy on the CPU");
-
-  std::string tokenizer_path = s.tokenizer;
-  const std::string &m = s.model;
+  std::unique_ptr<pi0::OpenedPolicy> policy;
   try {
-    if (g_str_has_prefix (m.c_str (), "builtin:")) {
-      std::string name = m.substr (8);
-      if (name != "pi0-tiny" && name != "pi0") {
-        GST_ELEMENT_ERROR (self, RESOURCE, NOT_FOUND,
-                           ("Unknown builtin model '%s': the builtins are builtin:pi0-tiny and "
-                            "builtin:pi0.",
-                            m.c_str ()),
-                           (nullptr));
-        return FALSE;
-      }
-      pi0::Pi0Config cfg = pi0::config_by_name (name);
-      cfg.num_steps = s.num_steps;
-      auto model = std::make_shared<pi0::Pi0Model> (cfg);
-      /* Fixed weights: the demo is the same model everywhere. */
-      model->init_random (0);
-      loaded->policy = pi0::make_pi0_policy (model, opts);
-      loaded->untrained = true;
-      loaded->model_id = "builtin:" + name + " (untrained, random weights)";
-      if (tokenizer_path.empty ())
-        tokenizer_path = bundled_tokenizer ();
-    } else if (!path_exists (m)) {
-      GST_ELEMENT_ERROR (self, RESOURCE, NOT_FOUND, ("Model '%s' does not exist.", m.c_str ()),
-                         (nullptr));
-      return FALSE;
-    } else if (is_dir (m) || has_suffix (m, ".safetensors")) {
-      std::string config_tokenizer;
-      auto model = load_native (m, s.num_steps, &config_tokenizer);
-      loaded->policy = pi0::make_pi0_policy (model, opts);
-      loaded->model_id = m;
-      if (tokenizer_path.empty () && path_exists (config_tokenizer))
-        tokenizer_path = config_tokenizer;
-    } else if (has_suffix (m, ".pt") || has_suffix (m, ".ts") || has_suffix (m, ".torchscript")) {
-      loaded->policy = pi0::load_torchscript_policy (m, opts);
-      loaded->model_id = m;
-    } else {
-      GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS,
-                         ("Model '%s' is neither a checkpoint directory, a .safetensors file nor "
-                          "a TorchScript file (.pt, .ts, .torchscript).",
-                          m.c_str ()),
-                         (nullptr));
-      return FALSE;
-    }
-  } catch (const pi0::Error &e) {
-    GST_ELEMENT_ERROR (self, RESOURCE, OPEN_READ,
-                       ("Could not load model '%s': %s", m.c_str (), e.what ()), (nullptr));
-    return FALSE;
-  } catch (const c10::Error &e) {
-    GST_ELEMENT_ERROR (self, LIBRARY, INIT, ("LibTorch could not load model '%s'.", m.c_str ()),
-                       ("%s", e.what_without_backtrace ()));
+    policy = pi0::open_policy (s.model, open_options (s));
+  } catch (const pi0::OpenError &e) {
+    post_open_error (self, e);
     return FALSE;
   } catch (const std::exception &e) {
-    GST_ELEMENT_ERROR (self, LIBRARY, INIT, ("Could not load model '%s'.", m.c_str ()),
+    GST_ELEMENT_ERROR (self, LIBRARY, INIT, ("Could not load model '%s'.", s.model.c_str ()),
                        ("%s", e.what ()));
     return FALSE;
   }
-  loaded->spec = loaded->policy->spec ();
 
-  if (tokenizer_path.empty ()) {
-    GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS,
-                       ("No tokenizer for model '%s': set tokenizer= to its SentencePiece model "
-                        "(the PaliGemma tokenizer).",
-                        m.c_str ()),
-                       (nullptr));
-    return FALSE;
-  }
-  try {
-    loaded->tokenizer.emplace (pi0::Tokenizer::load (tokenizer_path));
-  } catch (const std::exception &e) {
-    GST_ELEMENT_ERROR (self, RESOURCE, OPEN_READ,
-                       ("Could not load tokenizer '%s': %s", tokenizer_path.c_str (), e.what ()),
-                       (nullptr));
-    return FALSE;
-  }
-
-  if (!s.norm_stats.empty ()) {
-    try {
-      loaded->norm.emplace (pi0::NormStats::load (s.norm_stats));
-    } catch (const std::exception &e) {
-      GST_ELEMENT_ERROR (self, RESOURCE, OPEN_READ,
-                         ("Could not load norm stats '%s': %s", s.norm_stats.c_str (), e.what ()),
-                         (nullptr));
-      return FALSE;
-    }
-    loaded->norm_mode =
-        s.norm_mode == NORM_QUANTILE ? pi0::NormMode::Quantile : pi0::NormMode::ZScore;
-  }
-
-  int model_dims = loaded->spec.action_dim;
-  if (s.action_dims > model_dims && model_dims > 0) {
-    GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS,
-                       ("action-dims=%d, but the model only makes %d.", s.action_dims, model_dims),
-                       (nullptr));
-    return FALSE;
-  }
-  loaded->action_dims = s.action_dims > 0 ? s.action_dims : model_dims;
-
-  /* Warm up (and, on CUDA, capture the graph) now, so the first observation is not slow. */
+  /* One blank observation through the whole path now: a broken policy fails here, before any
+   * observation, and the first real one is not slow (on CUDA the graph is captured now). */
   auto t0 = std::chrono::steady_clock::now ();
+  bool warmed = false;
   try {
-#ifdef PI0_INFER_HAVE_CUDA
-    if (want_cuda)
-      loaded->stream = c10::cuda::getStreamFromPool (true, (c10::DeviceIndex)s.cuda_device_id);
-#endif
-    StreamScope on_stream (*loaded);
-    loaded->policy->warmup ();
+    warmed = policy->warmup ();
+  } catch (const c10::Error &e) {
+    GST_ELEMENT_ERROR (self, LIBRARY, INIT,
+                       ("The model failed its warm-up run: %s", e.what_without_backtrace ()),
+                       (nullptr));
+    return FALSE;
   } catch (const std::exception &e) {
     GST_ELEMENT_ERROR (self, LIBRARY, INIT, ("The model failed its warm-up run: %s", e.what ()),
                        (nullptr));
@@ -760,17 +594,21 @@ gst_pi0_infer_start (GstBaseTransform *trans)
   }
   double warm_ms =
       std::chrono::duration<double, std::milli> (std::chrono::steady_clock::now () - t0).count ();
-  GST_INFO_OBJECT (self, "loaded %s: %s (warm-up %.1f ms)", loaded->model_id.c_str (),
-                   loaded->policy->describe ().c_str (), warm_ms);
+  if (!warmed)
+    GST_WARNING_OBJECT (self,
+                        "no warm-up run: the model does not declare num_views, image_size and "
+                        "state_dim, so it first runs on the first observation");
+  GST_INFO_OBJECT (self, "loaded %s: %s (warm-up %.1f ms)", policy->model_id ().c_str (),
+                   policy->describe ().c_str (), warm_ms);
 
   {
     std::lock_guard<std::mutex> lk (priv->stats_lock);
     priv->stats = Stats ();
     priv->stats.warmup_ms = warm_ms;
-    priv->model_id = loaded->model_id;
+    priv->model_id = policy->model_id ();
   }
   priv->state = State ();
-  priv->loaded = std::move (loaded);
+  priv->policy = std::move (policy);
   return TRUE;
 }
 
@@ -778,7 +616,7 @@ static gboolean
 gst_pi0_infer_stop (GstBaseTransform *trans)
 {
   auto priv = GST_PI0_INFER (trans)->priv;
-  priv->loaded.reset ();
+  priv->policy.reset ();
   priv->state = State ();
   return TRUE;
 }
@@ -793,9 +631,9 @@ gst_pi0_infer_set_caps (GstBaseTransform *trans, GstCaps *incaps, GstCaps *outca
   const GstStructure *st = gst_caps_get_structure (incaps, 0);
   gint views = 0;
 
-  if (!self->priv->loaded)
+  if (!self->priv->policy)
     return TRUE;
-  int slots = self->priv->loaded->spec.num_views;
+  int slots = self->priv->policy->spec ().num_views;
   if (gst_structure_get_int (st, "views", &views) && slots > 0 && views > slots) {
     GST_ELEMENT_ERROR (
         self, CORE, NEGOTIATION,
@@ -871,41 +709,25 @@ torch_dtype (GstPi0DType d)
   }
 }
 
-/* The images of the tensor meta as a float [slots,3,H,W] tensor, views beyond the
- * observation's padded as masked slots. Device memory is waited on through its event on the
- * current stream (the element's own, see StreamScope): no CPU thread waits for the GPU. */
+/* The images of the tensor meta, without a copy, and its masks. Device memory comes with
+ * cudaprep's CUDA event, which the policy's stream waits on (no CPU thread waits for the GPU). */
 static void
-images_from_meta (const GstPi0TensorMeta *tm, int slots, at::Tensor *images, at::Tensor *masks)
+request_images (const GstPi0TensorMeta *tm, pi0::Request *rq)
 {
   std::vector<int64_t> shape (tm->shape, tm->shape + tm->n_dims);
   at::TensorOptions o = at::TensorOptions ().dtype (torch_dtype (tm->dtype));
   if (tm->device == GST_PI0_DEVICE_CUDA) {
+    if (!pi0::cuda_available ())
+      throw pi0::Error ("the tensor is in CUDA memory but LibTorch here has no CUDA device");
     o = o.device (c10::Device (c10::kCUDA, (c10::DeviceIndex)tm->device_id));
-#ifdef PI0_INFER_HAVE_CUDA
-    if (tm->ready_event) {
-      cudaError_t err = cudaStreamWaitEvent (
-          c10::cuda::getCurrentCUDAStream ((c10::DeviceIndex)tm->device_id).stream (),
-          (cudaEvent_t)tm->ready_event, 0);
-      if (err != cudaSuccess)
-        throw pi0::Error (std::string ("cudaStreamWaitEvent: ") + cudaGetErrorName (err));
-    }
-#else
-    throw pi0::Error ("the tensor is in CUDA memory but this build has no CUDA LibTorch");
-#endif
+    rq->ready_event = tm->ready_event;
   }
-  /* A view of the meta's memory; the buffer (and so the storage) outlives this call. */
-  at::Tensor t = at::from_blob (tm->data, shape, o);
+  /* A view of the meta's memory; the buffer (and so the storage) outlives the inference. */
+  rq->images = at::from_blob (tm->data, shape, o);
   at::Tensor m = at::zeros ({(int64_t)tm->n_masks}, at::kBool);
   for (guint i = 0; i < tm->n_masks; i++)
     m[i] = (bool)tm->image_masks[i];
-  int64_t v = shape[0];
-  t = t.to (at::kFloat);
-  if (slots > v) {
-    t = at::cat ({t, at::full ({slots - v, shape[1], shape[2], shape[3]}, -1.0f, t.options ())});
-    m = at::cat ({m, at::zeros ({slots - v}, at::kBool)});
-  }
-  *images = t;
-  *masks = m;
+  rq->image_masks = m;
 }
 
 static GstFlowReturn
@@ -913,14 +735,14 @@ gst_pi0_infer_transform_ip (GstBaseTransform *trans, GstBuffer *buf)
 {
   auto self = GST_PI0_INFER (trans);
   auto priv = self->priv;
-  Loaded *L = priv->loaded.get ();
+  pi0::OpenedPolicy *policy = priv->policy.get ();
   Settings s = snapshot_settings (self);
 
   {
     std::lock_guard<std::mutex> lk (priv->stats_lock);
     priv->stats.observations++;
   }
-  if (!L) {
+  if (!policy) {
     GST_ELEMENT_ERROR (self, CORE, FAILED, ("No model loaded."), (nullptr));
     return GST_FLOW_ERROR;
   }
@@ -936,7 +758,7 @@ gst_pi0_infer_transform_ip (GstBaseTransform *trans, GstBuffer *buf)
     return GST_FLOW_ERROR;
   }
 
-  const pi0::PolicySpec &spec = L->spec;
+  const pi0::PolicySpec &spec = policy->spec ();
   if (tm->n_dims != 4 || tm->shape[1] != 3 ||
       (spec.image_size > 0 &&
        (tm->shape[2] != spec.image_size || tm->shape[3] != spec.image_size)) ||
@@ -980,38 +802,15 @@ gst_pi0_infer_transform_ip (GstBaseTransform *trans, GstBuffer *buf)
   }
 
   auto t0 = std::chrono::steady_clock::now ();
-  at::Tensor actions;
+  pi0::Response response;
   try {
-    StreamScope on_stream (*L);
-    pi0::PolicyInput in;
-    images_from_meta (tm, spec.num_views, &in.images, &in.image_masks);
-
-    /* Tokenize once per instruction. */
-    if (!priv->state.have_tokens || priv->state.tokens_for != s.instruction) {
-      pi0::Tokens tok =
-          L->tokenizer->encode_prompt (s.instruction, spec.max_tokens ? spec.max_tokens : 48);
-      priv->state.tokens = tok.ids;
-      priv->state.token_mask = tok.mask;
-      priv->state.tokens_for = s.instruction;
-      priv->state.have_tokens = true;
-      GST_DEBUG_OBJECT (self, "tokenized \"%s\"", s.instruction.c_str ());
-    }
-    in.tokens = priv->state.tokens;
-    in.token_mask = priv->state.token_mask;
-
-    at::Tensor st = state ? at::from_blob ((void *)state, {(int64_t)state_dim}, at::kFloat).clone ()
-                          : at::zeros ({1});
-    if (state && L->norm)
-      st = L->norm->normalize_state (st, L->norm_mode).to (at::kFloat);
-    in.state = st;
-    in.seed = s.seed + om->sequence;
-
-    actions = L->policy->infer (in);
-    if (L->norm)
-      actions = L->norm->unnormalize_actions (actions, L->norm_mode, L->action_dims);
-    else
-      actions = actions.narrow (1, 0, L->action_dims);
-    actions = actions.to (at::kFloat).contiguous ();
+    pi0::Request rq;
+    request_images (tm, &rq);
+    if (state)
+      rq.state = at::from_blob ((void *)state, {(int64_t)state_dim}, at::kFloat).clone ();
+    rq.prompt = s.instruction;
+    rq.seed = s.seed + om->sequence;
+    response = policy->infer (rq);
   } catch (const c10::Error &e) {
     record_error (self, e.what_without_backtrace ());
     GST_ELEMENT_ERROR (self, STREAM, FAILED,
@@ -1029,14 +828,22 @@ gst_pi0_infer_transform_ip (GstBaseTransform *trans, GstBuffer *buf)
   double ms =
       std::chrono::duration<double, std::milli> (std::chrono::steady_clock::now () - t0).count ();
 
+  if (response.prompt_truncated && !priv->state.warned_truncated) {
+    priv->state.warned_truncated = true;
+    GST_ELEMENT_WARNING (self, STREAM, FAILED,
+                         ("The instruction needs more than the model's %d tokens: it was cut.",
+                          policy->prompt_length ()),
+                         ("instruction \"%s\"", s.instruction.c_str ()));
+  }
+  const at::Tensor &actions = response.actions;
   GstPi0ActionMeta *am =
       gst_buffer_add_pi0_action_meta (buf, (guint)actions.size (0), (guint)actions.size (1),
-                                      actions.data_ptr<float> (), L->model_id.c_str ());
+                                      actions.data_ptr<float> (), policy->model_id ().c_str ());
   am->sequence = om->sequence;
   am->observation_time = om->observation_time;
   am->inference_time = (GstClockTime)(ms * GST_MSECOND);
   am->done_time = gst_pi0_element_get_running_time (GST_ELEMENT (self));
-  if (L->untrained)
+  if (policy->untrained ())
     am->flags = (GstPi0ActionFlags)(am->flags | GST_PI0_ACTION_FLAG_UNTRAINED);
   bool finite = !(am->flags & GST_PI0_ACTION_FLAG_NON_FINITE);
 

@@ -198,6 +198,9 @@ validate (const Params &p, const Image &img)
     return {}; /* masked view: nothing is read */
   if (img.width <= 0 || img.height <= 0)
     return "frame size must be positive";
+  if (img.width > kMaxFrameSide || img.height > kMaxFrameSide)
+    return std::string ("frame ") + std::to_string (img.width) + "x" + std::to_string (img.height) +
+           " is larger than the " + std::to_string (kMaxFrameSide) + " pixels per side supported";
   for (int pl = 0; pl < format_n_planes (img.format); pl++) {
     if (!img.planes[pl])
       return std::string ("plane ") + std::to_string (pl) + " missing";
@@ -251,6 +254,21 @@ compute_geometry (const Params &p, int in_w, int in_h)
   return g;
 }
 
+int
+filter_taps (double in0, double in1, int out_size)
+{
+  const double support = std::max ((in1 - in0) / out_size, 1.0);
+  return static_cast<int> (std::ceil (support)) * 2 + 1;
+}
+
+int
+axis_bits (Filter f, double in0, double in1, int out_size)
+{
+  if (f == Filter::Antialias && filter_taps (in0, in1, out_size) <= kFastMaxTaps)
+    return kFastBits;
+  return kPrecisionBits;
+}
+
 AxisWeights
 antialias_weights (int in_size, double in0, double in1, int out_size, int bits)
 {
@@ -261,7 +279,7 @@ antialias_weights (int in_size, double in0, double in1, int out_size, int bits)
   const double support = 1.0 * filterscale;
   a.out_size = out_size;
   a.bits = bits;
-  a.ksize = static_cast<int> (std::ceil (support)) * 2 + 1;
+  a.ksize = filter_taps (in0, in1, out_size);
   a.first.resize (out_size);
   a.count.resize (out_size);
   a.coeffs.assign (static_cast<size_t> (out_size) * a.ksize, 0);
@@ -704,11 +722,12 @@ vpass_row (const uint8_t *tmp, size_t tmp_stride, int n, const int32_t *w, int c
 
 /* out[i] = clip (sum_k w[k] * rows[k][i]) for i < len; w has kFastBits fractional bits. */
 #if defined(__GNUC__) && defined(__x86_64__)
+/* n <= kFastMaxTaps (vsum checks). */
 __attribute__ ((target ("avx2"))) void
 vsum_avx2 (const uint8_t *const *rows, const int16_t *w, int n, int len, uint8_t *out, int bits)
 {
   /* Weights of each pair of rows, as the 32-bit pattern pmaddwd wants (odd n: zero partner). */
-  int32_t wp[64];
+  int32_t wp[(kFastMaxTaps + 1) / 2];
   const int np = (n + 1) / 2;
   for (int k = 0; k < np; k++) {
     const uint16_t w0 = static_cast<uint16_t> (w[2 * k]);
@@ -775,12 +794,25 @@ vsum (const uint8_t *const *rows, const int16_t *w, int n, int len, uint8_t *out
 {
 #if defined(__GNUC__) && defined(__x86_64__)
   static const bool avx2 = __builtin_cpu_supports ("avx2");
-  if (avx2) {
+  if (avx2 && n <= kFastMaxTaps) {
     vsum_avx2 (rows, w, n, len, out, bits);
     return;
   }
 #endif
   vsum_generic (rows, w, n, len, out, bits);
+}
+
+/* acc[i] += sum_k w[k] * rows[k][i] for i < len: the vertical pass of a filter too long for
+ * vsum (more than kFastMaxTaps taps, 32-bit weights), a group of rows at a time. */
+PI0_MULTIVERSION void
+vacc32 (const uint8_t *const *rows, const int32_t *w, int n, int len, int32_t *__restrict acc)
+{
+  for (int k = 0; k < n; k++) {
+    const uint8_t *__restrict s = rows[k];
+    const int32_t wk = w[k];
+    for (int i = 0; i < len; i++)
+      acc[i] += s[i] * wk;
+  }
 }
 
 /* filter=antialias horizontal pass on one plane: int16 weights, windows padded to 16 taps. */
@@ -795,6 +827,10 @@ HPlan16
 make_hplan16 (const AxisWeights &a, int row_len)
 {
   HPlan16 h;
+  if (a.bits > 15) {
+    h.fits = false; /* the weights do not fit int16: the caller takes the 32-bit scalar pass */
+    return h;
+  }
   h.len = (a.ksize + 15) / 16 * 16;
   h.start.resize (a.out_size);
   h.w.assign (static_cast<size_t> (a.out_size) * h.len, 0);
@@ -917,27 +953,46 @@ store_row (const Params &p, void *out, size_t index, const float *v, int n)
   }
 }
 
+/* normalize_value per channel: tabulated for the 256 levels of the uint8 filters, evaluated
+ * directly for the float values of filter=bilinear. */
 struct Norm {
-  float scale[3], bias[3];
+  float lut[3][256];
+  float mean[3], std[3];
   explicit Norm (const Params &p)
   {
     for (int c = 0; c < 3; c++) {
-      /* pi0's x/127.5 - 1 exactly when mean = std = 0.5. */
-      scale[c] = static_cast<float> (1.0 / (255.0 * p.std[c]));
-      bias[c] = static_cast<float> (-p.mean[c] / p.std[c]);
+      mean[c] = p.mean[c];
+      std[c] = p.std[c];
+      for (int v = 0; v < 256; v++)
+        lut[c][v] = normalize_value (static_cast<float> (v), mean[c], std[c]);
     }
+  }
+  float pad (int c) const { return lut[c][0]; }
+  /* n uint8 values of channel c -> floats */
+  void row (int c, const uint8_t *v, float *out, int n) const
+  {
+    const float *t = lut[c];
+    for (int x = 0; x < n; x++)
+      out[x] = t[v[x]];
+  }
+  /* n float values (0..255) of channel c, normalized in place */
+  void floats (int c, float *v, int n) const
+  {
+    const float m = mean[c], s = std[c];
+    for (int x = 0; x < n; x++)
+      v[x] = normalize_value (v[x], m, s);
   }
 };
 
 /* Pad value over output rows [y0, y1) outside the resized rectangle (everything if !valid). */
 void
-fill_pad_rows (const Params &p, const Geometry &g, bool valid, void *out, int y0, int y1)
+fill_pad_rows (const Params &p, const Norm &nm, const Geometry &g, bool valid, void *out, int y0,
+               int y1)
 {
-  const Norm nm (p);
   const int W = p.out_width, H = p.out_height;
   std::vector<float> row (W);
   for (int c = 0; c < 3; c++) {
-    std::fill (row.begin (), row.end (), nm.bias[c]);
+    std::fill (row.begin (), row.end (), nm.pad (c));
     for (int y = y0; y < y1; y++) {
       const size_t base = (static_cast<size_t> (c) * H + y) * W;
       const bool inside = valid && y >= g.dst_y && y < g.dst_y + g.dst_h;
@@ -954,6 +1009,7 @@ fill_pad_rows (const Params &p, const Geometry &g, bool valid, void *out, int y0
 
 struct ViewJob {
   const Image *img = nullptr;
+  const Norm *norm = nullptr;
   Geometry g;
   AxisWeights hw, vw;
   std::vector<int16_t> vw16; /* filter=antialias: vertical weights as int16 */
@@ -1017,7 +1073,7 @@ pil_band (const Params &p, const ViewJob &job, int r0, int r1)
     }
   }
 
-  const Norm nm (p);
+  const Norm &nm = *job.norm;
   const int W = p.out_width, H = p.out_height;
   if (frow.size () < static_cast<size_t> (nw))
     frow.resize (nw);
@@ -1034,8 +1090,7 @@ pil_band (const Params &p, const ViewJob &job, int r0, int r1)
     for (int c = 0; c < 3; c++) {
       vpass_row (planes[c] + static_cast<size_t> (job.vw.first[r] - src_first) * nw, nw, nw, w,
                  job.vw.count[r], ln, job.vw.bits);
-      for (int x = 0; x < nw; x++)
-        frow[x] = ln[x] * nm.scale[c] + nm.bias[c];
+      nm.row (c, ln, frow.data (), nw);
       const size_t base = (static_cast<size_t> (c) * H + g.dst_y + r) * W + g.dst_x;
       store_row (p, job.out, base, frow.data (), nw);
     }
@@ -1142,35 +1197,57 @@ antialias_band (const Params &p, const ViewJob &job, int r0, int r1)
     planes.resize (3 * static_cast<size_t> (nw));
   if (frow.size () < static_cast<size_t> (nw))
     frow.resize (nw);
-  /* Converted YUV rows, kept while the vertical windows (which only move down) still need
-   * them: each source row is converted once per band. */
-  const int n_slots = job.vw.ksize + 1;
+  /* A vertical filter longer than kFastMaxTaps (22-bit weights) is summed in 32 bits, kGroup
+   * source rows at a time, so that the converted YUV rows held stay bounded whatever the
+   * downscale (all of a window's rows at once would be ~200 MB for 8K -> 1 pixel). */
+  constexpr int kGroup = 64;
+  const bool long_v = job.vw.bits != kFastBits;
+  const int len = (x_hi - x_lo) * vbpp;
+  uint8_t *const vout = line.data () + static_cast<size_t> (x_lo) * vbpp;
+  thread_local std::vector<int32_t> acc;
+  if (long_v && acc.size () < static_cast<size_t> (len))
+    acc.resize (len);
+  /* Converted YUV rows. Short filters keep them while the vertical windows (which only move
+   * down) still need them, so each source row is converted once per band; long filters
+   * convert each group of rows as they sum it. */
+  const int n_slots = long_v ? kGroup : job.vw.ksize + 1;
   if (yuv) {
     if (ring.size () < row_bytes * n_slots)
       ring.resize (row_bytes * n_slots);
     tags.assign (n_slots, -1);
   }
-  const Norm nm (p);
-  uint8_t *pr = planes.data (), *pg = pr + nw, *pb = pg + nw;
-  std::vector<const uint8_t *> rows (job.vw.ksize);
-  for (int r = r0; r < r1; r++) {
-    const int n = job.vw.count[r];
-    for (int k = 0; k < n; k++) {
-      const int y = job.vw.first[r] + k;
-      if (yuv) {
-        const int slot = y % n_slots;
-        uint8_t *dst = ring.data () + row_bytes * slot;
-        if (tags[slot] != y) {
-          yuv_row_to_planar (img, y, dst, dst + img.width, dst + 2 * img.width);
-          tags[slot] = y;
-        }
-        rows[k] = dst;
-      } else {
-        rows[k] = img.planes[0] + img.strides[0] * y + static_cast<size_t> (x_lo) * bpp;
-      }
+  auto source_row = [&] (int y, int slot) -> const uint8_t * {
+    if (!yuv)
+      return img.planes[0] + img.strides[0] * y + static_cast<size_t> (x_lo) * bpp;
+    uint8_t *dst = ring.data () + row_bytes * slot;
+    if (tags[slot] != y) {
+      yuv_row_to_planar (img, y, dst, dst + img.width, dst + 2 * img.width);
+      tags[slot] = y;
     }
-    vsum (rows.data (), job.vw16.data () + static_cast<size_t> (r) * job.vw.ksize, n,
-          (x_hi - x_lo) * vbpp, line.data () + static_cast<size_t> (x_lo) * vbpp, job.vw.bits);
+    return dst;
+  };
+  const Norm &nm = *job.norm;
+  uint8_t *pr = planes.data (), *pg = pr + nw, *pb = pg + nw;
+  std::vector<const uint8_t *> rows (long_v ? kGroup : job.vw.ksize);
+  for (int r = r0; r < r1; r++) {
+    const int n = job.vw.count[r], y0 = job.vw.first[r];
+    if (!long_v) {
+      for (int k = 0; k < n; k++)
+        rows[k] = source_row (y0 + k, (y0 + k) % n_slots);
+      vsum (rows.data (), job.vw16.data () + static_cast<size_t> (r) * job.vw.ksize, n, len, vout,
+            job.vw.bits);
+    } else {
+      const int32_t *w = job.vw.coeffs.data () + static_cast<size_t> (r) * job.vw.ksize;
+      std::fill (acc.begin (), acc.begin () + len, 1 << (job.vw.bits - 1));
+      for (int k0 = 0; k0 < n; k0 += kGroup) {
+        const int m = std::min (kGroup, n - k0);
+        for (int k = 0; k < m; k++)
+          rows[k] = source_row (y0 + k0 + k, k);
+        vacc32 (rows.data (), w + k0, m, len, acc.data ());
+      }
+      for (int i = 0; i < len; i++)
+        vout[i] = clip8 (acc[i], job.vw.bits);
+    }
     /* Planes of the vertically filtered row (YUV rows are planar already), then the
      * horizontal pass on each. */
     const uint8_t *pl[3];
@@ -1203,8 +1280,7 @@ antialias_band (const Params &p, const ViewJob &job, int r0, int r1)
     }
     const uint8_t *src[3] = {pr, pg, pb};
     for (int c = 0; c < 3; c++) {
-      for (int x = 0; x < nw; x++)
-        frow[x] = src[c][x] * nm.scale[c] + nm.bias[c];
+      nm.row (c, src[c], frow.data (), nw);
       store_row (p, job.out, (static_cast<size_t> (c) * H + g.dst_y + r) * W + g.dst_x,
                  frow.data (), nw);
     }
@@ -1240,7 +1316,7 @@ bilinear_band (const Params &p, const ViewJob &job, int r0, int r1)
   const int nw = g.dst_w, W = p.out_width, H = p.out_height;
   int off[3];
   rgb_offsets (img.format, off);
-  const Norm nm (p);
+  const Norm &nm = *job.norm;
   thread_local std::vector<float> f;
   if (f.size () < 3 * static_cast<size_t> (nw))
     f.resize (3 * static_cast<size_t> (nw));
@@ -1258,13 +1334,15 @@ bilinear_band (const Params &p, const ViewJob &job, int r0, int r1)
       for (int ch = 0; ch < 3; ch++) {
         const float top = (1.f - lx) * a[ch] + lx * b[ch];
         const float bot = (1.f - lx) * c[ch] + lx * d[ch];
-        const float v = (1.f - ly) * top + ly * bot;
-        f[ch * nw + x] = v * nm.scale[ch] + nm.bias[ch];
+        f[ch * nw + x] = (1.f - ly) * top + ly * bot;
       }
     }
-    for (int ch = 0; ch < 3; ch++)
+    /* Normalized a row at a time, where the divisions vectorize. */
+    for (int ch = 0; ch < 3; ch++) {
+      nm.floats (ch, f.data () + ch * nw, nw);
       store_row (p, job.out, (static_cast<size_t> (ch) * H + g.dst_y + r) * W + g.dst_x,
                  f.data () + ch * nw, nw);
+    }
   }
 }
 
@@ -1274,6 +1352,7 @@ void
 prep_cpu (const Params &p, const Image *views, int n_views, void *out, ThreadPool *pool)
 {
   std::vector<ViewJob> jobs (n_views);
+  const Norm norm (p);
   struct Task {
     int view, r0, r1; /* r1 < 0: pad fill of the whole view */
   };
@@ -1282,24 +1361,25 @@ prep_cpu (const Params &p, const Image *views, int n_views, void *out, ThreadPoo
   for (int v = 0; v < n_views; v++) {
     ViewJob &j = jobs[v];
     j.img = &views[v];
+    j.norm = &norm;
     j.out = static_cast<uint8_t *> (out) + view_bytes (p) * v;
     const bool valid = views[v].planes[0] != nullptr;
     if (valid) {
       const Image &img = views[v];
       j.g = compute_geometry (p, img.width, img.height);
       if (p.filter != Filter::Bilinear) {
-        const int bits = filter_bits (p.filter);
-        j.hw = antialias_weights (img.width, j.g.box_x0, j.g.box_x1, j.g.dst_w, bits);
-        j.vw = antialias_weights (img.height, j.g.box_y0, j.g.box_y1, j.g.dst_h, bits);
+        j.hw = antialias_weights (img.width, j.g.box_x0, j.g.box_x1, j.g.dst_w,
+                                  axis_bits (p.filter, j.g.box_x0, j.g.box_x1, j.g.dst_w));
+        j.vw = antialias_weights (img.height, j.g.box_y0, j.g.box_y1, j.g.dst_h,
+                                  axis_bits (p.filter, j.g.box_y0, j.g.box_y1, j.g.dst_h));
         if (p.filter == Filter::Antialias) {
-          j.vw16.assign (j.vw.coeffs.begin (), j.vw.coeffs.end ());
+          if (j.vw.bits == kFastBits)
+            j.vw16.assign (j.vw.coeffs.begin (), j.vw.coeffs.end ());
           j.hp16 = make_hplan16 (j.hw, img.width);
+        } else {
+          const int bpp = format_is_yuv (img.format) ? 3 : format_pixel_stride (img.format);
+          j.hp = make_hplan (j.hw, bpp, img.width * bpp);
         }
-        const bool yuv = format_is_yuv (img.format);
-        /* filter=antialias filters YUV input as planar R, G, B rows (bpp 1). */
-        const int bpp =
-            yuv ? (p.filter == Filter::Antialias ? 1 : 3) : format_pixel_stride (img.format);
-        j.hp = make_hplan (j.hw, bpp, img.width * bpp);
       } else {
         j.ht = bilinear_taps (img.width, j.g.box_x0, j.g.box_x1, j.g.dst_w);
         j.vt = bilinear_taps (img.height, j.g.box_y0, j.g.box_y1, j.g.dst_h);
@@ -1321,7 +1401,7 @@ prep_cpu (const Params &p, const Image *views, int n_views, void *out, ThreadPoo
     const Task &t = tasks[i];
     const ViewJob &j = jobs[t.view];
     if (t.r1 < 0)
-      fill_pad_rows (p, j.g, t.r0 != 0, j.out, 0, p.out_height);
+      fill_pad_rows (p, norm, j.g, t.r0 != 0, j.out, 0, p.out_height);
     else if (p.filter == Filter::Antialias)
       antialias_band (p, j, t.r0, t.r1);
     else if (p.filter == Filter::Pil)

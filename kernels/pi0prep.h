@@ -25,7 +25,11 @@
  *  - YUV input is first converted to RGB uint8 (round half up, clamp) with the matrix given in
  *    the Image; chroma is taken from the sample of the pixel's 2x2 (4:2:0) or 2x1 (4:2:2) block
  *    (no chroma interpolation).
- *  - out = (v / 255 - mean[c]) / std[c]; padding is black (v = 0) before normalization.
+ *  - out = (v / 255 - mean[c]) / std[c], evaluated in float32 in that order (normalize_value);
+ *    padding is black (v = 0) before normalization. With mean = std = 0.5 this is bit for bit
+ *    openpi's x.astype(float32) / 255 * 2 - 1.
+ *  - Any frame and output size works (a frame side is at most kMaxFrameSide): filters too long
+ *    for the fast paths (downscales beyond ~63x on an axis) take bounded, slower ones.
  */
 
 #include <cstddef>
@@ -93,10 +97,21 @@ struct Params {
   int out_width = 224, out_height = 224;
   Resize resize = Resize::Pad;
   Filter filter = Filter::Antialias;
-  float mean[3] = {0.5f, 0.5f, 0.5f}; /* in [0,1] units; pi0: x/127.5 - 1 */
+  float mean[3] = {0.5f, 0.5f, 0.5f}; /* in [0,1] units; pi0: x/255*2 - 1 */
   float std[3] = {0.5f, 0.5f, 0.5f};
   DType dtype = DType::Float32;
 };
+
+/* The normalization of one value v in 0..255: (v / 255 - mean) / std in float32, each operation
+ * rounded as written. With mean = std = 0.5 it equals openpi's float32 x / 255 * 2 - 1 exactly:
+ * (q - 0.5) / 0.5 and q * 2 - 1 are the same binary operations scaled by a power of two. With
+ * the ImageNet values it is torchvision's ToTensor + Normalize. The CPU path tabulates it for
+ * the 256 levels; the CUDA path evaluates the same operations (IEEE division, no contraction). */
+inline float
+normalize_value (float v, float mean, float std)
+{
+  return (v / 255.f - mean) / std;
+}
 
 size_t dtype_size (DType d);
 /* Bytes one view occupies in the output: 3 * out_height * out_width * dtype_size. */
@@ -105,8 +120,12 @@ size_t view_bytes (const Params &p);
 /* Bytes each plane of a frame spans: stride * rows of that plane (the last row included in
  * full). Callers compare this with the memory they hold before handing the frame over. */
 size_t plane_span (Format f, int height, int plane, size_t stride);
-/* Checks sizes and strides against the format (a stride shorter than a row is refused).
- * Returns an empty string when fine, otherwise what is wrong. */
+/* Largest frame width or height accepted: the weights stay meaningful (PIL's 22-bit fixed point
+ * still gives each tap of a 65536:1 downscale a weight of 64) and row byte counts fit an int. */
+constexpr int kMaxFrameSide = 65536;
+
+/* Checks sizes and strides against the format (a stride shorter than a row is refused, so is a
+ * frame side above kMaxFrameSide). Returns an empty string when fine, otherwise what is wrong. */
 std::string validate (const Params &p, const Image &img);
 
 /* ---- geometry and filter weights (shared by the CPU and CUDA paths and the tests) ---- */
@@ -120,11 +139,17 @@ Geometry compute_geometry (const Params &p, int in_width, int in_height);
 
 constexpr int kPrecisionBits = 32 - 8 - 2; /* PIL's fixed point for 8-bit images */
 constexpr int kFastBits = 14;              /* filter=antialias: weights fit int16 */
-inline int
-filter_bits (Filter f)
-{
-  return f == Filter::Pil ? kPrecisionBits : kFastBits;
-}
+/* filter=antialias keeps 14-bit (int16) weights on an axis whose filter has at most this many
+ * taps (a downscale up to ~63x); a longer filter gets PIL's 22 bits and 32-bit arithmetic, since
+ * 14 bits would round its many small weights too coarsely (at 8K -> 1 pixel the sum of the
+ * rounded weights is off by ~3 %, beyond 32768x every weight would round to 0). */
+constexpr int kFastMaxTaps = 128;
+
+/* Taps of the triangle filter of one axis: 2 * ceil (max (scale, 1)) + 1. */
+int filter_taps (double in0, double in1, int out_size);
+/* Fractional bits of one axis's weights: kPrecisionBits for filter=pil, and for
+ * filter=antialias when filter_taps > kFastMaxTaps; kFastBits otherwise. */
+int axis_bits (Filter f, double in0, double in1, int out_size);
 
 /* PIL's triangle-filter weights for one axis: out pixel i reads in[bounds[i]..+count[i]) with
  * weights coeffs[i*ksize ..]. */

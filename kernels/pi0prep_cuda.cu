@@ -26,6 +26,11 @@ namespace
 constexpr int kTileW = 32;
 constexpr int kThreadsY = 8;
 constexpr size_t kMaxShared = 48 * 1024;
+/* The two-pass fallback's intermediate image: at most this many bytes per strip of output rows
+ * (one output row at least). */
+constexpr size_t kMaxIntermediate = 64u << 20;
+constexpr int kFallbackThreads = 256;
+constexpr int kFallbackMaxBlocks = 65535;
 
 struct DevImage {
   int format;
@@ -40,9 +45,17 @@ struct DevImage {
 struct DevParams {
   int W, H, dtype;
   int dst_x, dst_y, dst_w, dst_h;
-  float scale[3], bias[3];
+  float mean[3], std[3];
   int valid;
 };
+
+/* normalize_value of pi0prep.h with IEEE-rounded operations (no contraction, no approximate
+ * division), so that it equals the CPU path's table bit for bit. */
+__device__ __forceinline__ float
+normalize (const DevParams &p, float v, int c)
+{
+  return __fdiv_rn (__fsub_rn (__fdiv_rn (v, 255.f), p.mean[c]), p.std[c]);
+}
 
 __device__ __forceinline__ float
 round8f (float v)
@@ -99,7 +112,7 @@ store_pad (const DevParams &p, void *out, int x, int y)
 {
   const size_t plane = static_cast<size_t> (p.W) * p.H;
   for (int c = 0; c < 3; c++)
-    store (out, c * plane + static_cast<size_t> (y) * p.W + x, p.bias[c], p.dtype);
+    store (out, c * plane + static_cast<size_t> (y) * p.W + x, normalize (p, 0.f, c), p.dtype);
 }
 
 /* filter=pil. One block = 32 output columns x th output rows. Stage 1 filters the source rows
@@ -170,7 +183,7 @@ pil_kernel (DevImage im, DevParams p, int th, const int *hfirst, const int *hcou
     const size_t plane = static_cast<size_t> (p.W) * p.H;
     for (int c = 0; c < 3; c++)
       store (out, c * plane + static_cast<size_t> (oy) * p.W + ox,
-             clip8 (acc[c], kPrecisionBits) * p.scale[c] + p.bias[c], p.dtype);
+             normalize (p, static_cast<float> (clip8 (acc[c], kPrecisionBits)), c), p.dtype);
   }
 }
 
@@ -180,11 +193,10 @@ pil_kernel (DevImage im, DevParams p, int th, const int *hfirst, const int *hcou
  * shared memory, rounded to uint8; stage 2 filters horizontally, normalizes and writes. */
 __global__ void
 antialias_kernel (DevImage im, DevParams p, int th, int max_cols, const int *hfirst,
-                  const int *hcount, const int *hcoef, int hk, const int *vfirst, const int *vcount,
-                  const int *vcoef, int vk, void *out)
+                  const int *hcount, const int *hcoef, int hk, int hbits, const int *vfirst,
+                  const int *vcount, const int *vcoef, int vk, int vbits, void *out)
 {
   extern __shared__ uint8_t tmp[]; /* [th][max_cols][3] */
-  const int bits = kFastBits;
   const int ox = blockIdx.x * kTileW + threadIdx.x;
   const int oy0 = blockIdx.y * th;
   const int c_lo = max (static_cast<int> (blockIdx.x) * kTileW - p.dst_x, 0);
@@ -203,7 +215,7 @@ antialias_kernel (DevImage im, DevParams p, int th, int max_cols, const int *hfi
     const int r = r_lo + rr;
     const int *w = vcoef + static_cast<size_t> (r) * vk;
     const int yf = vfirst[r], nk = vcount[r];
-    int acc[3] = {1 << (bits - 1), 1 << (bits - 1), 1 << (bits - 1)};
+    int acc[3] = {1 << (vbits - 1), 1 << (vbits - 1), 1 << (vbits - 1)};
     for (int k = 0; k < nk; k++) {
       int rgb[3];
       fetch (im, x_first + xc, yf + k, rgb);
@@ -212,9 +224,9 @@ antialias_kernel (DevImage im, DevParams p, int th, int max_cols, const int *hfi
       acc[2] += rgb[2] * w[k];
     }
     uint8_t *t = tmp + (static_cast<size_t> (rr) * max_cols + xc) * 3;
-    t[0] = static_cast<uint8_t> (clip8 (acc[0], bits));
-    t[1] = static_cast<uint8_t> (clip8 (acc[1], bits));
-    t[2] = static_cast<uint8_t> (clip8 (acc[2], bits));
+    t[0] = static_cast<uint8_t> (clip8 (acc[0], vbits));
+    t[1] = static_cast<uint8_t> (clip8 (acc[1], vbits));
+    t[2] = static_cast<uint8_t> (clip8 (acc[2], vbits));
   }
   __syncthreads ();
 
@@ -232,7 +244,7 @@ antialias_kernel (DevImage im, DevParams p, int th, int max_cols, const int *hfi
     }
     const int *w = hcoef + static_cast<size_t> (col) * hk;
     const int xf = hfirst[col] - x_first, nk = hcount[col];
-    int acc[3] = {1 << (bits - 1), 1 << (bits - 1), 1 << (bits - 1)};
+    int acc[3] = {1 << (hbits - 1), 1 << (hbits - 1), 1 << (hbits - 1)};
     for (int k = 0; k < nk; k++) {
       const uint8_t *t = tmp + (static_cast<size_t> (r - r_lo) * max_cols + xf + k) * 3;
       acc[0] += t[0] * w[k];
@@ -242,7 +254,7 @@ antialias_kernel (DevImage im, DevParams p, int th, int max_cols, const int *hfi
     const size_t plane = static_cast<size_t> (p.W) * p.H;
     for (int c = 0; c < 3; c++)
       store (out, c * plane + static_cast<size_t> (oy) * p.W + ox,
-             clip8 (acc[c], bits) * p.scale[c] + p.bias[c], p.dtype);
+             normalize (p, static_cast<float> (clip8 (acc[c], hbits)), c), p.dtype);
   }
 }
 
@@ -274,10 +286,144 @@ bilinear_kernel (DevImage im, DevParams p, const int *hi0, const int *hi1, const
     const float bot = __fadd_rn (__fmul_rn (1.f - lx, static_cast<float> (c[ch])),
                                  __fmul_rn (lx, static_cast<float> (d[ch])));
     const float v = __fadd_rn (__fmul_rn (1.f - ly, top), __fmul_rn (ly, bot));
-    store (out, ch * plane + static_cast<size_t> (oy) * p.W + ox,
-           __fadd_rn (__fmul_rn (v, p.scale[ch]), p.bias[ch]), p.dtype);
+    store (out, ch * plane + static_cast<size_t> (oy) * p.W + ox, normalize (p, v, ch), p.dtype);
   }
 }
+
+/* ---- Two-pass fallback ----
+ * When the source span of one tile row does not fit in shared memory (a downscale beyond ~250x
+ * on an axis: filter=pil over ~500 source rows, filter=antialias over ~16000 source columns),
+ * the first pass writes its uint8 result for a strip of output rows to global memory and the
+ * second pass reads it back: the same integer arithmetic as the tiled kernels, value by value,
+ * with the intermediate bounded by kMaxIntermediate per strip. Grid-stride loops over 1-D
+ * grids, so no launch dimension limit applies. */
+
+__device__ __forceinline__ size_t
+first_index ()
+{
+  return static_cast<size_t> (blockIdx.x) * blockDim.x + threadIdx.x;
+}
+
+__device__ __forceinline__ size_t
+index_step ()
+{
+  return static_cast<size_t> (gridDim.x) * blockDim.x;
+}
+
+/* filter=pil, first pass: source rows [row0, row0 + n_rows) filtered horizontally into every
+ * rect column: tmp[i][col][3]. */
+__global__ void
+pil_rows_kernel (DevImage im, int row0, int n_rows, int dst_w, const int *hfirst, const int *hcount,
+                 const int *hcoef, int hk, int bits, uint8_t *tmp)
+{
+  const size_t total = static_cast<size_t> (n_rows) * dst_w;
+  for (size_t idx = first_index (); idx < total; idx += index_step ()) {
+    const int i = static_cast<int> (idx / dst_w), col = static_cast<int> (idx % dst_w);
+    const int *w = hcoef + static_cast<size_t> (col) * hk;
+    const int xf = hfirst[col], nk = hcount[col];
+    int acc[3] = {1 << (bits - 1), 1 << (bits - 1), 1 << (bits - 1)};
+    for (int k = 0; k < nk; k++) {
+      int rgb[3];
+      fetch (im, xf + k, row0 + i, rgb);
+      acc[0] += rgb[0] * w[k];
+      acc[1] += rgb[1] * w[k];
+      acc[2] += rgb[2] * w[k];
+    }
+    for (int c = 0; c < 3; c++)
+      tmp[idx * 3 + c] = static_cast<uint8_t> (clip8 (acc[c], bits));
+  }
+}
+
+/* filter=pil, second pass: rect rows [r0, r1) filtered vertically from tmp (whose row 0 is
+ * source row row0), normalized and stored. */
+__global__ void
+pil_cols_kernel (DevParams p, int r0, int r1, int row0, const int *vfirst, const int *vcount,
+                 const int *vcoef, int vk, int bits, const uint8_t *tmp, void *out)
+{
+  const size_t total = static_cast<size_t> (r1 - r0) * p.dst_w;
+  const size_t plane = static_cast<size_t> (p.W) * p.H;
+  for (size_t idx = first_index (); idx < total; idx += index_step ()) {
+    const int r = r0 + static_cast<int> (idx / p.dst_w), col = static_cast<int> (idx % p.dst_w);
+    const int *w = vcoef + static_cast<size_t> (r) * vk;
+    const int yf = vfirst[r] - row0, nk = vcount[r];
+    int acc[3] = {1 << (bits - 1), 1 << (bits - 1), 1 << (bits - 1)};
+    for (int k = 0; k < nk; k++) {
+      const uint8_t *t = tmp + (static_cast<size_t> (yf + k) * p.dst_w + col) * 3;
+      acc[0] += t[0] * w[k];
+      acc[1] += t[1] * w[k];
+      acc[2] += t[2] * w[k];
+    }
+    const size_t o = static_cast<size_t> (p.dst_y + r) * p.W + p.dst_x + col;
+    for (int c = 0; c < 3; c++)
+      store (out, c * plane + o, normalize (p, static_cast<float> (clip8 (acc[c], bits)), c),
+             p.dtype);
+  }
+}
+
+/* filter=antialias, first pass: rect rows [r0, r0 + n_rows) filtered vertically over source
+ * columns [col0, col0 + n_cols): tmp[rr][xc][3]. */
+__global__ void
+antialias_rows_kernel (DevImage im, int r0, int n_rows, int col0, int n_cols, const int *vfirst,
+                       const int *vcount, const int *vcoef, int vk, int bits, uint8_t *tmp)
+{
+  const size_t total = static_cast<size_t> (n_rows) * n_cols;
+  for (size_t idx = first_index (); idx < total; idx += index_step ()) {
+    const int r = r0 + static_cast<int> (idx / n_cols), xc = static_cast<int> (idx % n_cols);
+    const int *w = vcoef + static_cast<size_t> (r) * vk;
+    const int yf = vfirst[r], nk = vcount[r];
+    int acc[3] = {1 << (bits - 1), 1 << (bits - 1), 1 << (bits - 1)};
+    for (int k = 0; k < nk; k++) {
+      int rgb[3];
+      fetch (im, col0 + xc, yf + k, rgb);
+      acc[0] += rgb[0] * w[k];
+      acc[1] += rgb[1] * w[k];
+      acc[2] += rgb[2] * w[k];
+    }
+    for (int c = 0; c < 3; c++)
+      tmp[idx * 3 + c] = static_cast<uint8_t> (clip8 (acc[c], bits));
+  }
+}
+
+/* filter=antialias, second pass: rect rows [r0, r1) filtered horizontally from tmp (whose
+ * column 0 is source column col0), normalized and stored. */
+__global__ void
+antialias_cols_kernel (DevParams p, int r0, int r1, int col0, int n_cols, const int *hfirst,
+                       const int *hcount, const int *hcoef, int hk, int bits, const uint8_t *tmp,
+                       void *out)
+{
+  const size_t total = static_cast<size_t> (r1 - r0) * p.dst_w;
+  const size_t plane = static_cast<size_t> (p.W) * p.H;
+  for (size_t idx = first_index (); idx < total; idx += index_step ()) {
+    const int rr = static_cast<int> (idx / p.dst_w), col = static_cast<int> (idx % p.dst_w);
+    const int *w = hcoef + static_cast<size_t> (col) * hk;
+    const int xf = hfirst[col] - col0, nk = hcount[col];
+    int acc[3] = {1 << (bits - 1), 1 << (bits - 1), 1 << (bits - 1)};
+    for (int k = 0; k < nk; k++) {
+      const uint8_t *t = tmp + (static_cast<size_t> (rr) * n_cols + xf + k) * 3;
+      acc[0] += t[0] * w[k];
+      acc[1] += t[1] * w[k];
+      acc[2] += t[2] * w[k];
+    }
+    const size_t o = static_cast<size_t> (p.dst_y + r0 + rr) * p.W + p.dst_x + col;
+    for (int c = 0; c < 3; c++)
+      store (out, c * plane + o, normalize (p, static_cast<float> (clip8 (acc[c], bits)), c),
+             p.dtype);
+  }
+}
+
+/* Blocks of kFallbackThreads for a grid-stride loop over n values. */
+unsigned
+fallback_blocks (size_t n)
+{
+  const size_t b = (n + kFallbackThreads - 1) / kFallbackThreads;
+  return static_cast<unsigned> (std::max<size_t> (1, std::min<size_t> (b, kFallbackMaxBlocks)));
+}
+
+/* One strip of output rows of the two-pass fallback. pil: its source rows are
+ * [src0, src0 + n_src). */
+struct Strip {
+  int r0, r1, src0, n_src;
+};
 
 } // namespace
 
@@ -288,16 +434,24 @@ struct CudaPrep::Slot {
   bool have = false;
   Geometry g;
   int hk = 0, vk = 0, th = 1, max_cols = 0;
+  int hbits = kPrecisionBits, vbits = kPrecisionBits;
   size_t shared = 0;
   void *dev = nullptr;
   size_t dev_size = 0;
   std::vector<uint8_t> host; /* the tables as uploaded */
   size_t off[6] = {0, 0, 0, 0, 0, 0};
+  /* Two-pass fallback (th == 0): strips, source columns read (antialias), intermediate. */
+  std::vector<Strip> strips;
+  int col0 = 0, n_cols = 0;
+  void *inter = nullptr;
+  size_t inter_size = 0;
 
   ~Slot ()
   {
     if (dev)
       cudaFree (dev);
+    if (inter)
+      cudaFree (inter);
   }
 };
 
@@ -340,8 +494,8 @@ CudaPrep::run_view (const Params &p, int slot_index, const Image &img, void *out
   dp.H = p.out_height;
   dp.dtype = static_cast<int> (p.dtype);
   for (int c = 0; c < 3; c++) {
-    dp.scale[c] = static_cast<float> (1.0 / (255.0 * p.std[c]));
-    dp.bias[c] = static_cast<float> (-p.mean[c] / p.std[c]);
+    dp.mean[c] = p.mean[c];
+    dp.std[c] = p.std[c];
   }
   dp.valid = img.planes[0] != nullptr;
 
@@ -360,11 +514,14 @@ CudaPrep::run_view (const Params &p, int slot_index, const Image &img, void *out
     s.g = compute_geometry (p, img.width, img.height);
     s.host.clear ();
     if (p.filter != Filter::Bilinear) {
-      const int bits = filter_bits (p.filter);
-      AxisWeights hw = antialias_weights (img.width, s.g.box_x0, s.g.box_x1, s.g.dst_w, bits);
-      AxisWeights vw = antialias_weights (img.height, s.g.box_y0, s.g.box_y1, s.g.dst_h, bits);
+      AxisWeights hw = antialias_weights (img.width, s.g.box_x0, s.g.box_x1, s.g.dst_w,
+                                          axis_bits (p.filter, s.g.box_x0, s.g.box_x1, s.g.dst_w));
+      AxisWeights vw = antialias_weights (img.height, s.g.box_y0, s.g.box_y1, s.g.dst_h,
+                                          axis_bits (p.filter, s.g.box_y0, s.g.box_y1, s.g.dst_h));
       s.hk = hw.ksize;
       s.vk = vw.ksize;
+      s.hbits = hw.bits;
+      s.vbits = vw.bits;
       s.off[0] = append (s.host, hw.first);
       s.off[1] = append (s.host, hw.count);
       s.off[2] = append (s.host, hw.coeffs);
@@ -401,8 +558,48 @@ CudaPrep::run_view (const Params &p, int slot_index, const Image &img, void *out
             s.shared = static_cast<size_t> (th) * cols * 3;
           }
       }
-      if (s.th == 0)
-        return cudaErrorInvalidValue; /* a downscale beyond ~170x: not supported on CUDA */
+      s.strips.clear ();
+      if (s.th == 0) {
+        /* Too long a filter for the shared-memory tiles: the two-pass fallback, in strips of
+         * output rows whose intermediate fits kMaxIntermediate. */
+        const int dh = s.g.dst_h;
+        size_t need = 0;
+        if (p.filter == Filter::Pil) {
+          const size_t row_bytes = static_cast<size_t> (s.g.dst_w) * 3;
+          /* source rows of rect rows [a, b) */
+          auto span = [&] (int a, int b) {
+            return vw.first[b - 1] + vw.count[b - 1] - vw.first[a];
+          };
+          for (int r0 = 0; r0 < dh;) {
+            int r1 = r0 + 1;
+            while (r1 < dh &&
+                   static_cast<size_t> (span (r0, r1 + 1)) * row_bytes <= kMaxIntermediate)
+              r1++;
+            s.strips.push_back ({r0, r1, vw.first[r0], span (r0, r1)});
+            need = std::max (need, static_cast<size_t> (span (r0, r1)) * row_bytes);
+            r0 = r1;
+          }
+        } else {
+          s.col0 = hw.first[0];
+          s.n_cols = hw.first[s.g.dst_w - 1] + hw.count[s.g.dst_w - 1] - s.col0;
+          const size_t row_bytes = static_cast<size_t> (s.n_cols) * 3;
+          const int per = static_cast<int> (
+              std::max<size_t> (1, std::min<size_t> (kMaxIntermediate / row_bytes, dh)));
+          for (int r0 = 0; r0 < dh; r0 += per)
+            s.strips.push_back ({r0, std::min (r0 + per, dh), 0, 0});
+          need = static_cast<size_t> (per) * row_bytes;
+        }
+        if (s.inter_size < need) {
+          if (s.inter)
+            cudaFree (s.inter);
+          s.inter = nullptr;
+          s.inter_size = 0;
+          cudaError_t err = cudaMalloc (&s.inter, need);
+          if (err != cudaSuccess)
+            return err;
+          s.inter_size = need;
+        }
+      }
     } else {
       AxisTaps ht = bilinear_taps (img.width, s.g.box_x0, s.g.box_x1, s.g.dst_w);
       AxisTaps vt = bilinear_taps (img.height, s.g.box_y0, s.g.box_y1, s.g.dst_h);
@@ -462,14 +659,45 @@ CudaPrep::run_view (const Params &p, int slot_index, const Image &img, void *out
   const int *ip[6];
   for (int i = 0; i < 6; i++)
     ip[i] = reinterpret_cast<const int *> (d + s.off[i]);
-  if (p.filter == Filter::Pil) {
+  if (p.filter != Filter::Bilinear && s.th == 0) {
+    /* Two-pass fallback: the pad value everywhere first, then the rect strip by strip (all on
+     * this stream, so in order). */
+    DevParams pad = dp;
+    pad.valid = 0;
+    const dim3 grid ((p.out_width + kTileW - 1) / kTileW,
+                     (p.out_height + kThreadsY - 1) / kThreadsY);
+    DevImage none{};
+    bilinear_kernel<<<grid, block, 0, stream>>> (none, pad, nullptr, nullptr, nullptr, nullptr,
+                                                 nullptr, nullptr, out);
+    uint8_t *tmp = static_cast<uint8_t *> (s.inter);
+    const size_t dw = static_cast<size_t> (s.g.dst_w);
+    for (const Strip &st : s.strips) {
+      const size_t n_out = static_cast<size_t> (st.r1 - st.r0) * dw;
+      if (p.filter == Filter::Pil) {
+        pil_rows_kernel<<<fallback_blocks (st.n_src * dw), kFallbackThreads, 0, stream>>> (
+            di, st.src0, st.n_src, s.g.dst_w, ip[0], ip[1], ip[2], s.hk, s.hbits, tmp);
+        pil_cols_kernel<<<fallback_blocks (n_out), kFallbackThreads, 0, stream>>> (
+            dp, st.r0, st.r1, st.src0, ip[3], ip[4], ip[5], s.vk, s.vbits, tmp, out);
+      } else {
+        antialias_rows_kernel<<<fallback_blocks (static_cast<size_t> (st.r1 - st.r0) * s.n_cols),
+                                kFallbackThreads, 0, stream>>> (
+            di, st.r0, st.r1 - st.r0, s.col0, s.n_cols, ip[3], ip[4], ip[5], s.vk, s.vbits, tmp);
+        antialias_cols_kernel<<<fallback_blocks (n_out), kFallbackThreads, 0, stream>>> (
+            dp, st.r0, st.r1, s.col0, s.n_cols, ip[0], ip[1], ip[2], s.hk, s.hbits, tmp, out);
+      }
+      cudaError_t err = cudaGetLastError ();
+      if (err != cudaSuccess)
+        return err;
+    }
+  } else if (p.filter == Filter::Pil) {
     const dim3 grid ((p.out_width + kTileW - 1) / kTileW, (p.out_height + s.th - 1) / s.th);
     pil_kernel<<<grid, block, s.shared, stream>>> (di, dp, s.th, ip[0], ip[1], ip[2], s.hk, ip[3],
                                                    ip[4], ip[5], s.vk, out);
   } else if (p.filter == Filter::Antialias) {
     const dim3 grid ((p.out_width + kTileW - 1) / kTileW, (p.out_height + s.th - 1) / s.th);
-    antialias_kernel<<<grid, block, s.shared, stream>>> (
-        di, dp, s.th, s.max_cols, ip[0], ip[1], ip[2], s.hk, ip[3], ip[4], ip[5], s.vk, out);
+    antialias_kernel<<<grid, block, s.shared, stream>>> (di, dp, s.th, s.max_cols, ip[0], ip[1],
+                                                         ip[2], s.hk, s.hbits, ip[3], ip[4], ip[5],
+                                                         s.vk, s.vbits, out);
   } else {
     const dim3 grid ((p.out_width + kTileW - 1) / kTileW,
                      (p.out_height + kThreadsY - 1) / kThreadsY);

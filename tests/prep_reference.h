@@ -91,13 +91,18 @@ random_frame (std::mt19937 &rng, pi0::prep::Format f, int w, int h, int extra_ma
   fr.width = w;
   fr.height = h;
   fr.yuv = pi0::prep::make_yuv_matrix (0.299, 0.114, false);
-  std::uniform_int_distribution<int> byte (0, 255), extra (0, extra_max);
+  std::uniform_int_distribution<int> extra (0, extra_max);
   for (int p = 0; p < pi0::prep::format_n_planes (f); p++) {
     fr.strides[p] = row_bytes (f, w, p) + extra (rng);
     const int rows = plane_rows (f, h, p);
     fr.planes[p].resize (fr.strides[p] * rows);
-    for (auto &b : fr.planes[p])
-      b = static_cast<uint8_t> (byte (rng));
+    /* four bytes per draw: 8K frames are made in a fraction of a second */
+    uint32_t bits = 0;
+    for (size_t i = 0; i < fr.planes[p].size (); i++) {
+      if (i % 4 == 0)
+        bits = static_cast<uint32_t> (rng ());
+      fr.planes[p][i] = static_cast<uint8_t> (bits >> (8 * (i % 4)));
+    }
   }
   return fr;
 }
@@ -251,6 +256,9 @@ ref_geometry (const pi0::prep::Params &p, int iw, int ih)
     double ratio = std::max (double (iw) / p.out_width, double (ih) / p.out_height);
     g.h = int (ih / ratio);
     g.w = int (iw / ratio);
+    /* A side that int() takes to 0 (openpi's PIL resize would refuse it) keeps one pixel. */
+    g.h = std::min (std::max (g.h, 1), p.out_height);
+    g.w = std::min (std::max (g.w, 1), p.out_width);
     g.y = std::max (0, int ((p.out_height - g.h) / 2.0));
     g.x = std::max (0, int ((p.out_width - g.w) / 2.0));
   } else if (p.resize == pi0::prep::Resize::Crop) {
@@ -286,6 +294,17 @@ ref_pil_taps (int in, double in0, double in1, int out, int i, int &first, std::v
     w.push_back (int64_t (0.5 + (sum != 0 ? v / sum : v) * (1 << bits)));
 }
 
+/* Fractional bits of one axis: PIL's 22 for filter=pil; filter=antialias 14, or 22 when the
+ * axis's triangle filter has more than 128 taps (2 * ceil (max (scale, 1)) + 1). */
+inline int
+ref_bits (pi0::prep::Filter f, double in0, double in1, int out)
+{
+  if (f == pi0::prep::Filter::Pil)
+    return 22;
+  const int taps = 2 * int (std::ceil (std::max (1.0, (in1 - in0) / out))) + 1;
+  return taps <= 128 ? 14 : 22;
+}
+
 inline double
 ref_pil_clip (int64_t acc, int bits)
 {
@@ -299,20 +318,34 @@ reference (const pi0::prep::Params &p, const Frame *f)
 {
   const int W = p.out_width, H = p.out_height;
   std::vector<double> out (3 * size_t (W) * H);
-  double scale[3], bias[3];
-  for (int c = 0; c < 3; c++) {
-    scale[c] = 1.0 / (255.0 * double (p.std[c]));
-    bias[c] = -double (p.mean[c]) / double (p.std[c]);
-  }
+  /* out = (v / 255 - mean) / std */
+  auto norm = [&] (double v, int c) {
+    return (v / 255.0 - double (p.mean[c])) / double (p.std[c]);
+  };
   for (int c = 0; c < 3; c++)
     for (size_t i = 0; i < size_t (W) * H; i++)
-      out[c * size_t (W) * H + i] = bias[c];
+      out[c * size_t (W) * H + i] = norm (0.0, c);
   if (!f)
     return out;
   const RefGeometry g = ref_geometry (p, f->width, f->height);
+  /* PIL's filters read each pixel many times: the frame as RGB, converted once. */
+  std::vector<uint8_t> frame_rgb;
+  if (p.filter != pi0::prep::Filter::Bilinear) {
+    frame_rgb.resize (size_t (f->width) * f->height * 3);
+    for (int y = 0; y < f->height; y++)
+      for (int x = 0; x < f->width; x++) {
+        double v[3];
+        ref_rgb (*f, x, y, v);
+        for (int c = 0; c < 3; c++)
+          frame_rgb[(size_t (y) * f->width + x) * 3 + c] = uint8_t (v[c]);
+      }
+  }
+  auto rgb_at = [&] (int x, int y) {
+    return frame_rgb.data () + (size_t (y) * f->width + x) * 3;
+  };
   auto put = [&] (int x, int y, const double v[3]) {
     for (int c = 0; c < 3; c++)
-      out[(c * size_t (H) + g.y + y) * W + g.x + x] = v[c] * scale[c] + bias[c];
+      out[(c * size_t (H) + g.y + y) * W + g.x + x] = norm (v[c], c);
   };
 
   if (p.filter == pi0::prep::Filter::Pil) {
@@ -327,8 +360,7 @@ reference (const pi0::prep::Params &p, const Frame *f)
       for (int y = 0; y < f->height; y++) {
         int64_t acc[3] = {0, 0, 0};
         for (size_t k = 0; k < w.size (); k++) {
-          double rgb[3];
-          ref_rgb (*f, first + int (k), y, rgb);
+          const uint8_t *rgb = rgb_at (first + int (k), y);
           for (int c = 0; c < 3; c++)
             acc[c] += int64_t (rgb[c]) * w[k];
         }
@@ -350,28 +382,28 @@ reference (const pi0::prep::Params &p, const Frame *f)
       }
     }
   } else if (p.filter == pi0::prep::Filter::Antialias) {
-    /* The same filter with 14-bit weights, vertical pass first (rounded to uint8), then
-     * horizontal. */
-    const int bits = 14;
+    /* The same filter with 14-bit weights (22-bit on an axis whose filter is long), vertical
+     * pass first (rounded to uint8), then horizontal. */
+    const int vbits = ref_bits (p.filter, g.by0, g.by1, g.h);
+    const int hbits = ref_bits (p.filter, g.bx0, g.bx1, g.w);
     std::vector<double> mid (size_t (g.h) * f->width * 3);
     int first;
     std::vector<int64_t> w;
     for (int y = 0; y < g.h; y++) {
-      ref_pil_taps (f->height, g.by0, g.by1, g.h, y, first, w, bits);
+      ref_pil_taps (f->height, g.by0, g.by1, g.h, y, first, w, vbits);
       for (int x = 0; x < f->width; x++) {
         int64_t acc[3] = {0, 0, 0};
         for (size_t k = 0; k < w.size (); k++) {
-          double rgb[3];
-          ref_rgb (*f, x, first + int (k), rgb);
+          const uint8_t *rgb = rgb_at (x, first + int (k));
           for (int c = 0; c < 3; c++)
             acc[c] += int64_t (rgb[c]) * w[k];
         }
         for (int c = 0; c < 3; c++)
-          mid[(size_t (y) * f->width + x) * 3 + c] = ref_pil_clip (acc[c], bits);
+          mid[(size_t (y) * f->width + x) * 3 + c] = ref_pil_clip (acc[c], vbits);
       }
     }
     for (int x = 0; x < g.w; x++) {
-      ref_pil_taps (f->width, g.bx0, g.bx1, g.w, x, first, w, bits);
+      ref_pil_taps (f->width, g.bx0, g.bx1, g.w, x, first, w, hbits);
       for (int y = 0; y < g.h; y++) {
         int64_t acc[3] = {0, 0, 0};
         for (size_t k = 0; k < w.size (); k++)
@@ -379,17 +411,21 @@ reference (const pi0::prep::Params &p, const Frame *f)
             acc[c] += int64_t (mid[(size_t (y) * f->width + first + k) * 3 + c]) * w[k];
         double v[3];
         for (int c = 0; c < 3; c++)
-          v[c] = ref_pil_clip (acc[c], bits);
+          v[c] = ref_pil_clip (acc[c], hbits);
         put (x, y, v);
       }
     }
   } else {
-    /* torch bilinear, align_corners=False: src = (dst + 0.5) * in/out - 0.5, clamped at 0. */
+    /* torch bilinear, align_corners=False: src = (dst + 0.5) * in/out - 0.5, clamped at 0,
+     * in float as ATen computes it for float images (area_pixel_compute_source_index with a
+     * float scale): at 65536 pixels the float coordinate is off the exact one by ~0.004. */
     auto src = [] (int in, double in0, double in1, int out, int i, int &i0, int &i1, double &l) {
-      double s = std::max (0.0, (i + 0.5) * (in1 - in0) / out - 0.5) + in0;
+      const float scale = float ((in1 - in0) / out);
+      float s = scale * (float (i) + 0.5f) - 0.5f;
+      s = std::max (s, 0.f) + float (in0);
       i0 = std::min (int (s), in - 1);
       i1 = std::min (i0 + 1, in - 1);
-      l = std::min (1.0, std::max (0.0, s - i0));
+      l = std::min (1.0, std::max (0.0, double (s) - i0));
     };
     for (int y = 0; y < g.h; y++) {
       int y0, y1;

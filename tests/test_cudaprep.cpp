@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "cudaprep_test_util.h"
+#include "prep_cases.h"
 #include "prep_reference.h"
 #include "test_helpers.h"
 
@@ -73,9 +74,10 @@ expect_tensor_matches (GstPi0TensorMeta *tm, const pi0::prep::Params &p, guint v
   EXPECT_EQ (bad, 0u) << "view " << view << ": worst error " << worst;
 }
 
-const pi0::prep::Format kYuvFormats[] = {
-    pi0::prep::Format::NV12, pi0::prep::Format::NV21, pi0::prep::Format::I420, pi0::prep::Format::YV12,
-    pi0::prep::Format::Y42B, pi0::prep::Format::Y444, pi0::prep::Format::YUY2, pi0::prep::Format::UYVY};
+const pi0::prep::Format kYuvFormats[] = {pi0::prep::Format::NV12, pi0::prep::Format::NV21,
+                                         pi0::prep::Format::I420, pi0::prep::Format::YV12,
+                                         pi0::prep::Format::Y42B, pi0::prep::Format::Y444,
+                                         pi0::prep::Format::YUY2, pi0::prep::Format::UYVY};
 
 } // namespace
 
@@ -270,16 +272,19 @@ frame_of_view (GstBuffer *buf, const GstPi0ObservationMeta *meta, guint i, pi0::
     const uint8_t *d = static_cast<const uint8_t *> (GST_VIDEO_FRAME_PLANE_DATA (&vf, p));
     f.planes[p].assign (d, d + f.strides[p] * plane_rows (fmt, f.height, p));
   }
-  gdouble kr = 0, kb = 0;
-  EXPECT_TRUE (gst_video_color_matrix_get_Kr_Kb (vf.info.colorimetry.matrix, &kr, &kb));
-  f.yuv =
-      pi0::prep::make_yuv_matrix (kr, kb, vf.info.colorimetry.range == GST_VIDEO_COLOR_RANGE_0_255);
+  if (is_yuv (fmt)) { /* RGB and GRAY8 views have no YUV matrix */
+    gdouble kr = 0, kb = 0;
+    EXPECT_TRUE (gst_video_color_matrix_get_Kr_Kb (vf.info.colorimetry.matrix, &kr, &kb));
+    f.yuv = pi0::prep::make_yuv_matrix (kr, kb,
+                                        vf.info.colorimetry.range == GST_VIDEO_COLOR_RANGE_0_255);
+  }
   gst_video_frame_unmap (&vf);
   return f;
 }
 
 void
-expect_observation_matches (GstBuffer *buf, const pi0::prep::Format *formats, guint n_views)
+expect_observation_matches (GstBuffer *buf, const pi0::prep::Format *formats, guint n_views,
+                            const pi0::prep::Params &p = pi0::prep::Params ())
 {
   GstPi0ObservationMeta *meta = gst_buffer_get_pi0_observation_meta (buf);
   ASSERT_NE (meta, nullptr);
@@ -293,7 +298,9 @@ expect_observation_matches (GstBuffer *buf, const pi0::prep::Format *formats, gu
     EXPECT_TRUE (tm->image_masks[i]) << v->name;
     const Frame f = frame_of_view (buf, meta, i, formats[i]);
     SCOPED_TRACE (v->name);
-    expect_tensor_matches (tm, pi0::prep::Params (), i, &f);
+    ASSERT_EQ (tm->shape[2], p.out_height);
+    ASSERT_EQ (tm->shape[3], p.out_width);
+    expect_tensor_matches (tm, p, i, &f);
   }
 }
 
@@ -333,6 +340,107 @@ TEST (CudaPrep, Yuy2ViewThroughViewMux)
   EXPECT_FALSE (error) << message_text (error.get ());
   EXPECT_TRUE (eos);
   EXPECT_EQ (n, 3);
+}
+
+namespace
+{
+
+/* Runs "pi0viewmux ! cudaprep device=cpu width=W height=H ! appsink" on one videotestsrc camera
+ * of @caps (2 frames); with @check, compares each observation's tensor with the reference.
+ * Returns the number of observations, -1 after an error message. */
+int
+run_one_camera (const char *caps, pi0::prep::Format format, const pi0::prep::Params &p, bool check)
+{
+  std::string desc =
+      "pi0viewmux name=mux ! cudaprep device=cpu width=" + std::to_string (p.out_width) +
+      " height=" + std::to_string (p.out_height) +
+      " ! appsink name=out sync=false videotestsrc num-buffers=2 ! " + caps + " ! mux.main";
+  GError *err = nullptr;
+  ElementPtr pipe (gst_parse_launch (desc.c_str (), &err));
+  if (err) {
+    ADD_FAILURE () << err->message;
+    g_error_free (err);
+    return -1;
+  }
+  ObjectPtr<GstElement> sink (gst_bin_get_by_name (GST_BIN (pipe.get ()), "out"));
+  gst_element_set_state (pipe.get (), GST_STATE_PLAYING);
+  int n = 0;
+  for (;;) {
+    GstSample *sample = nullptr;
+    g_signal_emit_by_name (sink.get (), "try-pull-sample", 60 * GST_SECOND, &sample);
+    if (!sample)
+      break;
+    if (check)
+      expect_observation_matches (gst_sample_get_buffer (sample), &format, 1, p);
+    else
+      EXPECT_NE (gst_buffer_get_pi0_tensor_meta (gst_sample_get_buffer (sample)), nullptr);
+    gst_sample_unref (sample);
+    n++;
+  }
+  ObjectPtr<GstBus> bus (gst_element_get_bus (pipe.get ()));
+  MessagePtr error = pop_message (bus.get (), GST_MESSAGE_ERROR);
+  EXPECT_FALSE (error) << message_text (error.get ());
+  gst_element_set_state (pipe.get (), GST_STATE_NULL);
+  return error ? -1 : n;
+}
+
+struct CameraCase {
+  const char *caps;
+  pi0::prep::Format format;
+  int out_w, out_h;
+};
+
+const CameraCase kIssueCameras[] = {
+    {"video/x-raw,format=RGB,width=640,height=480,framerate=30/1", pi0::prep::Format::RGB, 1, 1},
+    {"video/x-raw,format=NV12,width=7680,height=4320,framerate=30/1", pi0::prep::Format::NV12, 32,
+     32},
+    {"video/x-raw,format=GRAY8,width=2,height=2500,framerate=30/1", pi0::prep::Format::GRAY8, 32,
+     32},
+};
+
+} // namespace
+
+/* Issue 16 item 1: these crashed the process (SIGSEGV, a stack overflow in the vertical pass).
+ * Each pipeline first runs in a child process, so that a crash fails this test instead of
+ * killing the binary, then here, where its tensors are checked against the reference. */
+TEST (CudaPrep, TinyOutputsAndLargeDownscalesThroughViewMux)
+{
+  GTEST_FLAG_SET (death_test_style, "threadsafe");
+  for (const CameraCase &c : kIssueCameras) {
+    pi0::prep::Params p;
+    p.out_width = c.out_w;
+    p.out_height = c.out_h;
+    SCOPED_TRACE (c.caps);
+    EXPECT_EXIT (std::exit (run_one_camera (c.caps, c.format, p, false) == 2 ? 0 : 1),
+                 ::testing::ExitedWithCode (0), "");
+    if (HasFailure ())
+      continue; /* a crash would take this process down too */
+    EXPECT_EQ (run_one_camera (c.caps, c.format, p, true), 2);
+  }
+}
+
+/* Issue 16 item 12: normalize=pi0 through the element is openpi's float32 x / 255 * 2 - 1, bit
+ * for bit, on every level (a 16x16 view holding all 256 in each channel, output 16x16). */
+TEST (CudaPrep, Pi0NormalizationIsOpenpisOnAll256Levels)
+{
+  for (const char *filter : {"antialias", "pil", "bilinear"}) {
+    Frame f = levels_frame ();
+    GstBuffer *buf = new_observation ();
+    add_frame_view (buf, gst_buffer_get_pi0_observation_meta (buf), "main", f);
+    HarnessPtr h =
+        make_harness ((std::string ("device=cpu width=16 height=16 filter=") + filter).c_str ());
+    ASSERT_EQ (gst_harness_push (h.get (), buf), GST_FLOW_OK);
+    BufferPtr out (gst_harness_pull (h.get ()));
+    GstPi0TensorMeta *tm = gst_buffer_get_pi0_tensor_meta (out.get ());
+    ASSERT_NE (tm, nullptr);
+    pi0::prep::Params p;
+    p.out_width = p.out_height = 16;
+    std::string first;
+    EXPECT_EQ (count_level_mismatches (
+                   p, tm->data, [] (int v, int) { return openpi_normalize (v); }, first),
+               0)
+        << filter << ": " << first;
+  }
 }
 
 TEST (CudaPrep, UnsupportedFormatIsNotNegotiatedAndNamed)
@@ -390,6 +498,28 @@ TEST (CudaPrep, FrameLargerThanItsMemoryIsAnErrorNotARead)
     EXPECT_NE (message_text (msg.get ()).find (expect), std::string::npos)
         << message_text (msg.get ());
   }
+}
+
+/* A view wider than the 65536 pixels a side that the kernels take is an error naming its size
+ * (the observation caps do not carry view sizes, so the first frame finds it). */
+TEST (CudaPrep, FrameAboveTheSizeLimitIsAnErrorNamingIt)
+{
+  std::mt19937 rng (6);
+  Frame f = random_frame (rng, pi0::prep::Format::GRAY8, 65537, 1, 0);
+  GstBuffer *buf = new_observation ();
+  add_frame_view (buf, gst_buffer_get_pi0_observation_meta (buf), "main", f);
+  HarnessPtr h = make_harness ();
+  ObjectPtr<GstBus> bus (gst_bus_new ());
+  gst_element_set_bus (h->element, bus.get ());
+  EXPECT_EQ (gst_harness_push (h.get (), buf), GST_FLOW_ERROR);
+  EXPECT_EQ (gst_harness_buffers_in_queue (h.get ()), 0u);
+  MessagePtr msg = pop_message (bus.get (), GST_MESSAGE_ERROR);
+  ASSERT_TRUE (msg);
+  EXPECT_NE (message_text (msg.get ())
+                 .find ("View 'main' (65537x1 GRAY8) cannot be read: frame 65537x1 is larger than "
+                        "the 65536 pixels per side supported"),
+             std::string::npos)
+      << message_text (msg.get ());
 }
 
 TEST (CudaPrep, BufferWithoutObservationMetaIsAnError)

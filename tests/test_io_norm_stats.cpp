@@ -218,3 +218,46 @@ TEST (NormStats, MisuseIsAClearError)
       ns.normalize_state (torch::ones ({3}, torch::kInt64), pi0::NormMode::ZScore).scalar_type (),
       torch::kFloat32);
 }
+
+/* Issue 16: 1e39 fits a double but not a float32: the state normalized with it, or the actions
+ * unnormalized, became infinite. Refused at load like NaN, naming the file and the field. */
+TEST (NormStats, ValuesBeyondFloat32AreRefusedAtLoad)
+{
+  pi0test::TempDir dir;
+  const std::string good = R"({"mean": [0, 1], "std": [1, 2], "q01": [-1, -1], "q99": [1, 1]})";
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+      {R"({"norm_stats": {"state": {"mean": [0, 1e39], "std": [1, 2]}, "actions": )" + good + "}}",
+       {"norm_stats.state", "\"mean\"[1]", "1e+39"}},
+      {R"({"norm_stats": {"state": )" + good +
+           R"(, "actions": {"mean": [0, 1], "std": [-1e39, 2]}}})",
+       {"norm_stats.actions", "\"std\"[0]"}},
+      {R"({"norm_stats": {"state": )" + good +
+           R"(, "actions": {"mean": [0], "std": [1], "q01": [0], "q99": [3.5e38]}}})",
+       {"norm_stats.actions", "\"q99\"[0]", "float32"}},
+  };
+  for (const auto &[text, parts] : cases) {
+    SCOPED_TRACE (text);
+    const auto path = dir.file ("norm_stats.json");
+    pi0test::write_bytes (path, text);
+    auto all = parts;
+    all.push_back (path);
+    expect_error ([&] { pi0::NormStats::load (path); }, all);
+  }
+  // float32's largest value itself is fine.
+  EXPECT_NO_THROW (pi0::NormStats::from_json_text (
+      R"({"norm_stats": {"state": {"mean": [3.4e38], "std": [1]}, "actions": )" + good + "}}",
+      "max.json"));
+}
+
+/* A key given twice is ambiguous (which mean?): refused, naming the key. */
+TEST (NormStats, DuplicateKeyIsRefused)
+{
+  expect_error (
+      [] {
+        pi0::NormStats::from_json_text (
+            R"({"norm_stats": {"state": {"mean": [0], "std": [1], "mean": [5]},
+                               "actions": {"mean": [0], "std": [1]}}})",
+            "dup.json");
+      },
+      {"dup.json", "'mean' more than once", "/norm_stats/state"});
+}

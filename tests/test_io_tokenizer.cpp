@@ -190,3 +190,15 @@ TEST (Tokenizer, LeavesLibTorchsFlagsAlone)
       testing::ExitedWithCode (0), "");
   GTEST_FLAG_SET (death_test_style, style);
 }
+
+/* Issue 16: a directory given as the tokenizer aborted the process inside SentencePiece. */
+TEST (Tokenizer, DirectoryOrSpecialFileIsAClearErrorNotACrash)
+{
+  PI0_REQUIRE_SENTENCEPIECE ();
+  pi0test::TempDir dir;
+  const std::string d = dir.path ().string ();
+  expect_error ([&] { pi0::Tokenizer::load (d); },
+                {d, "cannot load SentencePiece model", "is a directory"});
+  expect_error ([&] { pi0::Tokenizer::load ("/dev/null"); },
+                {"/dev/null", "cannot load SentencePiece model", "not a regular file"});
+}

@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "prep_cases.h"
 #include "prep_reference.h"
 
 #include <gtest/gtest.h>
@@ -256,6 +257,180 @@ TEST (Pi0Prep, YuvMatrixCoefficients)
   EXPECT_EQ (f.ys, 1.f);
   EXPECT_EQ (f.y_offset, 0.f);
   EXPECT_NEAR (f.rv, 1.5748, 1e-4);
+}
+
+/* ---- any size (issue 16 item 1, issue 17 item 2) ---- */
+
+namespace
+{
+
+void
+run_case_cpu (const pi0test::PrepCase &c, const Frame &f, std::vector<uint8_t> &out,
+              ThreadPool *pool)
+{
+  const Image im = f.image ();
+  ASSERT_EQ (validate (c.params, im), "") << pi0test::describe (c);
+  out.assign (view_bytes (c.params), 0xAB);
+  prep_cpu (c.params, &im, 1, out.data (), pool);
+}
+
+} // namespace
+
+/* The sizes that crashed (a vertical downscale beyond ~64x overflowed vsum_avx2's 64-entry
+ * weight table on the stack): each runs in a child process, so that a crash is reported as a
+ * failure of this test instead of killing the binary. */
+TEST (Pi0Prep, IssueSizesDoNotCrash)
+{
+  GTEST_FLAG_SET (death_test_style, "threadsafe");
+  const pi0test::PrepCase cases[] = {
+      pi0test::make_case (Format::RGB, 640, 480, 1, 1),
+      pi0test::make_case (Format::NV12, 7680, 4320, 32, 32),
+      pi0test::make_case (Format::GRAY8, 2, 2500, 32, 32),
+  };
+  for (const auto &c : cases) {
+    EXPECT_EXIT (
+        {
+          std::mt19937 rng (1);
+          const Frame f = pi0test::random_frame (rng, c.format, c.width, c.height, 0);
+          std::vector<uint8_t> out;
+          ThreadPool pool (2);
+          run_case_cpu (c, f, out, &pool);
+          std::exit (0);
+        },
+        ::testing::ExitedWithCode (0), "")
+        << pi0test::describe (c);
+  }
+}
+
+/* Random source and output sizes, formats, modes, filters and dtypes, plus the extreme ratios
+ * (8K -> 1x1, 2x2500, 65536-wide, 1x1 -> 300x200), against the plain reference. Fresh random
+ * cases every run (the seed is printed; PI0_PREP_SEED repeats a run). */
+TEST (Pi0Prep, AnySizeMatchesReference)
+{
+  const char *env = g_getenv ("PI0_PREP_SEED");
+  const unsigned seed = env ? unsigned (std::strtoul (env, nullptr, 10)) : std::random_device () ();
+  SCOPED_TRACE ("PI0_PREP_SEED=" + std::to_string (seed));
+  std::printf ("PI0_PREP_SEED=%u\n", seed);
+  std::mt19937 rng (seed);
+  std::vector<pi0test::PrepCase> cases = pi0test::extreme_cases ();
+  for (const auto &c : pi0test::random_cases (rng, 60))
+    cases.push_back (c);
+  pi0test::FrameCache frames (seed);
+  ThreadPool pool (3);
+  std::vector<uint8_t> out;
+  for (size_t i = 0; i < cases.size (); i++) {
+    const pi0test::PrepCase &c = cases[i];
+    const Frame &f = frames.get (c.format, c.width, c.height);
+    run_case_cpu (c, f, out, i % 2 ? &pool : nullptr);
+    double worst = 0;
+    EXPECT_EQ (pi0test::count_mismatches (c.params, f, out.data (), worst), 0u)
+        << pi0test::describe (c) << ": worst error " << worst;
+  }
+}
+
+TEST (Pi0Prep, FrameSideAboveTheLimitIsRefused)
+{
+  Params p;
+  Image im;
+  static uint8_t dummy[1];
+  im.format = Format::GRAY8;
+  im.planes[0] = dummy;
+  im.width = kMaxFrameSide + 1;
+  im.height = 1;
+  im.strides[0] = size_t (im.width);
+  const std::string why = validate (p, im);
+  EXPECT_NE (why.find ("frame 65537x1 is larger than the 65536 pixels per side"), std::string::npos)
+      << why;
+  im.width = 1;
+  im.height = kMaxFrameSide + 1;
+  im.strides[0] = 1;
+  EXPECT_NE (validate (p, im).find ("1x65537"), std::string::npos) << validate (p, im);
+  im.height = kMaxFrameSide;
+  EXPECT_EQ (validate (p, im), "");
+}
+
+/* The weights of one axis: 14 bits while the filter is short enough for the int16 paths, PIL's
+ * 22 beyond, so an extreme downscale keeps its brightness (with 14 bits a white 8K frame
+ * reduced to one pixel came out ~3 % darker). */
+TEST (Pi0Prep, LongFiltersKeepBrightness)
+{
+  EXPECT_EQ (axis_bits (Filter::Antialias, 0, 1080, 224), kFastBits);
+  EXPECT_EQ (axis_bits (Filter::Antialias, 0, 4320, 1), kPrecisionBits);
+  EXPECT_EQ (axis_bits (Filter::Pil, 0, 100, 100), kPrecisionBits);
+  EXPECT_EQ (filter_taps (0, 4320, 1), 8641);
+  for (Filter filt : {Filter::Antialias, Filter::Pil, Filter::Bilinear})
+    for (int out : {1, 3, 32}) {
+      Frame f;
+      f.format = Format::GRAY8;
+      f.width = 7680;
+      f.height = 4320;
+      f.strides[0] = 7680;
+      f.planes[0].assign (size_t (7680) * 4320, 255);
+      Params p;
+      p.out_width = p.out_height = out;
+      p.resize = Resize::Stretch;
+      p.filter = filt;
+      const Image im = f.image ();
+      std::vector<float> o (3 * size_t (out) * out);
+      prep_cpu (p, &im, 1, o.data (), nullptr);
+      for (float v : o)
+        ASSERT_EQ (v, 1.0f) << "filter " << int (filt) << " -> " << out << "x" << out;
+    }
+}
+
+/* ---- normalization (issue 16 item 12) ---- */
+
+/* normalize=pi0 is openpi's float32 x / 255 * 2 - 1 bit for bit, on all 256 levels, for every
+ * filter and dtype (16-bit dtypes: the float32 value rounded to nearest even). */
+TEST (Pi0Prep, Pi0NormalizationIsOpenpisFloat32OnAll256Levels)
+{
+  const Frame f = pi0test::levels_frame ();
+  const Image im = f.image ();
+  for (Filter filt : {Filter::Antialias, Filter::Pil, Filter::Bilinear})
+    for (Resize rs : {Resize::Pad, Resize::Stretch, Resize::Crop})
+      for (DType dt : {DType::Float32, DType::Float16, DType::BFloat16}) {
+        Params p;
+        p.out_width = p.out_height = 16;
+        p.filter = filt;
+        p.resize = rs;
+        p.dtype = dt;
+        std::vector<uint8_t> out (view_bytes (p), 0xAB);
+        prep_cpu (p, &im, 1, out.data (), nullptr);
+        std::string first;
+        EXPECT_EQ (
+            pi0test::count_level_mismatches (
+                p, out.data (), [] (int v, int) { return pi0test::openpi_normalize (v); }, first),
+            0)
+            << "filter " << int (filt) << " resize " << int (rs) << " dtype " << int (dt) << ": "
+            << first;
+      }
+  /* The pad value, and a masked view, are openpi's black: -1 exactly. */
+  EXPECT_EQ (normalize_value (0.f, 0.5f, 0.5f), -1.0f);
+  EXPECT_EQ (normalize_value (255.f, 0.5f, 0.5f), 1.0f);
+}
+
+/* normalize=imagenet (and custom) is torchvision's ToTensor + Normalize in float32. */
+TEST (Pi0Prep, ImagenetNormalizationIsTorchvisionsFloat32OnAll256Levels)
+{
+  const Frame f = pi0test::levels_frame ();
+  const Image im = f.image ();
+  const float m[3] = {0.485f, 0.456f, 0.406f}, s[3] = {0.229f, 0.224f, 0.225f};
+  for (Filter filt : {Filter::Antialias, Filter::Pil, Filter::Bilinear}) {
+    Params p;
+    p.out_width = p.out_height = 16;
+    p.filter = filt;
+    std::memcpy (p.mean, m, sizeof m);
+    std::memcpy (p.std, s, sizeof s);
+    std::vector<uint8_t> out (view_bytes (p), 0xAB);
+    prep_cpu (p, &im, 1, out.data (), nullptr);
+    std::string first;
+    EXPECT_EQ (pi0test::count_level_mismatches (
+                   p, out.data (),
+                   [&] (int v, int c) { return pi0test::torchvision_normalize (v, m[c], s[c]); },
+                   first),
+               0)
+        << "filter " << int (filt) << ": " << first;
+  }
 }
 
 /* ---- one set of YUV samples in every layout ---- */
@@ -525,7 +700,7 @@ run_oracle_test (Filter filter)
     for (int y = 0; y < p.out_height; y++)
       for (int x = 0; x < p.out_width; x++)
         for (int ch = 0; ch < 3; ch++) {
-          /* ours is [3,H,W] normalized by x/127.5-1; theirs HWC in 0..255 */
+          /* ours is [3,H,W] normalized by x/255*2-1; theirs HWC in 0..255 */
           const double v = (ours[(size_t (ch) * p.out_height + y) * p.out_width + x] + 1.0) * 127.5;
           const double d = std::fabs (v - theirs[(size_t (y) * p.out_width + x) * 3 + ch]);
           worst = std::max (worst, d);
@@ -569,4 +744,46 @@ TEST (Pi0PrepOracle, PilIsBitIdenticalToOpenpiOnLandscapeFrames)
 TEST (Pi0PrepOracle, BilinearMatchesTorchInterpolate)
 {
   run_oracle_test (Filter::Bilinear);
+}
+
+/* The C++ restatement of openpi's normalization used above against numpy itself: the float32
+ * bits of x.astype(np.float32) / 255 * 2 - 1 for x = 0..255. */
+TEST (Pi0PrepOracle, OpenpiNormalizationRestatementIsNumpys)
+{
+  Oracle o = find_oracle ();
+  if (!o.skip_reason.empty ())
+    GTEST_SKIP () << o.skip_reason;
+  const char *code = "import sys\n"
+                     "try:\n"
+                     "    import numpy as np\n"
+                     "except ImportError:\n"
+                     "    sys.exit(3)\n"
+                     "x = np.arange(256, dtype=np.uint8)\n"
+                     "sys.stdout.write((x.astype(np.float32) / 255 * 2 - 1).tobytes().hex())\n";
+  const char *argv[] = {o.python.c_str (), "-c", code, nullptr};
+  gchar *out = nullptr, *err = nullptr;
+  gint status = 0;
+  ASSERT_TRUE (g_spawn_sync (nullptr, const_cast<gchar **> (argv), nullptr, G_SPAWN_DEFAULT,
+                             nullptr, nullptr, &out, &err, &status, nullptr));
+  std::string hex = out ? out : "", errs = err ? err : "";
+  g_free (out);
+  g_free (err);
+  if (WIFEXITED (status) && WEXITSTATUS (status) == 3)
+    GTEST_SKIP () << "numpy is not installed in .venv";
+  ASSERT_TRUE (g_spawn_check_wait_status (status, nullptr)) << errs;
+  ASSERT_EQ (hex.size (), 256u * 8u);
+  int bad = 0;
+  for (int v = 0; v < 256; v++) {
+    uint8_t b[4];
+    for (int k = 0; k < 4; k++)
+      b[k] = uint8_t (std::stoi (hex.substr (size_t (v) * 8 + 2 * k, 2), nullptr, 16));
+    float theirs;
+    std::memcpy (&theirs, b, 4); /* numpy writes native (little-endian) order */
+    const float ours = pi0test::openpi_normalize (v);
+    if (std::memcmp (&theirs, &ours, 4) != 0 && bad++ == 0)
+      ADD_FAILURE () << "level " << v << ": numpy " << theirs << ", restatement " << ours;
+    /* and the kernels' formula */
+    EXPECT_EQ (normalize_value (float (v), 0.5f, 0.5f), theirs) << "level " << v;
+  }
+  EXPECT_EQ (bad, 0);
 }

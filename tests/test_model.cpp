@@ -8,6 +8,7 @@
 
 #include "io/error.h"
 #include "io/safetensors.h"
+#include "pi0json.h"
 #include "test_model_util.h"
 
 using namespace pi0test;
@@ -121,6 +122,55 @@ TEST (ModelConfig, JsonRoundTripAndForeignLayouts)
     FAIL () << "mismatched expert head dims accepted";
   } catch (const pi0::Error &e) {
     EXPECT_NE (std::string (e.what ()).find ("share attention"), std::string::npos) << e.what ();
+  }
+}
+
+/* Issue 16: LeRobot's config.json for a policy trained with `empty_cameras: 1` lists
+ * observation.images.empty_camera_0 in input_features too (validate_features() adds it before
+ * save_pretrained()). LeRobot counts it once; so must we. The file and the count LeRobot itself
+ * reads from it were written by the real lerobot (tests/parity/make_lerobot_config.py). */
+TEST (ModelConfig, LeRobotSavedEmptyCameraCountsOnceAsLeRobotReadsIt)
+{
+  const std::string dir = source_root () + "/tests/data/lerobot_config";
+  std::string err;
+  auto expected = pi0::json::load_strict (dir + "/expected.json", &err);
+  ASSERT_TRUE (expected) << err;
+  const int lerobot_views = (*expected)["num_views"].get<int> ();
+  ASSERT_EQ (lerobot_views, 3) << "two cameras and one empty camera, as LeRobot 0.6.1 counts";
+
+  pi0::Pi0Config c = pi0::config_from_json_file (dir + "/config.json");
+  EXPECT_EQ (c.num_views, lerobot_views);
+  EXPECT_EQ (c.max_tokens, 48);
+  EXPECT_EQ (c.horizon, 50);
+  EXPECT_EQ (c.param_counts ().total (), 3238048528LL);
+
+  // An empty camera that the file does not list (a hand-written config) is still a slot.
+  auto unlisted = pi0::config_from_json (
+      R"({"type": "pi0", "empty_cameras": 1,
+          "input_features": {"observation.images.base_0_rgb": {"type": "VISUAL", "shape": [3,224,224]},
+                             "observation.state": {"type": "STATE", "shape": [14]}}})",
+      "unlisted");
+  EXPECT_EQ (unlisted.num_views, 2);
+}
+
+/* A config given a key twice is ambiguous: refused, naming the file and the key. */
+TEST (ModelConfig, DuplicateKeyIsRefusedNamingIt)
+{
+  try {
+    pi0::config_from_json (R"({"type": "pi0", "chunk_size": 50, "chunk_size": 10})", "cfg.json");
+    FAIL () << "duplicate key accepted";
+  } catch (const pi0::Error &e) {
+    const std::string w = e.what ();
+    EXPECT_NE (w.find ("cfg.json"), std::string::npos) << w;
+    EXPECT_NE (w.find ("'chunk_size' more than once"), std::string::npos) << w;
+  }
+  try {
+    pi0::config_from_json (R"({"gst_pi0": {"num_views": 3.5}})", "cfg.json");
+    FAIL () << "fractional view count accepted";
+  } catch (const pi0::Error &e) {
+    EXPECT_NE (std::string (e.what ()).find ("'num_views' must be a non-negative integer"),
+               std::string::npos)
+        << e.what ();
   }
 }
 

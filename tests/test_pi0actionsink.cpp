@@ -19,6 +19,10 @@
 #include <random>
 #include <set>
 
+#include <fcntl.h>
+#include <stdio_ext.h>
+#include <unistd.h>
+
 using namespace pi0test;
 using pi0test::HarnessPtr;
 
@@ -719,6 +723,120 @@ TEST (ActionSink, PauseSendsHoldAndStopsTicking)
   EXPECT_EQ (recs[0].kind, "hold");
   /* No clock wait is pending any more: the control thread is gone. */
   EXPECT_FALSE (gst_test_clock_peek_next_pending_id (f.clock (), nullptr));
+}
+
+/* Issue 16 item 5: an empty key would silently turn authentication off. */
+TEST (ActionSink, RefusesAnEmptyHmacKey)
+{
+  std::string err = start_error ("pi0actionsink allow-unlimited=true hmac-key=\"\"");
+  EXPECT_NE (err.find ("hmac-key is empty"), std::string::npos) << err;
+  GstElement *e = gst_element_factory_make ("pi0actionsink", nullptr);
+  ASSERT_NE (e, nullptr);
+  g_object_set (e, "allow-unlimited", TRUE, "hmac-key", "", nullptr);
+  GstBus *bus = gst_bus_new ();
+  gst_element_set_bus (e, bus);
+  EXPECT_EQ (gst_element_set_state (e, GST_STATE_PAUSED), GST_STATE_CHANGE_FAILURE);
+  auto m = pi0test::pop_message (bus, GST_MESSAGE_ERROR);
+  ASSERT_TRUE (m);
+  EXPECT_NE (pi0test::message_text (m.get ()).find ("hmac-key is empty"), std::string::npos);
+  /* Unset again (NULL): no key, no authentication, starts. */
+  g_object_set (e, "hmac-key", nullptr, nullptr);
+  EXPECT_NE (gst_element_set_state (e, GST_STATE_PAUSED), GST_STATE_CHANGE_FAILURE);
+  gst_element_set_state (e, GST_STATE_NULL);
+  gst_element_set_bus (e, nullptr);
+  gst_object_unref (bus);
+  gst_object_unref (e);
+}
+
+/* Issue 16 item 9: a file or stdout whose writes fail is an error (or, when tolerated, a
+ * warning and a counter), never a recording that silently loses its data. */
+TEST (ActionSink, FailedFileWritesAreAnError)
+{
+  TempDir dir;
+  /* With a robot configuration the session's HELLO is written at start: start fails. */
+  std::string err = start_error ("pi0actionsink target=file:///dev/full robot-config=" +
+                                 dir.file ("r.json", kRobot3));
+  EXPECT_NE (err.find ("/dev/full"), std::string::npos) << err;
+  EXPECT_NE (err.find (g_strerror (ENOSPC)), std::string::npos) << err;
+
+  /* Without one, the first chunk's frames are the first writes: the render fails. */
+  Fixture f;
+  f.make ("mode=chunk allow-unlimited=true target=file:///dev/full", "");
+  GstBus *bus = gst_bus_new ();
+  gst_element_set_bus (f.sink, bus);
+  EXPECT_EQ (GST_FLOW_ERROR, f.push (2, 3, ramp3 (2, 0, 1), 1, 0));
+  auto m = pi0test::pop_message (bus, GST_MESSAGE_ERROR);
+  ASSERT_TRUE (m);
+  const std::string text = pi0test::message_text (m.get ());
+  EXPECT_NE (text.find (g_strerror (ENOSPC)), std::string::npos) << text;
+  EXPECT_GE (stat (f.sink, "write-errors"), 1u);
+  /* It stays an error (posted once). */
+  EXPECT_EQ (GST_FLOW_ERROR, f.push (2, 3, ramp3 (2, 0, 1), 2, 0));
+  EXPECT_FALSE (pi0test::pop_message (bus, GST_MESSAGE_ERROR));
+  gst_element_set_bus (f.sink, nullptr);
+  gst_object_unref (bus);
+}
+
+TEST (ActionSink, FailedWritesCanBeToleratedWithAWarningAndACounter)
+{
+  Fixture f;
+  f.make ("mode=chunk allow-unlimited=true tolerate-write-errors=true target=file:///dev/full", "");
+  GstBus *bus = gst_bus_new ();
+  gst_element_set_bus (f.sink, bus);
+  EXPECT_EQ (GST_FLOW_OK, f.push (2, 3, ramp3 (2, 0, 1), 1, 0));
+  EXPECT_EQ (GST_FLOW_OK, f.push (2, 3, ramp3 (2, 0, 1), 2, 0));
+  int errors = 0, warnings = 0;
+  while (GstMessage *m = gst_bus_pop (bus)) {
+    errors += GST_MESSAGE_TYPE (m) == GST_MESSAGE_ERROR;
+    if (GST_MESSAGE_TYPE (m) == GST_MESSAGE_WARNING) {
+      warnings++;
+      EXPECT_NE (pi0test::message_text (m).find (g_strerror (ENOSPC)), std::string::npos);
+    }
+    gst_message_unref (m);
+  }
+  EXPECT_EQ (errors, 0);
+  EXPECT_GE (warnings, 1);
+  /* HELLO, HOLD and an action per chunk: every one counted. */
+  EXPECT_EQ (stat (f.sink, "write-errors"), 4u);
+  EXPECT_EQ (stat (f.sink, "frames"), 0u);
+  gst_element_set_bus (f.sink, nullptr);
+  gst_object_unref (bus);
+}
+
+TEST (ActionSink, AClosedStdoutIsAnError)
+{
+  /* fd 1 replaced by a read-only descriptor: every write to it fails (EBADF), as on a closed
+   * stdout, without the risk of fd 1 being reused by a socket meanwhile. */
+  fflush (stdout);
+  const int saved = dup (1);
+  ASSERT_GE (saved, 0);
+  const int ro = open ("/dev/null", O_RDONLY);
+  ASSERT_GE (ro, 0);
+  dup2 (ro, 1);
+  close (ro);
+  GstFlowReturn ret;
+  std::string text;
+  guint64 errors = 0;
+  {
+    Fixture f;
+    f.make ("mode=chunk allow-unlimited=true target=stdout", "");
+    GstBus *bus = gst_bus_new ();
+    gst_element_set_bus (f.sink, bus);
+    ret = f.push (2, 3, ramp3 (2, 0, 1), 1, 0);
+    auto m = pi0test::pop_message (bus, GST_MESSAGE_ERROR);
+    text = m ? pi0test::message_text (m.get ()) : "(no error)";
+    errors = stat (f.sink, "write-errors");
+    gst_element_set_bus (f.sink, nullptr);
+    gst_object_unref (bus);
+  }
+  __fpurge (stdout); /* what the failed writes left in stdio's buffer */
+  clearerr (stdout);
+  dup2 (saved, 1);
+  close (saved);
+  EXPECT_EQ (ret, GST_FLOW_ERROR);
+  EXPECT_NE (text.find ("stdout"), std::string::npos) << text;
+  EXPECT_NE (text.find (g_strerror (EBADF)), std::string::npos) << text;
+  EXPECT_GE (errors, 1u);
 }
 
 /* ---- TCP faults ------------------------------------------------------------------------ */

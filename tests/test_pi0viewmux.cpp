@@ -8,8 +8,11 @@
 #include <gst/video/video.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <functional>
+#include <string>
 #include <map>
 #include <thread>
 #include <vector>
@@ -75,9 +78,9 @@ struct Mux {
   HarnessPtr main, side, top, state;
   ObjectPtr<GstBus> bus;
 
-  explicit Mux (bool live, bool with_state = false, bool with_top = true)
+  explicit Mux (bool live, bool with_state = false, bool with_top = true, bool force_live = false)
   {
-    element.reset (gst_element_factory_make ("pi0viewmux", nullptr));
+    element.reset (gst_element_factory_make_full ("pi0viewmux", "force-live", force_live, nullptr));
     gst_object_ref_sink (element.get ());
     bus.reset (gst_bus_new ());
     gst_element_set_bus (element.get (), bus.get ());
@@ -178,6 +181,82 @@ stat (GstElement *mux, const char *view, const char *field)
   }
   gst_structure_free (s);
   return v;
+}
+
+/* Releases the muxer's earliest pending clock wait, if any (never blocks: a wait that new data
+ * cancels meanwhile is simply not there any more). */
+bool
+crank_once (GstTestClock *clock)
+{
+  GstClockID id = nullptr;
+  if (!gst_test_clock_peek_next_pending_id (clock, &id))
+    return false;
+  const GstClockTime t = gst_clock_id_get_time (id);
+  gst_clock_id_unref (id);
+  if (t > gst_clock_get_time (GST_CLOCK (clock)))
+    gst_test_clock_set_time (clock, t);
+  if (GstClockID done = gst_test_clock_process_next_clock_id (clock))
+    gst_clock_id_unref (done);
+  return true;
+}
+
+/* A live muxer on the test clock: releases every deadline it waits for until @done () holds.
+ * False when that does not happen while the muxer stops waiting on the clock (for 5 s of real
+ * time): it is then waiting for data that will not come. */
+bool
+crank_until (GstHarness *h, const std::function<bool ()> &done)
+{
+  GstTestClock *clock = gst_harness_get_testclock (h);
+  gint64 idle_since = g_get_monotonic_time ();
+  bool ok = false;
+  for (int cranks = 0; !(ok = done ()) && cranks < 10000;) {
+    if (crank_once (clock)) {
+      cranks++;
+      idle_since = g_get_monotonic_time ();
+    } else if (g_get_monotonic_time () - idle_since > 5 * G_USEC_PER_SEC) {
+      break;
+    } else {
+      g_usleep (1000);
+    }
+  }
+  gst_object_unref (clock);
+  return ok;
+}
+
+/* Whether EOS has come out of @h (pulls the events that precede it). */
+bool
+pulled_eos (GstHarness *h)
+{
+  while (GstEvent *ev = gst_harness_try_pull_event (h)) {
+    bool eos = GST_EVENT_TYPE (ev) == GST_EVENT_EOS;
+    gst_event_unref (ev);
+    if (eos)
+      return true;
+  }
+  return false;
+}
+
+/* A frame of @info at @pts whose video meta declares @offset and @stride for plane 0 (the other
+ * planes as the caps say). */
+GstBuffer *
+frame_with_layout (const GstVideoInfo &info, GstClockTime pts, gsize size, gsize offset,
+                   gint stride)
+{
+  GstBuffer *buf = gst_buffer_new_allocate (nullptr, size, nullptr);
+  gst_buffer_memset (buf, 0, 0x55, size);
+  GST_BUFFER_PTS (buf) = pts;
+  gsize offsets[GST_VIDEO_MAX_PLANES];
+  gint strides[GST_VIDEO_MAX_PLANES];
+  for (guint p = 0; p < GST_VIDEO_MAX_PLANES; p++) {
+    offsets[p] = info.offset[p];
+    strides[p] = info.stride[p];
+  }
+  offsets[0] = offset;
+  strides[0] = stride;
+  gst_buffer_add_video_meta_full (buf, GST_VIDEO_FRAME_FLAG_NONE, GST_VIDEO_INFO_FORMAT (&info),
+                                  GST_VIDEO_INFO_WIDTH (&info), GST_VIDEO_INFO_HEIGHT (&info),
+                                  GST_VIDEO_INFO_N_PLANES (&info), offsets, strides);
+  return buf;
 }
 
 } // namespace
@@ -765,7 +844,8 @@ TEST (ViewMux, CudaMemoryCapsAreCarried)
  * slow camera's frames that come later count as late. */
 TEST (ViewMux, MaxWaitBoundsTheLiveDeadline)
 {
-  for (GstClockTime max_wait : {(GstClockTime) GST_CLOCK_TIME_NONE, (GstClockTime) (20 * GST_MSECOND)}) {
+  for (GstClockTime max_wait :
+       {(GstClockTime)GST_CLOCK_TIME_NONE, (GstClockTime)(20 * GST_MSECOND)}) {
     SCOPED_TRACE (max_wait);
     Mux m (true, false, true);
     if (GST_CLOCK_TIME_IS_VALID (max_wait))
@@ -968,4 +1048,360 @@ TEST (ViewMux, LiveSlowInputsKeepCoveringBufferQueued)
   EXPECT_EQ (gst_clock_get_time (GST_CLOCK (clock)), 0u) << "no deadline was waited for";
   gst_object_unref (clock);
   EXPECT_EQ (stat (m.element.get (), "side", "frames-in"), 1u); /* counted once, not per use */
+}
+
+/* Issue 17 item 1: live, an ended base view ends the stream even while another input has
+ * stopped delivering (a stalled side camera, a silent state udpsrc), and even when the base
+ * view never delivered a frame (issue 16 item 3: gst-launch -e with a stalled base camera).
+ * The same with a not-live upstream and force-live. Both on the test clock. */
+TEST (ViewMux, EndedBaseEndsTheStreamWhileOtherInputsStall)
+{
+  for (bool force_live : {false, true}) {
+    for (const char *stalled : {"side", "state"}) {
+      for (int n_main : {3, 0}) {
+        SCOPED_TRACE (std::string (stalled) + (force_live ? " force-live" : " live") +
+                      " main frames " + std::to_string (n_main));
+        Mux m (!force_live, true, false, force_live);
+        gst_harness_set_src_caps_str (m.main.get (), MAIN_CAPS);
+        gst_harness_set_src_caps_str (m.side.get (), SIDE_CAPS);
+        gst_harness_set_src_caps_str (m.state.get (), "application/x-pi0-state,dim=(int)3");
+        GstVideoInfo im = video_info (MAIN_CAPS), is = video_info (SIDE_CAPS);
+        const GstClockTime D = frame_time (1, 30);
+        /* The stalled input delivers its first buffer only (none when the base view delivers
+         * none either); the other one keeps up. */
+        const bool side_stalls = g_str_equal (stalled, "side");
+        for (int k = 0; k < std::max (n_main, 1); k++) {
+          GstClockTime T = frame_time (k, 30);
+          if (side_stalls ? k == 0 && n_main > 0 : true) {
+            ASSERT_EQ (gst_harness_push (m.side.get (), make_frame (is, T, D, 1)), GST_FLOW_OK);
+          }
+          if (!side_stalls ? k == 0 && n_main > 0 : true) {
+            ASSERT_EQ (gst_harness_push (m.state.get (), make_state ({1, 2, 3}, T)), GST_FLOW_OK);
+          }
+          if (k >= n_main)
+            break;
+          ASSERT_EQ (gst_harness_push (m.main.get (), make_frame (im, T, D, 0)), GST_FLOW_OK);
+          BufferPtr obs;
+          ASSERT_TRUE (crank_until (m.main.get (),
+                                    [&] {
+                                      obs.reset (gst_harness_try_pull (m.main.get ()));
+                                      return obs != nullptr;
+                                    }))
+              << "observation " << k;
+          EXPECT_EQ (gst_buffer_get_pi0_observation_meta (obs.get ())->observation_time, T);
+        }
+        ASSERT_TRUE (gst_harness_push_event (m.main.get (), gst_event_new_eos ()));
+        EXPECT_TRUE (crank_until (m.main.get (), [&] { return pulled_eos (m.main.get ()); }))
+            << "no EOS after the base view ended";
+        EXPECT_EQ (gst_harness_try_pull (m.main.get ()), nullptr);
+      }
+    }
+  }
+}
+
+/* Issue 16 item 3: while the live base camera is silent, the other inputs keep flowing (their
+ * frames are passed on as they age), so their sources are never blocked in the muxer's pads
+ * and can take the EOS that gst-launch -e sends every source on Ctrl-C. Then the base view's
+ * EOS ends the stream. */
+TEST (ViewMux, SilentLiveBaseLetsTheOtherInputsFlow)
+{
+  Mux m (true, true, false);
+  gst_harness_set_src_caps_str (m.main.get (), MAIN_CAPS);
+  gst_harness_set_src_caps_str (m.side.get (), SIDE_CAPS);
+  gst_harness_set_src_caps_str (m.state.get (), "application/x-pi0-state,dim=(int)3");
+  const int N = 20;
+  std::atomic<int> side_done{0}, state_done{0};
+  GstFlowReturn side_ret = GST_FLOW_OK, state_ret = GST_FLOW_OK;
+  {
+    Pusher a ([&] {
+      GstVideoInfo is = video_info (SIDE_CAPS);
+      for (int j = 0; j < N && side_ret == GST_FLOW_OK; j++)
+        side_ret = gst_harness_push (m.side.get (),
+                                     make_frame (is, frame_time (j, 30), frame_time (1, 30), 1));
+      side_done = 1;
+    });
+    Pusher b ([&] {
+      for (int j = 0; j < N && state_ret == GST_FLOW_OK; j++)
+        state_ret = gst_harness_push (m.state.get (), make_state ({1, 2, 3}, frame_time (j, 50)));
+      state_done = 1;
+    });
+    /* Far more than the pads hold: without the muxer passing them on, the pushes block. */
+    EXPECT_TRUE (crank_until (m.main.get (), [&] { return side_done && state_done; }))
+        << "the side camera and the state source stay blocked in the muxer";
+    /* Ctrl-C with -e: the base source sends EOS. (It also releases the pushes if stuck.) */
+    ASSERT_TRUE (gst_harness_push_event (m.main.get (), gst_event_new_eos ()));
+    EXPECT_TRUE (crank_until (m.main.get (), [&] { return pulled_eos (m.main.get ()); }));
+  }
+  EXPECT_EQ (side_ret, GST_FLOW_OK);
+  EXPECT_EQ (state_ret, GST_FLOW_OK);
+  EXPECT_EQ (gst_harness_try_pull (m.main.get ()), nullptr);
+  EXPECT_EQ (stat (m.element.get (), nullptr, "observations"), 0u);
+}
+
+/* Not live, the base view's end ends the stream while another view still holds frames that
+ * no observation will use; its source gets EOS as its flow (a regression check: the muxer
+ * waits for data when not live, but never for a view once the base view is over). */
+TEST (ViewMux, EndedBaseEndsTheStreamNotLive)
+{
+  Mux m (false, false, false);
+  GstFlowReturn side_ret = GST_FLOW_OK;
+  {
+    Pusher a ([&] {
+      gst_harness_set_src_caps_str (m.side.get (), SIDE_CAPS);
+      GstVideoInfo is = video_info (SIDE_CAPS);
+      for (int j = 0; j < 100 && side_ret == GST_FLOW_OK; j++)
+        side_ret = gst_harness_push (m.side.get (), make_frame (is, frame_time (j, 15), 0, 1));
+    });
+    Pusher b ([&] { push_video (m.main.get (), MAIN_CAPS, 30, 3, 0); });
+    for (int k = 0; k < 3; k++) {
+      BufferPtr obs (gst_harness_pull (m.main.get ()));
+      ASSERT_NE (obs, nullptr) << "observation " << k;
+    }
+    bool eos = false;
+    while (!eos) {
+      GstEvent *ev = gst_harness_pull_event (m.main.get ());
+      ASSERT_NE (ev, nullptr) << "no EOS";
+      eos = GST_EVENT_TYPE (ev) == GST_EVENT_EOS;
+      gst_event_unref (ev);
+    }
+  }
+  EXPECT_EQ (side_ret, GST_FLOW_EOS);
+}
+
+/* Issue 16 item 10: frames whose buffer does not hold the layout they declare (too short, a
+ * negative or too short stride, an offset past the end or so large that the sum wraps) are
+ * refused: never passed on, counted in `invalid`, and warned about at most once per second of
+ * running time per view, with a details structure. */
+TEST (ViewMux, FramesThatDoNotHoldTheirLayoutAreRefusedCountedAndWarned)
+{
+  Mux m (false, false, false);
+  GstVideoInfo is = video_info (SIDE_CAPS);
+  const gsize size = GST_VIDEO_INFO_SIZE (&is);
+  const gint stride = GST_VIDEO_INFO_PLANE_STRIDE (&is, 0);
+  const GstClockTime D = frame_time (1, 30);
+  /* side at 30 fps: frames 1..5 and 70 (2.33 s) bad, the others good. */
+  auto side_frame = [&] (int j) -> GstBuffer * {
+    GstClockTime t = frame_time (j, 30);
+    GstBuffer *b = nullptr;
+    switch (j) {
+      case 1:
+        b = make_frame (is, t, D, 1);
+        gst_buffer_resize (b, 0, size / 2); /* shorter than its caps */
+        return b;
+      case 2:
+        b = frame_with_layout (is, t, size, 0, -stride);
+        break;
+      case 3:
+        b = frame_with_layout (is, t, size, size, stride); /* starts at the end */
+        break;
+      case 4:
+        b = frame_with_layout (is, t, size, G_MAXSIZE - 16, stride); /* wraps around */
+        break;
+      case 5:
+        b = frame_with_layout (is, t, size, 0, 2); /* rows overlap */
+        break;
+      case 70:
+        b = make_frame (is, t, D, 1);
+        gst_buffer_resize (b, 0, 1);
+        return b;
+      default:
+        b = make_frame (is, t, D, (guint8)j);
+        return b;
+    }
+    GST_BUFFER_DURATION (b) = D;
+    return b;
+  };
+  const int NM = 72;
+  {
+    Pusher a ([&] {
+      gst_harness_set_src_caps_str (m.side.get (), SIDE_CAPS);
+      for (int j = 0; j < NM; j++)
+        gst_harness_push (m.side.get (), side_frame (j));
+      gst_harness_push_event (m.side.get (), gst_event_new_eos ());
+    });
+    Pusher b ([&] { push_video (m.main.get (), MAIN_CAPS, 30, NM, 0); });
+    for (int k = 0; k < NM; k++) {
+      BufferPtr obs (gst_harness_pull (m.main.get ()));
+      ASSERT_NE (obs, nullptr) << "observation " << k;
+      GstPi0ObservationMeta *meta = gst_buffer_get_pi0_observation_meta (obs.get ());
+      const GstPi0View *v = &meta->views[1];
+      bool bad = (k >= 1 && k <= 5) || k == 70;
+      int expect = bad ? (k == 70 ? 69 : 0) : k;
+      ASSERT_TRUE (v->flags & GST_PI0_VIEW_FLAG_VALID) << "obs " << k;
+      EXPECT_EQ (view_byte (obs.get (), v), (guint8)expect) << "obs " << k;
+      GstVideoFrame f;
+      ASSERT_TRUE (gst_pi0_observation_meta_map_view (meta, obs.get (), 1, &f, GST_MAP_READ));
+      gst_video_frame_unmap (&f);
+    }
+  }
+  EXPECT_EQ (stat (m.element.get (), "side", "invalid"), 6u);
+  EXPECT_EQ (stat (m.element.get (), "side", "frames-in"), (guint64)NM);
+  EXPECT_EQ (stat (m.element.get (), "side", "used"), (guint64)NM);
+  auto warnings = m.messages (GST_MESSAGE_WARNING);
+  ASSERT_EQ (warnings.size (), 2u) << "one at 33 ms, one at 2.33 s";
+  for (auto &w : warnings) {
+    EXPECT_NE (message_text (w.get ()).find ("'side'"), std::string::npos);
+    const GstStructure *details = nullptr;
+    gst_message_parse_warning_details (w.get (), &details);
+    ASSERT_NE (details, nullptr);
+    EXPECT_STREQ (gst_structure_get_string (details, "view"), "side");
+    EXPECT_NE (gst_structure_get_string (details, "problem"), nullptr);
+    guint64 size_field = 0;
+    EXPECT_TRUE (gst_structure_get_uint64 (details, "size", &size_field));
+  }
+  const GstStructure *last = nullptr;
+  gst_message_parse_warning_details (warnings[1].get (), &last);
+  guint64 held = 0;
+  EXPECT_TRUE (gst_structure_get_uint64 (last, "held-back", &held));
+  EXPECT_EQ (held, 4u); /* frames 2..5 were refused without a warning of their own */
+}
+
+/* Issue 16 item 10: a base camera whose timestamps go back. observation_time never decreases:
+ * a base frame not after the previous observation is dropped, counted in `backwards`, and
+ * warned about (rate-limited, with details). */
+TEST (ViewMux, BaseTimestampsGoingBackAreDropped)
+{
+  Mux m (false, false, false);
+  GstVideoInfo im = video_info (MAIN_CAPS);
+  const GstClockTime ms = GST_MSECOND;
+  const GstClockTime times[] = {0, 33 * ms, 66 * ms, 50 * ms, 66 * ms, 100 * ms, 80 * ms, 133 * ms};
+  {
+    Pusher a ([&] { push_video (m.side.get (), SIDE_CAPS, 15, 4, 100); });
+    Pusher b ([&] {
+      gst_harness_set_src_caps_str (m.main.get (), MAIN_CAPS);
+      for (GstClockTime t : times)
+        gst_harness_push (m.main.get (), make_frame (im, t, 0, 0));
+      gst_harness_push_event (m.main.get (), gst_event_new_eos ());
+    });
+    GstClockTime prev = GST_CLOCK_TIME_NONE;
+    for (GstClockTime expect : {0 * ms, 33 * ms, 66 * ms, 100 * ms, 133 * ms}) {
+      BufferPtr obs (gst_harness_pull (m.main.get ()));
+      ASSERT_NE (obs, nullptr);
+      GstClockTime t = gst_buffer_get_pi0_observation_meta (obs.get ())->observation_time;
+      EXPECT_EQ (t, expect);
+      if (GST_CLOCK_TIME_IS_VALID (prev)) {
+        EXPECT_GT (t, prev);
+      }
+      prev = t;
+    }
+    bool eos = false;
+    while (!eos) {
+      GstEvent *ev = gst_harness_pull_event (m.main.get ());
+      ASSERT_NE (ev, nullptr) << "no EOS";
+      eos = GST_EVENT_TYPE (ev) == GST_EVENT_EOS;
+      gst_event_unref (ev);
+    }
+  }
+  EXPECT_EQ (gst_harness_try_pull (m.main.get ()), nullptr);
+  EXPECT_EQ (stat (m.element.get (), "main", "backwards"), 3u);
+  EXPECT_EQ (stat (m.element.get (), nullptr, "observations"), 5u);
+  auto warnings = m.messages (GST_MESSAGE_WARNING);
+  ASSERT_EQ (warnings.size (), 1u);
+  EXPECT_NE (message_text (warnings[0].get ()).find ("'main'"), std::string::npos);
+  const GstStructure *details = nullptr;
+  gst_message_parse_warning_details (warnings[0].get (), &details);
+  ASSERT_NE (details, nullptr);
+  EXPECT_STREQ (gst_structure_get_string (details, "view"), "main");
+  guint64 last_obs = 0;
+  EXPECT_TRUE (gst_structure_get_uint64 (details, "last-observation", &last_obs));
+  EXPECT_EQ (last_obs, 66 * ms);
+}
+
+/* Issue 17 item 3, in launch lines. Caps of the wrong media type or format that reach a pad
+ * at run time (here appsrc, linked before it has caps) get the muxer's NEGOTIATION error naming
+ * the pad and what it takes, before the source's generic "Internal data stream error". Fixed
+ * caps that gst-launch sees when it links (a caps filter, a source's caps property) are refused
+ * earlier, by the link itself ("could not link"): the pads' caps are the exact list, which is
+ * what lets a videoconvert before them pick a format the muxer takes. */
+TEST (ViewMux, NegotiationErrorsInLaunchLines)
+{
+  const char *good_main = "videotestsrc num-buffers=5 ! "
+                          "video/x-raw,format=RGB,width=64,height=48,framerate=30/1 ! mux.main ";
+  struct Case {
+    const char *pad, *caps, *needle;
+  } cases[] = {
+      {"state", "audio/x-raw,format=S16LE,rate=48000,channels=1,layout=interleaved",
+       "The state pad needs application/x-pi0-state"},
+      {"side", "audio/x-raw,format=S16LE,rate=48000,channels=1,layout=interleaved",
+       "View 'side' needs raw video"},
+      {"side", "video/x-raw,format=v210,width=48,height=2,framerate=30/1",
+       "View 'side' cannot take video format v210"},
+      {"side", "video/x-raw,format=RGB16,width=4,height=2,framerate=30/1",
+       "View 'side' cannot take video format RGB16"},
+  };
+  for (const auto &c : cases) {
+    SCOPED_TRACE (c.caps);
+    GError *err = nullptr;
+    ElementPtr pipe (gst_parse_launch ((std::string ("pi0viewmux name=mux ! fakesink ") +
+                                        good_main + "appsrc name=src format=time ! mux." + c.pad)
+                                           .c_str (),
+                                       &err));
+    ASSERT_EQ (err, nullptr) << err->message;
+    GstElement *src = gst_bin_get_by_name (GST_BIN (pipe.get ()), "src");
+    GstElement *mux = gst_bin_get_by_name (GST_BIN (pipe.get ()), "mux");
+    gst_util_set_object_arg (G_OBJECT (src), "caps", c.caps);
+    gst_element_set_state (pipe.get (), GST_STATE_PLAYING);
+    GstBuffer *buf = gst_buffer_new_allocate (nullptr, 16, nullptr);
+    GST_BUFFER_PTS (buf) = 0;
+    GstFlowReturn fr;
+    g_signal_emit_by_name (src, "push-buffer", buf, &fr);
+    gst_buffer_unref (buf);
+    ObjectPtr<GstBus> bus (gst_element_get_bus (pipe.get ()));
+    MessagePtr msg (gst_bus_timed_pop_filtered (bus.get (), 10 * GST_SECOND, GST_MESSAGE_ERROR));
+    ASSERT_NE (msg, nullptr);
+    GError *gerr = nullptr;
+    gst_message_parse_error (msg.get (), &gerr, nullptr);
+    EXPECT_TRUE (g_error_matches (gerr, GST_CORE_ERROR, GST_CORE_ERROR_NEGOTIATION))
+        << gerr->message;
+    g_clear_error (&gerr);
+    EXPECT_NE (message_text (msg.get ()).find (c.needle), std::string::npos)
+        << message_text (msg.get ());
+    EXPECT_EQ (GST_MESSAGE_SRC (msg.get ()), GST_OBJECT (mux));
+    gst_object_unref (mux);
+    gst_object_unref (src);
+  }
+
+  /* Linked straight to a fixed format the view cannot take: refused when linking. */
+  GError *err = nullptr;
+  GstElement *pipe = gst_parse_launch ("pi0viewmux name=mux ! fakesink videotestsrc ! "
+                                       "video/x-raw,format=v210,width=48,height=2 ! mux.main",
+                                       &err);
+  ASSERT_NE (err, nullptr);
+  EXPECT_TRUE (g_error_matches (err, GST_PARSE_ERROR, GST_PARSE_ERROR_LINK)) << err->message;
+  EXPECT_NE (std::string (err->message).find ("could not link"), std::string::npos) << err->message;
+  g_clear_error (&err);
+  if (pipe)
+    gst_object_unref (pipe);
+}
+
+/* A GAP event on a view (a demuxer's sparse stream, a decoder that lost frames) is time passing,
+ * not a frame: no warning, nothing refused, and the view goes on with the frame it has (masked
+ * once that is stale, as with no frame at all). */
+TEST (ViewMux, GapEventsAreNotFrames)
+{
+  Mux m (false, false, false);
+  const int NM = 8;
+  {
+    Pusher a ([&] {
+      gst_harness_set_src_caps_str (m.side.get (), SIDE_CAPS);
+      GstVideoInfo is = video_info (SIDE_CAPS);
+      gst_harness_push (m.side.get (), make_frame (is, 0, frame_time (1, 15), 5));
+      gst_harness_push_event (m.side.get (),
+                              gst_event_new_gap (frame_time (1, 15), frame_time (2, 15)));
+      gst_harness_push (m.side.get (), make_frame (is, frame_time (3, 15), frame_time (1, 15), 6));
+      gst_harness_push_event (m.side.get (), gst_event_new_eos ());
+    });
+    Pusher b ([&] { push_video (m.main.get (), MAIN_CAPS, 30, NM, 0); });
+    for (int k = 0; k < NM; k++) {
+      BufferPtr obs (gst_harness_pull (m.main.get ()));
+      ASSERT_NE (obs, nullptr) << "observation " << k;
+      GstPi0ObservationMeta *meta = gst_buffer_get_pi0_observation_meta (obs.get ());
+      ASSERT_TRUE (meta->views[1].flags & GST_PI0_VIEW_FLAG_VALID) << "obs " << k;
+      const bool second = frame_time (k, 30) + 10 * GST_MSECOND >= frame_time (3, 15);
+      EXPECT_EQ (view_byte (obs.get (), &meta->views[1]), second ? 6 : 5) << "obs " << k;
+    }
+  }
+  EXPECT_TRUE (m.messages (GST_MESSAGE_WARNING).empty ());
+  EXPECT_EQ (stat (m.element.get (), "side", "frames-in"), 2u);
+  EXPECT_EQ (stat (m.element.get (), "side", "dropped"), 0u);
 }

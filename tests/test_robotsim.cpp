@@ -268,8 +268,8 @@ TEST (RobotSim, ExitsCleanlyOnSigintAndAfterDuration)
 TEST (RobotSim, PublishesItsJointStateAndFollowsWhatItExecutes)
 {
   TempDir dir;
-  GSocket *rx = g_socket_new (G_SOCKET_FAMILY_IPV4, G_SOCKET_TYPE_DATAGRAM,
-                              G_SOCKET_PROTOCOL_UDP, nullptr);
+  GSocket *rx =
+      g_socket_new (G_SOCKET_FAMILY_IPV4, G_SOCKET_TYPE_DATAGRAM, G_SOCKET_PROTOCOL_UDP, nullptr);
   GInetAddress *lo = g_inet_address_new_loopback (G_SOCKET_FAMILY_IPV4);
   GSocketAddress *any = g_inet_socket_address_new (lo, 0);
   ASSERT_TRUE (g_socket_bind (rx, any, TRUE, nullptr));
@@ -437,4 +437,194 @@ TEST (RobotSimModes, DeadUdpRobotDoesNotStallTheSink)
   sim.stop_and_check ();
   EXPECT_TRUE (sim.exited_cleanly ());
   EXPECT_EQ (sim.count ("execute"), 0u);
+}
+
+/* ---- issue 16: max_step, empty keys, the session rule ------------------------------------- */
+
+namespace
+{
+
+std::vector<uint8_t>
+chunk_frame (uint64_t session, uint64_t seq, std::vector<float> v, unsigned dim)
+{
+  pi0::proto::Header h;
+  h.kind = pi0::proto::Kind::kAction;
+  h.flags = pi0::proto::kFlagLast;
+  h.session_id = session;
+  h.seq = seq;
+  h.chunk_id = seq;
+  h.step_period_ns = 20000000;
+  h.steps = (uint16_t)(v.size () / dim);
+  h.chunk_steps = h.steps;
+  h.dim = (uint16_t)dim;
+  std::vector<uint8_t> out;
+  pi0::proto::encode (h, v.data (), "", out);
+  return out;
+}
+
+/* Runs the simulator with @args; returns its exit status (-1 when it did not exit) and what it
+ * wrote on stderr. */
+int
+run_sim (const std::vector<std::string> &args, std::string *err_text)
+{
+  std::string path = robotsim_path ();
+  std::vector<gchar *> argv = {(gchar *)path.c_str (), (gchar *)"--port=0",
+                               (gchar *)"--duration=0.1"};
+  for (auto &a : args)
+    argv.push_back ((gchar *)a.c_str ());
+  argv.push_back (nullptr);
+  gchar *err = nullptr;
+  gint status = 0;
+  if (!g_spawn_sync (nullptr, argv.data (), nullptr, G_SPAWN_STDOUT_TO_DEV_NULL, nullptr, nullptr,
+                     nullptr, &err, &status, nullptr))
+    return -1;
+  *err_text = err ? err : "";
+  g_free (err);
+  return WIFEXITED (status) ? WEXITSTATUS (status) : -1;
+}
+
+} // namespace
+
+/* Issue 16 item 4: the simulator enforces its configuration's max_step as a robot's controller
+ * would: a row further than max_step from the previous command is clamped (rate-limited) and
+ * logged as limited, with what was requested. */
+TEST (RobotSim, MaxStepIsEnforcedByClampingAndLogged)
+{
+  TempDir dir;
+  SimProc sim;
+  ASSERT_TRUE (
+      sim.start ({"--proto=udp", "--port=0",
+                  "--robot-config=" + dir.file ("r.json", R"({"joints":["a","b"],"lower":[-3,-3],
+                                                           "upper":[3,3],"max_step":[0.5,0.5]})")},
+                 dir.file ("sim.jsonl")));
+  Client c (false, sim.port ());
+  /* Stream rows 0.1 -> 2.9 -> -2.9 (the issue's example), then a three-row chunk. */
+  c.send (frame (9, 1, {0.1f, 0.0f}, 2, ""));
+  c.send (frame (9, 2, {2.9f, 0.0f}, 2, ""));
+  c.send (frame (9, 3, {-2.9f, 0.0f}, 2, ""));
+  c.send (chunk_frame (9, 4, {0.2f, 0.0f, 1.5f, 0.0f, -1.0f, 0.25f}, 2));
+  ASSERT_TRUE (sim.wait_count ("execute", 6));
+  std::vector<float> executed;
+  std::vector<bool> limited;
+  std::vector<std::vector<float>> requested;
+  for (auto &l : sim.lines ()) {
+    JsonLine j (l);
+    if (j.str ("event") != "execute")
+      continue;
+    executed.push_back (j.row ()[0]);
+    limited.push_back (j.value ().contains ("limited") && j.value ()["limited"].is_boolean () &&
+                       j.value ()["limited"].get<bool> ());
+    requested.push_back (j.row ("requested"));
+  }
+  ASSERT_EQ (executed.size (), 6u);
+  const std::vector<float> want = {0.1f, 0.6f, 0.1f, 0.2f, 0.7f, 0.2f};
+  for (size_t i = 0; i < want.size (); i++) {
+    EXPECT_NEAR (executed[i], want[i], 1e-6) << "row " << i;
+    if (i) {
+      EXPECT_TRUE (exact_within (executed[i], executed[i - 1], 0.5f)) << "row " << i;
+    }
+  }
+  EXPECT_EQ (limited, (std::vector<bool>{false, true, true, false, true, true}));
+  EXPECT_EQ (requested[1], (std::vector<float>{2.9f, 0.0f}));
+  EXPECT_EQ (requested[2], (std::vector<float>{-2.9f, 0.0f}));
+  EXPECT_TRUE (requested[0].empty ());
+  EXPECT_EQ (sim.count ("reject"), 0u);
+  sim.stop_and_check ();
+  auto lines = sim.lines ();
+  JsonLine exit_line (lines.back ());
+  EXPECT_EQ (exit_line.num ("limited"), 4);
+}
+
+/* Issue 16 item 5: an empty key would silently turn authentication off. */
+TEST (RobotSim, RefusesAnEmptyKey)
+{
+  TempDir dir;
+  std::string err;
+  EXPECT_EQ (run_sim ({"--key="}, &err), 2);
+  EXPECT_NE (err.find ("empty"), std::string::npos) << err;
+  EXPECT_EQ (run_sim ({"--key-file=" + dir.file ("empty.key")}, &err), 2);
+  EXPECT_NE (err.find ("empty"), std::string::npos) << err;
+  /* A real key starts (and ends after --duration). */
+  EXPECT_EQ (run_sim ({"--key=k"}, &err), 0) << err;
+}
+
+/* Issue 16 item 6: once a newer session has started, frames of an older one (an authenticated
+ * replay included) are refused; a sequence number at the top of the counter is refused instead
+ * of locking the session out; a single frame cannot move the expected sequence far ahead. */
+TEST (RobotSim, SessionRuleRefusesOldSessionsAndTopSequenceNumbers)
+{
+  TempDir dir;
+  SimProc sim;
+  ASSERT_TRUE (sim.start ({"--proto=udp", "--port=0", std::string ("--key=") + kKey, "--dim=3"},
+                          dir.file ("sim.jsonl")));
+  Client c (false, sim.port ());
+  const std::vector<float> row = {0.1f, 0.2f, 0.3f};
+  const auto a2 = frame (100, 2, row, 3, kKey);
+  c.send (frame (100, 1, row, 3, kKey));
+  c.send (a2);
+  c.send (frame (200, 1, row, 3, kKey)); /* a newer session */
+  ASSERT_TRUE (sim.wait_count ("execute", 3));
+  c.send (a2);                           /* replay of an authenticated frame of session 100 */
+  c.send (frame (100, 3, row, 3, kKey)); /* session 100 again, a fresh seq */
+  c.send (frame (200, UINT64_MAX, row, 3, kKey));
+  c.send (frame (200, (1ull << 40), row, 3, kKey));
+  c.send (frame (200, 2, row, 3, kKey)); /* the session goes on */
+  ASSERT_TRUE (sim.wait_count ("execute", 4));
+  ASSERT_TRUE (sim.wait_count ("reject", 4));
+  EXPECT_EQ (reject_reasons (sim),
+             (std::vector<std::string>{"old-session", "old-session", "bad-seq", "seq-jump"}));
+  EXPECT_EQ (sim.count ("session"), 2u);
+  std::vector<std::pair<std::string, gint64>> executed;
+  for (auto &l : sim.lines ()) {
+    JsonLine j (l);
+    if (j.str ("event") == "execute")
+      executed.push_back ({j.str ("session"), j.num ("seq")});
+  }
+  ASSERT_EQ (executed.size (), 4u);
+  EXPECT_EQ (executed[3], std::make_pair (std::string ("00000000000000c8"), (gint64)2));
+}
+
+/* The robot's own watchdog (--hold-timeout, --stop-timeout): it holds, then stops, by itself,
+ * counted from when its last commanded row ran. */
+TEST (RobotSim, ItsOwnWatchdogHoldsThenStopsWhenCommandsStop)
+{
+  TempDir dir;
+  SimProc sim;
+  ASSERT_TRUE (sim.start ({"--proto=udp", "--port=0", "--hold-timeout=0.05", "--stop-timeout=0.1"},
+                          dir.file ("sim.jsonl")));
+  Client c (false, sim.port ());
+  c.send (frame (3, 1, {0.1f, 0.2f, 0.3f}, 3, ""));
+  ASSERT_TRUE (sim.wait_count ("watchdog", 2));
+  gint64 ran = -1;
+  std::vector<std::string> actions;
+  std::vector<gint64> deadlines, at;
+  for (auto &l : sim.lines ()) {
+    JsonLine j (l);
+    if (j.str ("event") == "execute")
+      ran = j.num ("at_ns");
+    if (j.str ("event") == "watchdog") {
+      actions.push_back (j.str ("action"));
+      deadlines.push_back (j.num ("deadline_ns"));
+      at.push_back (j.num ("at_ns"));
+    }
+  }
+  ASSERT_GT (ran, 0);
+  EXPECT_EQ (actions, (std::vector<std::string>{"hold", "stop"}));
+  EXPECT_EQ (deadlines, (std::vector<gint64>{ran + 50000000, ran + 100000000}));
+  EXPECT_GE (at[0], deadlines[0]);
+  EXPECT_GE (at[1], deadlines[1]);
+  EXPECT_EQ (sim.count ("watchdog"), 2u) << "once each, until the next command";
+}
+
+TEST (RobotSim, RefusesContradictoryOptions)
+{
+  TempDir dir;
+  std::string err;
+  EXPECT_EQ (run_sim ({"--dim=4", "--robot-config=" + dir.file ("r.json", R"({"joints":["a","b"],
+                        "lower":[-1,-1],"upper":[1,1],"max_step":[1,1]})")},
+                      &err),
+             1);
+  EXPECT_NE (err.find ("differs from the robot configuration"), std::string::npos) << err;
+  EXPECT_EQ (run_sim ({"--hold-timeout=0.2", "--stop-timeout=0.1"}, &err), 1);
+  EXPECT_NE (err.find ("stop timeout"), std::string::npos) << err;
 }

@@ -7,9 +7,8 @@
 #include <sstream>
 #include <sys/stat.h>
 
-#include <nlohmann/json.hpp>
-
 #include "io/error.h"
+#include "pi0json.h"
 
 namespace pi0
 {
@@ -21,34 +20,39 @@ constexpr double kEps = 1e-6;
 // A norm_stats.json is a few KB; refuse to slurp something absurd by mistake.
 constexpr std::streamoff kMaxFileBytes = 64 << 20;
 
+using Json = pi0::json::Value;
+
 torch::Tensor
-read_vector (const nlohmann::json &stats, const char *field, const std::string &where,
-             bool required)
+read_vector (const Json &stats, const char *field, const std::string &where, bool required)
 {
-  if (!stats.contains (field) || stats[field].is_null ()) {
+  auto it = stats.find (field);
+  if (it == stats.end () || it->is_null ()) {
     if (required)
       throw Error (where + ": missing \"" + field + "\"");
     return {};
   }
-  const auto &v = stats[field];
+  const Json &v = *it;
   if (!v.is_array () || v.empty ())
     throw Error (where + ": \"" + field + "\" must be a non-empty list of numbers, found " +
                  (v.is_array () ? std::string ("[]") : std::string (v.type_name ())));
   std::vector<double> values;
   for (size_t i = 0; i < v.size (); i++) {
-    if (!v[i].is_number ())
-      throw Error (where + ": \"" + field + "\"[" + std::to_string (i) + "] is not a number (" +
-                   v[i].dump () + "); the stats must be a flat list of numbers");
-    const double x = v[i].get<double> ();
-    if (!std::isfinite (x))
-      throw Error (where + ": \"" + field + "\"[" + std::to_string (i) + "] is not finite");
-    values.push_back (x);
+    // Each value must be a number that float32 can hold: the state is normalized and the actions
+    // unnormalized into float32, where 1e39 becomes infinity (as NaN does, it would reach the
+    // robot as a non-finite action). The value itself is kept in float64, as openpi computes.
+    float unused;
+    std::string error;
+    if (!pi0::json::to_float (v[i], "\"" + std::string (field) + "\"[" + std::to_string (i) + "]",
+                              &unused, &error))
+      throw Error (where + ": " + error +
+                   (v[i].is_number () ? "" : "; the stats must be a flat list of numbers"));
+    values.push_back (v[i].get<double> ());
   }
   return torch::tensor (values, torch::kFloat64);
 }
 
 NormVectors
-read_key (const nlohmann::json &all, const char *key, const std::string &source)
+read_key (const Json &all, const char *key, const std::string &source)
 {
   const std::string where = source + ": norm_stats." + key;
   if (!all.contains (key))
@@ -140,12 +144,11 @@ NormStats::load (const std::string &path)
 NormStats
 NormStats::from_json_text (const std::string &text, const std::string &source_name)
 {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse (text);
-  } catch (const nlohmann::json::exception &e) {
-    throw Error (source_name + ": not valid JSON: " + e.what ());
-  }
+  std::string error;
+  std::optional<Json> parsed = pi0::json::parse_strict (text, source_name, &error);
+  if (!parsed)
+    throw Error (error);
+  const Json &j = *parsed;
   if (!j.is_object () || !j.contains ("norm_stats") || !j["norm_stats"].is_object ())
     throw Error (source_name + ": no \"norm_stats\" object at the top level (expected openpi's "
                                "{\"norm_stats\": {\"state\": {...}, \"actions\": {...}}})");

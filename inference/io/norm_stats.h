@@ -31,6 +31,7 @@ public:
   // Reads openpi's {"norm_stats": {"state": {"mean", "std", "q01", "q99"}, "actions": {...}}}.
   // `path` is the JSON file or a directory holding norm_stats.json. Throws pi0::Error naming
   // the file and the problem: not JSON, missing key, non-numeric, non-finite or empty vector,
+  // a value beyond float32's range (1e39: it would become infinity), a key given twice,
   // vectors of different lengths, negative std, q01 > q99.
   static NormStats load (const std::string &path);
   static NormStats from_json_text (const std::string &text, const std::string &source_name);

@@ -2,6 +2,10 @@
 #include "io/tokenizer.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include <sys/stat.h>
 
 #include "io/error.h"
 
@@ -60,6 +64,21 @@ py_isspace (uint32_t c)
   return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
          c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
          c == 0x205F || c == 0x3000;
+}
+
+// SentencePiece opens whatever it is given: a directory makes it abort the whole process (issue
+// 16) and a FIFO blocks it until something writes. Only a regular file goes past this point.
+void
+check_model_file (const std::string &path)
+{
+  struct stat st;
+  if (::stat (path.c_str (), &st) != 0)
+    throw Error (path + ": cannot load SentencePiece model: " + std::strerror (errno));
+  if (S_ISDIR (st.st_mode))
+    throw Error (path + ": cannot load SentencePiece model: it is a directory (name the .model "
+                        "file in it)");
+  if (!S_ISREG (st.st_mode))
+    throw Error (path + ": cannot load SentencePiece model: not a regular file");
 }
 
 } // namespace
@@ -168,6 +187,7 @@ Tokenizer::available ()
 Tokenizer
 Tokenizer::load (const std::string &model_path)
 {
+  check_model_file (model_path);
   const SpmApi &api = spm_api ();
   if (!api.error.empty ())
     throw Error (model_path + ": " + api.error);

@@ -21,8 +21,9 @@ class Tokenizer
 {
 public:
   // Loads a SentencePiece model file (for Pi0: PaliGemma's paligemma_tokenizer.model, vocab
-  // 257152). Throws pi0::Error when the file cannot be read, is not a SentencePiece model, or
-  // has no BOS piece, and when gst-pi0 was built without libsentencepiece.
+  // 257152). Throws pi0::Error when the file cannot be read, is a directory or not a regular
+  // file, is not a SentencePiece model, or has no BOS piece, and when gst-pi0 was built without
+  // libsentencepiece.
   static Tokenizer load (const std::string &model_path);
 
   // True when this build has libsentencepiece (otherwise load() always throws).

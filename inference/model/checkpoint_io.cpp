@@ -38,7 +38,7 @@ parent_dir (const std::string &file)
 } // namespace
 
 std::shared_ptr<Pi0Model>
-load_pi0_model (const std::string &path)
+load_pi0_model (const std::string &path, int num_steps)
 {
   std::string dir = is_dir (path) ? path : parent_dir (path);
   std::string weights = is_dir (path) ? dir + "/model.safetensors" : path;
@@ -50,9 +50,14 @@ load_pi0_model (const std::string &path)
     throw Error ("checkpoint '" + weights + "' has no config.json next to it (" + config_path +
                  "): the architecture cannot be known");
   Pi0Config cfg = config_from_json_file (config_path);
+  if (num_steps > 0)
+    cfg.num_steps = num_steps;
+  // The file first (memory-mapped, validated): a corrupt one fails before gigabytes of
+  // parameters are allocated.
+  TensorMap tensors = load_safetensors (weights);
   auto model = std::make_shared<Pi0Model> (cfg);
   // Missing, unexpected or mis-shaped tensors come back as one error listing all of them.
-  load_state_dict (*model, load_safetensors (weights), weights);
+  load_state_dict (*model, tensors, weights);
   return model;
 }
 

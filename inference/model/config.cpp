@@ -2,13 +2,12 @@
 
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <fstream>
-#include <map>
-#include <memory>
+#include <optional>
 #include <sstream>
 
 #include "io/error.h"
+#include "pi0json.h"
 
 namespace pi0
 {
@@ -16,181 +15,29 @@ namespace pi0
 namespace
 {
 
-/* A small JSON reader: config.json files are tiny and flat, and the project avoids pulling a
- * JSON library (or GLib) into inference/ for them. */
-struct Json {
-  enum Kind { Null, Bool, Number, String, Array, Object } kind = Null;
-  bool b = false;
-  double num = 0;
-  std::string str;
-  std::vector<Json> arr;
-  std::map<std::string, Json> obj;
+using Json = pi0::json::Value;
 
-  const Json *get (const std::string &key) const
-  {
-    if (kind != Object)
-      return nullptr;
-    auto it = obj.find (key);
-    return it == obj.end () ? nullptr : &it->second;
-  }
-};
-
-class JsonParser
+/* config.json through the project's strict reader (a key given twice is refused: a model
+ * configuration must not be read one way by us and another way by its writer). */
+Json
+parse_config (const std::string &text, const std::string &source)
 {
-public:
-  JsonParser (const std::string &text, const std::string &source) : s_ (text), source_ (source) {}
+  std::string error;
+  std::optional<Json> root = pi0::json::parse_strict (text, source, &error);
+  if (!root)
+    throw Error (error);
+  return std::move (*root);
+}
 
-  Json parse ()
-  {
-    Json v = value ();
-    ws ();
-    if (pos_ != s_.size ())
-      fail ("trailing characters");
-    return v;
-  }
-
-private:
-  [[noreturn]] void fail (const std::string &what) const
-  {
-    throw Error (source_ + ": invalid JSON at byte " + std::to_string (pos_) + ": " + what);
-  }
-  void ws ()
-  {
-    while (pos_ < s_.size () &&
-           (s_[pos_] == ' ' || s_[pos_] == '\n' || s_[pos_] == '\r' || s_[pos_] == '\t'))
-      pos_++;
-  }
-  bool eat (char c)
-  {
-    ws ();
-    if (pos_ < s_.size () && s_[pos_] == c) {
-      pos_++;
-      return true;
-    }
-    return false;
-  }
-  void expect (char c)
-  {
-    if (!eat (c))
-      fail (std::string ("expected '") + c + "'");
-  }
-  bool literal (const char *lit)
-  {
-    size_t n = std::char_traits<char>::length (lit);
-    if (s_.compare (pos_, n, lit) == 0) {
-      pos_ += n;
-      return true;
-    }
-    return false;
-  }
-  std::string string_body ()
-  {
-    std::string out;
-    while (pos_ < s_.size () && s_[pos_] != '"') {
-      char c = s_[pos_++];
-      if (c == '\\') {
-        if (pos_ >= s_.size ())
-          fail ("unterminated escape");
-        char e = s_[pos_++];
-        switch (e) {
-          case 'n':
-            out += '\n';
-            break;
-          case 't':
-            out += '\t';
-            break;
-          case 'r':
-            out += '\r';
-            break;
-          case 'b':
-            out += '\b';
-            break;
-          case 'f':
-            out += '\f';
-            break;
-          case 'u': {
-            if (pos_ + 4 > s_.size ())
-              fail ("short \\u escape");
-            // Config keys and values are ASCII; keep other code points as '?'.
-            unsigned cp = std::strtoul (s_.substr (pos_, 4).c_str (), nullptr, 16);
-            out += cp < 0x80 ? static_cast<char> (cp) : '?';
-            pos_ += 4;
-            break;
-          }
-          default:
-            out += e;
-        }
-      } else {
-        out += c;
-      }
-    }
-    if (pos_ >= s_.size ())
-      fail ("unterminated string");
-    pos_++;
-    return out;
-  }
-  Json value ()
-  {
-    if (++depth_ > 64)
-      fail ("nested too deeply");
-    ws ();
-    Json v;
-    if (pos_ >= s_.size ())
-      fail ("unexpected end");
-    char c = s_[pos_];
-    if (c == '{') {
-      pos_++;
-      v.kind = Json::Object;
-      if (!eat ('}')) {
-        do {
-          ws ();
-          if (pos_ >= s_.size () || s_[pos_] != '"')
-            fail ("expected a key");
-          pos_++;
-          std::string key = string_body ();
-          expect (':');
-          v.obj[key] = value ();
-        } while (eat (','));
-        expect ('}');
-      }
-    } else if (c == '[') {
-      pos_++;
-      v.kind = Json::Array;
-      if (!eat (']')) {
-        do {
-          v.arr.push_back (value ());
-        } while (eat (','));
-        expect (']');
-      }
-    } else if (c == '"') {
-      pos_++;
-      v.kind = Json::String;
-      v.str = string_body ();
-    } else if (literal ("true")) {
-      v.kind = Json::Bool;
-      v.b = true;
-    } else if (literal ("false")) {
-      v.kind = Json::Bool;
-    } else if (literal ("null")) {
-      v.kind = Json::Null;
-    } else {
-      const char *begin = s_.c_str () + pos_;
-      char *end = nullptr;
-      v.num = std::strtod (begin, &end);
-      if (end == begin)
-        fail ("unexpected character");
-      v.kind = Json::Number;
-      pos_ += static_cast<size_t> (end - begin);
-    }
-    depth_--;
-    return v;
-  }
-
-  const std::string &s_;
-  const std::string &source_;
-  size_t pos_ = 0;
-  int depth_ = 0;
-};
+/* The member @key of @o, or nullptr when @o is not an object or lacks it. */
+const Json *
+member (const Json &o, const char *key)
+{
+  if (!o.is_object ())
+    return nullptr;
+  auto it = o.find (key);
+  return it == o.end () ? nullptr : &*it;
+}
 
 GemmaConfig
 gemma_variant (const std::string &variant, const std::string &source)
@@ -210,23 +57,32 @@ gemma_variant (const std::string &variant, const std::string &source)
 int
 int_field (const Json &o, const char *key, int fallback, const std::string &source)
 {
-  const Json *v = o.get (key);
-  if (!v || v->kind == Json::Null)
+  const Json *v = member (o, key);
+  if (!v || v->is_null ())
     return fallback;
-  if (v->kind != Json::Number || v->num != std::floor (v->num) || v->num < 0 || v->num > 1e9)
-    throw Error (source + ": '" + key + "' must be a non-negative integer");
-  return static_cast<int> (v->num);
+  const double d = v->is_number () ? v->get<double> () : -1.0;
+  if (!v->is_number () || d != std::floor (d) || d < 0 || d > 1e9)
+    throw Error (source + ": '" + key + "' must be a non-negative integer, found " + v->dump ());
+  return static_cast<int> (d);
 }
 
 double
 num_field (const Json &o, const char *key, double fallback, const std::string &source)
 {
-  const Json *v = o.get (key);
-  if (!v || v->kind == Json::Null)
+  const Json *v = member (o, key);
+  if (!v || v->is_null ())
     return fallback;
-  if (v->kind != Json::Number)
-    throw Error (source + ": '" + key + "' must be a number");
-  return v->num;
+  if (!v->is_number () || !std::isfinite (v->get<double> ()))
+    throw Error (source + ": '" + key + "' must be a finite number, found " + v->dump ());
+  return v->get<double> ();
+}
+
+/* A string member, or nullptr when absent or of another type (optional informational keys). */
+const std::string *
+str_field (const Json &o, const char *key)
+{
+  const Json *v = member (o, key);
+  return v && v->is_string () ? v->get_ptr<const std::string *> () : nullptr;
 }
 
 GemmaConfig
@@ -424,24 +280,24 @@ config_by_name (const std::string &name)
 Pi0Config
 config_from_json (const std::string &text, const std::string &source)
 {
-  Json root = JsonParser (text, source).parse ();
-  if (root.kind != Json::Object)
+  const Json root = parse_config (text, source);
+  if (!root.is_object ())
     throw Error (source + ": config.json must hold a JSON object");
-  if (const Json *t = root.get ("type"); t && t->kind == Json::String && t->str != "pi0")
-    throw Error (source + ": model type '" + t->str + "' is not pi0");
-  if (const Json *p = root.get ("pi05"); p && p->kind == Json::Bool && p->b)
+  if (const std::string *t = str_field (root, "type"); t && *t != "pi0")
+    throw Error (source + ": model type '" + *t + "' is not pi0");
+  if (const Json *p = member (root, "pi05"); p && p->is_boolean () && p->get<bool> ())
     throw Error (
         source +
         ": pi05 checkpoints are not supported (different suffix: adaRMSNorm, no state token)");
 
   Pi0Config c = config_by_name ("pi0");
   c.name = source;
-  if (const Json *g = root.get ("gst_pi0"); g && g->kind == Json::Object) {
-    if (const Json *n = g->get ("name"); n && n->kind == Json::String)
-      c.name = n->str;
-    if (const Json *n = g->get ("tokenizer"); n && n->kind == Json::String)
-      c.tokenizer = n->str;
-    if (const Json *v = g->get ("vision"); v && v->kind == Json::Object) {
+  if (const Json *g = member (root, "gst_pi0"); g && g->is_object ()) {
+    if (const std::string *n = str_field (*g, "name"))
+      c.name = *n;
+    if (const std::string *n = str_field (*g, "tokenizer"))
+      c.tokenizer = *n;
+    if (const Json *v = member (*g, "vision"); v && v->is_object ()) {
       c.vision.image_size = int_field (*v, "image_size", c.vision.image_size, source);
       c.vision.patch_size = int_field (*v, "patch_size", c.vision.patch_size, source);
       c.vision.width = int_field (*v, "width", c.vision.width, source);
@@ -450,9 +306,9 @@ config_from_json (const std::string &text, const std::string &source)
       c.vision.num_heads = int_field (*v, "num_heads", c.vision.num_heads, source);
       c.vision.layer_norm_eps = num_field (*v, "layer_norm_eps", c.vision.layer_norm_eps, source);
     }
-    if (const Json *t = g->get ("text"); t && t->kind == Json::Object)
+    if (const Json *t = member (*g, "text"); t && t->is_object ())
       c.text = gemma_object (*t, source);
-    if (const Json *e = g->get ("expert"); e && e->kind == Json::Object)
+    if (const Json *e = member (*g, "expert"); e && e->is_object ())
       c.expert = gemma_object (*e, source);
     c.vocab_size = int_field (*g, "vocab_size", c.vocab_size, source);
     c.num_views = int_field (*g, "num_views", c.num_views, source);
@@ -470,10 +326,10 @@ config_from_json (const std::string &text, const std::string &source)
   }
 
   // openpi-PyTorch and LeRobot name the Gemma variants.
-  if (const Json *v = root.get ("paligemma_variant"); v && v->kind == Json::String)
-    c.text = gemma_variant (v->str, source);
-  if (const Json *v = root.get ("action_expert_variant"); v && v->kind == Json::String)
-    c.expert = gemma_variant (v->str, source);
+  if (const std::string *v = str_field (root, "paligemma_variant"))
+    c.text = gemma_variant (*v, source);
+  if (const std::string *v = str_field (root, "action_expert_variant"))
+    c.expert = gemma_variant (*v, source);
   c.action_dim = int_field (root, "action_dim", c.action_dim, source);     // openpi
   c.action_dim = int_field (root, "max_action_dim", c.action_dim, source); // LeRobot
   c.state_dim = c.action_dim; // openpi pads both to action_dim
@@ -485,20 +341,35 @@ config_from_json (const std::string &text, const std::string &source)
   c.num_steps = int_field (root, "num_inference_steps", c.num_steps, source);
   c.min_period = num_field (root, "min_period", c.min_period, source);
   c.max_period = num_field (root, "max_period", c.max_period, source);
-  if (const Json *r = root.get ("image_resolution");
-      r && r->kind == Json::Array && !r->arr.empty ()) {
-    if (r->arr.size () != 2 || r->arr[0].kind != Json::Number || r->arr[0].num != r->arr[1].num)
-      throw Error (source + ": image_resolution must be square [N, N]");
-    c.vision.image_size = static_cast<int> (r->arr[0].num);
+  if (const Json *r = member (root, "image_resolution"); r && r->is_array () && !r->empty ()) {
+    const auto side = [&] (size_t i) {
+      const Json &v = (*r)[i];
+      const double d = v.is_number () ? v.get<double> () : 0.0;
+      return d == std::floor (d) && d > 0 && d <= 1e6 ? static_cast<int> (d) : 0;
+    };
+    if (r->size () != 2 || side (0) == 0 || side (0) != side (1))
+      throw Error (source + ": image_resolution must be square [N, N], found " + r->dump ());
+    c.vision.image_size = side (0);
   }
-  // LeRobot lists its cameras; openpi always has three slots. Empty cameras add slots.
-  if (const Json *f = root.get ("input_features"); f && f->kind == Json::Object) {
+  // LeRobot lists its cameras; openpi always has three slots. LeRobot's
+  // PI0Config.validate_features() adds "observation.images.empty_camera_<i>" (i <
+  // empty_cameras) to input_features, and save_pretrained() writes the features with them: an
+  // empty camera already listed is one slot, not two (PI0Policy pads to len(image_features)).
+  if (const Json *f = member (root, "input_features"); f && f->is_object ()) {
     int views = 0;
-    for (const auto &kv : f->obj)
-      if (const Json *t = kv.second.get ("type");
-          t && t->kind == Json::String && t->str == "VISUAL")
+    for (const auto &kv : f->items ())
+      if (const std::string *t = str_field (kv.value (), "type"); t && *t == "VISUAL")
         views++;
-    views += int_field (root, "empty_cameras", 0, source);
+    const int empty = int_field (root, "empty_cameras", 0, source);
+    if (empty > 64)
+      throw Error (source + ": 'empty_cameras' is " + std::to_string (empty) + ", at most 64");
+    for (int i = 0; i < empty; i++) {
+      const Json *listed =
+          member (*f, ("observation.images.empty_camera_" + std::to_string (i)).c_str ());
+      const std::string *t = listed ? str_field (*listed, "type") : nullptr;
+      if (!(t && *t == "VISUAL"))
+        views++;
+    }
     if (views > 0)
       c.num_views = views;
   }

@@ -84,8 +84,10 @@ std::vector<std::string> config_names ();
 /* Reads config.json: ours ("gst_pi0" object), openpi-PyTorch (paligemma_variant,
  * action_expert_variant, action_dim, action_horizon) or LeRobot (type "pi0", chunk_size,
  * max_state_dim, max_action_dim, tokenizer_max_length, num_inference_steps, image_resolution,
- * input_features). Throws pi0::Error on unreadable files, bad JSON, unknown variants, or a
- * pi05 config (not this architecture). */
+ * input_features with empty_cameras counted as LeRobot counts them). JSON is read strictly
+ * (common/pi0json.h: a key given twice is refused). Throws pi0::Error naming the file and the
+ * field on unreadable files, bad JSON, unknown variants, or a pi05 config (not this
+ * architecture). */
 Pi0Config config_from_json_file (const std::string &path);
 Pi0Config config_from_json (const std::string &text, const std::string &source_name);
 

@@ -8,7 +8,11 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
 #endif
+
+#include <optional>
+#include <string>
 
 namespace pi0
 {
@@ -83,6 +87,49 @@ CapturedGraph::replay ()
   impl_->graph.replay ();
 }
 
+struct OwnStream::Impl {
+  std::optional<c10::cuda::CUDAStream> stream;
+};
+
+OwnStream::OwnStream (const c10::Device &device) : impl_ (std::make_unique<Impl> ())
+{
+  if (device.is_cuda ())
+    impl_->stream = c10::cuda::getStreamFromPool (true, device.has_index () ? device.index () : 0);
+}
+
+OwnStream::~OwnStream () = default;
+
+void
+OwnStream::wait_event (void *cuda_event, const c10::Device &data_device) const
+{
+  // Without a stream of our own (a CPU policy reading CUDA images), the copy to the host runs on
+  // the data's device's current stream: that one waits.
+  cudaStream_t s;
+  if (impl_->stream)
+    s = impl_->stream->stream ();
+  else if (data_device.is_cuda ())
+    s = c10::cuda::getCurrentCUDAStream (data_device.has_index () ? data_device.index () : 0)
+            .stream ();
+  else
+    throw Error ("a CUDA event came with images that are not in CUDA memory");
+  cudaError_t err = cudaStreamWaitEvent (s, (cudaEvent_t)cuda_event, 0);
+  if (err != cudaSuccess)
+    throw Error (std::string ("cudaStreamWaitEvent: ") + cudaGetErrorName (err) + ": " +
+                 cudaGetErrorString (err));
+}
+
+struct StreamScope::Impl {
+  std::optional<c10::cuda::CUDAStreamGuard> guard;
+};
+
+StreamScope::StreamScope (const OwnStream *stream) : impl_ (std::make_unique<Impl> ())
+{
+  if (stream && stream->impl_->stream)
+    impl_->guard.emplace (*stream->impl_->stream);
+}
+
+StreamScope::~StreamScope () = default;
+
 #else // no CUDA in this build
 
 bool
@@ -117,6 +164,27 @@ void
 CapturedGraph::replay ()
 {
 }
+
+struct OwnStream::Impl {
+};
+
+/* LibTorch's current stream is used as is. */
+OwnStream::OwnStream (const c10::Device &) : impl_ (std::make_unique<Impl> ()) {}
+
+OwnStream::~OwnStream () = default;
+
+void
+OwnStream::wait_event (void *, const c10::Device &) const
+{
+  throw Error ("the images come with a CUDA event, but this build has no CUDA support");
+}
+
+struct StreamScope::Impl {
+};
+
+StreamScope::StreamScope (const OwnStream *) : impl_ (std::make_unique<Impl> ()) {}
+
+StreamScope::~StreamScope () = default;
 
 #endif
 

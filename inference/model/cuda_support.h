@@ -44,4 +44,41 @@ private:
   std::unique_ptr<Impl> impl_;
 };
 
+/* A high-priority CUDA stream from LibTorch's pool, owned by one opened policy so that two
+ * policies in one process (two elements) do not serialize on one stream. Inert on the CPU. */
+class OwnStream
+{
+public:
+  /* On a CUDA device, takes a stream from the pool; otherwise (the CPU, or a build without
+   * CUDA) holds nothing and LibTorch's current stream is used. */
+  explicit OwnStream (const c10::Device &device);
+  ~OwnStream ();
+  OwnStream (const OwnStream &) = delete;
+  OwnStream &operator= (const OwnStream &) = delete;
+  /* Makes the stream that will read data on @data_device wait, on the GPU and not the host,
+   * for a cudaEvent_t recorded elsewhere: this stream, or (without one) @data_device's current
+   * stream. Throws pi0::Error naming the CUDA error, and in a build without CUDA. */
+  void wait_event (void *cuda_event, const c10::Device &data_device) const;
+
+private:
+  friend class StreamScope;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/* Makes @stream (if any, and if it is a CUDA one) current for the scope: LibTorch then queues
+ * everything on it. */
+class StreamScope
+{
+public:
+  explicit StreamScope (const OwnStream *stream);
+  ~StreamScope ();
+  StreamScope (const StreamScope &) = delete;
+  StreamScope &operator= (const StreamScope &) = delete;
+
+private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 } // namespace pi0

@@ -173,6 +173,60 @@ struct PrefixEmbedding {
   at::Tensor mask;       // bool [B, P]
 };
 
+/* ---- Real-time chunking (RTC; Black, Galliker, Levine 2025, docs/rtc.md) ----
+ *
+ * While the robot executes the current chunk, the next one is sampled so that its first rows
+ * agree with what will still be executed: at each Euler step the velocity is corrected toward
+ * the executing chunk's remaining actions (the "prefix"), weighted by a soft mask over rows.
+ *
+ * Time conventions. The paper integrates tau from 0 (noise) to 1 (data) with
+ * A <- A + v_paper / n; pi0 (openpi, LeRobot, denoise_loop) integrates t from 1 (noise) to 0
+ * (data) with x <- x + dt * v, dt = -1/n, and v = noise - data = -v_paper. So tau = 1 - t, the
+ * data estimate is x1 = x - t * v (the paper's A + (1 - tau) v_paper), the correction
+ * J^T diag(W) (Y - x1) (J = dx1/dx, the same in both conventions) is *subtracted* from pi0's v
+ * where the paper adds it, and the guidance weight is the paper's
+ *   min(beta, (1 - tau)/tau * ((1 - tau)^2 + tau^2) / (1 - tau)^2)   evaluated at tau = 1 - t
+ * (beta at t = 1, where the formula is infinite). */
+
+/* The soft mask over the chunk's rows (the paper's W, LeRobot's prefix_attention_schedule). */
+enum class RtcSchedule {
+  Zeros,  // 1 on the first `delay` rows, 0 after ("hard" prefix only)
+  Ones,   // 1 on every row before the mask's end
+  Linear, // 1 on the first `delay` rows, then (end - i) / (end - delay + 1), 0 from `end` on
+  Exp,    // the paper's: Linear's c_i reshaped as c_i * (e^c_i - 1) / (e - 1)
+};
+
+/* What the correction differentiates. */
+enum class RtcJacobian {
+  Vjp,      // the paper and its reference code (Kinetix): J^T through the action expert, one
+            // backward pass of the suffix per step (the prefix K/V cache is a constant)
+  Identity, // LeRobot 0.6.1 as it runs: v is computed before x requires grad, so J = I and the
+            // correction is diag(W)(Y - x1); no backward pass (see docs/rtc.md)
+};
+
+struct RtcGuidance {
+  /* The executing chunk's actions that will still run when this inference starts, row 0 aligned
+   * with the new chunk's row 0: float [B,R,A] or [R,A] (broadcast over the batch), R <= horizon,
+   * A <= action_dim, in the model's normalised space. Missing rows and dims are zero-padded (as
+   * LeRobot pads); rows from the mask's end on are ignored. Must be finite (else pi0::Error).
+   * Undefined: no guidance, the plain sampler. */
+  at::Tensor prefix;
+  int64_t delay = 0;             // d: rows that execute before the new chunk takes over (weight 1)
+  int64_t execution_horizon = 0; // s: the mask ends at row min(horizon - s, R); rows after are free
+  double max_guidance_weight = 5.0; // beta: the clip of the guidance weight (>= 0; 0 = no guidance)
+  RtcSchedule schedule = RtcSchedule::Exp;
+  RtcJacobian jacobian = RtcJacobian::Vjp;
+};
+
+/* The mask W, float [horizon] on the CPU: rows [0, min(delay, end)) weigh 1, rows [end, horizon)
+ * weigh 0, the middle follows `schedule`. Throws pi0::Error on delay < 0 or end outside
+ * [0, horizon]. Equals LeRobot's RTCProcessor.get_prefix_weights(delay, end, horizon). */
+at::Tensor rtc_prefix_weights (int64_t delay, int64_t end, int64_t horizon, RtcSchedule schedule);
+
+/* The guidance weight at pi0 time t (noise at 1) for clip beta, in float32 arithmetic as LeRobot
+ * computes it: beta at t = 1, 0 at t = 0. */
+float rtc_guidance_weight (double t, double max_guidance_weight);
+
 class Pi0Model : public torch::nn::Module
 {
 public:
@@ -226,11 +280,23 @@ public:
                                      const at::Tensor &x_t, const at::Tensor &t) const;
   /* x <- x + dt * v(x, t) from t = 1 down to dt (num_steps steps), in place on `x` (fp32). */
   void denoise_loop (const PrefixCache &cache, const at::Tensor &state, at::Tensor &x) const;
+  /* denoise_loop with RTC guidance toward rtc.prefix (see RtcGuidance); without a prefix it is
+   * denoise_loop. Runs eagerly (no CUDA graph); in Vjp mode it turns autograd on for the suffix
+   * pass whatever the caller's mode (InferenceMode and NoGradGuard included; a cache made under
+   * InferenceMode is fine). Throws pi0::Error on bad RtcGuidance fields before any step runs. A
+   * NaN or infinity that arises inside the guidance is not hidden: it reaches `x`. */
+  void denoise_loop_guided (const PrefixCache &cache, const at::Tensor &state, at::Tensor &x,
+                            const RtcGuidance &rtc) const;
 
   /* Everything: actions [B,H,A] fp32 (normalised space, padded dims included). */
   at::Tensor sample_actions (const at::Tensor &images, const at::Tensor &image_masks,
                              const at::Tensor &tokens, const at::Tensor &token_mask,
                              const at::Tensor &state, const at::Tensor &noise) const;
+  /* sample_actions with RTC guidance (denoise_loop_guided); without a prefix, sample_actions. */
+  at::Tensor sample_actions_guided (const at::Tensor &images, const at::Tensor &image_masks,
+                                    const at::Tensor &tokens, const at::Tensor &token_mask,
+                                    const at::Tensor &state, const at::Tensor &noise,
+                                    const RtcGuidance &rtc) const;
 
   /* For parity with transformers' GemmaModel: runs expert `which` (0 prefix, 1 action expert) alone
    * over x [B,N,width] with an explicit bool mask [B,N,N] and positions [B,N]. Returns the input

@@ -91,6 +91,16 @@ Policy::warmup ()
   infer (in);
 }
 
+std::vector<at::Tensor>
+Policy::infer_batch (const std::vector<PolicyInput> &inputs)
+{
+  std::vector<at::Tensor> out;
+  out.reserve (inputs.size ());
+  for (const auto &in : inputs)
+    out.push_back (infer (in));
+  return out;
+}
+
 at::Tensor
 noise_from_seed (uint64_t seed, int64_t horizon, int64_t action_dim)
 {

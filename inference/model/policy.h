@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
@@ -55,6 +56,10 @@ public:
   /* Actions float32 CPU [horizon, action_dim]. Throws pi0::Error on inputs that do not match
    * spec() (naming the input and the expected shape), before running anything. */
   virtual at::Tensor infer (const PolicyInput &input, StageTimings *timings = nullptr) = 0;
+  /* One chunk per input, in order, each with its own noise (seed), prompt and state. The base
+   * runs them one after the other; a backend that can stack them into one forward pass
+   * overrides this (what serving several robots from one GPU needs). */
+  virtual std::vector<at::Tensor> infer_batch (const std::vector<PolicyInput> &inputs);
   /* Runs one inference on a blank observation so that the first real one does not pay for
    * one-time work (CUDA graph capture, cuBLAS/cuDNN set-up, first-touch allocation). Call it
    * before streaming starts. No-op when spec() does not declare every input dimension. */
@@ -87,8 +92,10 @@ std::unique_ptr<Policy> make_pi0_policy (std::shared_ptr<Pi0Model> model,
                                          const PolicyOptions &options);
 
 /* Loads a checkpoint directory (config.json + model.safetensors) or a model.safetensors file
- * (config.json next to it), openpi-PyTorch or LeRobot layout. Throws pi0::Error. */
-std::shared_ptr<Pi0Model> load_pi0_model (const std::string &path);
+ * (config.json next to it), openpi-PyTorch or LeRobot layout; @num_steps > 0 replaces the
+ * config's Euler steps. The weights file is validated before the model is allocated. Throws
+ * pi0::Error. */
+std::shared_ptr<Pi0Model> load_pi0_model (const std::string &path, int num_steps = 0);
 std::unique_ptr<Policy> load_pi0_policy (const std::string &path, const PolicyOptions &options);
 /* Writes DIR/model.safetensors (fp32, openpi key names) and DIR/config.json. */
 void save_pi0_model (const Pi0Model &model, const std::string &dir);
@@ -103,7 +110,8 @@ void save_pi0_model (const Pi0Model &model, const std::string &dir);
 std::unique_ptr<Policy> load_torchscript_policy (const std::string &path,
                                                  const PolicyOptions &options);
 
-/* A directory or *.safetensors -> native Pi0; *.pt / *.ts / *.torchscript -> TorchScript. */
+/* A directory or *.safetensors -> native Pi0; *.pt / *.ts / *.torchscript -> TorchScript.
+ * open_policy() (model/open_policy.h) adds the builtins, the tokenizer and the norm stats. */
 std::unique_ptr<Policy> load_policy (const std::string &path, const PolicyOptions &options);
 
 } // namespace pi0

@@ -104,6 +104,8 @@ public:
       out = module_.forward (args);
     } catch (const c10::Error &e) {
       bad (std::string ("forward failed: ") + e.what_without_backtrace ());
+    } catch (const std::exception &e) { // the interpreter's own (torch::jit::JITException)
+      bad (std::string ("forward failed: ") + e.what ());
     }
     if (!out.isTensor ())
       bad ("forward must return one Tensor");

@@ -6,7 +6,7 @@
  *                   [--device cpu|cuda] [--dtype fp32|bf16] [--seed S] [--inputs FILE.safetensors]
  *                   [--prompt TEXT --tokenizer MODEL] [--out FILE.safetensors] [--no-graph]
  *   pi0-model bench (--config NAME | --checkpoint DIR) [--device] [--dtype] [--iters N] [--warmup N]
- *                   [--no-graph]
+ *                   [--no-graph] [--rtc]
  *   any command: [--threads N]
  */
 #include <algorithm>
@@ -44,7 +44,7 @@ const char *kUsage =
     "                  [--prompt TEXT --tokenizer MODEL] [--out FILE.safetensors] [--no-graph]\n"
     "  pi0-model bench (--config NAME | --checkpoint DIR) [--device] [--dtype] [--iters N] "
     "[--warmup N]\n"
-    "                  [--no-graph]\n"
+    "                  [--no-graph] [--rtc (plain vs real-time-chunking per chunk)]\n"
     "  any command: [--threads N] (CPU intra-op threads)\n"
     "configs: pi0, pi0-tiny\n";
 
@@ -73,7 +73,7 @@ struct Args {
 Args
 parse_args (int argc, char **argv)
 {
-  static const std::vector<std::string> flags = {"no-graph"};
+  static const std::vector<std::string> flags = {"no-graph", "rtc"};
   static const std::vector<std::string> valued = {
       "config", "checkpoint", "torchscript", "seed",   "weights-seed", "out",    "tokenizer",
       "device", "dtype",      "inputs",      "prompt", "iters",        "warmup", "threads"};
@@ -244,9 +244,93 @@ peak_rss_bytes ()
   return -1;
 }
 
+/* bench --rtc: ms per chunk (vision + prefix + 10 steps, the model called directly, eager) plain
+ * and with RTC guidance in both Jacobian modes (docs/rtc.md). The prefix is the tail (from row
+ * 10) of a chunk for other noise, d = 5, s = 10, the exponential mask, beta 5 (Vjp) or 10
+ * (Identity), the defaults of docs/rtc.md. */
+int
+bench_rtc (const Args &a)
+{
+  if (a.has ("torchscript"))
+    throw pi0::Error ("--rtc needs the native model (--config or --checkpoint)");
+  std::shared_ptr<pi0::Pi0Model> model;
+  if (a.has ("checkpoint")) {
+    model = pi0::load_pi0_model (a.get ("checkpoint"));
+  } else {
+    model = std::make_shared<pi0::Pi0Model> (config_of (a));
+    model->init_random (static_cast<uint64_t> (a.get_int ("weights-seed", 0)));
+  }
+  const pi0::PolicyOptions o = options_of (a);
+  model->set_precision (o.device, o.dtype);
+  const pi0::Pi0Config &cfg = model->config ();
+  const int iters = static_cast<int> (a.get_int ("iters", 20)),
+            warmup = static_cast<int> (a.get_int ("warmup", 3));
+  if (iters < 1)
+    throw pi0::Error ("--iters must be at least 1");
+  pi0::PolicySpec spec;
+  spec.num_views = cfg.num_views;
+  spec.image_size = cfg.vision.image_size;
+  spec.max_tokens = cfg.max_tokens;
+  spec.state_dim = cfg.state_dim;
+  pi0::PolicyInput in = random_input (spec, static_cast<uint64_t> (a.get_int ("seed", 0)));
+  auto gen = at::make_generator<at::CPUGeneratorImpl> (in.seed + 1);
+  auto dev = [&] (const at::Tensor &t) {
+    return t.unsqueeze (0).to (o.device);
+  };
+  at::Tensor images = dev (in.images), masks = dev (in.image_masks), tokens = dev (in.tokens),
+             token_mask = dev (in.token_mask), state = dev (in.state);
+  at::Tensor noise = dev (at::empty ({cfg.horizon, cfg.action_dim}).normal_ (0, 1, gen));
+  c10::InferenceMode guard;
+  pi0::RtcGuidance rtc;
+  rtc.prefix = model->sample_actions (images, masks, tokens, token_mask, state, noise.flip (1))
+                   .narrow (1, 10, cfg.horizon - 10);
+  rtc.delay = 5;
+  rtc.execution_horizon = 10;
+  auto time_ms = [&] (auto run) {
+    for (int i = 0; i < warmup; i++)
+      run ();
+    std::vector<double> v;
+    for (int i = 0; i < iters; i++) {
+      auto t0 = std::chrono::steady_clock::now ();
+      run ();
+      pi0::synchronize_device (o.device);
+      v.push_back (
+          std::chrono::duration<double, std::milli> (std::chrono::steady_clock::now () - t0)
+              .count ());
+    }
+    std::sort (v.begin (), v.end ());
+    double mean = 0;
+    for (double x : v)
+      mean += x;
+    return std::array<double, 3>{v[v.size () / 2], mean / v.size (), v.front ()};
+  };
+  std::cout << "native " << cfg.name << ", " << o.device << ", " << c10::toString (o.dtype)
+            << ", eager; iterations: " << iters << " (after " << warmup
+            << " warm-up), threads: " << at::get_num_threads () << "\n";
+  std::printf ("%-34s %10s %10s %10s\n", "ms per chunk", "median", "mean", "min");
+  auto plain =
+      time_ms ([&] { model->sample_actions (images, masks, tokens, token_mask, state, noise); });
+  std::printf ("%-34s %10.3f %10.3f %10.3f\n", "plain", plain[0], plain[1], plain[2]);
+  for (auto j : {pi0::RtcJacobian::Identity, pi0::RtcJacobian::Vjp}) {
+    rtc.jacobian = j;
+    rtc.max_guidance_weight = j == pi0::RtcJacobian::Vjp ? 5.0 : 10.0;
+    auto r = time_ms ([&] {
+      model->sample_actions_guided (images, masks, tokens, token_mask, state, noise, rtc);
+    });
+    std::printf ("%-34s %10.3f %10.3f %10.3f\n",
+                 j == pi0::RtcJacobian::Vjp ? "RTC guided, Vjp (paper)"
+                                            : "RTC guided, Identity (LeRobot)",
+                 r[0], r[1], r[2]);
+  }
+  std::printf ("peak host RSS: %.1f MiB\n", peak_rss_bytes () / 1048576.0);
+  return 0;
+}
+
 int
 cmd_bench (const Args &a)
 {
+  if (a.has ("rtc"))
+    return bench_rtc (a);
   auto policy = policy_of (a);
   const int iters = static_cast<int> (a.get_int ("iters", 20)),
             warmup = static_cast<int> (a.get_int ("warmup", 3));

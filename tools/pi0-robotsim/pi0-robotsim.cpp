@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* pi0-robotsim: plays the robot for pi0actionsink. Listens on UDP or TCP (loopback by default),
- * validates every frame as docs/protocol.md tells a robot to (size before allocating, CRC,
- * HMAC, finiteness, session and sequence, dimension, optional joint limits), and logs as JSON
- * lines what a robot would execute and when. It never executes a partial or invalid frame.
+/* pi0-robotsim: plays the robot for pi0actionsink. Listens on UDP or TCP (loopback by default)
+ * and hands every frame to the receiver half of the robot session (protocol/pi0session.h),
+ * which checks it as docs/protocol.md tells a robot to (size before allocating, CRC, HMAC,
+ * finiteness, dimension, session and sequence, joint limits, max_step) and schedules its rows;
+ * this program does the I/O and logs, as JSON lines, what a robot would execute and when. It
+ * never executes a partial or invalid frame.
  *
  * Modes for tests: normal; slow (reads slowly); dead (never reads); hostile (sends garbage
  * back and resets TCP connections). Exits cleanly on SIGINT/SIGTERM or after --duration.
@@ -18,6 +20,7 @@
 
 #include "pi0frame.h"
 #include "pi0safety.h"
+#include "pi0session.h"
 
 #include <glib.h>
 
@@ -34,7 +37,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
-#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -64,6 +67,8 @@ struct Options {
   std::string robot_config;
   std::string state_to; /* IP:PORT, empty = do not publish */
   double state_rate = 100.0;
+  double hold_timeout = 0; /* the robot's own watchdog, seconds (0 = off) */
+  double stop_timeout = 0;
 };
 
 uint64_t
@@ -77,7 +82,7 @@ mono_ns ()
 class Sim
 {
 public:
-  explicit Sim (const Options &o) : o_ (o) { limits_.max_frame_size = o.max_frame; }
+  explicit Sim (const Options &o) : o_ (o) {}
 
   bool init (std::string *err)
   {
@@ -90,13 +95,25 @@ public:
     } else {
       log_ = stdout;
     }
+    pi0::proto::ReceiverSettings rs;
+    rs.limits.max_frame_size = o_.max_frame;
+    rs.key = o_.key;
+    rs.dim = o_.dim;
+    rs.hold_timeout_ns = (uint64_t)(o_.hold_timeout * 1e9);
+    rs.stop_timeout_ns = (uint64_t)(o_.stop_timeout * 1e9);
     if (!o_.robot_config.empty ()) {
-      if (!pi0::proto::load_robot_config (o_.robot_config, &cfg_, err))
+      pi0::proto::RobotConfig cfg;
+      if (!pi0::proto::load_robot_config (o_.robot_config, &cfg, err))
         return false;
-      have_cfg_ = true;
-      if (o_.dim == 0)
-        o_.dim = cfg_.dim ();
+      rs.robot = std::move (cfg);
     }
+    if (!pi0::proto::validate (rs, err))
+      return false;
+    if (rs.robot) {
+      o_.dim = rs.robot->dim ();
+      initial_ = rs.robot->initial;
+    }
+    rx_.emplace (std::move (rs));
     const bool udp = o_.proto == "udp";
     struct sockaddr_in sa;
     memset (&sa, 0, sizeof sa);
@@ -146,6 +163,7 @@ public:
     uint64_t next_state = mono_ns ();
     while (!quit_signal && (end == 0 || mono_ns () < end)) {
       int timeout_ms = 50;
+      watchdog (mono_ns (), &timeout_ms);
       if (state_fd_ >= 0) {
         uint64_t now = mono_ns ();
         if (now >= next_state) {
@@ -155,7 +173,7 @@ public:
             next_state = now + state_period;
         }
         const uint64_t until = next_state - std::min (next_state, now);
-        timeout_ms = (int)std::min<uint64_t> (50, until / 1000000);
+        timeout_ms = std::min (timeout_ms, (int)std::min<uint64_t> (50, until / 1000000));
       }
       struct pollfd pf[2];
       int n = 0;
@@ -184,12 +202,14 @@ public:
     }
     if (conn_ >= 0)
       close_conn ("shutdown");
+    const pi0::proto::ReceiverCounters &c = rx_->counters ();
     char line[512];
     snprintf (line, sizeof line,
               "{\"event\":\"exit\",\"signal\":%d,\"frames\":%" PRIu64 ",\"executed\":%" PRIu64
-              ",\"rejected\":%" PRIu64 ",\"partial\":%" PRIu64 ",\"sessions\":%" PRIu64
-              ",\"states\":%" PRIu64 "}",
-              (int)quit_signal, frames_, executed_, rejected_, partial_, sessions_, states_);
+              ",\"rejected\":%" PRIu64 ",\"limited\":%" PRIu64 ",\"partial\":%" PRIu64
+              ",\"sessions\":%" PRIu64 ",\"states\":%" PRIu64 "}",
+              (int)quit_signal, c.frames, c.executed, c.rejected + rejected_, c.limited, partial_,
+              c.sessions, states_);
     emit (line);
     if (log_ && log_ != stdout)
       fclose (log_);
@@ -222,21 +242,17 @@ private:
     }
     const unsigned dim = o_.dim ? o_.dim : 7;
     position_.assign (dim, 0.0f);
-    if (have_cfg_ && cfg_.initial.size () == dim)
-      position_ = cfg_.initial;
+    if (initial_.size () == dim)
+      position_ = initial_;
     return true;
   }
 
   /* The robot's position now: rows whose time has come are executed, in order. */
   void publish_state (uint64_t now)
   {
-    size_t done = 0;
-    while (done < schedule_.size () && schedule_[done].first <= now) {
-      if (schedule_[done].second.size () == position_.size ())
-        position_ = schedule_[done].second;
-      done++;
-    }
-    schedule_.erase (schedule_.begin (), schedule_.begin () + (long)done);
+    const std::vector<float> &pos = rx_->position (now);
+    if (pos.size () == position_.size ())
+      position_ = pos;
     uint8_t out[4 * 1024];
     const size_t n = std::min (position_.size (), sizeof out / 4);
     for (size_t i = 0; i < n; i++) {
@@ -272,9 +288,11 @@ private:
     fflush (log_);
   }
 
-  void reject (const char *reason, size_t bytes)
+  /* The receiver counts its own rejections; @transport ones (an oversized datagram, a bad
+   * TCP header) are counted here. */
+  void reject (const char *reason, size_t bytes, bool transport = false)
   {
-    rejected_++;
+    rejected_ += transport;
     char line[160];
     snprintf (line, sizeof line, "{\"event\":\"reject\",\"reason\":\"%s\",\"bytes\":%zu}", reason,
               bytes);
@@ -303,47 +321,42 @@ private:
       (void)send (fd, junk, sizeof junk, MSG_NOSIGNAL | MSG_DONTWAIT);
   }
 
-  /* One complete, exactly-sized candidate frame. */
+  /* The robot's own watchdog: HOLD, then STOP, when commands stop coming. */
+  void watchdog (uint64_t now, int *timeout_ms)
+  {
+    wd_events_.clear ();
+    rx_->tick (now, wd_events_);
+    for (const auto &ev : wd_events_) {
+      char line[160];
+      snprintf (line, sizeof line,
+                "{\"event\":\"watchdog\",\"action\":\"%s\",\"deadline_ns\":%" PRIu64
+                ",\"at_ns\":%" PRIu64 "}",
+                pi0::proto::kind_name (ev.kind), ev.at_ns, now);
+      emit (line);
+    }
+    const uint64_t next = rx_->next_deadline ();
+    if (next != pi0::proto::kTimeNone)
+      *timeout_ms = (int)std::min<uint64_t> ((uint64_t)*timeout_ms,
+                                             (next > now ? next - now : 0) / 1000000 + 1);
+  }
+
+  /* One complete, exactly-sized candidate frame: the receiver decides, this logs. */
   void handle_frame (const uint8_t *data, size_t len)
   {
-    pi0::proto::Frame f;
-    pi0::proto::Error e = pi0::proto::decode (data, len, limits_, o_.key, &f);
-    if (e != pi0::proto::Error::kOk) {
-      reject (pi0::proto::error_name (e), len);
+    const uint64_t now = mono_ns ();
+    pi0::proto::Received &r = received_;
+    rx_->receive (now, data, len, r);
+    if (r.reject) {
+      reject (r.reject, len);
       return;
     }
-    const pi0::proto::Header &h = f.header;
-    if (o_.dim && h.dim && h.dim != o_.dim) {
-      reject ("dim-mismatch", len);
-      return;
-    }
-    if (!have_session_ || h.session_id != session_) {
-      /* A new sender session: forget the old one's plan. */
-      have_session_ = true;
-      session_ = h.session_id;
-      last_seq_ = 0;
-      chunk_base_.clear ();
-      sessions_++;
+    const pi0::proto::Header &h = r.frame.header;
+    if (r.new_session) {
       char line[128];
       snprintf (line, sizeof line, "{\"event\":\"session\",\"session\":\"%016" PRIx64 "\"}",
-                session_);
+                h.session_id);
       emit (line);
-    } else if (h.seq <= last_seq_) {
-      reject ("old-seq", len);
-      return;
     }
-    if (have_cfg_ && h.steps > 0) {
-      for (size_t i = 0; i < f.values.size (); i++) {
-        const unsigned j = (unsigned)(i % h.dim);
-        if (f.values[i] < cfg_.lower[j] || f.values[i] > cfg_.upper[j]) {
-          reject ("limit", len);
-          return;
-        }
-      }
-    }
-    last_seq_ = h.seq;
-    frames_++;
-    const uint64_t now = mono_ns ();
     char head[256];
     snprintf (head, sizeof head,
               "\"session\":\"%016" PRIx64 "\",\"seq\":%" PRIu64 ",\"chunk_id\":%" PRIu64
@@ -355,44 +368,28 @@ private:
               "}");
         break;
       case pi0::proto::Kind::kHold:
-        schedule_.clear ();
-        if (!f.values.empty ())
-          position_.assign (f.values.begin (), f.values.begin () + h.dim);
         emit (std::string ("{\"event\":\"hold\",") + head +
-              ",\"values\":" + values_json (f.values.data (), f.values.size ()) + "}");
+              ",\"values\":" + values_json (r.hold.data (), r.hold.size ()) +
+              (r.hold_limited ? ",\"limited\":true" : "") + "}");
         break;
       case pi0::proto::Kind::kStop:
         emit (std::string ("{\"event\":\"stop\",") + head + "}");
         break;
-      case pi0::proto::Kind::kAction: {
-        /* Row i of a chunk runs step_period after row i-1; the first row received runs now. */
-        uint64_t base = now;
-        uint32_t base_step = h.step_index;
-        if (!(h.flags & pi0::proto::kFlagStream)) {
-          auto it = chunk_base_.find (h.chunk_id);
-          if (it == chunk_base_.end ()) {
-            chunk_base_.clear (); /* a new chunk replaces the rest of the old one */
-            schedule_.clear ();
-            chunk_base_[h.chunk_id] = {now, h.step_index};
-          } else {
-            base = it->second.first;
-            base_step = it->second.second;
-          }
-        }
-        for (uint32_t r = 0; r < h.steps; r++) {
-          const uint64_t at = base + (uint64_t)(h.step_index + r - base_step) * h.step_period_ns;
-          char row[160];
-          snprintf (row, sizeof row,
-                    ",\"step_index\":%u,\"at_ns\":%" PRIu64 ",\"clamped\":%s,\"values\":",
-                    h.step_index + r, at, (h.flags & pi0::proto::kFlagClamped) ? "true" : "false");
-          emit (std::string ("{\"event\":\"execute\",") + head + row +
-                values_json (f.values.data () + (size_t)r * h.dim, h.dim) + "}");
-          const float *v = f.values.data () + (size_t)r * h.dim;
-          schedule_.push_back ({at, std::vector<float> (v, v + h.dim)});
-          executed_++;
+      case pi0::proto::Kind::kAction:
+        for (const pi0::proto::ExecRow &row : r.rows) {
+          char fields[192];
+          snprintf (
+              fields, sizeof fields,
+              ",\"step_index\":%u,\"at_ns\":%" PRIu64 ",\"clamped\":%s,\"limited\":%s,\"values\":",
+              row.step_index, row.at_ns, (h.flags & pi0::proto::kFlagClamped) ? "true" : "false",
+              row.limited ? "true" : "false");
+          std::string line = std::string ("{\"event\":\"execute\",") + head + fields +
+                             values_json (row.values.data (), row.values.size ());
+          if (row.limited)
+            line += ",\"requested\":" + values_json (row.requested.data (), row.requested.size ());
+          emit (line + "}");
         }
         break;
-      }
     }
   }
 
@@ -400,7 +397,7 @@ private:
   {
     /* One datagram is read into a buffer of the largest legal size plus one byte, so an
      * oversized datagram is seen as such (MSG_TRUNC gives its real length). */
-    std::vector<uint8_t> buf (limits_.max_frame_size + 1);
+    std::vector<uint8_t> buf (o_.max_frame + 1);
     struct sockaddr_storage from;
     socklen_t fromlen = sizeof from;
     ssize_t n =
@@ -409,8 +406,8 @@ private:
       return;
     if (o_.mode == Mode::kSlow)
       g_usleep (20000);
-    if ((size_t)n > limits_.max_frame_size) {
-      reject ("too-large", (size_t)n);
+    if ((size_t)n > o_.max_frame) {
+      reject ("too-large", (size_t)n, true);
       return;
     }
     handle_frame (buf.data (), (size_t)n);
@@ -485,10 +482,10 @@ private:
     size_t off = 0;
     while (rbuf_.size () - off >= pi0::proto::kHeaderSize) {
       size_t size = 0;
-      pi0::proto::Error e =
-          pi0::proto::peek_header (rbuf_.data () + off, rbuf_.size () - off, limits_, nullptr, &size);
+      pi0::proto::Error e = pi0::proto::peek_header (rbuf_.data () + off, rbuf_.size () - off,
+                                                     rx_->settings ().limits, nullptr, &size);
       if (e != pi0::proto::Error::kOk) {
-        reject (pi0::proto::error_name (e), rbuf_.size () - off);
+        reject (pi0::proto::error_name (e), rbuf_.size () - off, true);
         rbuf_.clear ();
         close_conn ("bad-header"); /* a byte stream cannot be resynchronised */
         return;
@@ -509,24 +506,20 @@ private:
   }
 
   Options o_;
-  pi0::proto::Limits limits_;
-  pi0::proto::RobotConfig cfg_;
-  bool have_cfg_ = false;
+  std::optional<pi0::proto::Receiver> rx_;
+  pi0::proto::Received received_;
+  std::vector<pi0::proto::WatchdogEvent> wd_events_;
+  std::vector<float> initial_;
   FILE *log_ = nullptr;
   int fd_ = -1;
   int conn_ = -1;
   int port_ = 0;
   std::vector<uint8_t> rbuf_;
-  bool have_session_ = false;
-  uint64_t session_ = 0;
-  uint64_t last_seq_ = 0;
-  std::map<uint64_t, std::pair<uint64_t, uint32_t>> chunk_base_;
   uint64_t frames_on_conn_ = 0;
-  uint64_t frames_ = 0, executed_ = 0, rejected_ = 0, partial_ = 0, sessions_ = 0;
+  uint64_t rejected_ = 0, partial_ = 0;
   int state_fd_ = -1;
   struct sockaddr_in state_addr_ = {};
   std::vector<float> position_;
-  std::vector<std::pair<uint64_t, std::vector<float>>> schedule_; /* (at_ns, row), in order */
   uint64_t states_ = 0;
 };
 
@@ -539,7 +532,7 @@ main (int argc, char **argv)
   gchar *proto = nullptr, *bind_addr = nullptr, *key = nullptr, *key_file = nullptr, *log = nullptr,
         *mode = nullptr, *robot = nullptr, *state_to = nullptr;
   gint port = o.port, dim = 0, max_frame = (gint)o.max_frame;
-  gdouble duration = 0, state_rate = o.state_rate;
+  gdouble duration = 0, state_rate = o.state_rate, hold_timeout = 0, stop_timeout = 0;
   GOptionEntry entries[] = {
       {"proto", 0, 0, G_OPTION_ARG_STRING, &proto, "udp (default) or tcp", "P"},
       {"bind", 0, 0, G_OPTION_ARG_STRING, &bind_addr,
@@ -557,11 +550,15 @@ main (int argc, char **argv)
        "largest frame accepted, bytes (default 65536)", "B"},
       {"dim", 0, 0, G_OPTION_ARG_INT, &dim, "expected number of joints (0 = any)", "N"},
       {"robot-config", 0, 0, G_OPTION_ARG_FILENAME, &robot,
-       "reject frames outside these joint limits", "FILE"},
+       "refuse values outside these joint limits; clamp steps over max_step", "FILE"},
       {"state-to", 0, 0, G_OPTION_ARG_STRING, &state_to,
        "publish the joint state (dim float32 LE per datagram) to this IPv4:PORT", "IP:PORT"},
       {"state-rate", 0, 0, G_OPTION_ARG_DOUBLE, &state_rate,
        "state datagrams per second (default 100)", "HZ"},
+      {"hold-timeout", 0, 0, G_OPTION_ARG_DOUBLE, &hold_timeout,
+       "the robot's own watchdog: hold after this many seconds without a command (0 = off)", "S"},
+      {"stop-timeout", 0, 0, G_OPTION_ARG_DOUBLE, &stop_timeout,
+       "the robot's own watchdog: stop after this many seconds without a command (0 = off)", "S"},
       {nullptr, 0, 0, G_OPTION_ARG_NONE, nullptr, nullptr, nullptr}};
   GOptionContext *ctx = g_option_context_new ("- robot simulator for pi0actionsink");
   g_option_context_add_main_entries (ctx, entries, nullptr);
@@ -576,16 +573,30 @@ main (int argc, char **argv)
     o.proto = proto;
   if (bind_addr)
     o.bind = bind_addr;
-  if (key)
+  /* An empty key would turn authentication off without a word: refuse it. */
+  if (key && !*key) {
+    fprintf (stderr, "pi0-robotsim: --key is empty: an empty key would turn authentication off "
+                     "(omit --key to run without authentication)\n");
+    rc = 2;
+  } else if (key) {
     o.key = key;
+  }
   if (key_file) {
     gchar *text = nullptr;
     gsize len = 0;
     if (!g_file_get_contents (key_file, &text, &len, &err)) {
       fprintf (stderr, "pi0-robotsim: %s\n", err->message);
-      return 2;
+      g_clear_error (&err);
+      rc = 2;
+    } else if (len == 0) {
+      fprintf (stderr,
+               "pi0-robotsim: the key file %s is empty: an empty key would turn "
+               "authentication off\n",
+               key_file);
+      rc = 2;
+    } else {
+      o.key.assign (text, len);
     }
-    o.key.assign (text, len);
     g_free (text);
   }
   if (log)
@@ -616,6 +627,14 @@ main (int argc, char **argv)
     fprintf (stderr, "pi0-robotsim: --proto must be udp or tcp\n");
     rc = 2;
   }
+  if (!(hold_timeout >= 0 && hold_timeout <= 3600) ||
+      !(stop_timeout >= 0 && stop_timeout <= 3600)) {
+    fprintf (stderr,
+             "pi0-robotsim: --hold-timeout and --stop-timeout must be between 0 and 3600 s\n");
+    rc = 2;
+  }
+  o.hold_timeout = hold_timeout;
+  o.stop_timeout = stop_timeout;
   if (!(state_rate >= 1.0 && state_rate <= 10000.0)) {
     fprintf (stderr, "pi0-robotsim: --state-rate must be between 1 and 10000\n");
     rc = 2;

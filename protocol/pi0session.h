@@ -1,0 +1,343 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+/* The robot session: the rules both ends of the action protocol follow (docs/protocol.md,
+ * "Sessions and sequence numbers", "Timing of rows", "Receiver rules"), as two state machines
+ * with no I/O and no clock of their own. They are given the time with every input and answer
+ * with what to send (sender) or what to execute (receiver) and when they next need to be woken,
+ * so pi0actionsink, pi0-robotsim and the property tests drive exactly the same code, the tests
+ * millions of steps a second without a socket or a sleep.
+ *
+ * Shape (after gst-plugins-rs' fallbackswitch): Settings are fixed for a session's life and
+ * checked once by validate(); the state is private and changed only by the inputs; outputs are
+ * plain structs the caller turns into I/O. Nothing here throws or takes a lock: the caller
+ * owns the one lock. Errors: a result code or false plus a message, as everywhere in protocol/.
+ *
+ * Times are nanoseconds. The sender's are running times of its pipeline clock; the receiver's
+ * its own monotonic clock. kTimeNone means "no clock" (not PLAYING). */
+
+#include "pi0frame.h"
+#include "pi0safety.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace pi0::proto
+{
+
+/* Sequence numbers never wrap: 1 .. kMaxSeq per session (a sender that would pass it starts a
+ * new session; at a million frames a second that is 292,000 years away). A receiver refuses
+ * seq 0 and anything above kMaxSeq, and a frame claiming more than kMaxSeqJump frames were
+ * lost since the last one it accepted (docs/protocol.md, "Sessions and sequence numbers"). */
+constexpr uint64_t kMaxSeq = (1ull << 63) - 1;
+constexpr uint64_t kMaxSeqJump = 1ull << 32;
+/* Longest step period a receiver accepts (pi0actionsink's slowest control rate, 0.1 Hz): rows
+ * further apart would keep a robot waiting, and its watchdog with it. */
+constexpr uint64_t kMaxStepPeriod = 10000000000ull;
+
+/* What the robot executes: row `row` of chunk `chunk_id` started at `time_ns`. The sender
+ * reports it for its own stream stepping and takes it as an input (Sender::feedback), so that a
+ * robot reporting what it executes (chunk mode over a network, issue 13) refines the sender's
+ * picture of it; the receiver answers it for any time (Receiver::executing). */
+struct Feedback {
+  uint64_t chunk_id = 0;
+  uint32_t row = 0;
+  uint64_t time_ns = kTimeNone;
+};
+
+/* ---- Sender: the rules of pi0actionsink --------------------------------------------------- */
+
+enum class SendMode {
+  kChunk,  /* each chunk sent whole on arrival, the robot schedules the rows */
+  kStream, /* one row per control tick, from the newest chunk */
+  kLog,    /* every chunk whole and unmodified (recordings; never a robot) */
+};
+
+struct SenderSettings {
+  SendMode mode = SendMode::kStream;
+  uint64_t period_ns = 20000000; /* one row per period: 1 / control rate */
+  uint32_t execute_steps = 0;    /* use at most this many rows of a chunk (0 = all) */
+  uint64_t max_action_age_ns = 1000000000;
+  uint64_t hold_timeout_ns = 100000000;
+  uint64_t stop_timeout_ns = 1000000000;
+  std::optional<RobotConfig> robot; /* limits and max_step; none = finiteness checks only */
+  /* Datagram budget: a chunk is split into frames of at most this many bytes (0 = one frame
+   * per message, for byte streams and files). */
+  size_t max_frame_size = 0;
+  bool hmac = false; /* frames will carry the HMAC trailer (it counts against the budget) */
+};
+
+/* Checks @s; false with a message naming the setting (in pi0actionsink's property names). */
+bool validate (const SenderSettings &s, std::string *error);
+
+/* What a chunk of actions brings (GstPi0ActionMeta, without GStreamer). */
+struct ChunkIn {
+  const float *values = nullptr; /* horizon × dim, row-major */
+  uint32_t horizon = 0;
+  uint32_t dim = 0;
+  uint64_t chunk_id = 0;
+  uint64_t observation_time_ns = kTimeNone; /* capture time of the observation it answers */
+  bool flagged_non_finite = false;          /* upstream says a value is NaN/Inf */
+  std::string model_id;
+};
+
+enum class ChunkResult {
+  kSent,     /* chunk or log mode: frames are in the output */
+  kQueued,   /* stream mode: its rows go out at the next ticks */
+  kRejected, /* refused whole: non-finite, or no observation time (a warning says which) */
+  kStale,    /* older than max-action-age or wholly in the past (a warning says so) */
+  kIgnored,  /* flushing, or no clock yet: nothing may move the robot */
+  kError,    /* shape the session cannot carry (dimension changed, too large): *error says */
+};
+
+/* One frame to put on the transport, complete but for encoding (binary with the key, or a JSON
+ * line with model_id). */
+struct OutFrame {
+  Header header;
+  std::vector<float> values;
+  std::string model_id;
+};
+
+/* One message as decided, before splitting: what pi0actionsink's `action` signal reports. */
+struct SentMessage {
+  Kind kind = Kind::kAction;
+  uint64_t chunk_id = 0;
+  uint32_t step_index = 0;
+  uint32_t steps = 0;
+  uint32_t dim = 0;
+  std::vector<float> values;    /* steps × dim, exactly as sent */
+  uint64_t time_ns = kTimeNone; /* when it was sent */
+  bool first_of_chunk = false;  /* the first rows of this chunk to leave (latency stamp) */
+};
+
+struct SenderOutput {
+  std::vector<OutFrame> frames;      /* in order; HELLO included */
+  std::vector<SentMessage> sent;     /* ACTION, HOLD and STOP messages, in order */
+  std::vector<std::string> warnings; /* rejected or stale chunks, STOP */
+  std::vector<Feedback> executing;   /* rows the robot starts now, as the sender sees it */
+  void clear ()
+  {
+    frames.clear ();
+    sent.clear ();
+    warnings.clear ();
+    executing.clear ();
+  }
+};
+
+struct SenderCounters {
+  uint64_t rejected = 0; /* chunks refused whole */
+  uint64_t clamped = 0;  /* action rows with at least one value clamped */
+  uint64_t stale = 0;    /* chunks dropped for age, or wholly in the past */
+  uint64_t holds = 0;    /* watchdog, pause, flush and EOS HOLDs (not the greeting) */
+  uint64_t stops = 0;
+  uint64_t sessions = 0;
+};
+
+/* A change of the sender's pipeline state. */
+enum class SenderEvent {
+  kPlaying,    /* PAUSED -> PLAYING: the clock runs from `now` */
+  kPaused,     /* PLAYING -> PAUSED: HOLD, nothing more until kPlaying */
+  kFlushStart, /* HOLD, pending rows dropped, chunks ignored until kFlushStop */
+  kFlushStop,
+  kEos, /* HOLD, pending rows dropped */
+};
+
+class Sender
+{
+public:
+  /* Starts the first session (not announced until the link is up and the dimension known).
+   * @session_ids gives each new session's id (random by default; tests pass their own). */
+  explicit Sender (SenderSettings settings, std::function<uint64_t ()> session_ids = nullptr);
+
+  /* A chunk arrives at @now. */
+  ChunkResult chunk (uint64_t now, const ChunkIn &chunk, SenderOutput &out, std::string *error);
+  /* Wake-up at @now (at or after next_deadline()): stream stepping and the watchdog. */
+  void tick (uint64_t now, SenderOutput &out);
+  void event (uint64_t now, SenderEvent e, SenderOutput &out);
+  /* The transport's state: @up when it can carry frames; @new_connection once per new
+   * connection of a connected transport (TCP), which starts a new session. Announces the
+   * session (HELLO, HOLD) when it can. */
+  void link (uint64_t now, bool up, bool new_connection, SenderOutput &out);
+  /* The robot reports what it executes. Chunk mode: a report about the chunk being executed
+   * replaces the sender's estimate from the clock (the reference of the next chunk's step bound
+   * and of HOLD). Stream mode: ignored (the sender itself decides which row runs). */
+  void feedback (uint64_t now, const Feedback &fb);
+
+  /* When tick() is next needed: the next control tick or watchdog deadline, whichever comes
+   * first (kTimeNone in log mode, which needs no ticks). */
+  uint64_t next_deadline () const;
+
+  const SenderSettings &settings () const { return s_; }
+  const SenderCounters &counters () const { return counters_; }
+  uint64_t session_id () const { return session_id_; }
+  uint64_t seq () const { return seq_; }
+  uint32_t dim () const { return dim_; }
+
+private:
+  struct Chunk {
+    std::vector<float> values;
+    uint32_t limit = 0; /* rows usable: min (horizon, execute-steps) */
+    uint32_t next = 0;  /* first row not yet sent */
+    uint64_t chunk_id = 0;
+    uint64_t obs = kTimeNone;
+    std::string model_id;
+  };
+
+  void new_session ();
+  void announce (uint64_t now, SenderOutput &out);
+  void emit (Kind kind, const float *values, uint32_t steps, uint32_t step_index,
+             uint32_t chunk_steps, uint64_t chunk_id, uint64_t obs, uint64_t now, uint8_t flags,
+             const std::string &model_id, bool first_of_chunk, SenderOutput &out);
+  const float *commanded_now (uint64_t now) const;
+  void send_hold (uint64_t now, SenderOutput &out);
+  void stream_step (uint64_t now, SenderOutput &out);
+  void watchdog (uint64_t now, SenderOutput &out);
+  const RobotConfig *cfg () const { return s_.robot ? &*s_.robot : nullptr; }
+
+  SenderSettings s_;
+  std::function<uint64_t ()> session_ids_;
+  SenderCounters counters_;
+  uint32_t dim_ = 0; /* from the configuration, or fixed by the first chunk */
+  uint64_t session_id_ = 0;
+  uint64_t seq_ = 0;
+  bool announced_ = false;
+  bool link_up_ = false;
+  bool flushing_ = false;
+
+  /* Stream mode: the chunk being stepped through. */
+  bool have_chunk_ = false;
+  Chunk chunk_;
+  /* Chunk mode: the rows of the last chunk sent (after clamping) and when its first row ran,
+   * to know which one is being executed; a robot's feedback replaces the estimate. */
+  std::vector<float> sent_rows_;
+  uint32_t sent_first_ = 0;
+  uint64_t sent_chunk_id_ = 0;
+  uint64_t sent_obs_ = kTimeNone;
+  std::optional<Feedback> anchor_;
+
+  std::vector<float> last_cmd_; /* position last commanded (stream rows, HOLD position) */
+  bool have_last_ = false;
+
+  /* Watchdog: due time of the last action row sent. */
+  uint64_t last_fresh_ = 0;
+  bool hold_sent_ = true; /* the greeting HOLD counts as one */
+  bool stop_sent_ = false;
+  uint64_t next_tick_ = 0;
+};
+
+/* ---- Receiver: the rules of a robot (pi0-robotsim) ---------------------------------------- */
+
+struct ReceiverSettings {
+  Limits limits;
+  std::string key;                  /* non-empty: every frame must carry a valid HMAC */
+  uint32_t dim = 0;                 /* expected joints (0 = any; the configuration's if set) */
+  std::optional<RobotConfig> robot; /* limits are refused, max_step is clamped */
+  /* The robot's own watchdog, from the time its last commanded row ran: HOLD, then STOP
+   * (0 = off). */
+  uint64_t hold_timeout_ns = 0;
+  uint64_t stop_timeout_ns = 0;
+  size_t retired_sessions = 4096; /* how many replaced session ids are remembered */
+};
+
+/* Checks @s; false with a message. */
+bool validate (const ReceiverSettings &s, std::string *error);
+
+/* One row the robot will execute. */
+struct ExecRow {
+  uint64_t chunk_id = 0;
+  uint32_t step_index = 0;
+  uint64_t at_ns = 0;           /* when it runs, on the receiver's clock */
+  std::vector<float> values;    /* what runs (after the max_step clamp) */
+  bool limited = false;         /* the robot's max_step changed a value */
+  std::vector<float> requested; /* the frame's values, when limited */
+};
+
+/* What receive() made of one frame. */
+struct Received {
+  const char *reject = nullptr; /* the reason (error_name() or a session rule), or nullptr */
+  bool new_session = false;     /* this frame started a session */
+  Frame frame;                  /* decoded (when accepted) */
+  std::vector<ExecRow> rows;    /* ACTION: the rows scheduled */
+  std::vector<float> hold;      /* HOLD: the position held (empty: where it is) */
+  bool hold_limited = false;
+};
+
+/* A decision of the robot's own watchdog. */
+struct WatchdogEvent {
+  Kind kind = Kind::kHold; /* kHold or kStop */
+  uint64_t at_ns = 0;      /* its deadline */
+};
+
+struct ReceiverCounters {
+  uint64_t frames = 0;   /* accepted */
+  uint64_t executed = 0; /* rows scheduled */
+  uint64_t rejected = 0;
+  uint64_t limited = 0; /* rows or HOLD positions changed by max_step */
+  uint64_t sessions = 0;
+};
+
+class Receiver
+{
+public:
+  explicit Receiver (ReceiverSettings settings);
+
+  /* One complete candidate frame, received at @now. */
+  void receive (uint64_t now, const uint8_t *data, size_t len, Received &out);
+  /* The robot's watchdog at @now (at or after next_deadline()). */
+  void tick (uint64_t now, std::vector<WatchdogEvent> &out);
+  uint64_t next_deadline () const;
+
+  /* Runs the rows due by @now; the position commanded then (empty until one is known). */
+  const std::vector<float> &position (uint64_t now);
+  /* The row being executed at @now (chunk_id 0 and time kTimeNone before any). */
+  Feedback executing (uint64_t now);
+
+  const ReceiverSettings &settings () const { return s_; }
+  const ReceiverCounters &counters () const { return counters_; }
+  bool has_session () const { return have_session_; }
+  uint64_t session_id () const { return session_; }
+  bool stopped () const { return stopped_; }
+
+private:
+  struct Scheduled {
+    uint64_t at_ns;
+    uint64_t chunk_id;
+    uint32_t step_index;
+    std::vector<float> values;
+  };
+  const char *check (const Frame &f) const;
+  void advance (uint64_t now);
+  void clear_schedule ();
+  /* Clamps @in to max_step from @prev into @out; true when it changed something. */
+  bool limit (const std::vector<float> *prev, const float *in, std::vector<float> &out);
+
+  ReceiverSettings s_;
+  ReceiverCounters counters_;
+  bool have_session_ = false;
+  uint64_t session_ = 0;
+  uint64_t last_seq_ = 0;
+  std::deque<uint64_t> retired_;
+
+  std::vector<float> position_; /* last executed (or held) command */
+  Feedback executing_;
+  std::deque<Scheduled> schedule_; /* rows still to run, in time order */
+  bool have_chunk_ = false;        /* chunk mode: the chunk the schedule belongs to */
+  uint64_t chunk_id_ = 0;
+  uint64_t chunk_base_ns_ = 0;
+  uint32_t chunk_base_step_ = 0;
+  uint32_t chunk_next_step_ = 0;
+  bool stopped_ = false;
+
+  /* Watchdog: when the last commanded row runs. */
+  bool commanded_ = false;
+  uint64_t last_cmd_ns_ = 0;
+  bool wd_hold_ = false;
+  bool wd_stop_ = false;
+};
+
+} // namespace pi0::proto

@@ -1,0 +1,379 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The transport of pi0actionsink (pi0transport.h). */
+
+#include "pi0transport.h"
+
+#include <gio/gio.h>
+#include <glib/gstdio.h>
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+
+namespace pi0::proto
+{
+
+namespace
+{
+
+int64_t
+mono_ns ()
+{
+  return g_get_monotonic_time () * 1000;
+}
+
+} // namespace
+
+bool
+parse_target (const std::string &t, Target *out, std::string *err)
+{
+  Target r;
+  if (t == "stdout") {
+    r.type = TargetType::kStdout;
+    *out = r;
+    return true;
+  }
+  if (g_str_has_prefix (t.c_str (), "file://")) {
+    GError *e = nullptr;
+    gchar *p = g_filename_from_uri (t.c_str (), nullptr, &e);
+    if (!p) {
+      *err = "invalid file URI \"" + t + "\": " + e->message;
+      g_clear_error (&e);
+      return false;
+    }
+    r.type = TargetType::kFile;
+    r.path = p;
+    g_free (p);
+    *out = r;
+    return true;
+  }
+  const bool udp = g_str_has_prefix (t.c_str (), "udp://");
+  const bool tcp = g_str_has_prefix (t.c_str (), "tcp://");
+  if (!udp && !tcp) {
+    *err = "target \"" + t + "\" is not udp://IP:PORT, tcp://IP:PORT, file:///path or stdout";
+    return false;
+  }
+  GUri *uri = g_uri_parse (t.c_str (), G_URI_FLAGS_NONE, nullptr);
+  const char *host = uri ? g_uri_get_host (uri) : nullptr;
+  const int port = uri ? g_uri_get_port (uri) : -1;
+  bool ok = false;
+  if (!host || port <= 0 || port > 65535) {
+    *err = "target \"" + t + "\" needs an IP address and a port, e.g. udp://127.0.0.1:9870";
+  } else if (GInetAddress *ia = g_inet_address_new_from_string (host)) {
+    g_object_unref (ia);
+    r.type = udp ? TargetType::kUdp : TargetType::kTcp;
+    r.host = host;
+    r.port = (uint16_t)port;
+    *out = r;
+    ok = true;
+  } else {
+    *err = std::string ("target host \"") + host +
+           "\" is not a numeric IP address (names are not resolved)";
+  }
+  if (uri)
+    g_uri_unref (uri);
+  return ok;
+}
+
+bool
+Transport::open (const Target &target, const TransportSettings &s, std::string *err)
+{
+  close ();
+  /* Everything per connection and per start begins afresh (counters are per start). */
+  connected_ = ever_connected_ = new_connection_ = false;
+  reconnects_ = dropped_in_queue_ = 0;
+  counters_ = TransportCounters ();
+  next_attempt_ = connect_started_ = 0;
+  target_ = target;
+  s_ = s;
+  backoff_ = s.reconnect_min_ns;
+  error_.clear ();
+  if (target.is_network ()) {
+    GInetAddress *ia = g_inet_address_new_from_string (target.host.c_str ());
+    if (!ia) {
+      *err = "\"" + target.host + "\" is not a numeric IP address";
+      return false;
+    }
+    addr_ = G_INET_SOCKET_ADDRESS (g_inet_socket_address_new (ia, target.port));
+    g_object_unref (ia);
+  }
+  GError *e = nullptr;
+  switch (target.type) {
+    case TargetType::kStdout:
+      file_ = stdout;
+      return true;
+    case TargetType::kFile:
+      file_ = g_fopen (target.path.c_str (), "wb");
+      if (!file_) {
+        *err = "cannot open " + target.path + " for writing: " + g_strerror (errno);
+        return false;
+      }
+      own_file_ = true;
+      return true;
+    case TargetType::kUdp:
+      sock_ = g_socket_new (g_socket_address_get_family (G_SOCKET_ADDRESS (addr_)),
+                            G_SOCKET_TYPE_DATAGRAM, G_SOCKET_PROTOCOL_UDP, &e);
+      if (!sock_) {
+        *err = std::string ("cannot create UDP socket: ") + e->message;
+        g_clear_error (&e);
+        return false;
+      }
+      g_socket_set_blocking (sock_, FALSE);
+      connected_ = true;
+      return true;
+    case TargetType::kTcp:
+      /* The first connection attempt happens in pump(): open() must not wait on a peer. */
+      return true;
+  }
+  return false;
+}
+
+void
+Transport::close ()
+{
+  drop_connection ();
+  if (sock_)
+    g_object_unref (sock_);
+  sock_ = nullptr;
+  if (own_file_ && file_)
+    fclose (file_);
+  else if (file_)
+    fflush (file_);
+  file_ = nullptr;
+  own_file_ = false;
+  g_clear_object (&addr_);
+}
+
+void
+Transport::pump ()
+{
+  if (target_.type != TargetType::kTcp)
+    return;
+  const int64_t now = mono_ns ();
+  if (!sock_) {
+    if (now >= next_attempt_)
+      start_connect (now);
+    return;
+  }
+  if (!connected_) {
+    GIOCondition c =
+        g_socket_condition_check (sock_, (GIOCondition)(G_IO_OUT | G_IO_ERR | G_IO_HUP));
+    if (!c) {
+      /* A peer that drops SYNs would keep us "connecting" forever: give up and retry. */
+      if (now - connect_started_ > (int64_t)std::max<uint64_t> (s_.reconnect_max_ns, 1000000000))
+        fail (now);
+      return;
+    }
+    GError *e = nullptr;
+    if (!g_socket_check_connect_result (sock_, &e)) {
+      error_ = std::string ("connect: ") + (e ? e->message : "?");
+      g_clear_error (&e);
+      fail (now);
+      return;
+    }
+    connected_ = true;
+    new_connection_ = true;
+    backoff_ = s_.reconnect_min_ns;
+    if (ever_connected_)
+      reconnects_++;
+    ever_connected_ = true;
+  }
+  /* Read and discard whatever the peer sends (we expect nothing), to see it close. */
+  GIOCondition c = g_socket_condition_check (sock_, (GIOCondition)(G_IO_IN | G_IO_ERR | G_IO_HUP));
+  if (c & (G_IO_ERR | G_IO_HUP)) {
+    fail (now);
+    return;
+  }
+  if (c & G_IO_IN) {
+    char junk[4096];
+    GError *e = nullptr;
+    gssize n = g_socket_receive (sock_, junk, sizeof junk, nullptr, &e);
+    if (n == 0 || (n < 0 && !g_error_matches (e, G_IO_ERROR, G_IO_ERROR_WOULD_BLOCK))) {
+      g_clear_error (&e);
+      fail (now);
+      return;
+    }
+    g_clear_error (&e);
+  }
+  flush (now);
+}
+
+SendResult
+Transport::write (const uint8_t *data, size_t len)
+{
+  switch (target_.type) {
+    case TargetType::kStdout:
+    case TargetType::kFile:
+      if (!file_)
+        return SendResult::kDropped;
+      errno = 0;
+      if (fwrite (data, 1, len, file_) != len || fflush (file_) != 0) {
+        /* A recording that loses data must say so: the caller posts this. */
+        error_ = std::string ("writing to ") +
+                 (target_.type == TargetType::kStdout ? "stdout" : target_.path) +
+                 " failed: " + g_strerror (errno ? errno : EIO);
+        return SendResult::kFailed;
+      }
+      return SendResult::kSent;
+    case TargetType::kUdp: {
+      GError *e = nullptr;
+      gssize n =
+          g_socket_send_to (sock_, G_SOCKET_ADDRESS (addr_), (const gchar *)data, len, nullptr, &e);
+      g_clear_error (&e);
+      return n == (gssize)len ? SendResult::kSent : SendResult::kDropped;
+    }
+    case TargetType::kTcp: {
+      if (!connected_ || len > s_.max_send_buffer)
+        return SendResult::kDropped;
+      /* Make room by dropping the oldest frames not yet begun: the newest command matters, and
+       * a frame already partly on the wire must be finished or the stream breaks. */
+      while (queued_ + len > s_.max_send_buffer && queue_.size () > (head_off_ ? 1u : 0u)) {
+        auto victim = queue_.begin () + (head_off_ ? 1 : 0);
+        queued_ -= victim->size ();
+        queue_.erase (victim);
+        dropped_in_queue_++;
+      }
+      if (queued_ + len > s_.max_send_buffer)
+        return SendResult::kDropped;
+      queue_.emplace_back (data, data + len);
+      queued_ += len;
+      flush (mono_ns ());
+      return SendResult::kSent;
+    }
+  }
+  return SendResult::kDropped;
+}
+
+SendResult
+Transport::send (const OutFrame &f)
+{
+  buf_.clear ();
+  if (s_.binary) {
+    encode (f.header, f.values.data (), s_.key, buf_);
+  } else {
+    const std::string line = to_json (f.header, f.values.data (), f.model_id) + "\n";
+    buf_.assign (line.begin (), line.end ());
+  }
+  const SendResult r = write (buf_.data (), buf_.size ());
+  if (r == SendResult::kSent) {
+    counters_.frames++;
+    if (f.header.kind == Kind::kAction)
+      counters_.action_rows += f.header.steps;
+  } else {
+    counters_.dropped++;
+    counters_.write_errors += r == SendResult::kFailed;
+  }
+  return r;
+}
+
+const TransportCounters &
+Transport::counters ()
+{
+  counters_.dropped += take_queue_drops ();
+  return counters_;
+}
+
+bool
+Transport::take_new_connection ()
+{
+  const bool r = new_connection_;
+  new_connection_ = false;
+  return r;
+}
+
+uint64_t
+Transport::take_queue_drops ()
+{
+  const uint64_t d = dropped_in_queue_;
+  dropped_in_queue_ = 0;
+  return d;
+}
+
+void
+Transport::start_connect (int64_t now)
+{
+  GError *e = nullptr;
+  sock_ = g_socket_new (g_socket_address_get_family (G_SOCKET_ADDRESS (addr_)),
+                        G_SOCKET_TYPE_STREAM, G_SOCKET_PROTOCOL_TCP, &e);
+  if (!sock_) {
+    error_ = std::string ("cannot create TCP socket: ") + e->message;
+    g_clear_error (&e);
+    next_attempt_ = now + (int64_t)backoff_;
+    return;
+  }
+  g_socket_set_blocking (sock_, FALSE);
+  g_socket_set_option (sock_, IPPROTO_TCP, TCP_NODELAY, 1, nullptr);
+  /* Keep the kernel's share of the backlog small too: the bound we promise is ours plus this. */
+  g_socket_set_option (sock_, SOL_SOCKET, SO_SNDBUF, (gint)s_.max_send_buffer, nullptr);
+  connected_ = false;
+  connect_started_ = now;
+  if (g_socket_connect (sock_, G_SOCKET_ADDRESS (addr_), nullptr, &e)) {
+    connected_ = true;
+    new_connection_ = true;
+    backoff_ = s_.reconnect_min_ns;
+    if (ever_connected_)
+      reconnects_++;
+    ever_connected_ = true;
+    return;
+  }
+  if (g_error_matches (e, G_IO_ERROR, G_IO_ERROR_PENDING)) {
+    g_clear_error (&e);
+    return;
+  }
+  error_ = std::string ("connect: ") + e->message;
+  g_clear_error (&e);
+  fail (now);
+}
+
+void
+Transport::flush (int64_t now)
+{
+  while (connected_ && !queue_.empty ()) {
+    auto &f = queue_.front ();
+    GError *e = nullptr;
+    gssize n = g_socket_send (sock_, (const gchar *)f.data () + head_off_, f.size () - head_off_,
+                              nullptr, &e);
+    if (n < 0) {
+      const bool would_block = g_error_matches (e, G_IO_ERROR, G_IO_ERROR_WOULD_BLOCK);
+      g_clear_error (&e);
+      if (!would_block)
+        fail (now);
+      return;
+    }
+    head_off_ += (size_t)n;
+    if (head_off_ == f.size ()) {
+      queued_ -= f.size ();
+      queue_.pop_front ();
+      head_off_ = 0;
+    }
+  }
+}
+
+void
+Transport::drop_connection ()
+{
+  if (target_.type == TargetType::kTcp && sock_) {
+    g_socket_close (sock_, nullptr);
+    g_object_unref (sock_);
+    sock_ = nullptr;
+  }
+  if (target_.type == TargetType::kTcp)
+    connected_ = false;
+  dropped_in_queue_ += queue_.size ();
+  queue_.clear ();
+  queued_ = 0;
+  head_off_ = 0;
+}
+
+void
+Transport::fail (int64_t now)
+{
+  drop_connection ();
+  next_attempt_ = now + (int64_t)backoff_;
+  backoff_ = std::min (backoff_ * 2, s_.reconnect_max_ns);
+}
+
+} // namespace pi0::proto
