@@ -6,6 +6,8 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 
 #include "io/error.h"
 #include "io/tokenizer.h"
@@ -153,6 +155,52 @@ TEST (Tokenizer, ClearErrors)
   expect_error ([&] { tok.encode_prompt ("x", 0); }, {"max_len must be at least 1"});
   pi0::Tokenizer unloaded;
   expect_error ([&] { unloaded.encode_prompt ("x"); }, {"before Tokenizer::load()"});
+}
+
+// A corrupt model (bytes changed, file cut short) is a pi0::Error naming the file, or a model that
+// loads and encodes; never a crash, and never another exception (the shim turns anything
+// libsentencepiece throws into an error string: no C++ exception crosses its C entry points).
+TEST (Tokenizer, CorruptModelsAreClearErrorsNotCrashes)
+{
+  PI0_REQUIRE_SENTENCEPIECE ();
+  std::string base;
+  {
+    std::ifstream in (tiny_model (), std::ios::binary);
+    base.assign (std::istreambuf_iterator<char> (in), {});
+  }
+  ASSERT_GT (base.size (), 100u);
+  pi0test::TempDir dir;
+  const std::string path = dir.file ("corrupt.model");
+  uint32_t rng = 12345; // a fixed LCG: the same mutants every run
+  auto next = [&rng] {
+    return rng = rng * 1664525u + 1013904223u;
+  };
+  int errors = 0, loaded = 0;
+  for (int i = 0; i < 200; i++) {
+    std::string m = base;
+    if (i % 4 == 3) {
+      m.resize (next () % m.size ()); // cut short
+    } else {
+      for (uint32_t k = 0, n = 1 + next () % 8; k < n; k++)
+        m[next () % m.size ()] = static_cast<char> (next () >> 24);
+    }
+    pi0test::write_bytes (path, m);
+    SCOPED_TRACE ("mutant " + std::to_string (i));
+    try {
+      const auto tok = pi0::Tokenizer::load (path);
+      loaded++;
+      try {
+        (void)tok.encode_prompt ("pick up the red cube");
+      } catch (const pi0::Error &e) {
+        EXPECT_NE (std::string (e.what ()).find (path), std::string::npos) << e.what ();
+      }
+    } catch (const pi0::Error &e) {
+      errors++;
+      EXPECT_NE (std::string (e.what ()).find (path), std::string::npos) << e.what ();
+    }
+  }
+  EXPECT_GT (errors, 0);
+  EXPECT_EQ (errors + loaded, 200);
 }
 
 // Debian's libsentencepiece and LibTorch's libc10 both export FLAGS_minloglevel (an absl::Flag
