@@ -203,6 +203,30 @@ TEST (Tokenizer, CorruptModelsAreClearErrorsNotCrashes)
   EXPECT_EQ (errors + loaded, 200);
 }
 
+// The shim's C entry points, called directly (Tokenizer::load refuses a directory before it gets
+// there): libsentencepiece throws std::ios_base::failure reading a directory, and that exception
+// used to cross the C boundary and abort the process (std::terminate). Now it is an error string.
+TEST (Tokenizer, ShimTurnsSentencepieceExceptionsIntoErrors)
+{
+  PI0_REQUIRE_SENTENCEPIECE ();
+  const char *build = std::getenv ("PI0_BUILD_ROOT");
+  ASSERT_NE (build, nullptr);
+  const std::string shim = std::string (build) + "/inference/io/libpi0spm.so";
+  void *h = dlopen (shim.c_str (), RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE (h, nullptr) << dlerror ();
+  auto load = reinterpret_cast<void *(*)(const char *, char **)> (dlsym (h, "pi0spm_load"));
+  ASSERT_NE (load, nullptr);
+  pi0test::TempDir dir;
+  char *err = nullptr;
+  void *model = load (dir.path ().string ().c_str (), &err);
+  EXPECT_EQ (model, nullptr);
+  ASSERT_NE (err, nullptr);
+  const std::string text = err;
+  std::free (err);
+  EXPECT_NE (text.find ("libsentencepiece threw"), std::string::npos) << text;
+  EXPECT_NE (text.find ("Is a directory"), std::string::npos) << text;
+}
+
 // Debian's libsentencepiece and LibTorch's libc10 both export FLAGS_minloglevel (an absl::Flag
 // object in one, an int in the other; see inference/io/spm_shim.cpp). Opening the tokenizer must
 // leave libc10's int alone: when sentencepiece's constructor built its flag over it, the mutex
