@@ -1,7 +1,13 @@
 // Tokenizer: libsentencepiece with openpi's Pi0 prompt format, held against the Python
 // sentencepiece package on the tiny model in tests/data/tokenizer/.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
 
 #include "io/error.h"
 #include "io/tokenizer.h"
@@ -149,6 +155,112 @@ TEST (Tokenizer, ClearErrors)
   expect_error ([&] { tok.encode_prompt ("x", 0); }, {"max_len must be at least 1"});
   pi0::Tokenizer unloaded;
   expect_error ([&] { unloaded.encode_prompt ("x"); }, {"before Tokenizer::load()"});
+}
+
+// A corrupt model (bytes changed, file cut short) is a pi0::Error naming the file, or a model that
+// loads and encodes; never a crash, and never another exception (the shim turns anything
+// libsentencepiece throws into an error string: no C++ exception crosses its C entry points).
+TEST (Tokenizer, CorruptModelsAreClearErrorsNotCrashes)
+{
+  PI0_REQUIRE_SENTENCEPIECE ();
+  std::string base;
+  {
+    std::ifstream in (tiny_model (), std::ios::binary);
+    base.assign (std::istreambuf_iterator<char> (in), {});
+  }
+  ASSERT_GT (base.size (), 100u);
+  pi0test::TempDir dir;
+  const std::string path = dir.file ("corrupt.model");
+  uint32_t rng = 12345; // a fixed LCG: the same mutants every run
+  auto next = [&rng] {
+    return rng = rng * 1664525u + 1013904223u;
+  };
+  int errors = 0, loaded = 0;
+  for (int i = 0; i < 200; i++) {
+    std::string m = base;
+    if (i % 4 == 3) {
+      m.resize (next () % m.size ()); // cut short
+    } else {
+      for (uint32_t k = 0, n = 1 + next () % 8; k < n; k++)
+        m[next () % m.size ()] = static_cast<char> (next () >> 24);
+    }
+    pi0test::write_bytes (path, m);
+    SCOPED_TRACE ("mutant " + std::to_string (i));
+    try {
+      const auto tok = pi0::Tokenizer::load (path);
+      loaded++;
+      try {
+        (void)tok.encode_prompt ("pick up the red cube");
+      } catch (const pi0::Error &e) {
+        EXPECT_NE (std::string (e.what ()).find (path), std::string::npos) << e.what ();
+      }
+    } catch (const pi0::Error &e) {
+      errors++;
+      EXPECT_NE (std::string (e.what ()).find (path), std::string::npos) << e.what ();
+    }
+  }
+  EXPECT_GT (errors, 0);
+  EXPECT_EQ (errors + loaded, 200);
+}
+
+// The shim's C entry points, called directly (Tokenizer::load refuses a directory before it gets
+// there): libsentencepiece throws std::ios_base::failure reading a directory, and that exception
+// used to cross the C boundary and abort the process (std::terminate). Now it is an error string.
+TEST (Tokenizer, ShimTurnsSentencepieceExceptionsIntoErrors)
+{
+  PI0_REQUIRE_SENTENCEPIECE ();
+  const char *build = std::getenv ("PI0_BUILD_ROOT");
+  ASSERT_NE (build, nullptr);
+  const std::string shim = std::string (build) + "/inference/io/libpi0spm.so";
+  void *h = dlopen (shim.c_str (), RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE (h, nullptr) << dlerror ();
+  auto load = reinterpret_cast<void *(*)(const char *, char **)> (dlsym (h, "pi0spm_load"));
+  ASSERT_NE (load, nullptr);
+  pi0test::TempDir dir;
+  char *err = nullptr;
+  void *model = load (dir.path ().string ().c_str (), &err);
+  EXPECT_EQ (model, nullptr);
+  ASSERT_NE (err, nullptr);
+  const std::string text = err;
+  std::free (err);
+  EXPECT_NE (text.find ("libsentencepiece threw"), std::string::npos) << text;
+  EXPECT_NE (text.find ("Is a directory"), std::string::npos) << text;
+}
+
+// Debian's libsentencepiece and LibTorch's libc10 both export FLAGS_minloglevel (an absl::Flag
+// object in one, an int in the other; see inference/io/spm_shim.cpp). Opening the tokenizer must
+// leave libc10's int alone: when sentencepiece's constructor built its flag over it, the mutex
+// beside it was overwritten and the first TorchScript forward deadlocked
+// (Pi0Infer.TorchScriptExceptionIsAnElementErrorAndNaNIsFlagged is that case end to end).
+TEST (Tokenizer, LeavesLibTorchsFlagsAlone)
+{
+  auto *flag = static_cast<int *> (dlsym (RTLD_DEFAULT, "FLAGS_minloglevel"));
+  if (!flag)
+    GTEST_SKIP () << "this LibTorch exports no FLAGS_minloglevel: nothing can clash";
+  // sentencepiece's constructors run once per process, when its module is first opened, so the
+  // check runs in a fresh process: a "threadsafe" death test re-executes this binary and runs only
+  // this test there (where nothing may open the module before the statement below).
+  // (The style is set first: InDeathTestChild() reads it.)
+  const std::string style = GTEST_FLAG_GET (death_test_style);
+  GTEST_FLAG_SET (death_test_style, "threadsafe");
+  if (!testing::internal::InDeathTestChild () && !pi0::Tokenizer::available ()) {
+    GTEST_FLAG_SET (death_test_style, style);
+    GTEST_SKIP () << "built without libsentencepiece";
+  }
+  EXPECT_EXIT (
+      {
+        *flag = 7;
+        try {
+          pi0::Tokenizer::load (tiny_model ());
+        } catch (const std::exception &e) {
+          std::fprintf (stderr, "%s\n", e.what ());
+          std::_Exit (2);
+        }
+        std::fprintf (stderr, "FLAGS_minloglevel is %d after opening the tokenizer\n", *flag);
+        std::_Exit (*flag == 7 ? 0 : 1);
+      },
+      testing::ExitedWithCode (0), "");
+  GTEST_FLAG_SET (death_test_style, style);
 }
 
 /* Issue 16: a directory given as the tokenizer aborted the process inside SentencePiece. */

@@ -111,8 +111,8 @@ Tokenizer::clean_prompt (const std::string &prompt)
 
 #ifdef PI0_HAVE_SENTENCEPIECE
 
-// libsentencepiece lives behind our shim (spm_shim.cpp), loaded with RTLD_DEEPBIND so that its
-// symbols never bind to LibTorch's same-named ones (see the comment there).
+// libsentencepiece lives behind our shim (spm_shim.cpp), loaded with RTLD_LOCAL; the shim's own
+// copy of it binds to itself first, never to LibTorch's same-named symbols (see the comment there).
 namespace
 {
 struct SpmApi {
@@ -138,7 +138,7 @@ spm_api ()
     void *h = nullptr;
     std::string tried;
     for (const auto &c : candidates) {
-      h = dlopen (c.c_str (), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+      h = dlopen (c.c_str (), RTLD_NOW | RTLD_LOCAL);
       if (h)
         break;
       const char *e = dlerror ();

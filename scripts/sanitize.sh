@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The CPU suite built with AddressSanitizer and UndefinedBehaviorSanitizer (-Db_sanitize=address,
+# undefined, no CUDA, LibTorch loaded but not itself instrumented: its allocations still go
+# through ASan's malloc, so our misuse of its memory is caught). docs/testing.md says what it
+# covers and what it does not.
+#
+# Usage: scripts/sanitize.sh [--elements] [builddir] [-- extra meson test args]
+#   (default)    builds everything in builddir (default: build-asan) and runs every CPU test.
+#   --elements   builds and runs only each element's test binary (test_pi0viewmux, test_cudaprep,
+#                test_pi0infer, test_pi0actionsink) and what they run: the part CI runs.
+# Any sanitizer report fails the test that produced it; the report is in the test's log (printed
+# with --print-errorlogs, and in builddir/meson-logs/testlog.txt).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ELEMENTS=0
+if [ "${1:-}" = "--elements" ]; then
+  ELEMENTS=1
+  shift
+fi
+BUILD="build-asan"
+if [ $# -gt 0 ] && [ "$1" != "--" ]; then
+  BUILD="$1"
+  shift
+fi
+[ "${1:-}" = "--" ] && shift
+
+bash scripts/setup.sh
+
+if [ ! -f "$BUILD/build.ninja" ]; then
+  meson setup "$BUILD" -Dpython="$PWD/.venv/bin/python" -Dcuda=disabled \
+    -Db_sanitize=address,undefined
+fi
+
+ELEMENT_TESTS=(test_pi0viewmux test_cudaprep test_pi0infer test_pi0actionsink)
+if [ $ELEMENTS = 1 ]; then
+  targets=()
+  for t in "${ELEMENT_TESTS[@]}"; do targets+=("tests/$t"); done
+  # test_pi0infer runs tools/pi0-model and gst-launch-1.0 with the plugin; the tokenizer's shim
+  # is a module loaded at run time.
+  targets+=(tools/pi0-model/pi0-model gst/libgstpi0.so)
+  [ -n "$(ninja -C "$BUILD" -t targets all | grep '^inference/io/libpi0spm.so:')" ] &&
+    targets+=(inference/io/libpi0spm.so)
+  ninja -C "$BUILD" "${targets[@]}"
+  selection=("${ELEMENT_TESTS[@]}")
+else
+  ninja -C "$BUILD"
+  selection=(--no-suite gpu)
+fi
+
+SUPP="$PWD/scripts/sanitize"
+# ASan: the first error ends the process with its stack. Leaks: see scripts/sanitize/lsan.supp
+# for what is suppressed and why. Tools the tests start (pi0-model, pi0-robotsim) are
+# instrumented too and read the same options; uninstrumented children (the Python oracles,
+# gst-plugin-scanner) ignore them.
+export ASAN_OPTIONS="halt_on_error=1:abort_on_error=0:print_summary=1:detect_leaks=1:check_initialization_order=1:strict_init_order=1"
+export LSAN_OPTIONS="suppressions=$SUPP/lsan.supp:print_suppressions=0"
+# UBSan goes on after a report by default: every report is fatal here, with its stack.
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:print_summary=1:suppressions=$SUPP/ubsan.supp"
+
+status=0
+meson test -C "$BUILD" --no-rebuild --print-errorlogs --num-processes 2 --timeout-multiplier 4 \
+  "${selection[@]}" "$@" || status=$?
+exit $status
