@@ -58,10 +58,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 GST_DEBUG_CATEGORY_STATIC (gst_pi0_infer_debug);
@@ -82,6 +84,8 @@ GST_DEBUG_CATEGORY_STATIC (gst_pi0_infer_debug);
 #define DEFAULT_RTC GST_PI0_INFER_RTC_OFF
 #define DEFAULT_RTC_MAX_GUIDANCE_WEIGHT 5.0
 #define RTC_HISTORY 8 /* chunks kept for the feedback to name */
+#define DEFAULT_MAX_BATCH_SIZE 1
+#define DEFAULT_MAX_BATCH_WAIT (5 * GST_MSECOND)
 
 enum {
   PROP_0,
@@ -100,6 +104,8 @@ enum {
   PROP_RTC,
   PROP_RTC_EXECUTION_HORIZON,
   PROP_RTC_MAX_GUIDANCE_WEIGHT,
+  PROP_MAX_BATCH_SIZE,
+  PROP_MAX_BATCH_WAIT,
   PROP_MODEL_ID,
   PROP_STATS,
 };
@@ -129,6 +135,8 @@ struct Settings {
   GstPi0InferRtc rtc = DEFAULT_RTC;
   guint rtc_execution_horizon = 0; /* 0: the rows already due when the observation was taken */
   double rtc_max_guidance_weight = DEFAULT_RTC_MAX_GUIDANCE_WEIGHT;
+  guint max_batch_size = DEFAULT_MAX_BATCH_SIZE;
+  guint64 max_batch_wait = DEFAULT_MAX_BATCH_WAIT;
 };
 
 struct Stats {
@@ -146,6 +154,7 @@ struct Stats {
   guint64 rtc_feedback_ignored = 0; /* pi0-executing events refused (a warning says why) */
   guint64 rtc_delay = 0;            /* delay in rows of the last guided chunk */
   guint64 rtc_prefix_rows = 0;      /* rows of the executing chunk it was guided toward */
+  guint64 passes = 0;               /* policy calls: one per observation, or per batch */
 };
 
 /* Real-time chunking: the chunks made lately (robot units) and what the sink says runs. */
@@ -172,6 +181,40 @@ struct State {
   bool warned_truncated = false;
 };
 
+/* One observation ready to run (or to pass on without actions), or, while batching, an
+ * instruction event held so that it stays between the same buffers downstream. */
+struct Prepared {
+  GstBuffer *buf = nullptr; /* held while batching (owned); else the buffer in transform_ip */
+  GstEvent *event = nullptr;
+  bool infer = false; /* false: passes on without actions (no state) */
+  bool done = false;  /* its chunk is attached */
+  pi0::Request rq;
+  bool guided = false;
+  guint64 sequence = 0;
+  GstClockTime observation_time = GST_CLOCK_TIME_NONE;
+  std::string instruction;
+};
+
+/* Batching (max-batch-size > 1): observations held until max-batch-size of them need the policy,
+ * max-batch-wait has passed since the first, or a serialized event (EOS, segment, caps...)
+ * comes; then they run as one forward pass and are pushed in input order. `held` belongs to
+ * whoever holds the sink pad's stream lock (the streaming thread, or the wait thread when the
+ * wait ends); `lock` guards the rest, shared with the wait thread. */
+struct Batching {
+  guint size = 1; /* max-batch-size, fixed at start() */
+  std::deque<Prepared> held;
+  guint n_infer = 0; /* held observations that need the policy */
+  std::mutex lock;
+  std::condition_variable cond;
+  bool armed = false; /* a wait runs until `deadline` on `clock` */
+  bool stopping = false;
+  guint64 generation = 0; /* bumped whenever `held` is run or dropped */
+  GstClock *clock = nullptr;
+  GstClockTime deadline = GST_CLOCK_TIME_NONE;
+  GstClockID wait_id = nullptr;
+  std::thread waiter;
+};
+
 struct GstPi0InferPrivate {
   std::mutex settings_lock;
   Settings settings;
@@ -182,6 +225,7 @@ struct GstPi0InferPrivate {
   State state;
   std::mutex rtc_lock; /* RtcState: written by transform_ip and by upstream events */
   RtcState rtc;
+  Batching batch;
 };
 
 struct _GstPi0Infer {
@@ -233,6 +277,14 @@ static gboolean gst_pi0_infer_src_event (GstBaseTransform *trans, GstEvent *even
 static gboolean gst_pi0_infer_query (GstBaseTransform *trans, GstPadDirection direction,
                                      GstQuery *query);
 static GstFlowReturn gst_pi0_infer_transform_ip (GstBaseTransform *trans, GstBuffer *buf);
+static GstFlowReturn gst_pi0_infer_submit_input_buffer (GstBaseTransform *trans,
+                                                        gboolean is_discont, GstBuffer *buf);
+static GstFlowReturn gst_pi0_infer_generate_output (GstBaseTransform *trans, GstBuffer **outbuf);
+static void batch_start (GstPi0Infer *self, guint size);
+static void batch_stop (GstPi0Infer *self);
+static GstFlowReturn run_held (GstPi0Infer *self);
+static std::deque<Prepared> take_held (GstPi0Infer *self);
+static void unref_items (std::deque<Prepared> &items);
 
 static void
 gst_pi0_infer_class_init (GstPi0InferClass *klass)
@@ -367,6 +419,35 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
                            "The clip beta of the guidance weight (the paper: 5; with "
                            "rtc=guided-identity use 10)",
                            0.0, 1000.0, DEFAULT_RTC_MAX_GUIDANCE_WEIGHT, rw_playing));
+  /**
+   * GstPi0Infer:max-batch-size:
+   *
+   * Observations run together in one forward pass (serving several robots: one copy of the
+   * weights, one pass for all). 1 (the default): each observation alone, as it comes. Above 1,
+   * observations are held until this many need the policy, #GstPi0Infer:max-batch-wait has
+   * passed since the first of them, or a serialized event (EOS, segment, caps) comes; each
+   * buffer then leaves with its own chunk and metas, in input order. Each observation keeps its
+   * own instruction, seed and state; its chunk equals the one it gets alone up to fp32 rounding
+   * (docs/elements/pi0infer.md). A TorchScript policy runs a batch one observation at a time.
+   */
+  g_object_class_install_property (
+      gobject_class, PROP_MAX_BATCH_SIZE,
+      g_param_spec_uint ("max-batch-size", "Maximum batch size",
+                         "Observations run together in one forward pass (1 = each alone)", 1, 64,
+                         DEFAULT_MAX_BATCH_SIZE, rw_ready));
+  /**
+   * GstPi0Infer:max-batch-wait:
+   *
+   * With #GstPi0Infer:max-batch-size above 1: how long (ns, on the pipeline clock) the first
+   * held observation waits for others before a partial batch runs. 0: a batch is never waited
+   * for (each observation runs as it comes). Adds to the latency the element reports.
+   */
+  g_object_class_install_property (
+      gobject_class, PROP_MAX_BATCH_WAIT,
+      g_param_spec_uint64 ("max-batch-wait", "Maximum batch wait",
+                           "With max-batch-size > 1: ns the first held observation waits for "
+                           "more before a partial batch runs",
+                           0, G_MAXUINT64, DEFAULT_MAX_BATCH_WAIT, rw_playing));
   g_object_class_install_property (
       gobject_class, PROP_MODEL_ID,
       g_param_spec_string ("model-id", "Model id",
@@ -381,7 +462,8 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
    * the policy is), `warmup-ms`; real-time chunking: `rtc-guided` (chunks guided),
    * `rtc-feedback` (pi0-executing events taken), `rtc-feedback-ignored` (refused: malformed,
    * unknown chunk, from the future, row out of range; each with a warning), `rtc-delay` and
-   * `rtc-prefix-rows` (of the last guided chunk).
+   * `rtc-prefix-rows` (of the last guided chunk); `forward-passes` (policy calls: one per
+   * observation, or one per batch with #GstPi0Infer:max-batch-size above 1).
    */
   g_object_class_install_property (
       gobject_class, PROP_STATS,
@@ -405,6 +487,8 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
   bt_class->src_event = GST_DEBUG_FUNCPTR (gst_pi0_infer_src_event);
   bt_class->query = GST_DEBUG_FUNCPTR (gst_pi0_infer_query);
   bt_class->transform_ip = GST_DEBUG_FUNCPTR (gst_pi0_infer_transform_ip);
+  bt_class->submit_input_buffer = GST_DEBUG_FUNCPTR (gst_pi0_infer_submit_input_buffer);
+  bt_class->generate_output = GST_DEBUG_FUNCPTR (gst_pi0_infer_generate_output);
   /* The buffer is never changed, only a meta added. */
   bt_class->transform_ip_on_passthrough = FALSE;
 
@@ -425,6 +509,8 @@ gst_pi0_infer_init (GstPi0Infer *self)
 static void
 gst_pi0_infer_finalize (GObject *object)
 {
+  if (GST_PI0_INFER (object)->priv->batch.waiter.joinable ()) /* stop() always runs first */
+    batch_stop (GST_PI0_INFER (object));
   delete GST_PI0_INFER (object)->priv;
   G_OBJECT_CLASS (parent_class)->finalize (object);
 }
@@ -477,6 +563,12 @@ gst_pi0_infer_set_property (GObject *object, guint prop_id, const GValue *value,
     case PROP_SEED:
       s.seed = g_value_get_uint64 (value);
       break;
+    case PROP_MAX_BATCH_SIZE:
+      s.max_batch_size = g_value_get_uint (value);
+      break;
+    case PROP_MAX_BATCH_WAIT:
+      s.max_batch_wait = g_value_get_uint64 (value);
+      break;
     case PROP_REQUIRE_STATE:
       s.require_state = g_value_get_boolean (value);
       break;
@@ -513,7 +605,8 @@ make_stats (GstPi0Infer *self)
       G_TYPE_DOUBLE, s.total_ms, "warmup-ms", G_TYPE_DOUBLE, s.warmup_ms, "rtc-guided",
       G_TYPE_UINT64, s.rtc_guided, "rtc-feedback", G_TYPE_UINT64, s.rtc_feedback,
       "rtc-feedback-ignored", G_TYPE_UINT64, s.rtc_feedback_ignored, "rtc-delay", G_TYPE_UINT64,
-      s.rtc_delay, "rtc-prefix-rows", G_TYPE_UINT64, s.rtc_prefix_rows, nullptr);
+      s.rtc_delay, "rtc-prefix-rows", G_TYPE_UINT64, s.rtc_prefix_rows, "forward-passes",
+      G_TYPE_UINT64, s.passes, nullptr);
 }
 
 static void
@@ -567,6 +660,12 @@ gst_pi0_infer_get_property (GObject *object, guint prop_id, GValue *value, GPara
       break;
     case PROP_SEED:
       g_value_set_uint64 (value, s.seed);
+      break;
+    case PROP_MAX_BATCH_SIZE:
+      g_value_set_uint (value, s.max_batch_size);
+      break;
+    case PROP_MAX_BATCH_WAIT:
+      g_value_set_uint64 (value, s.max_batch_wait);
       break;
     case PROP_REQUIRE_STATE:
       g_value_set_boolean (value, s.require_state);
@@ -721,6 +820,7 @@ gst_pi0_infer_start (GstBaseTransform *trans)
     priv->rtc = RtcState ();
   }
   priv->policy = std::move (policy);
+  batch_start (self, s.max_batch_size);
   return TRUE;
 }
 
@@ -728,6 +828,7 @@ static gboolean
 gst_pi0_infer_stop (GstBaseTransform *trans)
 {
   auto priv = GST_PI0_INFER (trans)->priv;
+  batch_stop (GST_PI0_INFER (trans)); /* before the policy goes: the wait thread may use it */
   priv->policy.reset ();
   priv->state = State ();
   return TRUE;
@@ -770,6 +871,24 @@ gst_pi0_infer_sink_event (GstBaseTransform *trans, GstEvent *event)
       self->priv->settings.instruction = text;
     }
     g_object_notify (G_OBJECT (self), "instruction");
+    /* Batching: held observations have their instruction already; the event waits with them,
+     * to reach downstream between the same buffers. */
+    if (!self->priv->batch.held.empty ()) {
+      Prepared p;
+      p.event = event;
+      self->priv->batch.held.push_back (std::move (p));
+      return TRUE;
+    }
+  } else if (self->priv->batch.size > 1) {
+    if (GST_EVENT_TYPE (event) == GST_EVENT_FLUSH_STOP) {
+      std::deque<Prepared> held = take_held (self);
+      unref_items (held);
+    } else if (GST_EVENT_IS_SERIALIZED (event)) { /* EOS, segment, caps...: the held run first */
+      GstFlowReturn r = run_held (self);
+      if (r != GST_FLOW_OK)
+        GST_DEBUG_OBJECT (self, "pushing the held batch before %s: %s", GST_EVENT_TYPE_NAME (event),
+                          gst_flow_get_name (r));
+    }
   }
   return GST_BASE_TRANSFORM_CLASS (parent_class)->sink_event (trans, event);
 }
@@ -876,6 +995,9 @@ gst_pi0_infer_query (GstBaseTransform *trans, GstPadDirection direction, GstQuer
     gst_structure_get_double (s, "warmup-ms", &warm);
     gst_structure_free (s);
     GstClockTime ours = (GstClockTime)((p99 > 0 ? p99 : warm) * GST_MSECOND);
+    Settings st = snapshot_settings (self);
+    if (st.max_batch_size > 1) /* a held observation may wait this long for a batch */
+      ours += std::min<guint64> (st.max_batch_wait, GST_SECOND * 3600);
     min += ours;
     if (GST_CLOCK_TIME_IS_VALID (max))
       max += ours;
@@ -976,13 +1098,14 @@ rtc_guidance (GstPi0Infer *self, const Settings &s, GstClockTime obs, double las
   return true;
 }
 
+/* Everything before the policy runs: the checks, the state rule, the request (images, state,
+ * instruction, seed, real-time chunking guidance). OK with p->infer false: the buffer passes on
+ * without actions. */
 static GstFlowReturn
-gst_pi0_infer_transform_ip (GstBaseTransform *trans, GstBuffer *buf)
+prepare_observation (GstPi0Infer *self, const Settings &s, GstBuffer *buf, Prepared *p)
 {
-  auto self = GST_PI0_INFER (trans);
   auto priv = self->priv;
   pi0::OpenedPolicy *policy = priv->policy.get ();
-  Settings s = snapshot_settings (self);
 
   {
     std::lock_guard<std::mutex> lk (priv->stats_lock);
@@ -1053,11 +1176,11 @@ gst_pi0_infer_transform_ip (GstBaseTransform *trans, GstBuffer *buf)
     if (!priv->stats.latencies_ms.empty ())
       last_ms = priv->stats.latencies_ms.back ();
   }
-  bool guided = false;
-  auto t0 = std::chrono::steady_clock::now ();
-  pi0::Response response;
+  p->sequence = om->sequence;
+  p->observation_time = om->observation_time;
+  p->instruction = s.instruction;
   try {
-    pi0::Request rq;
+    pi0::Request &rq = p->rq;
     request_images (tm, &rq);
     if (state)
       rq.state = at::from_blob ((void *)state, {(int64_t)state_dim}, at::kFloat).clone ();
@@ -1073,38 +1196,9 @@ gst_pi0_infer_transform_ip (GstBaseTransform *trans, GstBuffer *buf)
                                ("%s", policy->describe ().c_str ()));
         }
       } else {
-        guided = rtc_guidance (self, s, om->observation_time, last_ms, &rq.guidance);
+        p->guided = rtc_guidance (self, s, om->observation_time, last_ms, &rq.guidance);
       }
     }
-    if (guided) {
-      try {
-        response = policy->infer (rq);
-      } catch (const pi0::Error &e) {
-        /* A prefix the model refuses: this chunk unguided, said once per occurrence. */
-        GST_ELEMENT_WARNING (self, STREAM, FAILED,
-                             ("Real-time chunking failed on observation %" G_GUINT64_FORMAT
-                              ": sampled unguided.",
-                              om->sequence),
-                             ("%s", e.what ()));
-        guided = false;
-        rq.guidance = pi0::PolicyGuidance ();
-        response = policy->infer (rq);
-      }
-    } else {
-      response = policy->infer (rq);
-    }
-    if (guided) {
-      std::lock_guard<std::mutex> lk (priv->stats_lock);
-      priv->stats.rtc_guided++;
-      priv->stats.rtc_delay = (guint64)rq.guidance.delay;
-      priv->stats.rtc_prefix_rows = (guint64)rq.guidance.prefix.size (0);
-    }
-  } catch (const c10::Error &e) {
-    record_error (self, e.what_without_backtrace ());
-    GST_ELEMENT_ERROR (self, STREAM, FAILED,
-                       ("Inference failed on observation %" G_GUINT64_FORMAT ".", om->sequence),
-                       ("LibTorch: %s", e.what_without_backtrace ()));
-    return GST_FLOW_ERROR;
   } catch (const std::exception &e) {
     record_error (self, e.what ());
     GST_ELEMENT_ERROR (
@@ -1113,22 +1207,88 @@ gst_pi0_infer_transform_ip (GstBaseTransform *trans, GstBuffer *buf)
         (nullptr));
     return GST_FLOW_ERROR;
   }
-  double ms =
-      std::chrono::duration<double, std::milli> (std::chrono::steady_clock::now () - t0).count ();
+  p->infer = true;
+  return GST_FLOW_OK;
+}
 
+/* The policy on one prepared observation; a guidance prefix the model refuses falls back to an
+ * unguided chunk with a warning. An error is posted and returned. */
+static void
+count_pass (GstPi0Infer *self)
+{
+  std::lock_guard<std::mutex> lk (self->priv->stats_lock);
+  self->priv->stats.passes++;
+}
+
+static GstFlowReturn
+infer_alone (GstPi0Infer *self, Prepared *p, pi0::Response *response)
+{
+  pi0::OpenedPolicy *policy = self->priv->policy.get ();
+  count_pass (self);
+  try {
+    if (p->guided) {
+      try {
+        *response = policy->infer (p->rq);
+      } catch (const pi0::Error &e) {
+        /* A prefix the model refuses: this chunk unguided, said once per occurrence. */
+        GST_ELEMENT_WARNING (self, STREAM, FAILED,
+                             ("Real-time chunking failed on observation %" G_GUINT64_FORMAT
+                              ": sampled unguided.",
+                              p->sequence),
+                             ("%s", e.what ()));
+        p->guided = false;
+        p->rq.guidance = pi0::PolicyGuidance ();
+        *response = policy->infer (p->rq);
+      }
+    } else {
+      *response = policy->infer (p->rq);
+    }
+  } catch (const c10::Error &e) {
+    record_error (self, e.what_without_backtrace ());
+    GST_ELEMENT_ERROR (self, STREAM, FAILED,
+                       ("Inference failed on observation %" G_GUINT64_FORMAT ".", p->sequence),
+                       ("LibTorch: %s", e.what_without_backtrace ()));
+    return GST_FLOW_ERROR;
+  } catch (const std::exception &e) {
+    record_error (self, e.what ());
+    GST_ELEMENT_ERROR (
+        self, STREAM, FAILED,
+        ("Inference failed on observation %" G_GUINT64_FORMAT ": %s", p->sequence, e.what ()),
+        (nullptr));
+    return GST_FLOW_ERROR;
+  }
+  return GST_FLOW_OK;
+}
+
+/* The chunk onto its buffer as a GstPi0ActionMeta, the stats (@busy_ms: the policy's time this
+ * chunk adds, 0 for the 2nd.. chunk of a batch), and the chunk into the real-time chunking
+ * history. */
+static void
+attach_chunk (GstPi0Infer *self, GstBuffer *buf, Prepared *p, const pi0::Response &response,
+              double ms, double busy_ms)
+{
+  auto priv = self->priv;
+  pi0::OpenedPolicy *policy = priv->policy.get ();
+  p->done = true;
+  if (p->guided) {
+    std::lock_guard<std::mutex> lk (priv->stats_lock);
+    priv->stats.rtc_guided++;
+    priv->stats.rtc_delay = (guint64)p->rq.guidance.delay;
+    priv->stats.rtc_prefix_rows = (guint64)p->rq.guidance.prefix.size (0);
+  }
   if (response.prompt_truncated && !priv->state.warned_truncated) {
     priv->state.warned_truncated = true;
     GST_ELEMENT_WARNING (self, STREAM, FAILED,
                          ("The instruction needs more than the model's %d tokens: it was cut.",
                           policy->prompt_length ()),
-                         ("instruction \"%s\"", s.instruction.c_str ()));
+                         ("instruction \"%s\"", p->instruction.c_str ()));
   }
   const at::Tensor &actions = response.actions;
   GstPi0ActionMeta *am =
       gst_buffer_add_pi0_action_meta (buf, (guint)actions.size (0), (guint)actions.size (1),
                                       actions.data_ptr<float> (), policy->model_id ().c_str ());
-  am->sequence = om->sequence;
-  am->observation_time = om->observation_time;
+  am->sequence = p->sequence;
+  am->observation_time = p->observation_time;
   am->inference_time = (GstClockTime)(ms * GST_MSECOND);
   am->done_time = gst_pi0_element_get_running_time (GST_ELEMENT (self));
   if (policy->untrained ())
@@ -1141,13 +1301,13 @@ gst_pi0_infer_transform_ip (GstBaseTransform *trans, GstBuffer *buf)
     if (!finite)
       priv->stats.non_finite++;
     priv->stats.latencies_ms.push_back (ms);
-    priv->stats.total_ms += ms;
+    priv->stats.total_ms += busy_ms;
     if (priv->stats.latencies_ms.size () > LATENCY_WINDOW)
       priv->stats.latencies_ms.pop_front ();
   }
   if (!finite)
     GST_WARNING_OBJECT (self, "observation %" G_GUINT64_FORMAT ": non-finite actions (flagged)",
-                        om->sequence);
+                        p->sequence);
   else {
     /* Kept for real-time chunking: the sink may now execute it. A non-finite chunk is never
      * executed, so it is never a prefix. */
@@ -1162,7 +1322,257 @@ gst_pi0_infer_transform_ip (GstBaseTransform *trans, GstBuffer *buf)
     if (priv->rtc.history.size () > RTC_HISTORY)
       priv->rtc.history.pop_front ();
   }
-  GST_LOG_OBJECT (self, "observation %" G_GUINT64_FORMAT ": %ux%u actions in %.2f ms", om->sequence,
+  GST_LOG_OBJECT (self, "observation %" G_GUINT64_FORMAT ": %ux%u actions in %.2f ms", p->sequence,
                   am->horizon, am->dim, ms);
+}
+
+static double
+ms_since (std::chrono::steady_clock::time_point t0)
+{
+  return std::chrono::duration<double, std::milli> (std::chrono::steady_clock::now () - t0)
+      .count ();
+}
+
+static GstFlowReturn
+gst_pi0_infer_transform_ip (GstBaseTransform *trans, GstBuffer *buf)
+{
+  auto self = GST_PI0_INFER (trans);
+  Settings s = snapshot_settings (self);
+  Prepared p;
+  GstFlowReturn ret = prepare_observation (self, s, buf, &p);
+  if (ret != GST_FLOW_OK || !p.infer)
+    return ret;
+  auto t0 = std::chrono::steady_clock::now ();
+  pi0::Response response;
+  ret = infer_alone (self, &p, &response);
+  if (ret != GST_FLOW_OK)
+    return ret;
+  double ms = ms_since (t0);
+  attach_chunk (self, buf, &p, response, ms, ms);
+  return GST_FLOW_OK;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Batching (max-batch-size > 1)                                                              */
+
+/* Takes the held items and ends any wait for them. */
+static std::deque<Prepared>
+take_held (GstPi0Infer *self)
+{
+  Batching &b = self->priv->batch;
+  std::deque<Prepared> held;
+  held.swap (b.held);
+  b.n_infer = 0;
+  std::lock_guard<std::mutex> lk (b.lock);
+  b.armed = false;
+  b.generation++;
+  if (b.wait_id)
+    gst_clock_id_unschedule (b.wait_id);
+  return held;
+}
+
+static void
+unref_items (std::deque<Prepared> &items)
+{
+  for (Prepared &p : items) {
+    if (p.buf)
+      gst_buffer_unref (p.buf);
+    if (p.event)
+      gst_event_unref (p.event);
+    p.buf = nullptr;
+    p.event = nullptr;
+  }
+}
+
+/* Runs the held observations, those that need the policy as one forward pass, and pushes them
+ * (with the held events) in input order. If the stacked pass throws, each runs alone, as with
+ * max-batch-size=1 (so a request the policy refuses fails as it would alone). Needs the sink
+ * pad's stream lock. */
+static GstFlowReturn
+run_held (GstPi0Infer *self)
+{
+  std::deque<Prepared> held = take_held (self);
+  if (held.empty ())
+    return GST_FLOW_OK;
+  std::vector<Prepared *> todo;
+  for (Prepared &p : held)
+    if (p.buf && p.infer)
+      todo.push_back (&p);
+
+  GstFlowReturn ret = GST_FLOW_OK;
+  bool together = false;
+  if (todo.size () > 1) {
+    std::vector<pi0::Request> rqs;
+    for (Prepared *p : todo)
+      rqs.push_back (p->rq);
+    auto t0 = std::chrono::steady_clock::now ();
+    std::vector<pi0::Response> responses;
+    try {
+      count_pass (self);
+      responses = self->priv->policy->infer (rqs);
+      together = true;
+    } catch (const std::exception &e) {
+      GST_DEBUG_OBJECT (self, "a batch of %zu failed (%s): each runs alone", todo.size (),
+                        e.what ());
+    }
+    if (together) {
+      double ms = ms_since (t0);
+      for (size_t i = 0; i < todo.size (); i++)
+        attach_chunk (self, todo[i]->buf, todo[i], responses[i], ms, i == 0 ? ms : 0.0);
+      GST_LOG_OBJECT (self, "%zu observations in one pass: %.2f ms", todo.size (), ms);
+    }
+  }
+  if (!together) {
+    for (Prepared *p : todo) {
+      auto t0 = std::chrono::steady_clock::now ();
+      pi0::Response response;
+      ret = infer_alone (self, p, &response);
+      if (ret != GST_FLOW_OK)
+        break;
+      double ms = ms_since (t0);
+      attach_chunk (self, p->buf, p, response, ms, ms);
+    }
+  }
+
+  /* In order, up to the first observation that failed (its error is posted). */
+  GstPad *src = GST_BASE_TRANSFORM_SRC_PAD (self);
+  for (Prepared &p : held) {
+    if (p.buf && p.infer && !p.done)
+      break;
+    GstFlowReturn r = GST_FLOW_OK;
+    if (p.event) {
+      gst_pad_push_event (src, p.event);
+      p.event = nullptr;
+    } else {
+      r = gst_pad_push (src, p.buf);
+      p.buf = nullptr;
+    }
+    if (r != GST_FLOW_OK) {
+      ret = r;
+      break;
+    }
+  }
+  unref_items (held);
+  return ret;
+}
+
+/* The wait thread: when a wait ends (max-batch-wait after the first held observation, on the
+ * pipeline clock) with the same observations still held, it runs them. */
+static void
+batch_wait_loop (GstPi0Infer *self)
+{
+  Batching &b = self->priv->batch;
+  GstPad *sinkpad = GST_BASE_TRANSFORM_SINK_PAD (self);
+  std::unique_lock<std::mutex> lk (b.lock);
+  while (!b.stopping) {
+    if (!b.armed) {
+      b.cond.wait (lk);
+      continue;
+    }
+    const guint64 generation = b.generation;
+    GstClockID id = gst_clock_new_single_shot_id (b.clock, b.deadline);
+    b.wait_id = id;
+    lk.unlock ();
+    gst_clock_id_wait (id, nullptr);
+    lk.lock ();
+    b.wait_id = nullptr;
+    gst_clock_id_unref (id);
+    if (b.stopping || !b.armed || b.generation != generation)
+      continue;
+    lk.unlock ();
+    GST_PAD_STREAM_LOCK (sinkpad);
+    bool still;
+    {
+      std::lock_guard<std::mutex> g (b.lock);
+      still = !b.stopping && b.armed && b.generation == generation;
+    }
+    if (still) {
+      GstFlowReturn r = run_held (self);
+      if (r != GST_FLOW_OK)
+        GST_DEBUG_OBJECT (self, "pushing a partial batch: %s", gst_flow_get_name (r));
+    }
+    GST_PAD_STREAM_UNLOCK (sinkpad);
+    lk.lock ();
+  }
+}
+
+static void
+batch_start (GstPi0Infer *self, guint size)
+{
+  Batching &b = self->priv->batch;
+  b.size = size;
+  b.stopping = false;
+  b.armed = false;
+  if (size > 1)
+    b.waiter = std::thread (batch_wait_loop, self);
+}
+
+static void
+batch_stop (GstPi0Infer *self)
+{
+  Batching &b = self->priv->batch;
+  {
+    std::lock_guard<std::mutex> lk (b.lock);
+    b.stopping = true;
+    if (b.wait_id)
+      gst_clock_id_unschedule (b.wait_id);
+  }
+  b.cond.notify_all ();
+  if (b.waiter.joinable ())
+    b.waiter.join ();
+  std::deque<Prepared> held = take_held (self);
+  unref_items (held);
+  gst_clear_object (&b.clock);
+  b.size = 1;
+}
+
+static GstFlowReturn
+gst_pi0_infer_submit_input_buffer (GstBaseTransform *trans, gboolean is_discont, GstBuffer *buf)
+{
+  auto self = GST_PI0_INFER (trans);
+  Batching &b = self->priv->batch;
+  if (b.size <= 1)
+    return GST_BASE_TRANSFORM_CLASS (parent_class)->submit_input_buffer (trans, is_discont, buf);
+
+  Settings s = snapshot_settings (self);
+  Prepared p;
+  p.buf = gst_buffer_make_writable (buf);
+  GstFlowReturn ret = prepare_observation (self, s, p.buf, &p);
+  if (ret != GST_FLOW_OK) {
+    gst_buffer_unref (p.buf);
+    return ret;
+  }
+  const bool infer = p.infer;
+  if (!infer && b.held.empty ())
+    return gst_pad_push (GST_BASE_TRANSFORM_SRC_PAD (self), p.buf);
+  b.held.push_back (std::move (p));
+  if (!infer)
+    return GST_FLOW_OK;
+  if (++b.n_infer >= b.size || s.max_batch_wait == 0)
+    return run_held (self);
+  if (b.n_infer == 1) { /* the first: wait for more, at most max-batch-wait */
+    GstClock *clock = gst_element_get_clock (GST_ELEMENT (self));
+    if (!clock)
+      clock = gst_system_clock_obtain ();
+    const GstClockTime now = gst_clock_get_time (clock);
+    std::lock_guard<std::mutex> lk (b.lock);
+    gst_object_replace ((GstObject **)&b.clock, GST_OBJECT (clock));
+    gst_object_unref (clock);
+    b.deadline = s.max_batch_wait < GST_CLOCK_TIME_NONE - 1 - now ? now + s.max_batch_wait
+                                                                  : GST_CLOCK_TIME_NONE - 1;
+    b.armed = true;
+    b.generation++;
+    b.cond.notify_all ();
+  }
+  return GST_FLOW_OK;
+}
+
+static GstFlowReturn
+gst_pi0_infer_generate_output (GstBaseTransform *trans, GstBuffer **outbuf)
+{
+  auto self = GST_PI0_INFER (trans);
+  if (self->priv->batch.size <= 1)
+    return GST_BASE_TRANSFORM_CLASS (parent_class)->generate_output (trans, outbuf);
+  *outbuf = nullptr; /* batching pushes the buffers itself, in order */
   return GST_FLOW_OK;
 }

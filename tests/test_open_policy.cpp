@@ -138,6 +138,95 @@ TEST (OpenPolicy, EachRequestOfABatchGetsWhatItGetsAlone)
   EXPECT_TRUE (p->infer (std::vector<pi0::Request>{}).empty ());
 }
 
+/* The largest |a - b| relative to the larger magnitude (at least 1). */
+double
+max_rel_diff (const at::Tensor &a, const at::Tensor &b)
+{
+  const double scale =
+      std::max (1.0, std::max (a.abs ().max ().item<double> (), b.abs ().max ().item<double> ()));
+  return (a - b).abs ().max ().item<double> () / scale;
+}
+
+/* The native backend stacks a batch into one forward pass (Policy::infer_batch). A stacked GEMM
+ * may sum in another order than the batch-1 one, so "what it gets alone" holds up to fp32
+ * rounding: 1e-5 relative is issue 14's bound and ~100 ulps of fp32 at the actions' magnitude,
+ * far below any difference a prompt, seed, state or view makes (checked below as well). */
+TEST (OpenPolicy, ABatchOfFourDifferentRequestsRunsStackedAndEachGetsItsAloneChunk)
+{
+  PI0_REQUIRE_SENTENCEPIECE ();
+  pi0::OpenOptions o = cpu_options ();
+  o.action_dims = 7;
+  auto p = pi0::open_policy ("builtin:pi0-tiny", o);
+  std::string essay;
+  for (int i = 0; i < 60; i++)
+    essay += "then stack the blocks ";
+  std::vector<pi0::Request> batch = {request (1, "pick up the cube", 0.1f),
+                                     request (2, "open the drawer", -0.3f, 2), // a masked slot
+                                     request (7, essay, 0.5f),                 // truncated
+                                     request (4, "", -0.9f)};
+  std::vector<pi0::Response> together = p->infer (batch);
+  ASSERT_EQ (together.size (), 4u);
+  EXPECT_TRUE (together[2].prompt_truncated);
+  EXPECT_FALSE (together[0].prompt_truncated);
+  for (size_t i = 0; i < batch.size (); i++) {
+    pi0::Response alone = p->infer (batch[i]);
+    ASSERT_EQ (together[i].actions.sizes (), alone.actions.sizes ());
+    EXPECT_TRUE (together[i].actions.isfinite ().all ().item<bool> ());
+    EXPECT_LE (max_rel_diff (together[i].actions, alone.actions), 1e-5) << i;
+    for (size_t j = 0; j < i; j++) // not vacuous: the requests' chunks differ by far more
+      EXPECT_GT (max_rel_diff (together[i].actions, together[j].actions), 1e-2) << i << " " << j;
+  }
+}
+
+/* Guided requests (real-time chunking) share a forward pass when their settings match; an
+ * unguided one and one with another delay in the same call still get their alone-chunks. */
+TEST (OpenPolicy, GuidedAndUnguidedRequestsInOneBatchEachGetTheirAloneChunk)
+{
+  PI0_REQUIRE_SENTENCEPIECE ();
+  pi0::OpenOptions o = cpu_options ();
+  o.action_dims = 7;
+  auto p = pi0::open_policy ("builtin:pi0-tiny", o);
+  auto guided = [&] (uint64_t seed, float state0, int64_t delay, bool identity) {
+    pi0::Request r = request (seed, "pick up the cube", state0);
+    auto gen = at::make_generator<at::CPUGeneratorImpl> (seed + 77);
+    r.guidance.prefix = at::empty ({40, 7}).uniform_ (-1, 1, gen);
+    r.guidance.delay = delay;
+    r.guidance.execution_horizon = 10;
+    r.guidance.max_guidance_weight = 5.0;
+    r.guidance.identity_jacobian = identity;
+    return r;
+  };
+  std::vector<pi0::Request> batch = {guided (1, 0.1f, 5, false),  request (2, "open it", -0.3f),
+                                     guided (3, -0.2f, 5, false), guided (4, 0.4f, 3, false),
+                                     guided (5, 0.7f, 5, true),   guided (6, 0.2f, 5, true)};
+  std::vector<pi0::Response> together = p->infer (batch);
+  ASSERT_EQ (together.size (), batch.size ());
+  for (size_t i = 0; i < batch.size (); i++) {
+    pi0::Response alone = p->infer (batch[i]);
+    EXPECT_TRUE (together[i].actions.isfinite ().all ().item<bool> ());
+    EXPECT_LE (max_rel_diff (together[i].actions, alone.actions), 1e-5) << i;
+  }
+  pi0::Request plain = batch[0];
+  plain.guidance = pi0::PolicyGuidance{};
+  EXPECT_GT (max_rel_diff (p->infer (plain).actions, together[0].actions), 1e-3)
+      << "the guidance mattered";
+}
+
+/* One bad request fails the whole call before anything runs, naming what is wrong. */
+TEST (OpenPolicy, ABadRequestInABatchFailsTheCallWithItsReason)
+{
+  PI0_REQUIRE_SENTENCEPIECE ();
+  auto p = pi0::open_policy ("builtin:pi0-tiny", cpu_options ());
+  pi0::Request bad = request (2, "x", 0.f);
+  bad.images = at::zeros ({3, 3, 16, 16});
+  try {
+    p->infer (std::vector<pi0::Request>{request (1, "x", 0.f), bad});
+    ADD_FAILURE () << "a 16x16 view ran";
+  } catch (const pi0::Error &e) {
+    EXPECT_NE (std::string (e.what ()).find ("32x32"), std::string::npos) << e.what ();
+  }
+}
+
 TEST (OpenPolicy, FewerViewsThanSlotsAreMaskedSlotsAndLongPromptsAreFlagged)
 {
   PI0_REQUIRE_SENTENCEPIECE ();

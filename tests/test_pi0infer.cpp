@@ -13,6 +13,7 @@
 #include <dlfcn.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -485,6 +486,238 @@ TEST (Pi0Infer, TorchScriptExceptionIsAnElementErrorAndNaNIsFlagged)
   EXPECT_NE (t.find ("Inference failed on observation 3"), std::string::npos) << t;
   EXPECT_NE (t.find ("view"), std::string::npos) << t;
 }
+
+namespace
+{
+
+/* ---- Batching (max-batch-size > 1) ---- */
+
+/* Pushes @items (buffers, and events where a buffer is null) and returns the buffers that came
+ * out, in order, once @n_out are there. */
+struct Item {
+  GstBuffer *buf;
+  GstEvent *event;
+};
+
+std::vector<BufferPtr>
+push_all (Infer &inf, const std::vector<Item> &items, size_t n_out)
+{
+  for (const Item &it : items) {
+    if (it.buf)
+      EXPECT_EQ (gst_harness_push (inf.h.get (), it.buf), GST_FLOW_OK);
+    else
+      EXPECT_TRUE (gst_harness_push_event (inf.h.get (), it.event));
+  }
+  std::vector<BufferPtr> out;
+  for (size_t i = 0; i < n_out; i++)
+    out.emplace_back (gst_harness_pull (inf.h.get ()));
+  return out;
+}
+
+std::vector<float>
+actions_of (GstBuffer *b)
+{
+  GstPi0ActionMeta *am = b ? gst_buffer_get_pi0_action_meta (b) : nullptr;
+  return am ? std::vector<float> (am->actions, am->actions + (size_t)am->horizon * am->dim)
+            : std::vector<float> ();
+}
+
+/* max |a - b| over max(1, max |b|): the stacked pass sums in another order than batch 1. */
+double
+rel_diff (const std::vector<float> &a, const std::vector<float> &b)
+{
+  double d = 0, m = 1;
+  for (size_t i = 0; i < a.size () && i < b.size (); i++) {
+    d = std::max (d, (double)std::fabs (a[i] - b[i]));
+    m = std::max (m, (double)std::fabs (b[i]));
+  }
+  return d / m;
+}
+
+/* The observations of the batching tests: different images, states and prompts (by event), one
+ * without state (passes on without actions), each with a request meta. */
+std::vector<Item>
+batch_items ()
+{
+  std::vector<Item> items;
+  auto obs = [] (guint64 seq, float state0, bool no_state = false) {
+    GstBuffer *b = make_observation (seq, 100 + seq, 3, TINY, -1, 0.f, no_state);
+    if (!no_state)
+      with_state (b, state0);
+    gst_buffer_add_pi0_request_meta (b, "test", seq * 10, seq, "p", 0);
+    return Item{b, nullptr};
+  };
+  items.push_back (obs (1, 0.1f));
+  items.push_back (obs (2, -0.4f));
+  items.push_back (Item{nullptr, gst_pi0_instruction_event_new ("open the drawer")});
+  items.push_back (obs (3, 0.f, true));
+  items.push_back (obs (4, 0.7f));
+  items.push_back (obs (5, -0.9f));
+  return items;
+}
+
+} // namespace
+
+TEST (Pi0InferBatch, PropertiesAndDefaults)
+{
+  ObjectPtr<GstElement> e (make_infer ("builtin:pi0-tiny"));
+  gst_object_ref_sink (e.get ());
+  guint size = 0;
+  guint64 wait = 0;
+  g_object_get (e.get (), "max-batch-size", &size, "max-batch-wait", &wait, nullptr);
+  EXPECT_EQ (size, 1u);
+  EXPECT_EQ (wait, 5 * GST_MSECOND);
+}
+
+/* max-batch-size=4: the four observations that need the policy run in one pass when the 4th
+ * comes (nothing leaves before: the wait is an hour on the harness's test clock), and each
+ * buffer leaves in input order with its own metas and the chunk it gets with max-batch-size=1. */
+TEST (Pi0InferBatch, ChunksEqualThoseOfBatchSizeOneInInputOrderWithTheirMetas)
+{
+  Infer one (make_infer ("builtin:pi0-tiny", "action-dims", 7, "instruction", "pick up the cube",
+                         nullptr));
+  std::vector<BufferPtr> ref = push_all (one, batch_items (), 5);
+
+  Infer four (make_infer ("builtin:pi0-tiny", "action-dims", 7, "instruction", "pick up the cube",
+                          "max-batch-size", 4u, "max-batch-wait", (guint64)3600 * GST_SECOND,
+                          nullptr));
+  std::vector<Item> items = batch_items ();
+  for (size_t i = 0; i + 1 < items.size (); i++) {
+    if (items[i].buf)
+      ASSERT_EQ (gst_harness_push (four.h.get (), items[i].buf), GST_FLOW_OK);
+    else
+      ASSERT_TRUE (gst_harness_push_event (four.h.get (), items[i].event));
+  }
+  EXPECT_EQ (gst_harness_buffers_in_queue (four.h.get ()), 0u) << "held for the batch";
+  std::vector<BufferPtr> got = push_all (four, {items.back ()}, 5);
+
+  GstStructure *st = nullptr;
+  g_object_get (four.element.get (), "stats", &st, nullptr);
+  guint64 chunks = 0, passes = 0;
+  gst_structure_get_uint64 (st, "chunks", &chunks);
+  gst_structure_get_uint64 (st, "forward-passes", &passes);
+  gst_structure_free (st);
+  EXPECT_EQ (chunks, 4u);
+  EXPECT_EQ (passes, 1u) << "one forward pass for the four";
+  for (size_t i = 0; i < 5; i++) {
+    ASSERT_NE (got[i], nullptr);
+    GstPi0ObservationMeta *om = gst_buffer_get_pi0_observation_meta (got[i].get ());
+    ASSERT_NE (om, nullptr);
+    EXPECT_EQ (om->sequence, i + 1) << "input order";
+    GstPi0RequestMeta *rm = gst_buffer_get_pi0_request_meta (got[i].get ());
+    ASSERT_NE (rm, nullptr);
+    EXPECT_EQ (rm->client_id, (i + 1) * 10);
+    std::vector<float> a = actions_of (got[i].get ()), b = actions_of (ref[i].get ());
+    ASSERT_EQ (a.size (), b.size ()) << i;
+    if (i == 2) {
+      EXPECT_TRUE (a.empty ()) << "no state, no actions";
+      continue;
+    }
+    ASSERT_EQ (a.size (), 50u * 7u);
+    EXPECT_LE (rel_diff (a, b), 1e-5) << i;
+    GstPi0ActionMeta *am = gst_buffer_get_pi0_action_meta (got[i].get ());
+    EXPECT_EQ (am->sequence, i + 1);
+  }
+  /* Not vacuous: the instruction event between 2 and 4 changed their prompt, as with size 1. */
+  Infer other (make_infer ("builtin:pi0-tiny", "action-dims", 7, "instruction", "pick up the cube",
+                           nullptr));
+  std::vector<Item> same_prompt = batch_items ();
+  gst_event_unref (same_prompt[2].event);
+  same_prompt.erase (same_prompt.begin () + 2);
+  std::vector<BufferPtr> o = push_all (other, same_prompt, 5);
+  EXPECT_GT (rel_diff (actions_of (o[3].get ()), actions_of (got[3].get ())), 1e-3);
+}
+
+/* A NaN observation in a batch: its chunk is what max-batch-size=1 gives it (non-finite,
+ * flagged), the others come out finite and as they are alone. */
+TEST (Pi0InferBatch, ANaNObservationDoesNotPoisonTheOthers)
+{
+  auto items = [] () {
+    std::vector<Item> v;
+    for (guint64 seq = 1; seq <= 4; seq++) {
+      GstBuffer *b = with_state (make_observation (seq, 200 + seq), 0.1f * seq);
+      if (seq == 2) {
+        GstPi0TensorMeta *tm = gst_buffer_get_pi0_tensor_meta (b);
+        ((float *)tm->data)[5] = NAN;
+      }
+      v.push_back (Item{b, nullptr});
+    }
+    return v;
+  };
+  Infer one (make_infer ("builtin:pi0-tiny", nullptr));
+  std::vector<BufferPtr> ref = push_all (one, items (), 4);
+  Infer four (make_infer ("builtin:pi0-tiny", "max-batch-size", 4u, "max-batch-wait",
+                          (guint64)3600 * GST_SECOND, nullptr));
+  std::vector<BufferPtr> got = push_all (four, items (), 4);
+  for (size_t i = 0; i < 4; i++) {
+    ASSERT_NE (got[i], nullptr);
+    GstPi0ActionMeta *am = gst_buffer_get_pi0_action_meta (got[i].get ()),
+                     *ram = gst_buffer_get_pi0_action_meta (ref[i].get ());
+    ASSERT_NE (am, nullptr);
+    ASSERT_NE (ram, nullptr);
+    EXPECT_EQ (am->flags & GST_PI0_ACTION_FLAG_NON_FINITE,
+               ram->flags & GST_PI0_ACTION_FLAG_NON_FINITE)
+        << i;
+    std::vector<float> a = actions_of (got[i].get ());
+    bool finite = std::all_of (a.begin (), a.end (), [] (float x) { return std::isfinite (x); });
+    if (i == 1) {
+      EXPECT_FALSE (finite);
+      EXPECT_TRUE (am->flags & GST_PI0_ACTION_FLAG_NON_FINITE);
+    } else {
+      EXPECT_TRUE (finite) << i;
+      EXPECT_LE (rel_diff (a, actions_of (ref[i].get ())), 1e-5) << i;
+    }
+  }
+}
+
+/* EOS with a partial batch runs it: the held buffers leave with their chunks before the EOS. */
+TEST (Pi0InferBatch, EosRunsAPartialBatchBeforeItself)
+{
+  Infer four (make_infer ("builtin:pi0-tiny", "max-batch-size", 4u, "max-batch-wait",
+                          (guint64)3600 * GST_SECOND, nullptr));
+  ASSERT_EQ (gst_harness_push (four.h.get (), with_state (make_observation (1, 1), 0.2f)),
+             GST_FLOW_OK);
+  ASSERT_EQ (gst_harness_push (four.h.get (), with_state (make_observation (2, 2), 0.3f)),
+             GST_FLOW_OK);
+  EXPECT_EQ (gst_harness_buffers_in_queue (four.h.get ()), 0u);
+  ASSERT_TRUE (gst_harness_push_event (four.h.get (), gst_event_new_eos ()));
+  ASSERT_EQ (gst_harness_buffers_in_queue (four.h.get ()), 2u);
+  for (guint64 seq = 1; seq <= 2; seq++) {
+    BufferPtr b (gst_harness_pull (four.h.get ()));
+    GstPi0ActionMeta *am = gst_buffer_get_pi0_action_meta (b.get ());
+    ASSERT_NE (am, nullptr);
+    EXPECT_EQ (am->sequence, seq);
+  }
+  bool eos = false;
+  while (GstEvent *e = gst_harness_try_pull_event (four.h.get ())) {
+    eos = eos || GST_EVENT_TYPE (e) == GST_EVENT_EOS;
+    gst_event_unref (e);
+  }
+  EXPECT_TRUE (eos);
+}
+
+/* A partial batch runs when max-batch-wait has passed on the pipeline clock (the harness's test
+ * clock, advanced by hand: no sleeping, no timing). */
+TEST (Pi0InferBatch, APartialBatchRunsWhenTheWaitEndsOnTheClock)
+{
+  Infer four (make_infer ("builtin:pi0-tiny", "max-batch-size", 4u, "max-batch-wait",
+                          (guint64)20 * GST_MSECOND, nullptr));
+  gst_harness_use_testclock (four.h.get ());
+  ASSERT_EQ (gst_harness_push (four.h.get (), with_state (make_observation (7, 1), 0.2f)),
+             GST_FLOW_OK);
+  EXPECT_EQ (gst_harness_buffers_in_queue (four.h.get ()), 0u);
+  ASSERT_TRUE (gst_harness_crank_single_clock_wait (four.h.get ()));
+  BufferPtr b (gst_harness_pull (four.h.get ())); /* waits for the wait thread's push */
+  ASSERT_NE (b, nullptr);
+  GstPi0ActionMeta *am = gst_buffer_get_pi0_action_meta (b.get ());
+  ASSERT_NE (am, nullptr);
+  EXPECT_EQ (am->sequence, 7u);
+}
+
+namespace
+{
+
+} // namespace
 
 TEST (Pi0Infer, CheckpointWrittenByPi0ModelInit)
 {

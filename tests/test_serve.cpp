@@ -390,6 +390,26 @@ TEST_F (Serve, EightConcurrentClientsEachGetWhatTheyGetAlone)
   EXPECT_EQ (bus_error (s.pipe.get ()), "");
 }
 
+/* The same with batching on (pipelines/serve.txt's SERVE_BATCH_SIZE): requests of robots that
+ * wait together run as one forward pass, and each client still gets what it gets alone (1e-5,
+ * the client script's tolerance). */
+TEST_F (Serve, EightConcurrentClientsBatchedEachGetWhatTheyGetAlone)
+{
+  Served s = serve ("aloha", {{"SERVE_BATCH_SIZE", "8"}, {"SERVE_BATCH_WAIT", "20000000"}});
+  ASSERT_TRUE (s.pipe);
+  GstElement *infer = by_factory (s.pipe.get (), "pi0infer");
+  ASSERT_NE (infer, nullptr);
+  guint size = 0;
+  g_object_get (infer, "max-batch-size", &size, nullptr);
+  EXPECT_EQ (size, 8u);
+  auto r = run_clients ("many", s.port, {"--clients", "8", "--requests", "3"});
+  EXPECT_TRUE (r.ok) << r.out;
+  EXPECT_TRUE (all_gone (s.src));
+  EXPECT_EQ (stat_of (s.src, "replies"), 48u);
+  EXPECT_EQ (stat_of (s.src, "errors"), 0u);
+  EXPECT_EQ (bus_error (s.pipe.get ()), "");
+}
+
 TEST_F (Serve, BadClientsDoNotDisturbThePipelineOrOthersAndLeakNothing)
 {
   ObjectPtr<GstTracer> tracer (leaks_tracer ());
@@ -493,6 +513,12 @@ TEST (ServeTool, UsageAndStartErrorsAreClearExits)
       {{"--model", "builtin:pi0-tiny", "--mapping", "droid", "--print-pipeline"},
        0,
        "pi0servesrc mapping=droid host=127.0.0.1 port=8000 ! cudaprep width=32 height=32"},
+      {{"--model", "builtin:pi0-tiny", "--batch-size", "4", "--max-wait-ms", "2.5",
+        "--print-pipeline"},
+       0,
+       "pi0infer model=builtin:pi0-tiny max-batch-size=4 max-batch-wait=2500000 ! pi0servesink"},
+      {{"--model", "builtin:pi0-tiny", "--batch-size", "0"}, 2, "--batch-size 1..64"},
+      {{"--model", "builtin:pi0-tiny", "--max-wait-ms", "-1"}, 2, "--max-wait-ms 0..60000"},
   };
   for (const auto &c : cases) {
     std::vector<const gchar *> argv{tool};

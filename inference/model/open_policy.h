@@ -14,9 +14,9 @@
  *   FILE.pt|.ts|.torchscript a TorchScript policy (signature in model/policy.h)
  *
  * Requests come in batches, each with its own prompt, seed and state (one client or robot per
- * request): today the batch runs one request after the other; see docs/model.md for how
- * batched forward passes (serving several robots) and real-time chunking (guidance toward the
- * executing chunk) plug in here without changing callers. */
+ * request): the native Pi0 runs a batch as one stacked forward pass (Policy::infer_batch; each
+ * request gets its alone-result up to float reordering), a TorchScript policy one request after
+ * the other; see docs/model.md. */
 #pragma once
 
 #include <cstdint>

@@ -212,8 +212,86 @@ public:
   {
     c10::InferenceMode guard;
     Batched b = check_and_batch (input, spec_, opts_.device, model_->config ().vocab_size);
-    if (input.guidance.prefix.defined ())
-      return infer_guided (b, input.guidance);
+    return infer_one (b, input.guidance, timings);
+  }
+
+  /* Several observations, one forward pass: every input is checked first (a bad one fails the
+   * call before anything runs), then the inputs are stacked along the batch and run as one
+   * embed_prefix + prefill + denoising loop. Each keeps its own noise (its seed's, drawn on the
+   * CPU as alone), prompt, masks and state; attention, norms and the Euler steps act per batch
+   * row, so each chunk is the one it gets alone up to the floating-point reordering of a larger
+   * GEMM (tests/test_open_policy.cpp bounds it). Unguided inputs run together; guided ones run
+   * together when their guidance settings (delay, execution horizon, beta, Jacobian, prefix rows)
+   * are the same, since RtcGuidance holds those once per batch; a group of one runs as infer()
+   * does (on CUDA, its captured graph). Stacked batches run eagerly (no CUDA graph yet). */
+  std::vector<at::Tensor> infer_batch (const std::vector<PolicyInput> &inputs) override
+  {
+    c10::InferenceMode guard;
+    std::vector<Batched> bs;
+    bs.reserve (inputs.size ());
+    for (const auto &in : inputs)
+      bs.push_back (check_and_batch (in, spec_, opts_.device, model_->config ().vocab_size));
+    std::vector<at::Tensor> out (inputs.size ());
+    std::vector<bool> done (inputs.size (), false);
+    for (size_t i = 0; i < inputs.size (); i++) {
+      if (done[i])
+        continue;
+      std::vector<size_t> group{i};
+      for (size_t j = i + 1; j < inputs.size (); j++)
+        if (!done[j] && same_kind (inputs[i].guidance, inputs[j].guidance))
+          group.push_back (j);
+      for (size_t k : group)
+        done[k] = true;
+      if (group.size () == 1) {
+        out[i] = infer_one (bs[i], inputs[i].guidance, nullptr);
+        continue;
+      }
+      std::vector<at::Tensor> im, ma, to, tm, st, no, pre;
+      for (size_t k : group) {
+        im.push_back (bs[k].images);
+        ma.push_back (bs[k].image_masks);
+        to.push_back (bs[k].tokens);
+        tm.push_back (bs[k].token_mask);
+        st.push_back (bs[k].state);
+        no.push_back (bs[k].noise);
+        if (inputs[k].guidance.prefix.defined ())
+          pre.push_back (inputs[k].guidance.prefix.unsqueeze (0));
+      }
+      PrefixCache cache = model_->prefill (
+          model_->embed_prefix (at::cat (im), at::cat (ma), at::cat (to), at::cat (tm)));
+      at::Tensor state = at::cat (st), x = at::cat (no);
+      if (pre.empty ()) {
+        model_->denoise_loop (cache, state, x);
+      } else {
+        RtcGuidance rtc = rtc_of (inputs[i].guidance);
+        rtc.prefix = at::cat (pre).to (opts_.device, at::kFloat);
+        model_->denoise_loop_guided (cache, state, x, rtc);
+      }
+      at::Tensor host = x.to (at::kCPU); // the copy to the host synchronises
+      for (size_t n = 0; n < group.size (); n++)
+        out[group[n]] = host[static_cast<int64_t> (n)].clone ();
+    }
+    return out;
+  }
+
+  /* Whether two inputs can share one guided (or unguided) forward pass. */
+  static bool same_kind (const PolicyGuidance &a, const PolicyGuidance &b)
+  {
+    if (a.prefix.defined () != b.prefix.defined ())
+      return false;
+    if (!a.prefix.defined ())
+      return true;
+    return a.prefix.sizes () == b.prefix.sizes () && a.delay == b.delay &&
+           a.execution_horizon == b.execution_horizon &&
+           a.max_guidance_weight == b.max_guidance_weight &&
+           a.identity_jacobian == b.identity_jacobian;
+  }
+
+  /* One checked, batched (leading 1) observation. */
+  at::Tensor infer_one (const Batched &b, const PolicyGuidance &guidance, StageTimings *timings)
+  {
+    if (guidance.prefix.defined ())
+      return infer_guided (b, guidance);
     if (use_graph_ && !timings) {
       // The whole observation -> actions computation is one captured graph: per call, six small
       // host-to-device copies, one replay, one copy back.
@@ -288,14 +366,20 @@ public:
   at::ScalarType dtype () const override { return opts_.dtype; }
 
   /* RTC: eager (no CUDA graph: the VJP needs autograd, and the prefix changes every call). */
-  at::Tensor infer_guided (const Batched &b, const PolicyGuidance &g)
+  static RtcGuidance rtc_of (const PolicyGuidance &g)
   {
     RtcGuidance rtc;
-    rtc.prefix = g.prefix.to (opts_.device, at::kFloat);
     rtc.delay = g.delay;
     rtc.execution_horizon = g.execution_horizon;
     rtc.max_guidance_weight = g.max_guidance_weight;
     rtc.jacobian = g.identity_jacobian ? RtcJacobian::Identity : RtcJacobian::Vjp;
+    return rtc;
+  }
+
+  at::Tensor infer_guided (const Batched &b, const PolicyGuidance &g)
+  {
+    RtcGuidance rtc = rtc_of (g);
+    rtc.prefix = g.prefix.to (opts_.device, at::kFloat);
     PrefixCache cache =
         model_->prefill (model_->embed_prefix (b.images, b.image_masks, b.tokens, b.token_mask));
     at::Tensor x = b.noise.clone ();

@@ -69,8 +69,10 @@ public:
    * spec() (naming the input and the expected shape), before running anything. */
   virtual at::Tensor infer (const PolicyInput &input, StageTimings *timings = nullptr) = 0;
   /* One chunk per input, in order, each with its own noise (seed), prompt and state. The base
-   * runs them one after the other; a backend that can stack them into one forward pass
-   * overrides this (what serving several robots from one GPU needs). */
+   * (TorchScript) runs them one after the other; the native Pi0 stacks them into one forward
+   * pass (what serving several robots from one GPU needs): unguided inputs together, guided
+   * ones together when their guidance settings match (see policy.cpp). Every input is checked
+   * before anything runs. */
   virtual std::vector<at::Tensor> infer_batch (const std::vector<PolicyInput> &inputs);
   /* Runs one inference on a blank observation so that the first real one does not pay for
    * one-time work (CUDA graph capture, cuBLAS/cuDNN set-up, first-touch allocation). Call it

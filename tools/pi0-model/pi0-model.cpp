@@ -6,7 +6,7 @@
  *                   [--device cpu|cuda] [--dtype fp32|bf16] [--seed S] [--inputs FILE.safetensors]
  *                   [--prompt TEXT --tokenizer MODEL] [--out FILE.safetensors] [--no-graph]
  *   pi0-model bench (--config NAME | --checkpoint DIR) [--device] [--dtype] [--iters N] [--warmup N]
- *                   [--no-graph] [--rtc]
+ *                   [--no-graph] [--rtc] [--batch N]
  *   any command: [--threads N]
  */
 #include <algorithm>
@@ -45,6 +45,7 @@ const char *kUsage =
     "  pi0-model bench (--config NAME | --checkpoint DIR) [--device] [--dtype] [--iters N] "
     "[--warmup N]\n"
     "                  [--no-graph] [--rtc (plain vs real-time-chunking per chunk)]\n"
+    "                  [--batch N (ms per request, one at a time vs stacked, batch 1..N)]\n"
     "  any command: [--threads N] (CPU intra-op threads)\n"
     "configs: pi0, pi0-tiny\n";
 
@@ -75,8 +76,9 @@ parse_args (int argc, char **argv)
 {
   static const std::vector<std::string> flags = {"no-graph", "rtc"};
   static const std::vector<std::string> valued = {
-      "config", "checkpoint", "torchscript", "seed",   "weights-seed", "out",    "tokenizer",
-      "device", "dtype",      "inputs",      "prompt", "iters",        "warmup", "threads"};
+      "config", "checkpoint", "torchscript", "seed",    "weights-seed",
+      "out",    "tokenizer",  "device",      "dtype",   "inputs",
+      "prompt", "iters",      "warmup",      "threads", "batch"};
   Args a;
   if (argc < 2)
     throw pi0::Error ("no command given");
@@ -326,11 +328,75 @@ bench_rtc (const Args &a)
   return 0;
 }
 
+/* bench --batch N: ms per request for N different requests (own seed, state, views, tokens)
+ * run one at a time (Policy::infer each) and stacked into one forward pass
+ * (Policy::infer_batch), for batch sizes 1, 2, 4, ... up to N (batch 1 is the same call both
+ * ways: its ratio shows the noise). */
+int
+bench_batch (const Args &a)
+{
+  auto policy = policy_of (a);
+  const int iters = static_cast<int> (a.get_int ("iters", 10)),
+            warmup = static_cast<int> (a.get_int ("warmup", 2));
+  const long long max_batch = a.get_int ("batch", 0);
+  if (iters < 1)
+    throw pi0::Error ("--iters must be at least 1");
+  if (max_batch < 1 || max_batch > 64)
+    throw pi0::Error ("--batch must be 1..64");
+  const uint64_t seed = static_cast<uint64_t> (a.get_int ("seed", 0));
+  /* Medians of the two ways, measured alternately call by call, so that a load that comes and
+   * goes (a shared machine) weighs on both alike. */
+  auto medians_ms = [&] (auto one_by_one, auto stacked) {
+    for (int i = 0; i < warmup; i++) {
+      one_by_one ();
+      stacked ();
+    }
+    std::vector<double> a, b;
+    auto time = [] (auto run) {
+      auto t0 = std::chrono::steady_clock::now ();
+      run ();
+      return std::chrono::duration<double, std::milli> (std::chrono::steady_clock::now () - t0)
+          .count ();
+    };
+    for (int i = 0; i < iters; i++) {
+      a.push_back (time (one_by_one));
+      b.push_back (time (stacked));
+    }
+    std::sort (a.begin (), a.end ());
+    std::sort (b.begin (), b.end ());
+    return std::array<double, 2>{a[a.size () / 2], b[b.size () / 2]};
+  };
+  std::cout << policy->describe () << "\n";
+  std::cout << "iterations: " << iters << " (after " << warmup
+            << " warm-up), threads: " << at::get_num_threads () << ", median per call\n";
+  std::printf ("%-6s %18s %18s %10s\n", "batch", "one-at-a-time ms/req", "batched ms/req",
+               "speed-up");
+  for (long long n = 1;; n = std::min (n * 2, max_batch)) {
+    std::vector<pi0::PolicyInput> ins;
+    for (long long i = 0; i < n; i++)
+      ins.push_back (random_input (policy->spec (), seed + static_cast<uint64_t> (i)));
+    const auto m = medians_ms (
+        [&] {
+          for (const auto &in : ins)
+            policy->infer (in);
+        },
+        [&] { policy->infer_batch (ins); });
+    const double alone = m[0], stacked = m[1];
+    std::printf ("%-6lld %18.3f %18.3f %9.2fx\n", n, alone / n, stacked / n, alone / stacked);
+    if (n == max_batch)
+      break;
+  }
+  std::printf ("peak host RSS: %.1f MiB\n", peak_rss_bytes () / 1048576.0);
+  return 0;
+}
+
 int
 cmd_bench (const Args &a)
 {
   if (a.has ("rtc"))
     return bench_rtc (a);
+  if (a.has ("batch"))
+    return bench_batch (a);
   auto policy = policy_of (a);
   const int iters = static_cast<int> (a.get_int ("iters", 20)),
             warmup = static_cast<int> (a.get_int ("warmup", 3));

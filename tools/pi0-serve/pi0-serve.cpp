@@ -7,6 +7,7 @@
  * openpi-client, unchanged:
  *
  *   pi0-serve --model /models/pi0_aloha --norm-stats /models/pi0_aloha/assets --mapping aloha
+ *   # several robots per forward pass: add --batch-size 8 [--max-wait-ms 5]
  *   # on the robot:
  *   WebsocketClientPolicy(host="gpu-host", port=8000).infer(observation)["actions"]
  *
@@ -36,6 +37,8 @@ struct Options {
   gchar *mapping = nullptr, *host = nullptr, *api_key_file = nullptr, *metadata = nullptr;
   gchar *prompt = nullptr, *print_mapping = nullptr, *server = nullptr;
   gint port = 8000, image_size = 0, num_steps = 0, max_clients = 16, cuda_device_id = 0;
+  gint batch_size = 1;
+  gdouble max_wait_ms = 5;
   gint64 seed = 0, max_message = 16 << 20;
   gdouble request_timeout = 60, stats_interval = 0;
   gboolean print_pipeline = FALSE;
@@ -147,6 +150,14 @@ main (int argc, char **argv)
       {"precision", 0, 0, G_OPTION_ARG_STRING, &o.precision, "auto, bf16 or fp32", "P"},
       {"num-steps", 0, 0, G_OPTION_ARG_INT, &o.num_steps, "Denoising steps (default: the model's)",
        "N"},
+      {"batch-size", 0, 0, G_OPTION_ARG_INT, &o.batch_size,
+       "Requests of different robots run together in one forward pass, at most N (default 1: "
+       "one at a time; pi0infer max-batch-size)",
+       "N"},
+      {"max-wait-ms", 0, 0, G_OPTION_ARG_DOUBLE, &o.max_wait_ms,
+       "With --batch-size > 1: how long a request waits for others before a partial batch runs "
+       "(default 5; pi0infer max-batch-wait)",
+       "MS"},
       {"seed", 0, 0, G_OPTION_ARG_INT64, &o.seed,
        "Noise seed: request N of each connection uses seed + N", "SEED"},
       {"prompt", 0, 0, G_OPTION_ARG_STRING, &o.prompt, "Instruction for requests without one",
@@ -195,9 +206,10 @@ main (int argc, char **argv)
     return 2;
   }
   if (o.max_message < 1024 || o.max_message > (1 << 30) || o.port < 0 || o.port > 65535 ||
-      o.seed < 0 || o.request_timeout < 0) {
+      o.seed < 0 || o.request_timeout < 0 || o.batch_size < 1 || o.batch_size > 64 ||
+      !(o.max_wait_ms >= 0 && o.max_wait_ms <= 60000)) {
     g_printerr ("pi0-serve: --max-message-size must be 1 KiB..1 GiB, --port 0..65535, --seed and "
-                "--request-timeout not negative\n");
+                "--request-timeout not negative, --batch-size 1..64, --max-wait-ms 0..60000\n");
     return 2;
   }
   const int size =
@@ -239,8 +251,8 @@ main (int argc, char **argv)
     g_object_set (run.src, "server", o.server, nullptr);
   g_object_set (prep, "width", size, "height", size, nullptr);
   /* Requests wait here while the policy runs, not in the network thread. */
-  g_object_set (queue, "max-size-buffers", 64u, "max-size-bytes", 0u, "max-size-time",
-                (guint64)0, nullptr);
+  g_object_set (queue, "max-size-buffers", 64u, "max-size-bytes", 0u, "max-size-time", (guint64)0,
+                nullptr);
   bool ok = set_from_string (infer, "model", o.model);
   if (o.tokenizer)
     ok = ok && set_from_string (infer, "tokenizer", o.tokenizer);
@@ -255,16 +267,23 @@ main (int argc, char **argv)
   if (o.num_steps > 0)
     g_object_set (infer, "num-steps", o.num_steps, nullptr);
   g_object_set (infer, "cuda-device-id", o.cuda_device_id, nullptr);
+  const guint64 max_wait_ns = (guint64)(o.max_wait_ms * GST_MSECOND);
+  g_object_set (infer, "max-batch-size", (guint)o.batch_size, "max-batch-wait", max_wait_ns,
+                nullptr);
   if (!ok)
     return 2;
 
   if (o.print_pipeline) {
+    const std::string batching = o.batch_size > 1
+                                     ? " max-batch-size=" + std::to_string (o.batch_size) +
+                                           " max-batch-wait=" + std::to_string (max_wait_ns)
+                                     : std::string ();
     g_print ("gst-launch-1.0 pi0servesrc mapping=%s host=%s port=%d%s ! cudaprep width=%d "
-             "height=%d ! queue max-size-buffers=64 ! pi0infer model=%s%s%s ! pi0servesink\n",
+             "height=%d ! queue max-size-buffers=64 ! pi0infer model=%s%s%s%s ! pi0servesink\n",
              o.mapping ? o.mapping : "aloha", o.host ? o.host : "127.0.0.1", o.port,
-             o.api_key_file ? (std::string (" api-key-file=") + o.api_key_file).c_str () : "",
-             size, size, o.model, o.norm_stats ? " norm-stats=" : "",
-             o.norm_stats ? o.norm_stats : "");
+             o.api_key_file ? (std::string (" api-key-file=") + o.api_key_file).c_str () : "", size,
+             size, o.model, o.norm_stats ? " norm-stats=" : "", o.norm_stats ? o.norm_stats : "",
+             batching.c_str ());
     gst_object_unref (run.pipe);
     return 0;
   }
