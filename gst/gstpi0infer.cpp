@@ -52,6 +52,7 @@
 #include <gst/pi0/pi0.h>
 
 #include "model/open_policy.h"
+#include "model/rtc_tracker.h"
 
 #include <ATen/ATen.h>
 
@@ -71,10 +72,13 @@ GST_DEBUG_CATEGORY_STATIC (gst_pi0_infer_debug);
 
 /* Locking: settings_lock guards Settings; stats_lock guards Stats. They are never held
  * together, and neither is held while loading the model, running inference or posting. The
- * opened policy and State belong to the streaming thread between start() and stop().
+ * opened policy and State belong to the streaming thread between start() and stop(). The
+ * real-time chunking tracker locks itself.
  *
  * Everything about the policy (which backend, checkpoint, tokenizer, norm stats, device, CUDA
- * stream) is inference/'s pi0::open_policy(); this file is the GStreamer side only. */
+ * stream) is inference/'s pi0::open_policy(), and what real-time chunking keeps and decides (the
+ * chunks made, the sink's feedback, the guidance) its pi0::RtcTracker; this file is the
+ * GStreamer side only. */
 
 #define DEFAULT_NUM_STEPS 10
 #define DEFAULT_PRECISION GST_PI0_INFER_PRECISION_AUTO
@@ -83,7 +87,6 @@ GST_DEBUG_CATEGORY_STATIC (gst_pi0_infer_debug);
 #define LATENCY_WINDOW 200
 #define DEFAULT_RTC GST_PI0_INFER_RTC_OFF
 #define DEFAULT_RTC_MAX_GUIDANCE_WEIGHT 5.0
-#define RTC_HISTORY 8 /* chunks kept for the feedback to name */
 #define DEFAULT_MAX_BATCH_SIZE 1
 #define DEFAULT_MAX_BATCH_WAIT (5 * GST_MSECOND)
 
@@ -157,28 +160,13 @@ struct Stats {
   guint64 passes = 0;               /* policy calls: one per observation, or per batch */
 };
 
-/* Real-time chunking: the chunks made lately (robot units) and what the sink says runs. */
-struct RtcChunk {
-  guint64 sequence = 0;
-  GstClockTime observation_time = GST_CLOCK_TIME_NONE;
-  guint horizon = 0, dim = 0;
-  std::vector<float> actions;
-  gint64 first_row = -1; /* the row it took over at (from the first feedback about it) */
-};
-
-struct RtcState {
-  std::deque<RtcChunk> history; /* oldest first */
-  bool have_feedback = false;
-  guint64 chunk_id = 0; /* the last feedback taken */
-  guint row = 0;
-  GstClockTime time = GST_CLOCK_TIME_NONE;
-  guint64 period = 0;
-  bool warned_unsupported = false;
-};
+/* The tracker takes the pipeline's running times as they are. */
+static_assert (pi0::RtcTracker::kTimeNone == GST_CLOCK_TIME_NONE, "one 'no time' for both");
 
 struct State {
   bool warned_no_state = false;
   bool warned_truncated = false;
+  bool warned_rtc_unsupported = false;
 };
 
 /* One observation ready to run (or to pass on without actions), or, while batching, an
@@ -223,8 +211,7 @@ struct GstPi0InferPrivate {
   std::string model_id; /* under stats_lock: readable while running */
   std::unique_ptr<pi0::OpenedPolicy> policy;
   State state;
-  std::mutex rtc_lock; /* RtcState: written by transform_ip and by upstream events */
-  RtcState rtc;
+  pi0::RtcTracker rtc; /* real-time chunking; its own lock (upstream events, transform_ip) */
   Batching batch;
 };
 
@@ -815,10 +802,7 @@ gst_pi0_infer_start (GstBaseTransform *trans)
     priv->model_id = policy->model_id ();
   }
   priv->state = State ();
-  {
-    std::lock_guard<std::mutex> lk (priv->rtc_lock);
-    priv->rtc = RtcState ();
-  }
+  priv->rtc.reset ();
   priv->policy = std::move (policy);
   batch_start (self, s.max_batch_size);
   return TRUE;
@@ -927,36 +911,8 @@ take_feedback (GstPi0Infer *self, GstEvent *event)
     ignore_feedback (self, why);
     return;
   }
-  const GstClockTime now = gst_pi0_element_get_running_time (GST_ELEMENT (self));
-  if (GST_CLOCK_TIME_IS_VALID (now) && time > now + period) {
-    ignore_feedback (self, "row " + std::to_string (row) + " of chunk " +
-                               std::to_string (chunk_id) + " is said to start in the future (" +
-                               std::to_string (time) + " ns, now " + std::to_string (now) + " ns)");
-    return;
-  }
-  std::string why;
-  {
-    std::lock_guard<std::mutex> lk (self->priv->rtc_lock);
-    RtcState &r = self->priv->rtc;
-    RtcChunk *c = nullptr;
-    for (RtcChunk &h : r.history)
-      if (h.sequence == chunk_id)
-        c = &h;
-    if (!c) {
-      why = "chunk " + std::to_string (chunk_id) + " is not one of the last chunks made here";
-    } else if (row >= c->horizon) {
-      why = "row " + std::to_string (row) + " is beyond chunk " + std::to_string (chunk_id) +
-            "'s " + std::to_string (c->horizon) + " rows";
-    } else {
-      if (c->first_row < 0)
-        c->first_row = row;
-      r.have_feedback = true;
-      r.chunk_id = chunk_id;
-      r.row = row;
-      r.time = time;
-      r.period = period;
-    }
-  }
+  const std::string why = self->priv->rtc.feedback (
+      chunk_id, row, time, period, gst_pi0_element_get_running_time (GST_ELEMENT (self)));
   if (!why.empty ()) {
     ignore_feedback (self, why);
     return;
@@ -1046,56 +1002,6 @@ request_images (const GstPi0TensorMeta *tm, pi0::Request *rq)
   for (guint i = 0; i < tm->n_masks; i++)
     m[i] = (bool)tm->image_masks[i];
   rq->image_masks = m;
-}
-
-/* The guidance for a new chunk whose observation was captured at @obs (docs/rtc.md, "In the
- * chain"): the newest chunk made here is the one the sink will be executing when the new one
- * arrives (it always switches to the newest). Its row i runs at its observation time + i
- * periods, the new chunk's row j at @obs + j periods: the prefix is its rows from
- * s = (obs - its observation time) / period on. The delay is measured: the row at which the
- * sink started the last chunk it reported (capture to takeover, in rows); before one is known,
- * the time since capture plus the last inference time. False: no guidance (no feedback yet,
- * nothing left of the executing chunk). */
-static bool
-rtc_guidance (GstPi0Infer *self, const Settings &s, GstClockTime obs, double last_ms,
-              pi0::PolicyGuidance *g)
-{
-  std::vector<float> rows;
-  guint dim = 0;
-  gint64 delay = -1, shift = 0;
-  guint64 period = 0;
-  {
-    std::lock_guard<std::mutex> lk (self->priv->rtc_lock);
-    RtcState &r = self->priv->rtc;
-    if (!r.have_feedback || r.history.empty () || !GST_CLOCK_TIME_IS_VALID (obs))
-      return false;
-    const RtcChunk &c = r.history.back ();
-    if (!GST_CLOCK_TIME_IS_VALID (c.observation_time) || obs < c.observation_time)
-      return false;
-    period = r.period;
-    shift = (gint64)((obs - c.observation_time + period / 2) / period);
-    if (shift >= (gint64)c.horizon)
-      return false; /* the executing chunk has run out by now */
-    dim = c.dim;
-    rows.assign (c.actions.begin () + (size_t)shift * dim, c.actions.end ());
-    for (auto it = r.history.rbegin (); it != r.history.rend (); ++it)
-      if (it->first_row >= 0) {
-        delay = it->first_row;
-        break;
-      }
-  }
-  const gint64 n = (gint64)rows.size () / dim;
-  if (delay < 0) {
-    const GstClockTime now = gst_pi0_element_get_running_time (GST_ELEMENT (self));
-    double since = GST_CLOCK_TIME_IS_VALID (now) && now > obs ? (double)(now - obs) : 0.0;
-    delay = (gint64)std::ceil ((since + last_ms * GST_MSECOND) / (double)period);
-  }
-  g->prefix = at::from_blob (rows.data (), {n, (int64_t)dim}, at::kFloat).clone ();
-  g->delay = std::min (delay, n);
-  g->execution_horizon = s.rtc_execution_horizon ? (int64_t)s.rtc_execution_horizon : shift;
-  g->max_guidance_weight = s.rtc_max_guidance_weight;
-  g->identity_jacobian = s.rtc == GST_PI0_INFER_RTC_GUIDED_IDENTITY;
-  return true;
 }
 
 /* Everything before the policy runs: the checks, the state rule, the request (images, state,
@@ -1188,15 +1094,19 @@ prepare_observation (GstPi0Infer *self, const Settings &s, GstBuffer *buf, Prepa
     rq.seed = s.seed + om->sequence;
     if (s.rtc != GST_PI0_INFER_RTC_OFF) {
       if (!policy->supports_guidance ()) {
-        if (!priv->rtc.warned_unsupported) {
-          priv->rtc.warned_unsupported = true; /* only this thread touches the flag */
+        if (!priv->state.warned_rtc_unsupported) {
+          priv->state.warned_rtc_unsupported = true;
           GST_ELEMENT_WARNING (self, STREAM, FAILED,
                                ("rtc is on but this policy cannot be guided (TorchScript): "
                                 "chunks are sampled unguided."),
                                ("%s", policy->describe ().c_str ()));
         }
       } else {
-        p->guided = rtc_guidance (self, s, om->observation_time, last_ms, &rq.guidance);
+        /* docs/rtc.md, "In the chain": the prefix, the delay and the horizon. */
+        p->guided = priv->rtc.guidance (om->observation_time,
+                                        gst_pi0_element_get_running_time (GST_ELEMENT (self)),
+                                        last_ms, s.rtc_execution_horizon, s.rtc_max_guidance_weight,
+                                        s.rtc == GST_PI0_INFER_RTC_GUIDED_IDENTITY, &rq.guidance);
       }
     }
   } catch (const std::exception &e) {
@@ -1311,16 +1221,7 @@ attach_chunk (GstPi0Infer *self, GstBuffer *buf, Prepared *p, const pi0::Respons
   else {
     /* Kept for real-time chunking: the sink may now execute it. A non-finite chunk is never
      * executed, so it is never a prefix. */
-    RtcChunk c;
-    c.sequence = am->sequence;
-    c.observation_time = am->observation_time;
-    c.horizon = am->horizon;
-    c.dim = am->dim;
-    c.actions.assign (am->actions, am->actions + (size_t)am->horizon * am->dim);
-    std::lock_guard<std::mutex> lk (priv->rtc_lock);
-    priv->rtc.history.push_back (std::move (c));
-    if (priv->rtc.history.size () > RTC_HISTORY)
-      priv->rtc.history.pop_front ();
+    priv->rtc.chunk_made (am->sequence, am->observation_time, am->horizon, am->dim, am->actions);
   }
   GST_LOG_OBJECT (self, "observation %" G_GUINT64_FORMAT ": %ux%u actions in %.2f ms", p->sequence,
                   am->horizon, am->dim, ms);
