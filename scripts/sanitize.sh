@@ -35,9 +35,9 @@ ELEMENT_TESTS=(test_pi0viewmux test_cudaprep test_pi0infer test_pi0actionsink)
 if [ $ELEMENTS = 1 ]; then
   targets=()
   for t in "${ELEMENT_TESTS[@]}"; do targets+=("tests/$t"); done
-  # test_pi0infer runs tools/pi0-model and gst-launch-1.0 with the plugin; the tokenizer's shim
-  # is a module loaded at run time.
-  targets+=(tools/pi0-model/pi0-model gst/libgstpi0.so)
+  # test_pi0infer runs tools/pi0-model and gst-launch-1.0 with the plugin, test_pi0actionsink
+  # runs tools/pi0-robotsim; the tokenizer's shim is a module loaded at run time.
+  targets+=(tools/pi0-model/pi0-model tools/pi0-robotsim/pi0-robotsim gst/libgstpi0.so)
   [ -n "$(ninja -C "$BUILD" -t targets all | grep '^inference/io/libpi0spm.so:')" ] &&
     targets+=(inference/io/libpi0spm.so)
   ninja -C "$BUILD" "${targets[@]}"
