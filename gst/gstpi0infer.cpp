@@ -47,48 +47,39 @@
 
 #include "gstpi0infer.h"
 #include "gstpi0enum.h"
-#include "pi0percentile.h"
+#include "pi0inferrunner.h"
 
 #include <gst/pi0/pi0.h>
 
-#include "model/open_policy.h"
-#include "model/rtc_tracker.h"
-
-#include <ATen/ATen.h>
+#include "model/batcher.h"
 
 #include <algorithm>
-#include <chrono>
-#include <cmath>
 #include <condition_variable>
-#include <deque>
-#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
-GST_DEBUG_CATEGORY_STATIC (gst_pi0_infer_debug);
+GST_DEBUG_CATEGORY (gst_pi0_infer_debug); /* pi0inferrunner.cpp logs in it too */
 #define GST_CAT_DEFAULT gst_pi0_infer_debug
 
-/* Locking: settings_lock guards Settings; stats_lock guards Stats. They are never held
- * together, and neither is held while loading the model, running inference or posting. The
- * opened policy and State belong to the streaming thread between start() and stop(). The
- * real-time chunking tracker locks itself.
+/* Locking: settings_lock guards Settings. The batching wait's lock (Waiter::lock) is taken after
+ * the sink pad's stream lock, never before, and is never held while running the policy or
+ * pushing. The runner's stats lock is its own (pi0inferrunner.h).
  *
- * Everything about the policy (which backend, checkpoint, tokenizer, norm stats, device, CUDA
- * stream) is inference/'s pi0::open_policy(), and what real-time chunking keeps and decides (the
- * chunks made, the sink's feedback, the guidance) its pi0::RtcTracker; this file is the
- * GStreamer side only. */
+ * The element is glue. Everything about the policy (opening it, reading an observation, the
+ * request, running it alone or in a batch, the action meta, real-time chunking's feedback, the
+ * stats) is pi0::infer::Runner's (gst/pi0inferrunner.h, over inference/'s pi0::open_policy() and
+ * pi0::RtcTracker); which observations are held for a batch and when they are due is
+ * pi0::Batcher's (inference/model/batcher.h). Here: properties, caps, events, the LATENCY query,
+ * the clock wait for a partial batch, pushing. */
 
-#define DEFAULT_NUM_STEPS 10
-#define DEFAULT_PRECISION GST_PI0_INFER_PRECISION_AUTO
-#define DEFAULT_DEVICE GST_PI0_INFER_DEVICE_AUTO
-#define DEFAULT_NORM_MODE NORM_ZSCORE
-#define LATENCY_WINDOW 200
-#define DEFAULT_RTC GST_PI0_INFER_RTC_OFF
-#define DEFAULT_RTC_MAX_GUIDANCE_WEIGHT 5.0
-#define DEFAULT_MAX_BATCH_SIZE 1
-#define DEFAULT_MAX_BATCH_WAIT (5 * GST_MSECOND)
+using pi0::infer::Prepared;
+using pi0::infer::Settings;
+using Batcher = pi0::Batcher<Prepared>;
+
+/* The batcher and the wait take the pipeline's times as they are. */
+static_assert (Batcher::kNever == GST_CLOCK_TIME_NONE, "one 'no time' for both");
 
 enum {
   PROP_0,
@@ -113,8 +104,6 @@ enum {
   PROP_STATS,
 };
 
-typedef enum { NORM_ZSCORE = 0, NORM_QUANTILE = 1 } GstPi0InferNormMode;
-
 #define CAPS                                                                                       \
   GST_PI0_OBSERVATION_MEDIA_TYPE "; " GST_PI0_OBSERVATION_MEDIA_TYPE "(memory:CUDAMemory)"
 static GstStaticPadTemplate sink_template =
@@ -122,97 +111,27 @@ static GstStaticPadTemplate sink_template =
 static GstStaticPadTemplate src_template =
     GST_STATIC_PAD_TEMPLATE ("src", GST_PAD_SRC, GST_PAD_ALWAYS, GST_STATIC_CAPS (CAPS));
 
-struct Settings {
-  std::string model;
-  std::string tokenizer;
-  std::string instruction;
-  std::string norm_stats;
-  GstPi0InferNormMode norm_mode = DEFAULT_NORM_MODE;
-  int action_dims = 0;
-  int num_steps = DEFAULT_NUM_STEPS;
-  GstPi0InferPrecision precision = DEFAULT_PRECISION;
-  GstPi0InferDevice device = DEFAULT_DEVICE;
-  int cuda_device_id = 0;
-  guint64 seed = 0;
-  bool require_state = true;
-  GstPi0InferRtc rtc = DEFAULT_RTC;
-  guint rtc_execution_horizon = 0; /* 0: the rows already due when the observation was taken */
-  double rtc_max_guidance_weight = DEFAULT_RTC_MAX_GUIDANCE_WEIGHT;
-  guint max_batch_size = DEFAULT_MAX_BATCH_SIZE;
-  guint64 max_batch_wait = DEFAULT_MAX_BATCH_WAIT;
-};
-
-struct Stats {
-  guint64 observations = 0; /* buffers seen */
-  guint64 chunks = 0;       /* action metas attached */
-  guint64 skipped_state = 0;
-  guint64 non_finite = 0;
-  guint64 errors = 0;
-  std::string last_error;
-  std::deque<double> latencies_ms; /* the last LATENCY_WINDOW inferences */
-  double total_ms = 0;             /* all inferences since start: busy time */
-  double warmup_ms = 0;
-  guint64 rtc_guided = 0;           /* chunks sampled with guidance */
-  guint64 rtc_feedback = 0;         /* pi0-executing events taken */
-  guint64 rtc_feedback_ignored = 0; /* pi0-executing events refused (a warning says why) */
-  guint64 rtc_delay = 0;            /* delay in rows of the last guided chunk */
-  guint64 rtc_prefix_rows = 0;      /* rows of the executing chunk it was guided toward */
-  guint64 passes = 0;               /* policy calls: one per observation, or per batch */
-};
-
-/* The tracker takes the pipeline's running times as they are. */
-static_assert (pi0::RtcTracker::kTimeNone == GST_CLOCK_TIME_NONE, "one 'no time' for both");
-
-struct State {
-  bool warned_no_state = false;
-  bool warned_truncated = false;
-  bool warned_rtc_unsupported = false;
-};
-
-/* One observation ready to run (or to pass on without actions), or, while batching, an
- * instruction event held so that it stays between the same buffers downstream. */
-struct Prepared {
-  GstBuffer *buf = nullptr; /* held while batching (owned); else the buffer in transform_ip */
-  GstEvent *event = nullptr;
-  bool infer = false; /* false: passes on without actions (no state) */
-  bool done = false;  /* its chunk is attached */
-  pi0::Request rq;
-  bool guided = false;
-  guint64 sequence = 0;
-  GstClockTime observation_time = GST_CLOCK_TIME_NONE;
-  std::string instruction;
-};
-
-/* Batching (max-batch-size > 1): observations held until max-batch-size of them need the policy,
- * max-batch-wait has passed since the first, or a serialized event (EOS, segment, caps...)
- * comes; then they run as one forward pass and are pushed in input order. `held` belongs to
- * whoever holds the sink pad's stream lock (the streaming thread, or the wait thread when the
- * wait ends); `lock` guards the rest, shared with the wait thread. */
-struct Batching {
-  guint size = 1; /* max-batch-size, fixed at start() */
-  std::deque<Prepared> held;
-  guint n_infer = 0; /* held observations that need the policy */
+/* The wait for a partial batch (max-batch-size > 1): a thread that waits on the pipeline clock
+ * until the batcher's deadline, then runs what is due. `generation` changes with every new
+ * deadline (or none), so a wait that ends for a batch already run does nothing. */
+struct Waiter {
   std::mutex lock;
   std::condition_variable cond;
-  bool armed = false; /* a wait runs until `deadline` on `clock` */
   bool stopping = false;
-  guint64 generation = 0; /* bumped whenever `held` is run or dropped */
   GstClock *clock = nullptr;
-  GstClockTime deadline = GST_CLOCK_TIME_NONE;
-  GstClockID wait_id = nullptr;
-  std::thread waiter;
+  GstClockTime deadline = GST_CLOCK_TIME_NONE; /* the batcher's, as last seen; NONE: no wait */
+  guint64 generation = 0;
+  GstClockID id = nullptr; /* the wait in progress */
+  std::thread thread;
 };
 
 struct GstPi0InferPrivate {
+  explicit GstPi0InferPrivate (GstElement *self) : runner (self) {}
   std::mutex settings_lock;
   Settings settings;
-  std::mutex stats_lock;
-  Stats stats;
-  std::string model_id; /* under stats_lock: readable while running */
-  std::unique_ptr<pi0::OpenedPolicy> policy;
-  State state;
-  pi0::RtcTracker rtc; /* real-time chunking; its own lock (upstream events, transform_ip) */
-  Batching batch;
+  pi0::infer::Runner runner; /* the sink stream lock's holder's (stats: any thread) */
+  Batcher batcher;           /* the sink stream lock's holder's; max-batch-size fixed at start */
+  Waiter waiter;
 };
 
 struct _GstPi0Infer {
@@ -237,9 +156,10 @@ GST_PI0_DEFINE_ENUM_TYPE (gst_pi0_infer_device_get_type, "GstPi0InferDevice",
                           {GST_PI0_INFER_DEVICE_CPU, "The CPU", "cpu"})
 
 GST_PI0_DEFINE_ENUM_TYPE (gst_pi0_infer_norm_mode_get_type, "GstPi0InferNormMode",
-                          {NORM_ZSCORE, "(x - mean) / (std + 1e-6), as pi0 trains", "zscore"},
-                          {NORM_QUANTILE, "[q01, q99] to [-1, 1], as pi05 and pi0-FAST train",
-                           "quantile"})
+                          {GST_PI0_INFER_NORM_MODE_ZSCORE,
+                           "(x - mean) / (std + 1e-6), as pi0 trains", "zscore"},
+                          {GST_PI0_INFER_NORM_MODE_QUANTILE,
+                           "[q01, q99] to [-1, 1], as pi05 and pi0-FAST train", "quantile"})
 
 GST_PI0_DEFINE_ENUM_TYPE (
     gst_pi0_infer_rtc_get_type, "GstPi0InferRtc",
@@ -267,11 +187,7 @@ static GstFlowReturn gst_pi0_infer_transform_ip (GstBaseTransform *trans, GstBuf
 static GstFlowReturn gst_pi0_infer_submit_input_buffer (GstBaseTransform *trans,
                                                         gboolean is_discont, GstBuffer *buf);
 static GstFlowReturn gst_pi0_infer_generate_output (GstBaseTransform *trans, GstBuffer **outbuf);
-static void batch_start (GstPi0Infer *self, guint size);
 static void batch_stop (GstPi0Infer *self);
-static GstFlowReturn run_held (GstPi0Infer *self);
-static std::deque<Prepared> take_held (GstPi0Infer *self);
-static void unref_items (std::deque<Prepared> &items);
 
 static void
 gst_pi0_infer_class_init (GstPi0InferClass *klass)
@@ -283,6 +199,8 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
       (GParamFlags)(G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS | GST_PARAM_MUTABLE_READY);
   const auto rw_playing =
       (GParamFlags)(G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS | GST_PARAM_MUTABLE_PLAYING);
+
+  const Settings d; /* the defaults */
 
   gobject_class->finalize = gst_pi0_infer_finalize;
   gobject_class->set_property = gst_pi0_infer_set_property;
@@ -329,7 +247,7 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
   g_object_class_install_property (
       gobject_class, PROP_NORM_MODE,
       g_param_spec_enum ("norm-mode", "Norm mode", "How norm-stats are applied",
-                         GST_TYPE_PI0_INFER_NORM_MODE, DEFAULT_NORM_MODE, rw_ready));
+                         GST_TYPE_PI0_INFER_NORM_MODE, d.norm_mode, rw_ready));
   g_object_class_install_property (
       gobject_class, PROP_ACTION_DIMS,
       g_param_spec_int ("action-dims", "Action dims",
@@ -340,15 +258,15 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
       gobject_class, PROP_NUM_STEPS,
       g_param_spec_int ("num-steps", "Denoising steps",
                         "Flow-matching Euler steps per chunk (native Pi0 models)", 1, 1000,
-                        DEFAULT_NUM_STEPS, rw_ready));
+                        d.num_steps, rw_ready));
   g_object_class_install_property (
       gobject_class, PROP_PRECISION,
       g_param_spec_enum ("precision", "Precision",
                          "Weight precision (fp16 breaks Pi0: not offered)",
-                         GST_TYPE_PI0_INFER_PRECISION, DEFAULT_PRECISION, rw_ready));
+                         GST_TYPE_PI0_INFER_PRECISION, d.precision, rw_ready));
   g_object_class_install_property (gobject_class, PROP_DEVICE,
                                    g_param_spec_enum ("device", "Device", "Where the policy runs",
-                                                      GST_TYPE_PI0_INFER_DEVICE, DEFAULT_DEVICE,
+                                                      GST_TYPE_PI0_INFER_DEVICE, d.device,
                                                       rw_ready));
   g_object_class_install_property (gobject_class, PROP_CUDA_DEVICE_ID,
                                    g_param_spec_int ("cuda-device-id", "CUDA device id",
@@ -385,7 +303,7 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
       g_param_spec_enum ("rtc", "Real-time chunking",
                          "Guide each chunk toward the rest of the chunk being executed (needs "
                          "pi0actionsink downstream)",
-                         GST_TYPE_PI0_INFER_RTC, DEFAULT_RTC, rw_playing));
+                         GST_TYPE_PI0_INFER_RTC, d.rtc, rw_playing));
   /**
    * GstPi0Infer:rtc-execution-horizon:
    *
@@ -405,7 +323,7 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
       g_param_spec_double ("rtc-max-guidance-weight", "RTC maximum guidance weight",
                            "The clip beta of the guidance weight (the paper: 5; with "
                            "rtc=guided-identity use 10)",
-                           0.0, 1000.0, DEFAULT_RTC_MAX_GUIDANCE_WEIGHT, rw_playing));
+                           0.0, 1000.0, d.rtc_max_guidance_weight, rw_playing));
   /**
    * GstPi0Infer:max-batch-size:
    *
@@ -421,7 +339,7 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
       gobject_class, PROP_MAX_BATCH_SIZE,
       g_param_spec_uint ("max-batch-size", "Maximum batch size",
                          "Observations run together in one forward pass (1 = each alone)", 1, 64,
-                         DEFAULT_MAX_BATCH_SIZE, rw_ready));
+                         d.max_batch_size, rw_ready));
   /**
    * GstPi0Infer:max-batch-wait:
    *
@@ -434,7 +352,7 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
       g_param_spec_uint64 ("max-batch-wait", "Maximum batch wait",
                            "With max-batch-size > 1: ns the first held observation waits for "
                            "more before a partial batch runs",
-                           0, G_MAXUINT64, DEFAULT_MAX_BATCH_WAIT, rw_playing));
+                           0, G_MAXUINT64, d.max_batch_wait, rw_playing));
   g_object_class_install_property (
       gobject_class, PROP_MODEL_ID,
       g_param_spec_string ("model-id", "Model id",
@@ -489,186 +407,87 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
 static void
 gst_pi0_infer_init (GstPi0Infer *self)
 {
-  self->priv = new GstPi0InferPrivate ();
+  self->priv = new GstPi0InferPrivate (GST_ELEMENT (self));
   gst_base_transform_set_in_place (GST_BASE_TRANSFORM (self), TRUE);
 }
 
 static void
 gst_pi0_infer_finalize (GObject *object)
 {
-  if (GST_PI0_INFER (object)->priv->batch.waiter.joinable ()) /* stop() always runs first */
+  if (GST_PI0_INFER (object)->priv->waiter.thread.joinable ()) /* stop() always runs first */
     batch_stop (GST_PI0_INFER (object));
   delete GST_PI0_INFER (object)->priv;
   G_OBJECT_CLASS (parent_class)->finalize (object);
 }
 
-static std::string
-value_string (const GValue *value)
+/* Copies @value into the settings (@set) or out of them: one table for both directions. A
+ * string property reads back as NULL when empty, except the instruction (""). */
+static void
+transfer (Settings &s, guint prop_id, GValue *value, bool set)
 {
-  const gchar *s = g_value_get_string (value);
-  return s ? s : "";
+#define SETTING(ID, field, type, gtype)                                                            \
+  case ID:                                                                                         \
+    if (set)                                                                                       \
+      s.field = (decltype (s.field))g_value_get_##gtype (value);                                   \
+    else                                                                                           \
+      g_value_set_##gtype (value, (type)s.field);                                                  \
+    break;
+#define STRING(ID, field, null_when_empty)                                                         \
+  case ID:                                                                                         \
+    if (set)                                                                                       \
+      s.field = g_value_get_string (value) ? g_value_get_string (value) : "";                      \
+    else                                                                                           \
+      g_value_set_string (value, null_when_empty &&s.field.empty () ? nullptr : s.field.c_str ()); \
+    break;
+  switch (prop_id) {
+    STRING (PROP_MODEL, model, true)
+    STRING (PROP_TOKENIZER, tokenizer, true)
+    STRING (PROP_INSTRUCTION, instruction, false)
+    STRING (PROP_NORM_STATS, norm_stats, true)
+    SETTING (PROP_NORM_MODE, norm_mode, gint, enum)
+    SETTING (PROP_ACTION_DIMS, action_dims, gint, int)
+    SETTING (PROP_NUM_STEPS, num_steps, gint, int)
+    SETTING (PROP_PRECISION, precision, gint, enum)
+    SETTING (PROP_DEVICE, device, gint, enum)
+    SETTING (PROP_CUDA_DEVICE_ID, cuda_device_id, gint, int)
+    SETTING (PROP_SEED, seed, guint64, uint64)
+    SETTING (PROP_REQUIRE_STATE, require_state, gboolean, boolean)
+    SETTING (PROP_RTC, rtc, gint, enum)
+    SETTING (PROP_RTC_EXECUTION_HORIZON, rtc_execution_horizon, guint, uint)
+    SETTING (PROP_RTC_MAX_GUIDANCE_WEIGHT, rtc_max_guidance_weight, gdouble, double)
+    SETTING (PROP_MAX_BATCH_SIZE, max_batch_size, guint, uint)
+    SETTING (PROP_MAX_BATCH_WAIT, max_batch_wait, guint64, uint64)
+  }
+#undef SETTING
+#undef STRING
 }
 
 static void
 gst_pi0_infer_set_property (GObject *object, guint prop_id, const GValue *value, GParamSpec *pspec)
 {
   auto priv = GST_PI0_INFER (object)->priv;
+  if (prop_id == PROP_0 || prop_id >= PROP_MODEL_ID) {
+    G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
+    return;
+  }
   std::lock_guard<std::mutex> lk (priv->settings_lock);
-  Settings &s = priv->settings;
-
-  switch (prop_id) {
-    case PROP_MODEL:
-      s.model = value_string (value);
-      break;
-    case PROP_TOKENIZER:
-      s.tokenizer = value_string (value);
-      break;
-    case PROP_INSTRUCTION:
-      s.instruction = value_string (value);
-      break;
-    case PROP_NORM_STATS:
-      s.norm_stats = value_string (value);
-      break;
-    case PROP_NORM_MODE:
-      s.norm_mode = (GstPi0InferNormMode)g_value_get_enum (value);
-      break;
-    case PROP_ACTION_DIMS:
-      s.action_dims = g_value_get_int (value);
-      break;
-    case PROP_NUM_STEPS:
-      s.num_steps = g_value_get_int (value);
-      break;
-    case PROP_PRECISION:
-      s.precision = (GstPi0InferPrecision)g_value_get_enum (value);
-      break;
-    case PROP_DEVICE:
-      s.device = (GstPi0InferDevice)g_value_get_enum (value);
-      break;
-    case PROP_CUDA_DEVICE_ID:
-      s.cuda_device_id = g_value_get_int (value);
-      break;
-    case PROP_SEED:
-      s.seed = g_value_get_uint64 (value);
-      break;
-    case PROP_MAX_BATCH_SIZE:
-      s.max_batch_size = g_value_get_uint (value);
-      break;
-    case PROP_MAX_BATCH_WAIT:
-      s.max_batch_wait = g_value_get_uint64 (value);
-      break;
-    case PROP_REQUIRE_STATE:
-      s.require_state = g_value_get_boolean (value);
-      break;
-    case PROP_RTC:
-      s.rtc = (GstPi0InferRtc)g_value_get_enum (value);
-      break;
-    case PROP_RTC_EXECUTION_HORIZON:
-      s.rtc_execution_horizon = g_value_get_uint (value);
-      break;
-    case PROP_RTC_MAX_GUIDANCE_WEIGHT:
-      s.rtc_max_guidance_weight = g_value_get_double (value);
-      break;
-    default:
-      G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
-      break;
-  }
-}
-
-static GstStructure *
-make_stats (GstPi0Infer *self)
-{
-  Stats s;
-  {
-    std::lock_guard<std::mutex> lk (self->priv->stats_lock);
-    s = self->priv->stats;
-  }
-  std::vector<double> lat (s.latencies_ms.begin (), s.latencies_ms.end ());
-  return gst_structure_new (
-      "pi0infer-stats", "observations", G_TYPE_UINT64, s.observations, "chunks", G_TYPE_UINT64,
-      s.chunks, "skipped-no-state", G_TYPE_UINT64, s.skipped_state, "non-finite", G_TYPE_UINT64,
-      s.non_finite, "errors", G_TYPE_UINT64, s.errors, "last-error", G_TYPE_STRING,
-      s.last_error.c_str (), "inference-p50-ms", G_TYPE_DOUBLE, pi0::percentile (lat, 0.5),
-      "inference-p99-ms", G_TYPE_DOUBLE, pi0::percentile (lat, 0.99), "inference-total-ms",
-      G_TYPE_DOUBLE, s.total_ms, "warmup-ms", G_TYPE_DOUBLE, s.warmup_ms, "rtc-guided",
-      G_TYPE_UINT64, s.rtc_guided, "rtc-feedback", G_TYPE_UINT64, s.rtc_feedback,
-      "rtc-feedback-ignored", G_TYPE_UINT64, s.rtc_feedback_ignored, "rtc-delay", G_TYPE_UINT64,
-      s.rtc_delay, "rtc-prefix-rows", G_TYPE_UINT64, s.rtc_prefix_rows, "forward-passes",
-      G_TYPE_UINT64, s.passes, nullptr);
+  transfer (priv->settings, prop_id, (GValue *)value, true);
 }
 
 static void
 gst_pi0_infer_get_property (GObject *object, guint prop_id, GValue *value, GParamSpec *pspec)
 {
-  auto self = GST_PI0_INFER (object);
-  auto priv = self->priv;
-
+  auto priv = GST_PI0_INFER (object)->priv;
   if (prop_id == PROP_STATS) {
-    g_value_take_boxed (value, make_stats (self));
-    return;
-  }
-  if (prop_id == PROP_MODEL_ID) {
-    std::lock_guard<std::mutex> lk (priv->stats_lock);
-    g_value_set_string (value, priv->model_id.empty () ? nullptr : priv->model_id.c_str ());
-    return;
-  }
-
-  std::lock_guard<std::mutex> lk (priv->settings_lock);
-  const Settings &s = priv->settings;
-  switch (prop_id) {
-    case PROP_MODEL:
-      g_value_set_string (value, s.model.empty () ? nullptr : s.model.c_str ());
-      break;
-    case PROP_TOKENIZER:
-      g_value_set_string (value, s.tokenizer.empty () ? nullptr : s.tokenizer.c_str ());
-      break;
-    case PROP_INSTRUCTION:
-      g_value_set_string (value, s.instruction.c_str ());
-      break;
-    case PROP_NORM_STATS:
-      g_value_set_string (value, s.norm_stats.empty () ? nullptr : s.norm_stats.c_str ());
-      break;
-    case PROP_NORM_MODE:
-      g_value_set_enum (value, s.norm_mode);
-      break;
-    case PROP_ACTION_DIMS:
-      g_value_set_int (value, s.action_dims);
-      break;
-    case PROP_NUM_STEPS:
-      g_value_set_int (value, s.num_steps);
-      break;
-    case PROP_PRECISION:
-      g_value_set_enum (value, s.precision);
-      break;
-    case PROP_DEVICE:
-      g_value_set_enum (value, s.device);
-      break;
-    case PROP_CUDA_DEVICE_ID:
-      g_value_set_int (value, s.cuda_device_id);
-      break;
-    case PROP_SEED:
-      g_value_set_uint64 (value, s.seed);
-      break;
-    case PROP_MAX_BATCH_SIZE:
-      g_value_set_uint (value, s.max_batch_size);
-      break;
-    case PROP_MAX_BATCH_WAIT:
-      g_value_set_uint64 (value, s.max_batch_wait);
-      break;
-    case PROP_REQUIRE_STATE:
-      g_value_set_boolean (value, s.require_state);
-      break;
-    case PROP_RTC:
-      g_value_set_enum (value, s.rtc);
-      break;
-    case PROP_RTC_EXECUTION_HORIZON:
-      g_value_set_uint (value, s.rtc_execution_horizon);
-      break;
-    case PROP_RTC_MAX_GUIDANCE_WEIGHT:
-      g_value_set_double (value, s.rtc_max_guidance_weight);
-      break;
-    default:
-      G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
-      break;
+    g_value_take_boxed (value, priv->runner.stats ());
+  } else if (prop_id == PROP_MODEL_ID) {
+    const std::string id = priv->runner.model_id ();
+    g_value_set_string (value, id.empty () ? nullptr : id.c_str ());
+  } else if (prop_id == PROP_0 || prop_id > PROP_STATS) {
+    G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
+  } else {
+    std::lock_guard<std::mutex> lk (priv->settings_lock);
+    transfer (priv->settings, prop_id, value, false);
   }
 }
 
@@ -679,131 +498,201 @@ snapshot_settings (GstPi0Infer *self)
   return self->priv->settings;
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* Batching (max-batch-size > 1): pi0::Batcher decides, the element waits and pushes           */
+
 static void
-record_error (GstPi0Infer *self, const std::string &what)
+unref_items (Batcher::Batch &items)
 {
-  std::lock_guard<std::mutex> lk (self->priv->stats_lock);
-  self->priv->stats.errors++;
-  self->priv->stats.last_error = what;
+  for (auto &e : items) {
+    if (e.item.buf)
+      gst_buffer_unref (e.item.buf);
+    if (e.item.event)
+      gst_event_unref (e.item.event);
+    e.item.buf = nullptr;
+    e.item.event = nullptr;
+  }
+}
+
+/* After any change to the batcher: the wait follows its deadline (a new one, on @clock, or none),
+ * and a wait in progress for another one ends. */
+static void
+follow_deadline (GstPi0Infer *self, GstClock *clock)
+{
+  Waiter &w = self->priv->waiter;
+  const GstClockTime deadline = self->priv->batcher.deadline ();
+  std::lock_guard<std::mutex> lk (w.lock);
+  if (deadline == w.deadline)
+    return;
+  if (clock)
+    gst_object_replace ((GstObject **)&w.clock, GST_OBJECT (clock));
+  w.deadline = deadline;
+  w.generation++;
+  if (w.id)
+    gst_clock_id_unschedule (w.id);
+  w.cond.notify_all ();
+}
+
+/* Runs a due batch (pi0::run_batch: those that need the policy in one forward pass; if that
+ * throws, each alone, as with max-batch-size=1, so a request the policy refuses fails as it
+ * would alone) and pushes it, events included, in input order up to the first observation that
+ * failed (its error is posted). Needs the sink pad's stream lock. */
+static GstFlowReturn
+run_due (GstPi0Infer *self, Batcher::Batch &due)
+{
+  pi0::infer::Runner &runner = self->priv->runner;
+  const size_t n = pi0::run_batch (
+      due, [&] (const std::vector<Prepared *> &todo) { return runner.infer_together (todo); },
+      [&] (Prepared &p) { return runner.infer_one (p.buf, p); });
+  GstFlowReturn ret = n < due.size () ? GST_FLOW_ERROR : GST_FLOW_OK;
+  GstPad *src = GST_BASE_TRANSFORM_SRC_PAD (self);
+  for (size_t i = 0; i < n; i++) {
+    Prepared &p = due[i].item;
+    GstFlowReturn r = GST_FLOW_OK;
+    if (p.event) {
+      gst_pad_push_event (src, p.event);
+      p.event = nullptr;
+    } else {
+      r = gst_pad_push (src, p.buf);
+      p.buf = nullptr;
+    }
+    if (r != GST_FLOW_OK) {
+      ret = r;
+      break;
+    }
+  }
+  unref_items (due);
+  return ret;
+}
+
+/* The wait thread: when a wait for the batcher's deadline ends with that deadline still current,
+ * it runs what is due. */
+static void
+batch_wait_loop (GstPi0Infer *self)
+{
+  Waiter &w = self->priv->waiter;
+  GstPad *sinkpad = GST_BASE_TRANSFORM_SINK_PAD (self);
+  std::unique_lock<std::mutex> lk (w.lock);
+  while (!w.stopping) {
+    if (!GST_CLOCK_TIME_IS_VALID (w.deadline)) {
+      w.cond.wait (lk);
+      continue;
+    }
+    const guint64 generation = w.generation;
+    const GstClockTime deadline = w.deadline;
+    GstClockID id = gst_clock_new_single_shot_id (w.clock, deadline);
+    w.id = id;
+    lk.unlock ();
+    gst_clock_id_wait (id, nullptr);
+    lk.lock ();
+    w.id = nullptr;
+    gst_clock_id_unref (id);
+    if (w.stopping || w.generation != generation)
+      continue;
+    lk.unlock ();
+    GST_PAD_STREAM_LOCK (sinkpad);
+    bool still;
+    {
+      std::lock_guard<std::mutex> g (w.lock);
+      still = !w.stopping && w.generation == generation;
+    }
+    if (still) {
+      Batcher::Batch due = self->priv->batcher.expire (deadline);
+      follow_deadline (self, nullptr);
+      GstFlowReturn r = run_due (self, due);
+      if (r != GST_FLOW_OK)
+        GST_DEBUG_OBJECT (self, "pushing a partial batch: %s", gst_flow_get_name (r));
+    }
+    GST_PAD_STREAM_UNLOCK (sinkpad);
+    lk.lock ();
+  }
+}
+
+static void
+batch_start (GstPi0Infer *self, guint size)
+{
+  auto priv = self->priv;
+  Batcher::Batch dropped = priv->batcher.reset (size);
+  unref_items (dropped);
+  {
+    std::lock_guard<std::mutex> lk (priv->waiter.lock);
+    priv->waiter.stopping = false;
+    priv->waiter.deadline = GST_CLOCK_TIME_NONE;
+  }
+  if (size > 1)
+    priv->waiter.thread = std::thread (batch_wait_loop, self);
+}
+
+static void
+batch_stop (GstPi0Infer *self)
+{
+  auto priv = self->priv;
+  Waiter &w = priv->waiter;
+  {
+    std::lock_guard<std::mutex> lk (w.lock);
+    w.stopping = true;
+    if (w.id)
+      gst_clock_id_unschedule (w.id);
+  }
+  w.cond.notify_all ();
+  if (w.thread.joinable ())
+    w.thread.join ();
+  Batcher::Batch dropped = priv->batcher.reset (1);
+  unref_items (dropped);
+  std::lock_guard<std::mutex> lk (w.lock);
+  w.deadline = GST_CLOCK_TIME_NONE;
+  w.generation++;
+  gst_clear_object (&w.clock);
+}
+
+static GstFlowReturn
+gst_pi0_infer_submit_input_buffer (GstBaseTransform *trans, gboolean is_discont, GstBuffer *buf)
+{
+  auto self = GST_PI0_INFER (trans);
+  auto priv = self->priv;
+  if (!priv->batcher.batching ())
+    return GST_BASE_TRANSFORM_CLASS (parent_class)->submit_input_buffer (trans, is_discont, buf);
+
+  Settings s = snapshot_settings (self);
+  Prepared p;
+  p.buf = gst_buffer_make_writable (buf);
+  GstFlowReturn ret = priv->runner.prepare (p.buf, s, &p);
+  if (ret != GST_FLOW_OK) {
+    gst_buffer_unref (p.buf);
+    return ret;
+  }
+  /* max-batch-wait is on the pipeline clock (the system clock before there is one). */
+  GstClock *clock = gst_element_get_clock (GST_ELEMENT (self));
+  if (!clock)
+    clock = gst_system_clock_obtain ();
+  const bool infer = p.infer;
+  Batcher::Batch due = priv->batcher.observation (std::move (p), infer, gst_clock_get_time (clock),
+                                                  s.max_batch_wait);
+  follow_deadline (self, clock);
+  gst_object_unref (clock);
+  return run_due (self, due);
+}
+
+static GstFlowReturn
+gst_pi0_infer_generate_output (GstBaseTransform *trans, GstBuffer **outbuf)
+{
+  auto self = GST_PI0_INFER (trans);
+  if (!self->priv->batcher.batching ())
+    return GST_BASE_TRANSFORM_CLASS (parent_class)->generate_output (trans, outbuf);
+  *outbuf = nullptr; /* batching pushes the buffers itself, in order */
+  return GST_FLOW_OK;
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* Loading                                                                                     */
-
-/* Where the builtin models find their bundled tokenizer: $PI0_DATA_DIR, the installed data
- * directory, then the source tree (uninstalled runs and the tests). */
-static std::vector<std::string>
-data_dirs ()
-{
-  std::vector<std::string> dirs;
-  if (const gchar *d = g_getenv ("PI0_DATA_DIR"))
-    dirs.push_back (d);
-  dirs.push_back (PI0_DATADIR);
-  dirs.push_back (PI0_SOURCE_DATADIR);
-  return dirs;
-}
-
-static pi0::OpenOptions
-open_options (const Settings &s)
-{
-  pi0::OpenOptions o;
-  o.device = s.device == GST_PI0_INFER_DEVICE_CUDA  ? pi0::DeviceChoice::Cuda
-             : s.device == GST_PI0_INFER_DEVICE_CPU ? pi0::DeviceChoice::Cpu
-                                                    : pi0::DeviceChoice::Auto;
-  o.cuda_device_id = s.cuda_device_id;
-  o.precision = s.precision == GST_PI0_INFER_PRECISION_BF16   ? pi0::PrecisionChoice::Bf16
-                : s.precision == GST_PI0_INFER_PRECISION_FP32 ? pi0::PrecisionChoice::Fp32
-                                                              : pi0::PrecisionChoice::Auto;
-  o.num_steps = s.num_steps;
-  o.tokenizer = s.tokenizer;
-  o.data_dirs = data_dirs ();
-  o.norm_stats = s.norm_stats;
-  o.norm_mode = s.norm_mode == NORM_QUANTILE ? pi0::NormMode::Quantile : pi0::NormMode::ZScore;
-  o.action_dims = s.action_dims;
-  return o;
-}
-
-static void
-post_open_error (GstPi0Infer *self, const pi0::OpenError &e)
-{
-  using Kind = pi0::OpenError::Kind;
-  switch (e.kind ()) {
-    case Kind::NotFound:
-      GST_ELEMENT_ERROR (self, RESOURCE, NOT_FOUND, ("%s", e.what ()), (nullptr));
-      break;
-    case Kind::Settings:
-      GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS, ("%s", e.what ()), (nullptr));
-      break;
-    case Kind::Unreadable:
-      GST_ELEMENT_ERROR (self, RESOURCE, OPEN_READ, ("%s", e.what ()), (nullptr));
-      break;
-    case Kind::Library:
-      GST_ELEMENT_ERROR (self, LIBRARY, INIT, ("%s", e.what ()), (nullptr));
-      break;
-  }
-}
+/* Lifecycle, caps, events, queries, buffers                                                   */
 
 static gboolean
 gst_pi0_infer_start (GstBaseTransform *trans)
 {
   auto self = GST_PI0_INFER (trans);
-  auto priv = self->priv;
   Settings s = snapshot_settings (self);
-
-  if (s.model.empty ()) {
-    GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS,
-                       ("No model: set model= to a checkpoint directory, a model.safetensors, a "
-                        "TorchScript file, or builtin:pi0-tiny (an untrained demo model)."),
-                       (nullptr));
+  if (!self->priv->runner.open (s))
     return FALSE;
-  }
-
-  std::unique_ptr<pi0::OpenedPolicy> policy;
-  try {
-    policy = pi0::open_policy (s.model, open_options (s));
-  } catch (const pi0::OpenError &e) {
-    post_open_error (self, e);
-    return FALSE;
-  } catch (const std::exception &e) {
-    GST_ELEMENT_ERROR (self, LIBRARY, INIT, ("Could not load model '%s'.", s.model.c_str ()),
-                       ("%s", e.what ()));
-    return FALSE;
-  }
-
-  /* One blank observation through the whole path now: a broken policy fails here, before any
-   * observation, and the first real one is not slow (on CUDA the graph is captured now). */
-  auto t0 = std::chrono::steady_clock::now ();
-  bool warmed = false;
-  try {
-    warmed = policy->warmup ();
-  } catch (const c10::Error &e) {
-    GST_ELEMENT_ERROR (self, LIBRARY, INIT,
-                       ("The model failed its warm-up run: %s", e.what_without_backtrace ()),
-                       (nullptr));
-    return FALSE;
-  } catch (const std::exception &e) {
-    GST_ELEMENT_ERROR (self, LIBRARY, INIT, ("The model failed its warm-up run: %s", e.what ()),
-                       (nullptr));
-    return FALSE;
-  }
-  double warm_ms =
-      std::chrono::duration<double, std::milli> (std::chrono::steady_clock::now () - t0).count ();
-  if (!warmed)
-    GST_WARNING_OBJECT (self,
-                        "no warm-up run: the model does not declare num_views, image_size and "
-                        "state_dim, so it first runs on the first observation");
-  GST_INFO_OBJECT (self, "loaded %s: %s (warm-up %.1f ms)", policy->model_id ().c_str (),
-                   policy->describe ().c_str (), warm_ms);
-
-  {
-    std::lock_guard<std::mutex> lk (priv->stats_lock);
-    priv->stats = Stats ();
-    priv->stats.warmup_ms = warm_ms;
-    priv->model_id = policy->model_id ();
-  }
-  priv->state = State ();
-  priv->rtc.reset ();
-  priv->policy = std::move (policy);
   batch_start (self, s.max_batch_size);
   return TRUE;
 }
@@ -811,15 +700,10 @@ gst_pi0_infer_start (GstBaseTransform *trans)
 static gboolean
 gst_pi0_infer_stop (GstBaseTransform *trans)
 {
-  auto priv = GST_PI0_INFER (trans)->priv;
   batch_stop (GST_PI0_INFER (trans)); /* before the policy goes: the wait thread may use it */
-  priv->policy.reset ();
-  priv->state = State ();
+  GST_PI0_INFER (trans)->priv->runner.close ();
   return TRUE;
 }
-
-/* ------------------------------------------------------------------------------------------ */
-/* Caps, events, queries                                                                       */
 
 static gboolean
 gst_pi0_infer_set_caps (GstBaseTransform *trans, GstCaps *incaps, GstCaps *outcaps)
@@ -828,9 +712,9 @@ gst_pi0_infer_set_caps (GstBaseTransform *trans, GstCaps *incaps, GstCaps *outca
   const GstStructure *st = gst_caps_get_structure (incaps, 0);
   gint views = 0;
 
-  if (!self->priv->policy)
+  if (!self->priv->runner.policy ())
     return TRUE;
-  int slots = self->priv->policy->spec ().num_views;
+  int slots = self->priv->runner.policy ()->spec ().num_views;
   if (gst_structure_get_int (st, "views", &views) && slots > 0 && views > slots) {
     GST_ELEMENT_ERROR (
         self, CORE, NEGOTIATION,
@@ -845,30 +729,31 @@ static gboolean
 gst_pi0_infer_sink_event (GstBaseTransform *trans, GstEvent *event)
 {
   auto self = GST_PI0_INFER (trans);
+  auto priv = self->priv;
   const gchar *text = nullptr;
 
   /* Serialized, so it applies from the next observation exactly. */
   if (gst_pi0_instruction_event_parse (event, &text)) {
     GST_INFO_OBJECT (self, "instruction from the stream: \"%s\"", text);
     {
-      std::lock_guard<std::mutex> lk (self->priv->settings_lock);
-      self->priv->settings.instruction = text;
+      std::lock_guard<std::mutex> lk (priv->settings_lock);
+      priv->settings.instruction = text;
     }
     g_object_notify (G_OBJECT (self), "instruction");
     /* Batching: held observations have their instruction already; the event waits with them,
      * to reach downstream between the same buffers. */
-    if (!self->priv->batch.held.empty ()) {
-      Prepared p;
-      p.event = event;
-      self->priv->batch.held.push_back (std::move (p));
+    Prepared p;
+    p.event = event;
+    if (priv->batcher.hold_in_place (p))
       return TRUE;
-    }
-  } else if (self->priv->batch.size > 1) {
+  } else if (priv->batcher.batching () && GST_EVENT_IS_SERIALIZED (event)) {
+    /* (FLUSH_STOP included; these come with the stream lock.) */
+    Batcher::Batch held = priv->batcher.take ();
+    follow_deadline (self, nullptr);
     if (GST_EVENT_TYPE (event) == GST_EVENT_FLUSH_STOP) {
-      std::deque<Prepared> held = take_held (self);
       unref_items (held);
-    } else if (GST_EVENT_IS_SERIALIZED (event)) { /* EOS, segment, caps...: the held run first */
-      GstFlowReturn r = run_held (self);
+    } else { /* EOS, segment, caps...: the held run first */
+      GstFlowReturn r = run_due (self, held);
       if (r != GST_FLOW_OK)
         GST_DEBUG_OBJECT (self, "pushing the held batch before %s: %s", GST_EVENT_TYPE_NAME (event),
                           gst_flow_get_name (r));
@@ -877,56 +762,12 @@ gst_pi0_infer_sink_event (GstBaseTransform *trans, GstEvent *event)
   return GST_BASE_TRANSFORM_CLASS (parent_class)->sink_event (trans, event);
 }
 
-/* A pi0-executing event refused: counted, logged, and posted as a warning for the 1st, 2nd,
- * 4th, 8th... (a sink gone wrong must not flood the bus). Nothing else changes. */
-static void
-ignore_feedback (GstPi0Infer *self, const std::string &why)
-{
-  guint64 n;
-  {
-    std::lock_guard<std::mutex> lk (self->priv->stats_lock);
-    n = ++self->priv->stats.rtc_feedback_ignored;
-  }
-  GST_WARNING_OBJECT (self, "pi0-executing ignored: %s", why.c_str ());
-  if ((n & (n - 1)) == 0)
-    GST_ELEMENT_WARNING (
-        self, STREAM, FAILED,
-        ("Feedback from the sink ignored: %s (%" G_GUINT64_FORMAT " so far).", why.c_str (), n),
-        (nullptr));
-}
-
-/* What the sink says the robot executes. Checked before anything is kept: a malformed event, a
- * chunk this element did not make (or no longer remembers), a row beyond the chunk, a time in
- * the future of our clock: ignored with a warning. */
-static void
-take_feedback (GstPi0Infer *self, GstEvent *event)
-{
-  guint64 chunk_id = 0, period = 0;
-  guint row = 0;
-  GstClockTime time = GST_CLOCK_TIME_NONE;
-  if (!gst_pi0_executing_event_parse (event, &chunk_id, &row, &time, &period)) {
-    gchar *str = gst_structure_to_string (gst_event_get_structure (event));
-    std::string why = std::string ("malformed event ") + str;
-    g_free (str);
-    ignore_feedback (self, why);
-    return;
-  }
-  const std::string why = self->priv->rtc.feedback (
-      chunk_id, row, time, period, gst_pi0_element_get_running_time (GST_ELEMENT (self)));
-  if (!why.empty ()) {
-    ignore_feedback (self, why);
-    return;
-  }
-  std::lock_guard<std::mutex> lk (self->priv->stats_lock);
-  self->priv->stats.rtc_feedback++;
-}
-
 static gboolean
 gst_pi0_infer_src_event (GstBaseTransform *trans, GstEvent *event)
 {
   if (GST_EVENT_TYPE (event) == GST_EVENT_CUSTOM_UPSTREAM &&
       gst_event_has_name (event, GST_PI0_EXECUTING_EVENT_NAME)) {
-    take_feedback (GST_PI0_INFER (trans), event);
+    GST_PI0_INFER (trans)->priv->runner.feedback (event);
     gst_event_unref (event); /* ours: nothing upstream needs it */
     return TRUE;
   }
@@ -945,12 +786,7 @@ gst_pi0_infer_query (GstBaseTransform *trans, GstPadDirection direction, GstQuer
     GstClockTime min, max;
     gst_query_parse_latency (query, &live, &min, &max);
     /* Our processing time: the p99 of recent inferences, or the warm-up before any. */
-    GstStructure *s = make_stats (self);
-    double p99 = 0, warm = 0;
-    gst_structure_get_double (s, "inference-p99-ms", &p99);
-    gst_structure_get_double (s, "warmup-ms", &warm);
-    gst_structure_free (s);
-    GstClockTime ours = (GstClockTime)((p99 > 0 ? p99 : warm) * GST_MSECOND);
+    GstClockTime ours = self->priv->runner.processing_time ();
     Settings st = snapshot_settings (self);
     if (st.max_batch_size > 1) /* a held observation may wait this long for a batch */
       ours += std::min<guint64> (st.max_batch_wait, GST_SECOND * 3600);
@@ -964,516 +800,14 @@ gst_pi0_infer_query (GstBaseTransform *trans, GstPadDirection direction, GstQuer
   return TRUE;
 }
 
-/* ------------------------------------------------------------------------------------------ */
-/* Inference                                                                                   */
-
-static at::ScalarType
-torch_dtype (GstPi0DType d)
-{
-  switch (d) {
-    case GST_PI0_DTYPE_FLOAT16:
-      return at::kHalf;
-    case GST_PI0_DTYPE_BFLOAT16:
-      return at::kBFloat16;
-    case GST_PI0_DTYPE_UINT8:
-      return at::kByte;
-    case GST_PI0_DTYPE_FLOAT32:
-    default:
-      return at::kFloat;
-  }
-}
-
-/* The images of the tensor meta, without a copy, and its masks. Device memory comes with
- * cudaprep's CUDA event, which the policy's stream waits on (no CPU thread waits for the GPU). */
-static void
-request_images (const GstPi0TensorMeta *tm, pi0::Request *rq)
-{
-  std::vector<int64_t> shape (tm->shape, tm->shape + tm->n_dims);
-  at::TensorOptions o = at::TensorOptions ().dtype (torch_dtype (tm->dtype));
-  if (tm->device == GST_PI0_DEVICE_CUDA) {
-    if (!pi0::cuda_available ())
-      throw pi0::Error ("the tensor is in CUDA memory but LibTorch here has no CUDA device");
-    o = o.device (c10::Device (c10::kCUDA, (c10::DeviceIndex)tm->device_id));
-    rq->ready_event = tm->ready_event;
-  }
-  /* A view of the meta's memory; the buffer (and so the storage) outlives the inference. */
-  rq->images = at::from_blob (tm->data, shape, o);
-  at::Tensor m = at::zeros ({(int64_t)tm->n_masks}, at::kBool);
-  for (guint i = 0; i < tm->n_masks; i++)
-    m[i] = (bool)tm->image_masks[i];
-  rq->image_masks = m;
-}
-
-/* Everything before the policy runs: the checks, the state rule, the request (images, state,
- * instruction, seed, real-time chunking guidance). OK with p->infer false: the buffer passes on
- * without actions. */
-static GstFlowReturn
-prepare_observation (GstPi0Infer *self, const Settings &s, GstBuffer *buf, Prepared *p)
-{
-  auto priv = self->priv;
-  pi0::OpenedPolicy *policy = priv->policy.get ();
-
-  {
-    std::lock_guard<std::mutex> lk (priv->stats_lock);
-    priv->stats.observations++;
-  }
-  if (!policy) {
-    GST_ELEMENT_ERROR (self, CORE, FAILED, ("No model loaded."), (nullptr));
-    return GST_FLOW_ERROR;
-  }
-
-  GstPi0TensorMeta *tm = gst_buffer_get_pi0_tensor_meta (buf);
-  GstPi0ObservationMeta *om = gst_buffer_get_pi0_observation_meta (buf);
-  if (!tm || !om) {
-    GST_ELEMENT_ERROR (self, STREAM, FORMAT,
-                       ("An observation without %s reached pi0infer: put pi0viewmux and cudaprep "
-                        "before it.",
-                        !tm ? "a model input tensor (GstPi0TensorMeta)" : "an observation meta"),
-                       ("%" GST_PTR_FORMAT, buf));
-    return GST_FLOW_ERROR;
-  }
-
-  const pi0::PolicySpec &spec = policy->spec ();
-  if (tm->n_dims != 4 || tm->shape[1] != 3 ||
-      (spec.image_size > 0 &&
-       (tm->shape[2] != spec.image_size || tm->shape[3] != spec.image_size)) ||
-      (spec.num_views > 0 && tm->shape[0] > spec.num_views) || tm->dtype == GST_PI0_DTYPE_UINT8) {
-    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
-                       ("The model takes up to %d views of 3x%dx%d float images, but the input "
-                        "tensor is [%" G_GINT64_FORMAT ",%" G_GINT64_FORMAT ",%" G_GINT64_FORMAT
-                        ",%" G_GINT64_FORMAT "] %s: set cudaprep width=%d height=%d.",
-                        spec.num_views, spec.image_size, spec.image_size, tm->shape[0],
-                        tm->shape[1], tm->shape[2], tm->shape[3],
-                        gst_pi0_dtype_to_string (tm->dtype), spec.image_size, spec.image_size),
-                       (nullptr));
-    return GST_FLOW_NOT_NEGOTIATED;
-  }
-
-  /* No state: no actions, unless the user said a missing state is zeros. */
-  guint state_dim = 0;
-  const gfloat *state = gst_pi0_observation_meta_get_state (om, &state_dim);
-  bool stale = (om->state_flags & GST_PI0_STATE_FLAG_STALE) != 0;
-  if ((!state || stale) && s.require_state) {
-    {
-      std::lock_guard<std::mutex> lk (priv->stats_lock);
-      priv->stats.skipped_state++;
-    }
-    if (!priv->state.warned_no_state) {
-      priv->state.warned_no_state = true;
-      GST_ELEMENT_WARNING (self, STREAM, FAILED,
-                           ("Observation %" G_GUINT64_FORMAT " has %s robot state: no actions for "
-                            "it (set require-state=false to use zeros).",
-                            om->sequence, state ? "a stale" : "no"),
-                           (nullptr));
-    }
-    return GST_FLOW_OK;
-  }
-  if (spec.state_dim > 0 && (int)state_dim > spec.state_dim) {
-    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
-                       ("The robot state has %u values but the model takes at most %d.", state_dim,
-                        spec.state_dim),
-                       (nullptr));
-    return GST_FLOW_NOT_NEGOTIATED;
-  }
-
-  double last_ms = 0;
-  {
-    std::lock_guard<std::mutex> lk (priv->stats_lock);
-    if (!priv->stats.latencies_ms.empty ())
-      last_ms = priv->stats.latencies_ms.back ();
-  }
-  p->sequence = om->sequence;
-  p->observation_time = om->observation_time;
-  p->instruction = s.instruction;
-  try {
-    pi0::Request &rq = p->rq;
-    request_images (tm, &rq);
-    if (state)
-      rq.state = at::from_blob ((void *)state, {(int64_t)state_dim}, at::kFloat).clone ();
-    rq.prompt = s.instruction;
-    rq.seed = s.seed + om->sequence;
-    if (s.rtc != GST_PI0_INFER_RTC_OFF) {
-      if (!policy->supports_guidance ()) {
-        if (!priv->state.warned_rtc_unsupported) {
-          priv->state.warned_rtc_unsupported = true;
-          GST_ELEMENT_WARNING (self, STREAM, FAILED,
-                               ("rtc is on but this policy cannot be guided (TorchScript): "
-                                "chunks are sampled unguided."),
-                               ("%s", policy->describe ().c_str ()));
-        }
-      } else {
-        /* docs/rtc.md, "In the chain": the prefix, the delay and the horizon. */
-        p->guided = priv->rtc.guidance (om->observation_time,
-                                        gst_pi0_element_get_running_time (GST_ELEMENT (self)),
-                                        last_ms, s.rtc_execution_horizon, s.rtc_max_guidance_weight,
-                                        s.rtc == GST_PI0_INFER_RTC_GUIDED_IDENTITY, &rq.guidance);
-      }
-    }
-  } catch (const std::exception &e) {
-    record_error (self, e.what ());
-    GST_ELEMENT_ERROR (
-        self, STREAM, FAILED,
-        ("Inference failed on observation %" G_GUINT64_FORMAT ": %s", om->sequence, e.what ()),
-        (nullptr));
-    return GST_FLOW_ERROR;
-  }
-  p->infer = true;
-  return GST_FLOW_OK;
-}
-
-/* The policy on one prepared observation; a guidance prefix the model refuses falls back to an
- * unguided chunk with a warning. An error is posted and returned. */
-static void
-count_pass (GstPi0Infer *self)
-{
-  std::lock_guard<std::mutex> lk (self->priv->stats_lock);
-  self->priv->stats.passes++;
-}
-
-static GstFlowReturn
-infer_alone (GstPi0Infer *self, Prepared *p, pi0::Response *response)
-{
-  pi0::OpenedPolicy *policy = self->priv->policy.get ();
-  count_pass (self);
-  try {
-    if (p->guided) {
-      try {
-        *response = policy->infer (p->rq);
-      } catch (const pi0::Error &e) {
-        /* A prefix the model refuses: this chunk unguided, said once per occurrence. */
-        GST_ELEMENT_WARNING (self, STREAM, FAILED,
-                             ("Real-time chunking failed on observation %" G_GUINT64_FORMAT
-                              ": sampled unguided.",
-                              p->sequence),
-                             ("%s", e.what ()));
-        p->guided = false;
-        p->rq.guidance = pi0::PolicyGuidance ();
-        *response = policy->infer (p->rq);
-      }
-    } else {
-      *response = policy->infer (p->rq);
-    }
-  } catch (const c10::Error &e) {
-    record_error (self, e.what_without_backtrace ());
-    GST_ELEMENT_ERROR (self, STREAM, FAILED,
-                       ("Inference failed on observation %" G_GUINT64_FORMAT ".", p->sequence),
-                       ("LibTorch: %s", e.what_without_backtrace ()));
-    return GST_FLOW_ERROR;
-  } catch (const std::exception &e) {
-    record_error (self, e.what ());
-    GST_ELEMENT_ERROR (
-        self, STREAM, FAILED,
-        ("Inference failed on observation %" G_GUINT64_FORMAT ": %s", p->sequence, e.what ()),
-        (nullptr));
-    return GST_FLOW_ERROR;
-  }
-  return GST_FLOW_OK;
-}
-
-/* The chunk onto its buffer as a GstPi0ActionMeta, the stats (@busy_ms: the policy's time this
- * chunk adds, 0 for the 2nd.. chunk of a batch), and the chunk into the real-time chunking
- * history. */
-static void
-attach_chunk (GstPi0Infer *self, GstBuffer *buf, Prepared *p, const pi0::Response &response,
-              double ms, double busy_ms)
-{
-  auto priv = self->priv;
-  pi0::OpenedPolicy *policy = priv->policy.get ();
-  p->done = true;
-  if (p->guided) {
-    std::lock_guard<std::mutex> lk (priv->stats_lock);
-    priv->stats.rtc_guided++;
-    priv->stats.rtc_delay = (guint64)p->rq.guidance.delay;
-    priv->stats.rtc_prefix_rows = (guint64)p->rq.guidance.prefix.size (0);
-  }
-  if (response.prompt_truncated && !priv->state.warned_truncated) {
-    priv->state.warned_truncated = true;
-    GST_ELEMENT_WARNING (self, STREAM, FAILED,
-                         ("The instruction needs more than the model's %d tokens: it was cut.",
-                          policy->prompt_length ()),
-                         ("instruction \"%s\"", p->instruction.c_str ()));
-  }
-  const at::Tensor &actions = response.actions;
-  GstPi0ActionMeta *am =
-      gst_buffer_add_pi0_action_meta (buf, (guint)actions.size (0), (guint)actions.size (1),
-                                      actions.data_ptr<float> (), policy->model_id ().c_str ());
-  am->sequence = p->sequence;
-  am->observation_time = p->observation_time;
-  am->inference_time = (GstClockTime)(ms * GST_MSECOND);
-  am->done_time = gst_pi0_element_get_running_time (GST_ELEMENT (self));
-  if (policy->untrained ())
-    am->flags = (GstPi0ActionFlags)(am->flags | GST_PI0_ACTION_FLAG_UNTRAINED);
-  bool finite = !(am->flags & GST_PI0_ACTION_FLAG_NON_FINITE);
-
-  {
-    std::lock_guard<std::mutex> lk (priv->stats_lock);
-    priv->stats.chunks++;
-    if (!finite)
-      priv->stats.non_finite++;
-    priv->stats.latencies_ms.push_back (ms);
-    priv->stats.total_ms += busy_ms;
-    if (priv->stats.latencies_ms.size () > LATENCY_WINDOW)
-      priv->stats.latencies_ms.pop_front ();
-  }
-  if (!finite)
-    GST_WARNING_OBJECT (self, "observation %" G_GUINT64_FORMAT ": non-finite actions (flagged)",
-                        p->sequence);
-  else {
-    /* Kept for real-time chunking: the sink may now execute it. A non-finite chunk is never
-     * executed, so it is never a prefix. */
-    priv->rtc.chunk_made (am->sequence, am->observation_time, am->horizon, am->dim, am->actions);
-  }
-  GST_LOG_OBJECT (self, "observation %" G_GUINT64_FORMAT ": %ux%u actions in %.2f ms", p->sequence,
-                  am->horizon, am->dim, ms);
-}
-
-static double
-ms_since (std::chrono::steady_clock::time_point t0)
-{
-  return std::chrono::duration<double, std::milli> (std::chrono::steady_clock::now () - t0)
-      .count ();
-}
-
 static GstFlowReturn
 gst_pi0_infer_transform_ip (GstBaseTransform *trans, GstBuffer *buf)
 {
   auto self = GST_PI0_INFER (trans);
   Settings s = snapshot_settings (self);
   Prepared p;
-  GstFlowReturn ret = prepare_observation (self, s, buf, &p);
+  GstFlowReturn ret = self->priv->runner.prepare (buf, s, &p);
   if (ret != GST_FLOW_OK || !p.infer)
     return ret;
-  auto t0 = std::chrono::steady_clock::now ();
-  pi0::Response response;
-  ret = infer_alone (self, &p, &response);
-  if (ret != GST_FLOW_OK)
-    return ret;
-  double ms = ms_since (t0);
-  attach_chunk (self, buf, &p, response, ms, ms);
-  return GST_FLOW_OK;
-}
-
-/* ------------------------------------------------------------------------------------------ */
-/* Batching (max-batch-size > 1)                                                              */
-
-/* Takes the held items and ends any wait for them. */
-static std::deque<Prepared>
-take_held (GstPi0Infer *self)
-{
-  Batching &b = self->priv->batch;
-  std::deque<Prepared> held;
-  held.swap (b.held);
-  b.n_infer = 0;
-  std::lock_guard<std::mutex> lk (b.lock);
-  b.armed = false;
-  b.generation++;
-  if (b.wait_id)
-    gst_clock_id_unschedule (b.wait_id);
-  return held;
-}
-
-static void
-unref_items (std::deque<Prepared> &items)
-{
-  for (Prepared &p : items) {
-    if (p.buf)
-      gst_buffer_unref (p.buf);
-    if (p.event)
-      gst_event_unref (p.event);
-    p.buf = nullptr;
-    p.event = nullptr;
-  }
-}
-
-/* Runs the held observations, those that need the policy as one forward pass, and pushes them
- * (with the held events) in input order. If the stacked pass throws, each runs alone, as with
- * max-batch-size=1 (so a request the policy refuses fails as it would alone). Needs the sink
- * pad's stream lock. */
-static GstFlowReturn
-run_held (GstPi0Infer *self)
-{
-  std::deque<Prepared> held = take_held (self);
-  if (held.empty ())
-    return GST_FLOW_OK;
-  std::vector<Prepared *> todo;
-  for (Prepared &p : held)
-    if (p.buf && p.infer)
-      todo.push_back (&p);
-
-  GstFlowReturn ret = GST_FLOW_OK;
-  bool together = false;
-  if (todo.size () > 1) {
-    std::vector<pi0::Request> rqs;
-    for (Prepared *p : todo)
-      rqs.push_back (p->rq);
-    auto t0 = std::chrono::steady_clock::now ();
-    std::vector<pi0::Response> responses;
-    try {
-      count_pass (self);
-      responses = self->priv->policy->infer (rqs);
-      together = true;
-    } catch (const std::exception &e) {
-      GST_DEBUG_OBJECT (self, "a batch of %zu failed (%s): each runs alone", todo.size (),
-                        e.what ());
-    }
-    if (together) {
-      double ms = ms_since (t0);
-      for (size_t i = 0; i < todo.size (); i++)
-        attach_chunk (self, todo[i]->buf, todo[i], responses[i], ms, i == 0 ? ms : 0.0);
-      GST_LOG_OBJECT (self, "%zu observations in one pass: %.2f ms", todo.size (), ms);
-    }
-  }
-  if (!together) {
-    for (Prepared *p : todo) {
-      auto t0 = std::chrono::steady_clock::now ();
-      pi0::Response response;
-      ret = infer_alone (self, p, &response);
-      if (ret != GST_FLOW_OK)
-        break;
-      double ms = ms_since (t0);
-      attach_chunk (self, p->buf, p, response, ms, ms);
-    }
-  }
-
-  /* In order, up to the first observation that failed (its error is posted). */
-  GstPad *src = GST_BASE_TRANSFORM_SRC_PAD (self);
-  for (Prepared &p : held) {
-    if (p.buf && p.infer && !p.done)
-      break;
-    GstFlowReturn r = GST_FLOW_OK;
-    if (p.event) {
-      gst_pad_push_event (src, p.event);
-      p.event = nullptr;
-    } else {
-      r = gst_pad_push (src, p.buf);
-      p.buf = nullptr;
-    }
-    if (r != GST_FLOW_OK) {
-      ret = r;
-      break;
-    }
-  }
-  unref_items (held);
-  return ret;
-}
-
-/* The wait thread: when a wait ends (max-batch-wait after the first held observation, on the
- * pipeline clock) with the same observations still held, it runs them. */
-static void
-batch_wait_loop (GstPi0Infer *self)
-{
-  Batching &b = self->priv->batch;
-  GstPad *sinkpad = GST_BASE_TRANSFORM_SINK_PAD (self);
-  std::unique_lock<std::mutex> lk (b.lock);
-  while (!b.stopping) {
-    if (!b.armed) {
-      b.cond.wait (lk);
-      continue;
-    }
-    const guint64 generation = b.generation;
-    GstClockID id = gst_clock_new_single_shot_id (b.clock, b.deadline);
-    b.wait_id = id;
-    lk.unlock ();
-    gst_clock_id_wait (id, nullptr);
-    lk.lock ();
-    b.wait_id = nullptr;
-    gst_clock_id_unref (id);
-    if (b.stopping || !b.armed || b.generation != generation)
-      continue;
-    lk.unlock ();
-    GST_PAD_STREAM_LOCK (sinkpad);
-    bool still;
-    {
-      std::lock_guard<std::mutex> g (b.lock);
-      still = !b.stopping && b.armed && b.generation == generation;
-    }
-    if (still) {
-      GstFlowReturn r = run_held (self);
-      if (r != GST_FLOW_OK)
-        GST_DEBUG_OBJECT (self, "pushing a partial batch: %s", gst_flow_get_name (r));
-    }
-    GST_PAD_STREAM_UNLOCK (sinkpad);
-    lk.lock ();
-  }
-}
-
-static void
-batch_start (GstPi0Infer *self, guint size)
-{
-  Batching &b = self->priv->batch;
-  b.size = size;
-  b.stopping = false;
-  b.armed = false;
-  if (size > 1)
-    b.waiter = std::thread (batch_wait_loop, self);
-}
-
-static void
-batch_stop (GstPi0Infer *self)
-{
-  Batching &b = self->priv->batch;
-  {
-    std::lock_guard<std::mutex> lk (b.lock);
-    b.stopping = true;
-    if (b.wait_id)
-      gst_clock_id_unschedule (b.wait_id);
-  }
-  b.cond.notify_all ();
-  if (b.waiter.joinable ())
-    b.waiter.join ();
-  std::deque<Prepared> held = take_held (self);
-  unref_items (held);
-  gst_clear_object (&b.clock);
-  b.size = 1;
-}
-
-static GstFlowReturn
-gst_pi0_infer_submit_input_buffer (GstBaseTransform *trans, gboolean is_discont, GstBuffer *buf)
-{
-  auto self = GST_PI0_INFER (trans);
-  Batching &b = self->priv->batch;
-  if (b.size <= 1)
-    return GST_BASE_TRANSFORM_CLASS (parent_class)->submit_input_buffer (trans, is_discont, buf);
-
-  Settings s = snapshot_settings (self);
-  Prepared p;
-  p.buf = gst_buffer_make_writable (buf);
-  GstFlowReturn ret = prepare_observation (self, s, p.buf, &p);
-  if (ret != GST_FLOW_OK) {
-    gst_buffer_unref (p.buf);
-    return ret;
-  }
-  const bool infer = p.infer;
-  if (!infer && b.held.empty ())
-    return gst_pad_push (GST_BASE_TRANSFORM_SRC_PAD (self), p.buf);
-  b.held.push_back (std::move (p));
-  if (!infer)
-    return GST_FLOW_OK;
-  if (++b.n_infer >= b.size || s.max_batch_wait == 0)
-    return run_held (self);
-  if (b.n_infer == 1) { /* the first: wait for more, at most max-batch-wait */
-    GstClock *clock = gst_element_get_clock (GST_ELEMENT (self));
-    if (!clock)
-      clock = gst_system_clock_obtain ();
-    const GstClockTime now = gst_clock_get_time (clock);
-    std::lock_guard<std::mutex> lk (b.lock);
-    gst_object_replace ((GstObject **)&b.clock, GST_OBJECT (clock));
-    gst_object_unref (clock);
-    b.deadline = s.max_batch_wait < GST_CLOCK_TIME_NONE - 1 - now ? now + s.max_batch_wait
-                                                                  : GST_CLOCK_TIME_NONE - 1;
-    b.armed = true;
-    b.generation++;
-    b.cond.notify_all ();
-  }
-  return GST_FLOW_OK;
-}
-
-static GstFlowReturn
-gst_pi0_infer_generate_output (GstBaseTransform *trans, GstBuffer **outbuf)
-{
-  auto self = GST_PI0_INFER (trans);
-  if (self->priv->batch.size <= 1)
-    return GST_BASE_TRANSFORM_CLASS (parent_class)->generate_output (trans, outbuf);
-  *outbuf = nullptr; /* batching pushes the buffers itself, in order */
-  return GST_FLOW_OK;
+  return self->priv->runner.infer_one (buf, p) ? GST_FLOW_OK : GST_FLOW_ERROR;
 }

@@ -30,6 +30,16 @@ typedef enum {
 } GstPi0InferDevice;
 
 /**
+ * GstPi0InferNormMode:
+ * @GST_PI0_INFER_NORM_MODE_ZSCORE: (x - mean) / (std + 1e-6), as pi0 trains
+ * @GST_PI0_INFER_NORM_MODE_QUANTILE: [q01, q99] to [-1, 1], as pi05 and pi0-FAST train
+ */
+typedef enum {
+  GST_PI0_INFER_NORM_MODE_ZSCORE = 0,
+  GST_PI0_INFER_NORM_MODE_QUANTILE = 1,
+} GstPi0InferNormMode;
+
+/**
  * GstPi0InferRtc:
  * @GST_PI0_INFER_RTC_OFF: each chunk is sampled from fresh noise alone
  * @GST_PI0_INFER_RTC_GUIDED: real-time chunking: each chunk is guided toward the rest of the

@@ -1,0 +1,144 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+/* What pi0infer does with the policy, apart from GObject: opens it (pi0::open_policy() with the
+ * element's settings, and its warm-up run), reads an observation buffer (cudaprep's
+ * GstPi0TensorMeta, the GstPi0ObservationMeta's robot state), checks it against the policy,
+ * builds the request (images without a copy, state, instruction, seed, real-time chunking
+ * guidance from pi0::RtcTracker), runs the policy on one request or a batch, writes the chunk as
+ * a GstPi0ActionMeta, takes pi0actionsink's feedback, and keeps the stats. As DeepStream's
+ * DsNvInferImpl, it posts its errors and warnings, worded here, on the element it serves. The
+ * element (gst/gstpi0infer.cpp) is the glue: properties, caps, events, queries, the batching
+ * clock wait (pi0::Batcher decides), pushing.
+ *
+ * Threads: open, prepare, infer and close belong to whoever holds the element's sink stream lock
+ * (the streaming thread, or the batching wait thread); the stats and the model id are read from
+ * any thread (stats_lock, never held while posting or running the policy); feedback comes on
+ * upstream event threads (the tracker locks itself). */
+
+#include "gstpi0infer.h"
+
+#include <gst/gst.h>
+
+#include "model/open_policy.h"
+#include "model/rtc_tracker.h"
+
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace pi0::infer
+{
+
+/* The element's properties. */
+struct Settings {
+  std::string model;
+  std::string tokenizer;
+  std::string instruction;
+  std::string norm_stats;
+  GstPi0InferNormMode norm_mode = GST_PI0_INFER_NORM_MODE_ZSCORE;
+  int action_dims = 0;
+  int num_steps = 10;
+  GstPi0InferPrecision precision = GST_PI0_INFER_PRECISION_AUTO;
+  GstPi0InferDevice device = GST_PI0_INFER_DEVICE_AUTO;
+  int cuda_device_id = 0;
+  guint64 seed = 0;
+  bool require_state = true;
+  GstPi0InferRtc rtc = GST_PI0_INFER_RTC_OFF;
+  guint rtc_execution_horizon = 0; /* 0: the rows already due when the observation was taken */
+  double rtc_max_guidance_weight = 5.0;
+  guint max_batch_size = 1;
+  guint64 max_batch_wait = 5 * GST_MSECOND;
+};
+
+/* The inference times the stats keep (p50/p99 over these). */
+constexpr size_t kLatencyWindow = 200;
+
+/* One observation ready to run (infer), or to pass on without actions; while batching, also an
+ * instruction event held so that it stays between the same buffers downstream. */
+struct Prepared {
+  GstBuffer *buf = nullptr;  /* while batching: the buffer (owned) */
+  GstEvent *event = nullptr; /* while batching: an event held in its place (owned) */
+  bool infer = false;        /* false: passes on without actions (no state) */
+  pi0::Request rq;
+  bool guided = false;
+  guint64 sequence = 0;
+  GstClockTime observation_time = GST_CLOCK_TIME_NONE;
+  std::string instruction;
+};
+
+class Runner
+{
+public:
+  explicit Runner (GstElement *owner) : owner_ (owner) {}
+  Runner (const Runner &) = delete;
+  Runner &operator= (const Runner &) = delete;
+
+  /* Opens the policy @s names and runs one blank observation through it (a broken policy fails
+   * here, and the first real observation is not slow); resets the stats and the real-time
+   * chunking tracker. FALSE with an error posted (what to set, the file, the library). */
+  bool open (const Settings &s);
+  /* Lets the policy go (the stats and the model id stay readable). */
+  void close ();
+  const pi0::OpenedPolicy *policy () const { return policy_.get (); }
+
+  /* Everything before the policy runs on @buf: the checks, the state rule, the request. OK with
+   * @p->infer false: the buffer passes on without actions; an error is posted with any other
+   * return. */
+  GstFlowReturn prepare (GstBuffer *buf, const Settings &s, Prepared *p);
+  /* The policy on @p alone, its chunk onto @buf. A guidance prefix the model refuses falls back
+   * to an unguided chunk with a warning. false with the error posted. */
+  bool infer_one (GstBuffer *buf, Prepared &p);
+  /* The policy on @todo (each with its buffer) in one forward pass, each chunk onto its buffer.
+   * false when the stacked pass failed (nothing attached, nothing posted): run them alone. */
+  bool infer_together (const std::vector<Prepared *> &todo);
+
+  /* A pi0-executing event from the sink: taken, or refused with a rate-limited warning. */
+  void feedback (GstEvent *event);
+
+  /* The `stats` property, and the id of the policy opened last (empty before). */
+  GstStructure *stats () const;
+  std::string model_id () const;
+  /* The processing time to report as latency: the p99 of recent inferences, or the warm-up
+   * before any. */
+  GstClockTime processing_time () const;
+
+private:
+  struct Stats {
+    guint64 observations = 0; /* buffers seen */
+    guint64 chunks = 0;       /* action metas attached */
+    guint64 skipped_state = 0;
+    guint64 non_finite = 0;
+    guint64 errors = 0;
+    std::string last_error;
+    std::deque<double> latencies_ms; /* the last kLatencyWindow inferences */
+    double total_ms = 0;             /* all inferences since start: busy time */
+    double warmup_ms = 0;
+    guint64 rtc_guided = 0;           /* chunks sampled with guidance */
+    guint64 rtc_feedback = 0;         /* pi0-executing events taken */
+    guint64 rtc_feedback_ignored = 0; /* pi0-executing events refused (a warning says why) */
+    guint64 rtc_delay = 0;            /* delay in rows of the last guided chunk */
+    guint64 rtc_prefix_rows = 0;      /* rows of the executing chunk it was guided toward */
+    guint64 passes = 0;               /* policy calls: one per observation, or per batch */
+  };
+
+  Stats snapshot () const;
+  void record_error (const std::string &what);
+  void count_pass ();
+  void ignore_feedback (const std::string &why);
+  void attach (GstBuffer *buf, Prepared &p, const pi0::Response &response, double ms,
+               double busy_ms);
+
+  GstElement *owner_; /* not owned: the element, for its bus, clock and log */
+  std::unique_ptr<pi0::OpenedPolicy> policy_;
+  pi0::RtcTracker rtc_;
+  bool warned_no_state_ = false, warned_truncated_ = false, warned_rtc_unsupported_ = false;
+
+  mutable std::mutex stats_lock_;
+  Stats stats_;
+  std::string model_id_; /* under stats_lock_ */
+};
+
+} // namespace pi0::infer
