@@ -32,7 +32,7 @@
 
 #include "gstpi0viewmux.h"
 #include "gstpi0enum.h"
-#include "pi0muxinputs.h"
+#include "pi0muxselect.h"
 
 #include <gst/pi0/pi0.h>
 #include <gst/video/video.h>
@@ -47,7 +47,8 @@ GST_DEBUG_CATEGORY_STATIC (gst_pi0_view_mux_debug);
 #define GST_CAT_DEFAULT gst_pi0_view_mux_debug
 
 /* The element is glue: the timing rules are pi0pairing.h's; the frames and the sample it holds,
- * their checks and the observation built from them are pi0muxinputs.h's.
+ * their checks and the observation built from them are pi0muxinputs.h's; which queued buffers
+ * they come from (selection) is pi0muxselect.h's.
  *
  * Locking: OBJECT_LOCK (self) guards the pad table (which input has which pad). It is taken
  * before settings_lock or stats_lock, never the other way round, and settings_lock and
@@ -81,7 +82,7 @@ enum { VIEW_MAIN, VIEW_SIDE, VIEW_TOP };
 enum { TIMESTAMPS_RUNNING_TIME, TIMESTAMPS_PTS };
 
 /* Inputs are numbered 0..2 for the views (kViewNames) and STATE_INPUT for the state pad. */
-constexpr int N_VIEWS = pi0::mux::kViews, STATE_INPUT = N_VIEWS;
+constexpr int N_VIEWS = pi0::mux::kViews, STATE_INPUT = pi0::mux::kStateInput;
 #define view_names pi0::mux::kViewNames
 
 #define VIEW_CAPS                                                                                  \
@@ -99,12 +100,9 @@ static GstStaticPadTemplate src_template = GST_STATIC_PAD_TEMPLATE (
 
 struct _GstPi0ViewMuxPad {
   GstAggregatorPad parent;
-
-  int view; /* set at creation: 0..2, or -1 for the state pad */
-  /* Written and read by the aggregate thread only (serialized events are handled there). */
-  GstVideoInfo info;
-  bool info_valid, cuda, not_negotiated;
-  guint state_dim;
+  /* The view is set at creation; the rest is written and read by the aggregate thread only
+   * (serialized events are handled there). */
+  pi0::mux::PadFormat format;
 };
 
 G_DEFINE_TYPE (GstPi0ViewMuxPad, gst_pi0_view_mux_pad, GST_TYPE_AGGREGATOR_PAD);
@@ -117,14 +115,7 @@ gst_pi0_view_mux_pad_class_init (GstPi0ViewMuxPadClass *klass)
 static void
 gst_pi0_view_mux_pad_init (GstPi0ViewMuxPad *pad)
 {
-  pad->view = -1;
-  gst_video_info_init (&pad->info);
-}
-
-static bool
-pad_negotiated (GstPi0ViewMuxPad *pad)
-{
-  return !pad->not_negotiated && (pad->view >= 0 ? pad->info_valid : pad->state_dim > 0);
+  new (&pad->format) pi0::mux::PadFormat (); /* trivially destructible: nothing to finalize */
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -194,13 +185,6 @@ gst_pi0_view_mux_finalize (GObject *object)
 {
   delete GST_PI0_VIEW_MUX (object)->priv;
   G_OBJECT_CLASS (parent_class)->finalize (object);
-}
-
-static void
-add_stats (GstPi0ViewMux *self, const pi0::mux::Counts &d)
-{
-  std::lock_guard<std::mutex> lk (self->priv->stats_lock);
-  self->priv->stats += d;
 }
 
 /* The time properties, by id. */
@@ -291,6 +275,12 @@ snapshot_settings (GstPi0ViewMux *self)
   return self->priv->settings;
 }
 
+static pi0::mux::SelectSettings
+select_settings (const Settings &s)
+{
+  return {s.base_view, s.max_skew, s.use_pts};
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Pads                                                                                        */
 
@@ -302,11 +292,7 @@ gst_pi0_view_mux_create_new_pad (GstAggregator *agg, GstPadTemplate *templ, cons
   auto self = GST_PI0_VIEW_MUX (agg);
   auto priv = self->priv;
   const gchar *name = GST_PAD_TEMPLATE_NAME_TEMPLATE (templ);
-  int input = g_str_equal (name, "state") ? STATE_INPUT : -1;
-  for (int v = 0; v < N_VIEWS; v++) {
-    if (g_str_equal (name, view_names[v]))
-      input = v;
-  }
+  const int input = pi0::mux::input_by_name (name);
   if (input < 0)
     return nullptr;
 
@@ -319,7 +305,7 @@ gst_pi0_view_mux_create_new_pad (GstAggregator *agg, GstPadTemplate *templ, cons
   auto pad =
       GST_PI0_VIEW_MUX_PAD (g_object_new (GST_TYPE_PI0_VIEW_MUX_PAD, "name", name, "direction",
                                           GST_PAD_SINK, "template", templ, nullptr));
-  pad->view = input < N_VIEWS ? input : -1;
+  pad->format.view = input < N_VIEWS ? input : -1;
   priv->pads[input] = pad;
   /* A new view, or the state pad, changes the observation caps. */
   bool was_active = input < N_VIEWS && priv->active[input];
@@ -336,7 +322,7 @@ static void
 gst_pi0_view_mux_release_pad (GstElement *element, GstPad *pad)
 {
   auto priv = GST_PI0_VIEW_MUX (element)->priv;
-  const int view = GST_PI0_VIEW_MUX_PAD (pad)->view;
+  const int view = GST_PI0_VIEW_MUX_PAD (pad)->format.view;
 
   GST_OBJECT_LOCK (element);
   priv->pads[view >= 0 ? view : STATE_INPUT] = nullptr;
@@ -349,17 +335,19 @@ gst_pi0_view_mux_release_pad (GstElement *element, GstPad *pad)
   GST_ELEMENT_CLASS (parent_class)->release_pad (element, pad);
 }
 
-/* The pads as the aggregate thread sees them now (each with a reference, or nullptr). */
+/* The inputs as the aggregate thread sees them now (each pad with a reference), and the active
+ * views. */
 struct PadSnapshot {
-  std::array<GstPi0ViewMuxPad *, N_VIEWS + 1> pads{};
+  pi0::mux::Pads in{};
   std::array<bool, N_VIEWS> active{};
 
   explicit PadSnapshot (GstPi0ViewMux *self)
   {
     GST_OBJECT_LOCK (self);
-    for (int i = 0; i <= N_VIEWS; i++)
-      pads[i] =
-          self->priv->pads[i] ? (GstPi0ViewMuxPad *)gst_object_ref (self->priv->pads[i]) : nullptr;
+    for (int i = 0; i <= N_VIEWS; i++) {
+      if (GstPi0ViewMuxPad *p = self->priv->pads[i])
+        in[i] = {GST_AGGREGATOR_PAD (gst_object_ref (p)), &p->format};
+    }
     active = self->priv->active;
     GST_OBJECT_UNLOCK (self);
   }
@@ -367,9 +355,9 @@ struct PadSnapshot {
   PadSnapshot &operator= (const PadSnapshot &) = delete;
   ~PadSnapshot ()
   {
-    for (auto p : pads) {
-      if (p)
-        gst_object_unref (p);
+    for (auto &p : in) {
+      if (p.pad)
+        gst_object_unref (p.pad);
     }
   }
 };
@@ -432,15 +420,12 @@ gst_pi0_view_mux_sink_event (GstAggregator *agg, GstAggregatorPad *apad, GstEven
     std::string why;
     gst_event_parse_caps (event, &caps);
     /* Refused caps leave the pad unusable until new caps come: nothing reads the rest. */
-    pad->not_negotiated =
-        !pi0::mux::parse_caps (pad->view, caps, &pad->info, &pad->cuda, &pad->state_dim, &why);
-    if (pad->not_negotiated) {
+    if (!pad->format.take_caps (caps, &why)) {
       GST_ELEMENT_ERROR (self, CORE, NEGOTIATION, ("%s", why.c_str ()),
                          ("caps: %" GST_PTR_FORMAT, caps));
       gst_event_unref (event);
       return FALSE;
     }
-    pad->info_valid = pad->view >= 0;
     GST_DEBUG_OBJECT (pad, "caps %" GST_PTR_FORMAT, caps);
     gst_pad_mark_reconfigure (GST_AGGREGATOR_SRC_PAD (self));
   } else if (GST_EVENT_TYPE (event) == GST_EVENT_SEGMENT) {
@@ -455,7 +440,7 @@ gst_pi0_view_mux_sink_event (GstAggregator *agg, GstAggregatorPad *apad, GstEven
       return FALSE;
     }
     /* The output runs in the base view's segment: its PTS are the observations' PTS. */
-    if (pad->view == snapshot_settings (self).base_view)
+    if (pad->format.view == snapshot_settings (self).base_view)
       gst_aggregator_update_segment (agg, segment);
   }
   return GST_AGGREGATOR_CLASS (parent_class)->sink_event (agg, apad, event);
@@ -483,18 +468,9 @@ gst_pi0_view_mux_update_src_caps (GstAggregator *agg, GstCaps *downstream, GstCa
   const int base_view = snapshot_settings (self).base_view;
   PadSnapshot snap (self);
 
-  auto base = snap.pads[base_view];
-  if (!base || !base->info_valid)
+  GstCaps *caps = pi0::mux::inputs_caps (snap.in, snap.active, base_view);
+  if (!caps)
     return GST_AGGREGATOR_FLOW_NEED_DATA;
-  bool all_cuda = true;
-  for (int v = 0; v < N_VIEWS; v++) {
-    if (snap.active[v] && snap.pads[v] && snap.pads[v]->info_valid && !snap.pads[v]->cuda)
-      all_cuda = false;
-  }
-  GstCaps *caps = pi0::mux::observation_caps (
-      snap.active, base_view, snap.pads[STATE_INPUT] ? snap.pads[STATE_INPUT]->state_dim : 0,
-      GST_VIDEO_INFO_FPS_N (&base->info), GST_VIDEO_INFO_FPS_D (&base->info), all_cuda);
-
   *ret = gst_caps_intersect (caps, downstream);
   if (gst_caps_is_empty (*ret)) {
     GST_ELEMENT_ERROR (
@@ -509,77 +485,17 @@ gst_pi0_view_mux_update_src_caps (GstAggregator *agg, GstCaps *downstream, GstCa
 /* ------------------------------------------------------------------------------------------ */
 /* Time                                                                                        */
 
-/* The time a buffer is paired by: its running time, or with timestamps=pts its PTS. */
-static GstClockTime
-buffer_time (GstAggregatorPad *pad, GstBuffer *buf, bool use_pts)
-{
-  if (!GST_BUFFER_PTS_IS_VALID (buf) || use_pts)
-    return GST_BUFFER_PTS (buf);
-  GST_OBJECT_LOCK (pad);
-  GstClockTime rt =
-      gst_segment_to_running_time (&pad->segment, GST_FORMAT_TIME, GST_BUFFER_PTS (buf));
-  GST_OBJECT_UNLOCK (pad);
-  return rt;
-}
-
-/* GstAggregator turns a GAP event into an empty buffer flagged GAP: time passing, not a frame. */
-static bool
-is_gap (GstBuffer *buf)
-{
-  return GST_BUFFER_FLAG_IS_SET (buf, GST_BUFFER_FLAG_GAP) && gst_buffer_get_size (buf) == 0;
-}
-
-/* An input's front buffer as the pairing rules see it. */
-static pi0::mux::Front
-front_of (GstPi0ViewMux *self, GstPi0ViewMuxPad *pad, GstBuffer *buf, GstClockTime t)
-{
-  pi0::mux::Front f;
-  f.t = t;
-  f.duration = GST_BUFFER_DURATION (buf);
-  f.held = buf == self->priv->inputs.current (pad->view);
-  f.gap = is_gap (buf);
-  return f;
-}
-
-/* The running time the base class times out at, adding its latency (called from the aggregate
- * thread). A waiting base frame times out after the latency, or max-wait. Without one: at the
- * base view's EOS at once, so that aggregate() ends the stream whatever the other inputs do;
- * while the base view is silent, when the first other input's front buffer can be passed on
- * (aggregate()); never while every input is silent. */
+/* The running time the base class times out at, adding its latency (pi0::mux::next_time(); called
+ * from the aggregate thread). */
 static GstClockTime
 gst_pi0_view_mux_get_next_time (GstAggregator *agg)
 {
   auto self = GST_PI0_VIEW_MUX (agg);
   Settings s = snapshot_settings (self);
   PadSnapshot snap (self);
-  GstPi0ViewMuxPad *base = snap.pads[s.base_view];
-  if (!base)
-    return GST_CLOCK_TIME_NONE;
-
-  GstBuffer *buf = gst_aggregator_pad_peek_buffer (GST_AGGREGATOR_PAD (base));
-  if (buf) {
-    GstClockTime t = buffer_time (GST_AGGREGATOR_PAD (base), buf, false);
-    gst_buffer_unref (buf);
-    /* The latency is our record of it: the base class holds its lock while asking us. */
-    return pi0::mux::base_deadline (t, s.max_wait, self->priv->latency.load ());
-  }
-  if (gst_aggregator_pad_is_eos (GST_AGGREGATOR_PAD (base)))
-    return 0;
-
-  GstClockTime next = GST_CLOCK_TIME_NONE;
-  for (int i = 0; i <= N_VIEWS; i++) {
-    GstPi0ViewMuxPad *pad = snap.pads[i];
-    if (!pad || pad == base || !(buf = gst_aggregator_pad_peek_buffer (GST_AGGREGATOR_PAD (pad))))
-      continue;
-    const GstClockTime t = buffer_time (GST_AGGREGATOR_PAD (pad), buf, s.use_pts);
-    if (GST_CLOCK_TIME_IS_VALID (t)) {
-      const GstClockTime limit = pi0::mux::drain_limit (front_of (self, pad, buf, t));
-      const GstClockTime slack = i < N_VIEWS ? s.max_skew : 0;
-      next = std::min (next, limit > slack ? limit - slack : 0);
-    }
-    gst_buffer_unref (buf);
-  }
-  return next;
+  /* The latency is our record of it: the base class holds its lock while asking us. */
+  return pi0::mux::next_time (snap.in, select_settings (s), s.max_wait, self->priv->latency.load (),
+                              self->priv->inputs);
 }
 
 static gboolean
@@ -599,36 +515,26 @@ gst_pi0_view_mux_src_query (GstAggregator *agg, GstQuery *query)
 /* ------------------------------------------------------------------------------------------ */
 /* Errors and warnings: one wording each, whichever pad and path meets them                    */
 
-/* "View 'main'" or "The state pad". */
-static std::string
-pad_label (GstPi0ViewMuxPad *pad)
-{
-  return pad->view >= 0 ? std::string ("View '") + view_names[pad->view] + "'"
-                        : std::string ("The state pad");
-}
-
+/* Selection's errors, and the same ones met by aggregate() on the base view. */
 static GstFlowReturn
-error_not_negotiated (GstPi0ViewMux *self, GstPi0ViewMuxPad *pad)
+post_pad_error (GstPi0ViewMux *self, const pi0::mux::PadError &e)
 {
-  GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
-                     ("%s sent data without usable caps.", pad_label (pad).c_str ()), (nullptr));
-  return GST_FLOW_NOT_NEGOTIATED;
+  if (e.kind == pi0::mux::PadError::NotNegotiated)
+    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION, ("%s", e.text ().c_str ()), (nullptr));
+  else
+    GST_ELEMENT_ERROR (self, STREAM, FORMAT, ("%s", e.text ().c_str ()), ("%s", e.debug ()));
+  return e.flow ();
 }
 
-static GstFlowReturn
-error_no_timestamp (GstPi0ViewMux *self, GstPi0ViewMuxPad *pad)
-{
-  GST_ELEMENT_ERROR (self, STREAM, FORMAT,
-                     ("%s sent a %s without a usable timestamp.", pad_label (pad).c_str (),
-                      pad->view >= 0 ? "frame" : "sample"),
-                     ("a PTS inside the segment is needed to pair it with the other inputs"));
-  return GST_FLOW_ERROR;
-}
-
-/* The inputs' warnings (stale/recovered views, refused frames and samples), with details. */
+/* What an aggregate() counted, into the stats, and the inputs' warnings (stale/recovered views,
+ * refused frames and samples, with details) onto the bus. */
 static void
-post_notices (GstPi0ViewMux *self, pi0::mux::Notices &notices)
+report (GstPi0ViewMux *self, const pi0::mux::Counts &d, pi0::mux::Notices &notices)
 {
+  {
+    std::lock_guard<std::mutex> lk (self->priv->stats_lock);
+    self->priv->stats += d;
+  }
   for (pi0::mux::Notice &n : notices) {
     gst_element_message_full_with_details (GST_ELEMENT (self), GST_MESSAGE_WARNING,
                                            GST_STREAM_ERROR, n.code, g_strdup (n.text.c_str ()),
@@ -642,54 +548,8 @@ post_notices (GstPi0ViewMux *self, pi0::mux::Notices &notices)
 /* ------------------------------------------------------------------------------------------ */
 /* Selection (as GstVideoAggregator's fill_queues): each input's current frame or sample      */
 
-/* Brings one input up to @limit: takes its queued buffers at or before @limit in order, the
- * newest becoming its current frame or sample (pi0::mux::next_step). Sets @complete when no
- * other such buffer can still come: a later one is queued, the current one lasts past @limit,
- * or the pad is at EOS. A buffer that lasts past @limit stays queued: GstAggregator only
- * aggregates before the deadline when every pad holds data, and a slower input's pad would
- * otherwise be empty at the next base frame. */
-static GstFlowReturn
-drain_pad (GstPi0ViewMux *self, GstPi0ViewMuxPad *pad, GstClockTime limit, const Settings &s,
-           pi0::mux::Counts &d, pi0::mux::Notices &n, bool *complete)
-{
-  auto apad = GST_AGGREGATOR_PAD (pad);
-  auto &in = self->priv->inputs;
-  *complete = false;
-  while (true) {
-    g_autoptr (GstBuffer) buf = gst_aggregator_pad_peek_buffer (apad);
-    if (!buf) {
-      *complete = gst_aggregator_pad_is_eos (apad);
-      return GST_FLOW_OK;
-    }
-    if (!pad_negotiated (pad))
-      return error_not_negotiated (self, pad);
-    const GstClockTime t = buffer_time (apad, buf, s.use_pts);
-    if (!GST_CLOCK_TIME_IS_VALID (t))
-      return error_no_timestamp (self, pad);
-
-    const pi0::mux::Step step = pi0::mux::next_step (front_of (self, pad, buf, t), limit);
-    if (step == pi0::mux::Step::Stop) {
-      *complete = true;
-      return GST_FLOW_OK;
-    }
-    if (step != pi0::mux::Step::Drop) {
-      const bool taken = pad->view >= 0 ? in.take_frame (pad->view, pad->view == s.base_view, buf,
-                                                         t, &pad->info, pad->cuda, s.max_skew, d, n)
-                                        : in.take_sample (buf, t, pad->state_dim, d, n);
-      if (taken && step == pi0::mux::Step::TakeAndStop) {
-        *complete = true;
-        return GST_FLOW_OK;
-      }
-    }
-    gst_aggregator_pad_drop_buffer (apad);
-  }
-}
-
-/* Brings every input but the base view up to the observation at @T (views: T + max-skew; the
- * state: T); @complete: whether each has proved it has nothing more for it. With @T NONE (the
- * base view is silent, live, at a timeout), up to what any base frame still to come in time
- * would take (pi0::mux::silent_base_limit), so that their queues never fill and block their
- * sources, which could then not even take the EOS of gst-launch -e. */
+/* pi0::mux::select_inputs() with the clock and the latency it needs when the base view is silent
+ * (@T NONE), and its error posted. */
 static GstFlowReturn
 select_inputs (GstPi0ViewMux *self, const PadSnapshot &snap, GstClockTime T, const Settings &s,
                pi0::mux::Counts &d, pi0::mux::Notices &n, bool *complete)
@@ -697,20 +557,9 @@ select_inputs (GstPi0ViewMux *self, const PadSnapshot &snap, GstClockTime T, con
   const bool silent = !GST_CLOCK_TIME_IS_VALID (T);
   const GstClockTime now = silent ? gst_pi0_element_get_running_time (GST_ELEMENT (self)) : 0;
   const GstClockTime latency = silent ? gst_aggregator_get_latency (GST_AGGREGATOR (self)) : 0;
-  *complete = true;
-  for (int i = 0; i <= N_VIEWS; i++) {
-    const GstClockTime slack = i < N_VIEWS ? s.max_skew : 0;
-    GstClockTime limit = T + slack;
-    bool c;
-    if (!snap.pads[i] || i == s.base_view ||
-        (silent && !pi0::mux::silent_base_limit (now, latency, slack, &limit)))
-      continue;
-    GstFlowReturn ret = drain_pad (self, snap.pads[i], limit, s, d, n, &c);
-    if (ret != GST_FLOW_OK)
-      return ret;
-    *complete = *complete && c;
-  }
-  return GST_FLOW_OK;
+  pi0::mux::PadError e = pi0::mux::select_inputs (snap.in, T, now, latency, select_settings (s),
+                                                  self->priv->inputs, d, n, complete);
+  return e ? post_pad_error (self, e) : GST_FLOW_OK;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -723,10 +572,9 @@ compose (GstPi0ViewMux *self, const PadSnapshot &snap, GstBuffer *base_buf, GstC
 {
   auto agg = GST_AGGREGATOR (self);
   GstBuffer *out =
-      self->priv->inputs.compose (base_buf, T, snap.active, snap.pads[STATE_INPUT] != nullptr, s,
+      self->priv->inputs.compose (base_buf, T, snap.active, snap.in[STATE_INPUT].pad != nullptr, s,
                                   gst_pi0_element_get_running_time (GST_ELEMENT (self)), d, n);
-  add_stats (self, d);
-  post_notices (self, n);
+  report (self, d, n);
   if (!out) {
     GST_LOG_OBJECT (self, "dropped the observation at %" GST_TIME_FORMAT ": a view is masked",
                     GST_TIME_ARGS (T));
@@ -752,7 +600,7 @@ gst_pi0_view_mux_aggregate (GstAggregator *agg, gboolean timeout)
   pi0::mux::Counts d;
   pi0::mux::Notices n;
 
-  GstPi0ViewMuxPad *base = snap.pads[s.base_view];
+  const pi0::mux::PadFormat *base = snap.in[s.base_view].format;
   if (!base) {
     GST_ELEMENT_ERROR (self, CORE, PAD,
                        ("The base view '%s' has no pad: link a source to it or set base-view.",
@@ -760,7 +608,7 @@ gst_pi0_view_mux_aggregate (GstAggregator *agg, gboolean timeout)
                        (nullptr));
     return GST_FLOW_ERROR;
   }
-  auto abase = GST_AGGREGATOR_PAD (base);
+  GstAggregatorPad *abase = snap.in[s.base_view].pad;
   g_autoptr (GstBuffer) base_buf = gst_aggregator_pad_peek_buffer (abase);
   bool complete;
   if (!base_buf && gst_aggregator_pad_is_eos (abase)) {
@@ -770,29 +618,27 @@ gst_pi0_view_mux_aggregate (GstAggregator *agg, gboolean timeout)
   }
   if (!base_buf && timeout) {
     GstFlowReturn ret = select_inputs (self, snap, GST_CLOCK_TIME_NONE, s, d, n, &complete);
-    add_stats (self, d);
-    post_notices (self, n);
+    report (self, d, n);
     return ret == GST_FLOW_OK ? GST_AGGREGATOR_FLOW_NEED_DATA : ret;
   }
   if (!base_buf)
     return GST_AGGREGATOR_FLOW_NEED_DATA;
-  if (is_gap (base_buf)) {
+  if (pi0::mux::is_gap (base_buf)) {
     gst_aggregator_pad_drop_buffer (abase);
     return GST_FLOW_OK;
   }
-  if (!pad_negotiated (base))
-    return error_not_negotiated (self, base);
-  const GstClockTime T = buffer_time (abase, base_buf, s.use_pts);
+  if (!base->negotiated ())
+    return post_pad_error (self, {pi0::mux::PadError::NotNegotiated, s.base_view});
+  const GstClockTime T = pi0::mux::buffer_time (abase, base_buf, s.use_pts);
   if (!GST_CLOCK_TIME_IS_VALID (T))
-    return error_no_timestamp (self, base);
+    return post_pad_error (self, {pi0::mux::PadError::NoTimestamp, s.base_view});
 
   /* The base frame becomes the base view's current frame once (it stays queued while the others
    * are waited for); a refused one paces no observation. */
   if (base_buf != in.current (s.base_view) &&
       !in.take_frame (s.base_view, true, base_buf, T, &base->info, base->cuda, s.max_skew, d, n)) {
     gst_aggregator_pad_drop_buffer (abase);
-    add_stats (self, d);
-    post_notices (self, n);
+    report (self, d, n);
     return GST_FLOW_OK;
   }
 
@@ -802,8 +648,7 @@ gst_pi0_view_mux_aggregate (GstAggregator *agg, gboolean timeout)
   if (ret == GST_FLOW_OK && !complete && !timeout)
     ret = GST_AGGREGATOR_FLOW_NEED_DATA;
   if (ret != GST_FLOW_OK) {
-    add_stats (self, d);
-    post_notices (self, n);
+    report (self, d, n);
     return ret;
   }
   gst_aggregator_pad_drop_buffer (abase);
@@ -828,17 +673,19 @@ gst_pi0_view_mux_class_init (GstPi0ViewMuxClass *klass)
   gobject_class->finalize = gst_pi0_view_mux_finalize;
   gobject_class->set_property = gst_pi0_view_mux_set_property;
   gobject_class->get_property = gst_pi0_view_mux_get_property;
+  auto install = [gobject_class] (guint id, GParamSpec *ps) {
+    g_object_class_install_property (gobject_class, id, ps);
+  };
 
   /**
    * GstPi0ViewMux:base-view:
    *
    * The view whose frames pace the output: one observation per frame of this view.
    */
-  g_object_class_install_property (
-      gobject_class, PROP_BASE_VIEW,
-      g_param_spec_enum ("base-view", "Base view",
-                         "The view whose frames pace the output: one observation per frame",
-                         GST_TYPE_PI0_VIEW_MUX_VIEW, DEFAULT_BASE_VIEW, RW_READY));
+  install (PROP_BASE_VIEW,
+           g_param_spec_enum ("base-view", "Base view",
+                              "The view whose frames pace the output: one observation per frame",
+                              GST_TYPE_PI0_VIEW_MUX_VIEW, DEFAULT_BASE_VIEW, RW_READY));
   /**
    * GstPi0ViewMux:max-skew:
    *
@@ -846,32 +693,30 @@ gst_pi0_view_mux_class_init (GstPi0ViewMuxClass *klass)
    * with it (in nanoseconds). Live, the muxer waits this long for such frames: it is its own
    * latency. Valid frames older than this are flagged %GST_PI0_VIEW_FLAG_SKEWED.
    */
-  g_object_class_install_property (
-      gobject_class, PROP_MAX_SKEW,
-      g_param_spec_uint64 ("max-skew", "Maximum skew",
-                           "How much later than the base frame another view's frame may be "
-                           "captured and still pair with it (in nanoseconds)",
-                           0, 10 * GST_SECOND, DEFAULT_MAX_SKEW, RW_PLAYING));
+  install (PROP_MAX_SKEW,
+           g_param_spec_uint64 ("max-skew", "Maximum skew",
+                                "How much later than the base frame another view's frame may be "
+                                "captured and still pair with it (in nanoseconds)",
+                                0, 10 * GST_SECOND, DEFAULT_MAX_SKEW, RW_PLAYING));
   /**
    * GstPi0ViewMux:max-staleness:
    *
    * A view whose newest frame is older than this, relative to the observation, is marked
    * invalid (masked) instead of repeating its old frame (in nanoseconds).
    */
-  g_object_class_install_property (
-      gobject_class, PROP_MAX_STALENESS,
-      g_param_spec_uint64 ("max-staleness", "Maximum staleness",
-                           "A view whose newest frame is older than this, relative to the "
-                           "observation, is masked (in nanoseconds)",
-                           0, G_MAXUINT64, DEFAULT_MAX_STALENESS, RW_PLAYING));
+  install (PROP_MAX_STALENESS,
+           g_param_spec_uint64 ("max-staleness", "Maximum staleness",
+                                "A view whose newest frame is older than this, relative to the "
+                                "observation, is masked (in nanoseconds)",
+                                0, G_MAXUINT64, DEFAULT_MAX_STALENESS, RW_PLAYING));
   /**
    * GstPi0ViewMux:max-state-age:
    *
    * A robot state sample older than this, relative to the observation, is flagged
    * %GST_PI0_STATE_FLAG_STALE in the meta (in nanoseconds).
    */
-  g_object_class_install_property (
-      gobject_class, PROP_MAX_STATE_AGE,
+  install (
+      PROP_MAX_STATE_AGE,
       g_param_spec_uint64 ("max-state-age", "Maximum state age",
                            "A robot state sample older than this, relative to the observation, "
                            "is flagged stale (in nanoseconds)",
@@ -882,24 +727,22 @@ gst_pi0_view_mux_class_init (GstPi0ViewMuxClass *klass)
    * Drop observations in which any view is masked, instead of sending them with the view
    * marked invalid.
    */
-  g_object_class_install_property (
-      gobject_class, PROP_REQUIRE_ALL_VIEWS,
-      g_param_spec_boolean ("require-all-views", "Require all views",
-                            "Drop observations in which any view is masked instead of sending "
-                            "them with the view marked invalid",
-                            DEFAULT_REQUIRE_ALL_VIEWS, RW_PLAYING));
+  install (PROP_REQUIRE_ALL_VIEWS,
+           g_param_spec_boolean ("require-all-views", "Require all views",
+                                 "Drop observations in which any view is masked instead of sending "
+                                 "them with the view marked invalid",
+                                 DEFAULT_REQUIRE_ALL_VIEWS, RW_PLAYING));
   /**
    * GstPi0ViewMux:force-live:
    *
    * Behave as a live muxer (wait at most the latency for late views) even when no upstream
    * source says it is live, e.g. with an `appsrc` fed from a robot's driver.
    */
-  g_object_class_install_property (
-      gobject_class, PROP_FORCE_LIVE,
-      g_param_spec_boolean (
-          "force-live", "Force live", "Behave as a live muxer even when no upstream source is live",
-          DEFAULT_FORCE_LIVE,
-          (GParamFlags)(G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS | G_PARAM_CONSTRUCT_ONLY)));
+  install (PROP_FORCE_LIVE,
+           g_param_spec_boolean (
+               "force-live", "Force live",
+               "Behave as a live muxer even when no upstream source is live", DEFAULT_FORCE_LIVE,
+               (GParamFlags)(G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS | G_PARAM_CONSTRUCT_ONLY)));
   /**
    * GstPi0ViewMux:max-wait:
    *
@@ -908,13 +751,12 @@ gst_pi0_view_mux_class_init (GstPi0ViewMuxClass *klass)
    * latency (exact pairing). With a shorter wait a frame still on its way misses its
    * observation (counted as `late`). See docs/elements/pi0viewmux.md.
    */
-  g_object_class_install_property (
-      gobject_class, PROP_MAX_WAIT,
-      g_param_spec_uint64 ("max-wait", "Maximum wait",
-                           "Live: the longest an observation waits after its base frame's "
-                           "capture, whatever the cameras' latency (in nanoseconds; -1 = the "
-                           "pipeline latency)",
-                           0, G_MAXUINT64, G_MAXUINT64, RW_PLAYING));
+  install (PROP_MAX_WAIT,
+           g_param_spec_uint64 ("max-wait", "Maximum wait",
+                                "Live: the longest an observation waits after its base frame's "
+                                "capture, whatever the cameras' latency (in nanoseconds; -1 = the "
+                                "pipeline latency)",
+                                0, G_MAXUINT64, G_MAXUINT64, RW_PLAYING));
   /**
    * GstPi0ViewMux:timestamps:
    *
@@ -923,12 +765,11 @@ gst_pi0_view_mux_class_init (GstPi0ViewMuxClass *klass)
    * a recording whose demuxers rebase segments (all inputs must share one time base). See
    * docs/elements/pi0viewmux.md.
    */
-  g_object_class_install_property (
-      gobject_class, PROP_TIMESTAMPS,
-      g_param_spec_enum ("timestamps", "Timestamps",
-                         "Pair by running-time (default) or by the buffers' pts as they are "
-                         "(replaying recordings whose demuxers rebase segments)",
-                         GST_TYPE_PI0_VIEW_MUX_TIMESTAMPS, TIMESTAMPS_RUNNING_TIME, RW_READY));
+  install (PROP_TIMESTAMPS,
+           g_param_spec_enum ("timestamps", "Timestamps",
+                              "Pair by running-time (default) or by the buffers' pts as they are "
+                              "(replaying recordings whose demuxers rebase segments)",
+                              GST_TYPE_PI0_VIEW_MUX_TIMESTAMPS, TIMESTAMPS_RUNNING_TIME, RW_READY));
   /**
    * GstPi0ViewMux:stats:
    *
@@ -937,13 +778,12 @@ gst_pi0_view_mux_class_init (GstPi0ViewMuxClass *klass)
    * `late`, `skewed`, `masked`, `dropped`, `invalid` (frames whose buffer does not hold their
    * layout) and `backwards` (base frames not after the previous observation).
    */
-  g_object_class_install_property (
-      gobject_class, PROP_STATS,
-      g_param_spec_boxed ("stats", "Statistics",
-                          "Counters since the last start: observations, and per view frames-in, "
-                          "used, late, skewed, masked, dropped, invalid, backwards",
-                          GST_TYPE_STRUCTURE,
-                          (GParamFlags)(G_PARAM_READABLE | G_PARAM_STATIC_STRINGS)));
+  install (PROP_STATS,
+           g_param_spec_boxed (
+               "stats", "Statistics",
+               "Counters since the last start: observations, and per view frames-in, "
+               "used, late, skewed, masked, dropped, invalid, backwards",
+               GST_TYPE_STRUCTURE, (GParamFlags)(G_PARAM_READABLE | G_PARAM_STATIC_STRINGS)));
 
   gst_element_class_add_static_pad_template_with_gtype (element_class, &src_template,
                                                         GST_TYPE_AGGREGATOR_PAD);

@@ -34,7 +34,7 @@ struct Queue {
   long current = -1; /* index of the current frame, or -1 */
   bool current_queued = false;
 
-  /* The element's drain loop (gst/gstpi0viewmux.cpp drain_pad) over this queue. */
+  /* Selection's drain loop (gst/pi0muxselect.cpp drain) over this queue. */
   bool drain (Time limit)
   {
     while (front < bufs.size ()) {
