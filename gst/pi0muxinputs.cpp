@@ -202,6 +202,7 @@ Inputs::clear (bool keep_sequence)
   }
   state_.clear ();
   state_t_ = kNone;
+  bad_state_size_ = bad_state_values_ = RateLimit ();
   gst_clear_buffer (&state_buf_);
   last_obs_ = kNone;
   if (!keep_sequence)
@@ -278,16 +279,25 @@ Inputs::take_sample (GstBuffer *buf, Time t, unsigned dim, Counts &c, Notices &n
   std::vector<float> vals (dim);
 
   c.state_samples++;
-  if (size != dim * sizeof (float) || gst_buffer_extract (buf, 0, vals.data (), size) != size ||
-      !state_sample_ok (vals.data (), vals.size (), dim)) {
+  const bool sized =
+      size == dim * sizeof (float) && gst_buffer_extract (buf, 0, vals.data (), size) == size;
+  if (!sized || !state_sample_ok (vals.data (), vals.size (), dim)) {
     c.state_rejected++;
-    gchar *desc = g_strdup_printf ("%" GST_PTR_FORMAT, buf);
-    n.push_back (notice (
-        GST_STREAM_ERROR_FORMAT,
-        strf ("Rejected a robot state sample: it must be %u finite float32 values.", dim), desc,
-        gst_structure_new ("pi0viewmux-rejected-state", "running-time", G_TYPE_UINT64, t, "size",
-                           G_TYPE_UINT64, (guint64)size, "dim", G_TYPE_UINT, dim, nullptr)));
-    g_free (desc);
+    /* A broken state source sends at its own rate: each problem is said at once, then at most
+     * once per interval, with how many more there were. */
+    const char *problem = sized ? "non-finite" : "size";
+    uint64_t held_back;
+    if ((sized ? bad_state_values_ : bad_state_size_).allow (t, kReportInterval, &held_back))
+      n.push_back (
+          notice (GST_STREAM_ERROR_FORMAT,
+                  strf ("Rejected a robot state sample: it must be %u finite float32 values.", dim),
+                  strf ("%" GST_PTR_FORMAT " (%s); %" G_GUINT64_FORMAT
+                        " more rejected for it since the last warning",
+                        buf, problem, held_back),
+                  gst_structure_new ("pi0viewmux-rejected-state", "running-time", G_TYPE_UINT64, t,
+                                     "size", G_TYPE_UINT64, (guint64)size, "dim", G_TYPE_UINT, dim,
+                                     "problem", G_TYPE_STRING, problem, "held-back", G_TYPE_UINT64,
+                                     held_back, nullptr)));
     return false;
   }
   state_ = std::move (vals);

@@ -91,7 +91,9 @@ public:
                    bool cuda, Time max_skew, Counts &c, Notices &n);
 
   /* Makes @buf, at @t, the current state sample; refused when it is not @dim finite float32
-   * values (the previous one stays until it is too old). */
+   * values (the previous one stays until it is too old), counted, with a notice rate-limited per
+   * problem (a wrong size, a NaN or infinity): the first at once, then at most one per
+   * kReportInterval, saying how many were held back. */
   bool take_sample (GstBuffer *buf, Time t, unsigned dim, Counts &c, Notices &n);
 
   /* The observation for the base frame @base_buf at @T: a buffer holding the memories of the
@@ -114,6 +116,7 @@ private:
   std::array<View, kViews> views_;
   std::vector<float> state_;
   Time state_t_ = kNone;
+  RateLimit bad_state_size_, bad_state_values_;
   GstBuffer *state_buf_ = nullptr;
   uint64_t sequence_ = 0;
   Time last_obs_ = kNone;

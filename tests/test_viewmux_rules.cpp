@@ -403,6 +403,55 @@ TEST (MuxInputs, TakeAndCompose)
   EXPECT_EQ (meta->sequence, 1u);
 }
 
+/* A state source that keeps sending bad samples: each problem (a NaN, a wrong size) is warned
+ * about at once, then at most once per second of running time with the number held back, while
+ * every sample is counted and refused; good samples in between still pass. */
+TEST (MuxInputs, RejectedStateSamplesAreRateLimited)
+{
+  Inputs in;
+  Counts c;
+  Notices n;
+  const float nan3[] = {1.f, NAN, 3.f}, good[] = {1.f, 2.f, 3.f};
+  auto details = [&] (size_t i, const char *field) {
+    guint64 v = G_MAXUINT64;
+    EXPECT_NE (n[i].details, nullptr);
+    if (n[i].details) {
+      EXPECT_TRUE (gst_structure_get_uint64 (n[i].details, field, &v)) << field;
+    }
+    return v;
+  };
+
+  /* 1.5 s of NaN samples at 100 Hz, with a good one every 100 ms. */
+  for (int i = 0; i < 150; i++) {
+    const bool ok = i % 10 == 5;
+    BufferPtr b (gst_buffer_new_memdup (ok ? good : nan3, sizeof (nan3)));
+    EXPECT_EQ (in.take_sample (b.get (), i * 10 * ms, 3, c, n), ok) << i;
+  }
+  EXPECT_EQ (c.state_samples, 150u);
+  EXPECT_EQ (c.state_rejected, 135u);
+  ASSERT_EQ (n.size (), 2u) << "one at 0 s, one at 1 s, not 135";
+  EXPECT_EQ (details (0, "running-time"), 0u);
+  EXPECT_EQ (details (0, "held-back"), 0u);
+  EXPECT_EQ (details (1, "running-time"), 1000 * ms);
+  EXPECT_EQ (details (1, "held-back"), 89u) << "the NaN samples between 0 and 1 s";
+  EXPECT_STREQ (gst_structure_get_string (n[1].details, "problem"), "non-finite");
+  EXPECT_NE (n[1].text.find ("finite float32"), std::string::npos);
+  EXPECT_NE (n[1].debug.find ("89 more"), std::string::npos);
+
+  /* A short sample at 1.2 s: another problem, said at once. */
+  BufferPtr short1 (gst_buffer_new_memdup (good, sizeof (float)));
+  EXPECT_FALSE (in.take_sample (short1.get (), 1200 * ms, 3, c, n));
+  ASSERT_EQ (n.size (), 3u);
+  EXPECT_STREQ (gst_structure_get_string (n[2].details, "problem"), "size");
+
+  /* A new stream starts afresh. */
+  in.clear (false);
+  n.clear ();
+  BufferPtr again (gst_buffer_new_memdup (nan3, sizeof (nan3)));
+  EXPECT_FALSE (in.take_sample (again.get (), 1210 * ms, 3, c, n));
+  EXPECT_EQ (n.size (), 1u);
+}
+
 TEST (MuxInputs, CapsWording)
 {
   GstVideoInfo info;
