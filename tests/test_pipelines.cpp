@@ -12,6 +12,7 @@
  * - remote: the robot's end and the GPU end on loopback, actions back to the robot.
  * - gpu-decode with the CPU decoder in place of nvcodec. */
 
+#include "pi0_test_util.h"
 #include "pi0sink_test_util.h"
 #include "test_helpers.h"
 
@@ -25,7 +26,6 @@
 #include <vector>
 
 using namespace pi0test;
-using namespace pi0test;
 
 namespace
 {
@@ -33,13 +33,6 @@ namespace
 struct PipelineFile {
   std::string name, line, needs;
 };
-
-std::string
-source_root ()
-{
-  const char *root = g_getenv ("PI0_SOURCE_ROOT");
-  return root ? root : ".";
-}
 
 std::vector<PipelineFile>
 load_pipelines ()
@@ -148,66 +141,6 @@ struct Vars {
   }
 };
 
-/* argv as bash gives it to gst-launch-1.0 after `eval gst-launch-1.0 "$line"`. */
-std::vector<std::string>
-expand (const std::string &line, const Vars &vars, std::string *error)
-{
-  gchar **env = g_get_environ ();
-  for (auto &kv : vars.v)
-    env = g_environ_setenv (env, kv.first.c_str (), kv.second.c_str (), TRUE);
-  env = g_environ_setenv (env, "PI0_LINE", line.c_str (), TRUE);
-  const gchar *argv[] = {"bash", "-c", "eval \"set -- $PI0_LINE\" && printf '%s\\0' \"$@\"",
-                         nullptr};
-  gchar *out = nullptr, *err = nullptr;
-  gint status;
-  gsize len = 0;
-  std::vector<std::string> args;
-  GError *gerr = nullptr;
-  GSubprocess *proc = nullptr;
-  GSubprocessLauncher *l = g_subprocess_launcher_new (
-      (GSubprocessFlags)(G_SUBPROCESS_FLAGS_STDOUT_PIPE | G_SUBPROCESS_FLAGS_STDERR_PIPE));
-  g_subprocess_launcher_set_environ (l, env);
-  g_subprocess_launcher_set_cwd (l, source_root ().c_str ());
-  proc = g_subprocess_launcher_spawnv (l, argv, &gerr);
-  g_object_unref (l);
-  g_strfreev (env);
-  if (!proc) {
-    *error = gerr->message;
-    g_clear_error (&gerr);
-    return args;
-  }
-  GBytes *bout = nullptr, *berr = nullptr;
-  g_subprocess_communicate (proc, nullptr, nullptr, &bout, &berr, nullptr);
-  status = g_subprocess_get_exit_status (proc);
-  g_object_unref (proc);
-  out = (gchar *)g_bytes_get_data (bout, &len);
-  gsize elen = 0;
-  err = (gchar *)g_bytes_get_data (berr, &elen);
-  if (status != 0) {
-    *error = "bash cannot expand the line: " + std::string (err ? err : "", elen);
-  } else {
-    for (gsize i = 0; i < len;) {
-      std::string a (out + i);
-      i += a.size () + 1;
-      args.push_back (a);
-    }
-  }
-  g_bytes_unref (bout);
-  g_bytes_unref (berr);
-  return args;
-}
-
-/* Parses like gst-launch-1.0. Returns nullptr with *err set on failure. */
-GstElement *
-launch (const std::vector<std::string> &args, GError **err)
-{
-  std::vector<const gchar *> argv;
-  for (auto &a : args)
-    argv.push_back (a.c_str ());
-  argv.push_back (nullptr);
-  return gst_parse_launchv (argv.data (), err);
-}
-
 /* The first of @names that no installed plugin provides, or "". */
 std::string
 missing_element (std::initializer_list<const char *> names)
@@ -219,46 +152,6 @@ missing_element (std::initializer_list<const char *> names)
     gst_object_unref (f);
   }
   return "";
-}
-
-/* The line expanded by bash and parsed; nullptr (and a test failure) if either fails. */
-GstElement *
-launch_line (const std::string &line, const Vars &vars)
-{
-  std::string xerr;
-  auto args = expand (line, vars, &xerr);
-  if (!xerr.empty () || args.empty ()) {
-    ADD_FAILURE () << "cannot expand: " << xerr;
-    return nullptr;
-  }
-  GError *err = nullptr;
-  GstElement *e = launch (args, &err);
-  if (err) {
-    ADD_FAILURE () << "cannot parse: " << err->message;
-    g_clear_error (&err);
-    if (e)
-      gst_object_unref (e);
-    return nullptr;
-  }
-  return e;
-}
-
-GstElement *
-find_factory (GstElement *pipe, const char *factory)
-{
-  GstIterator *it = gst_bin_iterate_recurse (GST_BIN (pipe));
-  GValue v = G_VALUE_INIT;
-  GstElement *found = nullptr;
-  while (!found && gst_iterator_next (it, &v) == GST_ITERATOR_OK) {
-    GstElement *e = GST_ELEMENT (g_value_get_object (&v));
-    GstElementFactory *f = gst_element_get_factory (e);
-    if (f && g_str_equal (GST_OBJECT_NAME (f), factory))
-      found = GST_ELEMENT (gst_object_ref (e));
-    g_value_reset (&v);
-  }
-  g_value_unset (&v);
-  gst_iterator_free (it);
-  return found;
 }
 
 /* Lines the generic test runs: nothing needed but what the test provides (the simulator) and
@@ -334,7 +227,7 @@ drive_robot (const std::string &line, const Vars &vars, const TempDir &dir, doub
 {
   SimProc sim;
   EXPECT_TRUE (start_robot (sim, vars, dir));
-  ElementPtr pipe (launch_line (line, vars));
+  ElementPtr pipe (launch_line (line, vars.v));
   if (!pipe)
     return 0;
   SinkCounts n;
@@ -397,7 +290,7 @@ TEST_P (Pipelines, ParsesAndRuns)
   TempDir dir;
   Vars vars (dir.path ());
   std::string xerr;
-  auto args = expand (p.line, vars, &xerr);
+  auto args = expand_line (p.line, vars.v, &xerr);
   ASSERT_TRUE (xerr.empty ()) << p.name << ": " << xerr;
   ASSERT_FALSE (args.empty ());
   GError *err = nullptr;
@@ -474,7 +367,7 @@ TEST (RecordReplay, ReplayGivesTheLiveRunsActionsBitwise)
   {
     SimProc sim;
     ASSERT_TRUE (start_robot (sim, vars, dir));
-    ElementPtr pipe (launch_line (rec->line, vars));
+    ElementPtr pipe (launch_line (rec->line, vars.v));
     ASSERT_NE (pipe, nullptr);
     EXPECT_EQ (run_for (pipe.get (), 4.0), "");
     EXPECT_TRUE (sim.wait_count ("execute", 1)) << "the recorded run drove nothing";
@@ -486,7 +379,7 @@ TEST (RecordReplay, ReplayGivesTheLiveRunsActionsBitwise)
   for (int i = 0; i < 2; i++) {
     Vars rv = vars;
     rv.v["REPLAY_LOG"] = "replay" + std::to_string (i) + ".jsonl";
-    ElementPtr pipe (launch_line (rep->line, rv));
+    ElementPtr pipe (launch_line (rep->line, rv.v));
     ASSERT_NE (pipe, nullptr);
     /* Not live: it runs to EOS by itself. */
     EXPECT_EQ (run_for (pipe.get (), 120.0), "");
@@ -530,7 +423,7 @@ TEST (RecordReplay, ReplayGivesTheLiveRunsActionsBitwise)
   {
     Vars rv = vars;
     rv.v["REPLAY_LOG"] = "cut.jsonl";
-    ElementPtr pipe (launch_line (rep->line, rv));
+    ElementPtr pipe (launch_line (rep->line, rv.v));
     ASSERT_NE (pipe, nullptr);
     EXPECT_EQ (run_for (pipe.get (), 120.0), "");
     auto cut = read_log (dir.path () + "/cut.jsonl");
@@ -550,7 +443,7 @@ TEST (RecordReplay, ReplayGivesTheLiveRunsActionsBitwise)
   {
     Vars rv = vars;
     rv.v["REPLAY_LOG"] = "corrupt.jsonl";
-    ElementPtr pipe (launch_line (rep->line, rv));
+    ElementPtr pipe (launch_line (rep->line, rv.v));
     ASSERT_NE (pipe, nullptr);
     const std::string error = run_for (pipe.get (), 120.0);
     EXPECT_NE (error.find ("gdpdepay"), std::string::npos) << "'" << error << "'";
@@ -600,8 +493,8 @@ protected:
                     << " is missing (scripts/setup.sh installs gstreamer1.0-plugins-ugly "
                        "and gstreamer1.0-libav)";
     ASSERT_TRUE (start_robot (sim, vars, dir));
-    gpu_pipe.reset (launch_line (gpu->line, vars));
-    robot_pipe.reset (launch_line (robot->line, vars));
+    gpu_pipe.reset (launch_line (gpu->line, vars.v));
+    robot_pipe.reset (launch_line (robot->line, vars.v));
     ASSERT_TRUE (gpu_pipe && robot_pipe);
     ASSERT_NE (gst_element_set_state (gpu_pipe.get (), GST_STATE_PLAYING),
                GST_STATE_CHANGE_FAILURE);
@@ -767,7 +660,7 @@ TEST (RecordReplay, MissingRecordingIsAClearError)
     GTEST_SKIP () << e << " is missing (scripts/setup.sh installs gstreamer1.0-libav)";
   TempDir dir; /* empty: no cameras.mkv, no state.gdp */
   Vars vars (dir.path ());
-  ElementPtr pipe (launch_line (rep->line, vars));
+  ElementPtr pipe (launch_line (rep->line, vars.v));
   ASSERT_NE (pipe, nullptr);
   const std::string error = run_for (pipe.get (), 30.0);
   EXPECT_NE (error.find (dir.path ()), std::string::npos) << "'" << error << "'";

@@ -14,6 +14,7 @@
  *   connection, queued request, buffer or file descriptor is left (leaks tracer, /proc/self/fd).
  * - /healthz follows the pipeline's state. */
 
+#include "pi0_test_util.h"
 #include "pi0json.h"
 #include "serve_test_util.h"
 #include "test_helpers.h"
@@ -64,73 +65,6 @@ pipeline_line (const std::string &name)
   return line;
 }
 
-/* argv as bash gives it to gst-launch-1.0 after `eval gst-launch-1.0 "$line"`, with @vars in
- * the environment; parsed with gst_parse_launchv as gst-launch-1.0 does. */
-GstElement *
-launch_line (const std::string &line, const std::vector<std::pair<std::string, std::string>> &vars)
-{
-  gchar **env = g_get_environ ();
-  for (auto &kv : vars)
-    env = g_environ_setenv (env, kv.first.c_str (), kv.second.c_str (), TRUE);
-  env = g_environ_setenv (env, "PI0_LINE", line.c_str (), TRUE);
-  gchar *out = nullptr;
-  gsize len = 0;
-  gint status = 1;
-  GError *err = nullptr;
-  /* The NUL-separated words go to a file: g_spawn_sync's captured output has no length. */
-  TmpDir tmp;
-  const std::string file = tmp.path + "/argv";
-  const std::string cmd = "eval \"set -- $PI0_LINE\" && printf '%s\\0' \"$@\" > '" + file + "'";
-  const gchar *argv[] = {"bash", "-c", cmd.c_str (), nullptr};
-  bool ok = g_spawn_sync (serve_source_root ().c_str (), (gchar **)argv, env, G_SPAWN_SEARCH_PATH,
-                          nullptr, nullptr, nullptr, nullptr, &status, &err) &&
-            g_spawn_check_wait_status (status, nullptr);
-  g_strfreev (env);
-  g_clear_error (&err);
-  if (!ok || !g_file_get_contents (file.c_str (), &out, &len, nullptr)) {
-    ADD_FAILURE () << "bash cannot expand " << line;
-    return nullptr;
-  }
-  std::vector<std::string> args;
-  for (gsize i = 0; i < len;) {
-    std::string a (out + i);
-    i += a.size () + 1;
-    args.push_back (a);
-  }
-  g_free (out);
-  std::vector<const gchar *> cargv;
-  for (auto &a : args)
-    cargv.push_back (a.c_str ());
-  cargv.push_back (nullptr);
-  GstElement *pipe = gst_parse_launchv (cargv.data (), &err);
-  if (err) {
-    ADD_FAILURE () << "cannot parse: " << err->message;
-    g_clear_error (&err);
-    if (pipe)
-      gst_object_unref (pipe);
-    return nullptr;
-  }
-  return pipe;
-}
-
-GstElement *
-by_factory (GstElement *pipe, const char *factory)
-{
-  GstIterator *it = gst_bin_iterate_recurse (GST_BIN (pipe));
-  GValue v = G_VALUE_INIT;
-  GstElement *found = nullptr;
-  while (!found && gst_iterator_next (it, &v) == GST_ITERATOR_OK) {
-    GstElement *e = GST_ELEMENT (g_value_get_object (&v));
-    GstElementFactory *f = gst_element_get_factory (e);
-    if (f && g_str_equal (GST_OBJECT_NAME (f), factory))
-      found = e; /* the pipeline holds it */
-    g_value_reset (&v);
-  }
-  g_value_unset (&v);
-  gst_iterator_free (it);
-  return found;
-}
-
 guint64
 stat_of (GstElement *e, const char *field)
 {
@@ -168,7 +102,7 @@ bus_error (GstElement *pipe)
 /* serve.txt running on a free port; nullptr (and a failure) if it does not start. */
 struct Served {
   ElementPtr pipe;
-  GstElement *src = nullptr, *sink = nullptr;
+  ObjectPtr<GstElement> src, sink;
   int port = 0;
 };
 
@@ -177,14 +111,14 @@ serve (const std::string &mapping,
        const std::vector<std::pair<std::string, std::string>> &extra = {})
 {
   Served s;
-  auto vars = extra;
-  vars.push_back ({"SERVE_PORT", "0"});
-  vars.push_back ({"SERVE_MAPPING", mapping});
+  LineVars vars (extra.begin (), extra.end ());
+  vars["SERVE_PORT"] = "0";
+  vars["SERVE_MAPPING"] = mapping;
   s.pipe.reset (launch_line (pipeline_line ("serve"), vars));
   if (!s.pipe)
     return s;
-  s.src = by_factory (s.pipe.get (), "pi0servesrc");
-  s.sink = by_factory (s.pipe.get (), "pi0servesink");
+  s.src.reset (find_factory (s.pipe.get (), "pi0servesrc"));
+  s.sink.reset (find_factory (s.pipe.get (), "pi0servesink"));
   EXPECT_TRUE (s.src && s.sink);
   if (gst_element_set_state (s.pipe.get (), GST_STATE_PLAYING) == GST_STATE_CHANGE_FAILURE) {
     ADD_FAILURE () << "serve.txt does not start: " << bus_error (s.pipe.get ());
@@ -194,7 +128,7 @@ serve (const std::string &mapping,
   GstState state;
   gst_element_get_state (s.pipe.get (), &state, nullptr, 60 * GST_SECOND);
   EXPECT_EQ (state, GST_STATE_PLAYING);
-  g_object_get (s.src, "bound-port", &s.port, nullptr);
+  g_object_get (s.src.get (), "bound-port", &s.port, nullptr);
   EXPECT_GT (s.port, 0);
   return s;
 }
@@ -353,10 +287,10 @@ TEST_F (Serve, OneClientPerMappingGetsTheCameraPathsActions)
         "one", s.port,
         {"--mapping", mapping, "--requests", "3", "--out", dir.path, "--expect-metadata", "{}"});
     EXPECT_TRUE (r.ok) << r.out;
-    EXPECT_TRUE (all_gone (s.src));
-    EXPECT_EQ (stat_of (s.src, "requests"), 6u);
-    EXPECT_EQ (stat_of (s.src, "replies"), 6u);
-    EXPECT_EQ (stat_of (s.sink, "replies"), 6u);
+    EXPECT_TRUE (all_gone (s.src.get ()));
+    EXPECT_EQ (stat_of (s.src.get (), "requests"), 6u);
+    EXPECT_EQ (stat_of (s.src.get (), "replies"), 6u);
+    EXPECT_EQ (stat_of (s.sink.get (), "replies"), 6u);
     EXPECT_EQ (bus_error (s.pipe.get ()), "");
     gst_element_set_state (s.pipe.get (), GST_STATE_NULL);
 
@@ -384,9 +318,9 @@ TEST_F (Serve, EightConcurrentClientsEachGetWhatTheyGetAlone)
   ASSERT_TRUE (s.pipe);
   auto r = run_clients ("many", s.port, {"--clients", "8", "--requests", "3"});
   EXPECT_TRUE (r.ok) << r.out;
-  EXPECT_TRUE (all_gone (s.src));
-  EXPECT_EQ (stat_of (s.src, "replies"), 48u);
-  EXPECT_EQ (stat_of (s.src, "errors"), 0u);
+  EXPECT_TRUE (all_gone (s.src.get ()));
+  EXPECT_EQ (stat_of (s.src.get (), "replies"), 48u);
+  EXPECT_EQ (stat_of (s.src.get (), "errors"), 0u);
   EXPECT_EQ (bus_error (s.pipe.get ()), "");
 }
 
@@ -397,16 +331,16 @@ TEST_F (Serve, EightConcurrentClientsBatchedEachGetWhatTheyGetAlone)
 {
   Served s = serve ("aloha", {{"SERVE_BATCH_SIZE", "8"}, {"SERVE_BATCH_WAIT", "20000000"}});
   ASSERT_TRUE (s.pipe);
-  GstElement *infer = by_factory (s.pipe.get (), "pi0infer");
+  ObjectPtr<GstElement> infer (find_factory (s.pipe.get (), "pi0infer"));
   ASSERT_NE (infer, nullptr);
   guint size = 0;
-  g_object_get (infer, "max-batch-size", &size, nullptr);
+  g_object_get (infer.get (), "max-batch-size", &size, nullptr);
   EXPECT_EQ (size, 8u);
   auto r = run_clients ("many", s.port, {"--clients", "8", "--requests", "3"});
   EXPECT_TRUE (r.ok) << r.out;
-  EXPECT_TRUE (all_gone (s.src));
-  EXPECT_EQ (stat_of (s.src, "replies"), 48u);
-  EXPECT_EQ (stat_of (s.src, "errors"), 0u);
+  EXPECT_TRUE (all_gone (s.src.get ()));
+  EXPECT_EQ (stat_of (s.src.get (), "replies"), 48u);
+  EXPECT_EQ (stat_of (s.src.get (), "errors"), 0u);
   EXPECT_EQ (bus_error (s.pipe.get ()), "");
 }
 
@@ -419,15 +353,15 @@ TEST_F (Serve, BadClientsDoNotDisturbThePipelineOrOthersAndLeakNothing)
   /* Warm-up (first-use allocations of GLib, the model's caches), then count. */
   auto warm = run_clients ("one", s.port, {"--requests", "1"});
   ASSERT_TRUE (warm.ok) << warm.out;
-  ASSERT_TRUE (all_gone (s.src));
+  ASSERT_TRUE (all_gone (s.src.get ()));
   const int fds = open_fds ();
   if (tracer)
     g_signal_emit_by_name (tracer.get (), "activity-start-tracking");
 
   auto r = run_clients ("bad", s.port, {"--max-message", std::to_string (max_message)});
   EXPECT_TRUE (r.ok) << r.out;
-  EXPECT_TRUE (all_gone (s.src));
-  EXPECT_GE (stat_of (s.src, "errors"), 12u);
+  EXPECT_TRUE (all_gone (s.src.get ()));
+  EXPECT_GE (stat_of (s.src.get (), "errors"), 12u);
   EXPECT_EQ (bus_error (s.pipe.get ()), "") << "a bad client reached the pipeline";
   EXPECT_EQ (open_fds (), fds) << "file descriptors outlived the clients";
   if (tracer) {
@@ -555,16 +489,17 @@ TEST (ServeElements, SinkAnswersErrorsForObservationsWithoutActions)
   ASSERT_EQ (err, nullptr);
   ASSERT_NE (gst_element_set_state (pipe.get (), GST_STATE_PLAYING), GST_STATE_CHANGE_FAILURE);
   gst_element_get_state (pipe.get (), nullptr, nullptr, 10 * GST_SECOND);
-  GstElement *src = by_factory (pipe.get (), "pi0servesrc");
-  GstElement *sink = by_factory (pipe.get (), "pi0servesink");
+  ObjectPtr<GstElement> src (find_factory (pipe.get (), "pi0servesrc"));
+  ObjectPtr<GstElement> sink (find_factory (pipe.get (), "pi0servesink"));
+  ASSERT_TRUE (src && sink);
   int port = 0;
-  g_object_get (src, "bound-port", &port, nullptr);
+  g_object_get (src.get (), "bound-port", &port, nullptr);
   auto r = run_clients ("one", port, {"--requests", "1"});
   EXPECT_FALSE (r.ok);
   EXPECT_NE (r.out.find ("the policy gave no actions"), std::string::npos) << r.out;
-  EXPECT_TRUE (all_gone (src));
-  EXPECT_EQ (stat_of (sink, "no-actions"), 1u);
-  EXPECT_EQ (stat_of (sink, "replies"), 0u);
+  EXPECT_TRUE (all_gone (src.get ()));
+  EXPECT_EQ (stat_of (sink.get (), "no-actions"), 1u);
+  EXPECT_EQ (stat_of (sink.get (), "replies"), 0u);
 }
 
 TEST (ServeElements, RequestMetaSurvivesCopies)
