@@ -16,7 +16,7 @@
 #include "config.h"
 #endif
 
-#include "gstpi0elements.h"
+#include "bench_util.h"
 #include "pi0-latency-table.h"
 
 #include <gio/gio.h>
@@ -26,7 +26,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 namespace
@@ -91,22 +90,6 @@ private:
   GSubprocess *proc_ = nullptr;
 };
 
-/* One field of an element's `stats` structure (0 when absent). */
-template <typename T>
-T
-stat (GstElement *e, const char *field)
-{
-  constexpr bool is_double = std::is_same<T, double>::value;
-  GstStructure *s = nullptr;
-  g_object_get (e, "stats", &s, nullptr);
-  T out = 0;
-  if (s) {
-    gst_structure_get (s, field, is_double ? G_TYPE_DOUBLE : G_TYPE_UINT64, &out, nullptr);
-    gst_structure_free (s);
-  }
-  return out;
-}
-
 } // namespace
 
 int
@@ -133,20 +116,11 @@ main (int argc, char **argv)
        "MS"},
       {nullptr, 0, 0, G_OPTION_ARG_NONE, nullptr, nullptr, nullptr},
   };
-  GOptionContext *ctx = g_option_context_new ("- end-to-end latency of the gst-pi0 chain");
-  g_option_context_add_main_entries (ctx, entries, nullptr);
-  g_option_context_add_group (ctx, gst_init_get_option_group ());
+  if (int rc =
+          pi0::bench::init (&argc, &argv, "- end-to-end latency of the gst-pi0 chain", entries);
+      rc >= 0)
+    return rc;
   GError *err = nullptr;
-  if (!g_option_context_parse (ctx, &argc, &argv, &err)) {
-    g_printerr ("%s\n", err->message);
-    return 2;
-  }
-  g_option_context_free (ctx);
-  gst_init (&argc, &argv);
-  if (!gst_pi0_elements_register (nullptr)) {
-    g_printerr ("could not register the gst-pi0 elements\n");
-    return 1;
-  }
   const std::string model = o.model ? o.model : "builtin:pi0-tiny";
   const std::string format = o.format ? o.format : "NV12";
   const std::string device = o.device ? o.device : "auto";
@@ -167,8 +141,6 @@ main (int argc, char **argv)
   g_object_unref (lo);
 
   const guint64 max_wait = o.max_wait_ms < 0 ? G_MAXUINT64 : (guint64)(o.max_wait_ms * GST_MSECOND);
-  const char *patterns[3] = {"smpte", "ball", "pinwheel"};
-  const char *views[3] = {"main", "side", "top"};
   std::string desc =
       "pi0viewmux name=mux max-wait=" + std::to_string (max_wait) +
       " ! cudaprep name=prep width=" + std::to_string (side) + " height=" + std::to_string (side) +
@@ -180,11 +152,9 @@ main (int argc, char **argv)
       "pi0actionsink name=sink mode=chunk allow-unlimited=true max-action-age=" +
       std::to_string ((guint64)(o.max_action_age_ms * GST_MSECOND)) +
       " target=udp://127.0.0.1:" + std::to_string (port) + " ";
-  for (int v = 0; v < 3; v++)
-    desc += std::string ("videotestsrc is-live=true pattern=") + patterns[v] +
-            " ! video/x-raw,format=" + format + ",width=" + std::to_string (o.width) +
-            ",height=" + std::to_string (o.height) + ",framerate=" + std::to_string (o.fps) +
-            "/1 ! queue max-size-buffers=2 leaky=downstream ! mux." + views[v] + " ";
+  desc += pi0::bench::live_cameras (
+      "video/x-raw,format=" + format + ",width=" + std::to_string (o.width) +
+      ",height=" + std::to_string (o.height) + ",framerate=" + std::to_string (o.fps) + "/1");
   GstElement *pipe = gst_parse_launch (desc.c_str (), &err);
   if (!pipe) {
     g_printerr ("pipeline: %s\n", err ? err->message : "?");
@@ -215,7 +185,8 @@ main (int argc, char **argv)
     return 1;
   }
   g_print ("model loaded and warmed up in %.1f s (pi0infer warmup %.1f ms)\n",
-           (double)(g_get_monotonic_time () - t_load) / 1e6, stat<double> (infer, "warmup-ms"));
+           (double)(g_get_monotonic_time () - t_load) / 1e6,
+           pi0::bench::stat<double> (infer, "warmup-ms"));
 
   GpuUtil gpu;
   gpu.start ();
@@ -237,21 +208,22 @@ main (int argc, char **argv)
     gst_message_unref (m);
   }
 
-  const guint64 observations = stat<guint64> (mux, "observations");
-  const guint64 chunks = stat<guint64> (infer, "chunks");
-  const double busy_ms = stat<double> (infer, "inference-total-ms");
+  const guint64 observations = pi0::bench::stat<guint64> (mux, "observations");
+  const guint64 chunks = pi0::bench::stat<guint64> (infer, "chunks");
+  const double busy_ms = pi0::bench::stat<double> (infer, "inference-total-ms");
   g_print ("\n%.1f s: %" G_GUINT64_FORMAT " observations, %" G_GUINT64_FORMAT
            " action chunks (%.0f %% of observations; the leaky queue drops the rest)\n",
            wall_s, observations, chunks, observations ? 100.0 * chunks / observations : 0.0);
   g_print ("inference p50 %.2f ms, p99 %.2f ms; policy busy %.0f %% of the run",
-           stat<double> (infer, "inference-p50-ms"), stat<double> (infer, "inference-p99-ms"),
+           pi0::bench::stat<double> (infer, "inference-p50-ms"),
+           pi0::bench::stat<double> (infer, "inference-p99-ms"),
            100.0 * busy_ms / (wall_s * 1000.0));
   if (util >= 0)
     g_print ("; GPU utilization %.0f %% (nvidia-smi, mean)", util);
   g_print ("\nsink: %" G_GUINT64_FORMAT " chunks measured, %" G_GUINT64_FORMAT
            " dropped as stale (older than max-action-age), %" G_GUINT64_FORMAT " rejected\n",
-           stat<guint64> (sink, "latency-chunks"), stat<guint64> (sink, "stale"),
-           stat<guint64> (sink, "rejected"));
+           pi0::bench::stat<guint64> (sink, "latency-chunks"),
+           pi0::bench::stat<guint64> (sink, "stale"), pi0::bench::stat<guint64> (sink, "rejected"));
   g_print ("\nLatency per chunk sent (pi0actionsink stats, from the metas' stamps):\n");
   pi0::tools::print_latency_table (sink);
 

@@ -21,7 +21,7 @@
 #include "config.h"
 #endif
 
-#include "gstpi0elements.h"
+#include "bench_util.h"
 
 #include <glib/gstdio.h>
 #include <gst/gst.h>
@@ -32,7 +32,6 @@
 #include <cstdio>
 #include <map>
 #include <mutex>
-#include <type_traits>
 #include <string>
 #include <vector>
 
@@ -89,21 +88,6 @@ on_chunk (GstPad *, GstPadProbeInfo *info, gpointer ud)
   return GST_PAD_PROBE_OK;
 }
 
-template <typename T>
-T
-stat (GstElement *e, const char *field)
-{
-  GstStructure *s = nullptr;
-  g_object_get (e, "stats", &s, nullptr);
-  T out = 0;
-  if (s) {
-    gst_structure_get (s, field, std::is_same<T, double>::value ? G_TYPE_DOUBLE : G_TYPE_UINT64,
-                       &out, nullptr);
-    gst_structure_free (s);
-  }
-  return out;
-}
-
 double
 max_abs_diff (const float *a, const float *b, guint dim)
 {
@@ -133,8 +117,6 @@ struct Result {
 bool
 run_mode (const Options &o, const std::string &mode, const std::string &robot_json, Result *res)
 {
-  const char *patterns[3] = {"smpte", "ball", "pinwheel"};
-  const char *views[3] = {"main", "side", "top"};
   std::string desc =
       "pi0viewmux name=mux ! cudaprep width=32 height=32 ! queue max-size-buffers=1 "
       "leaky=downstream ! pi0infer name=infer model=builtin:pi0-tiny device=cpu seed=1 "
@@ -144,10 +126,8 @@ run_mode (const Options &o, const std::string &mode, const std::string &robot_js
       " robot-config=" + robot_json +
       " target=file:///dev/null hold-timeout=" + std::to_string ((guint64)(2 * GST_SECOND)) +
       " stop-timeout=" + std::to_string ((guint64)(4 * GST_SECOND)) + " ";
-  for (int v = 0; v < 3; v++)
-    desc += std::string ("videotestsrc is-live=true pattern=") + patterns[v] +
-            " ! video/x-raw,width=64,height=48,framerate=" + std::to_string (o.fps) +
-            "/1 ! queue max-size-buffers=2 leaky=downstream ! mux." + views[v] + " ";
+  desc += pi0::bench::live_cameras (
+      "video/x-raw,width=64,height=48,framerate=" + std::to_string (o.fps) + "/1");
   GError *err = nullptr;
   GstElement *pipe = gst_parse_launch (desc.c_str (), &err);
   if (!pipe) {
@@ -181,12 +161,12 @@ run_mode (const Options &o, const std::string &mode, const std::string &robot_js
     }
   }
   res->mode = mode;
-  res->chunks = stat<guint64> (infer, "chunks");
-  res->guided = stat<guint64> (infer, "rtc-guided");
-  res->infer_p50 = stat<double> (infer, "inference-p50-ms");
-  res->delay_rows = (double)stat<guint64> (infer, "rtc-delay");
-  res->clamped = stat<guint64> (sink, "clamped");
-  res->sent = stat<guint64> (sink, "sent");
+  res->chunks = pi0::bench::stat<guint64> (infer, "chunks");
+  res->guided = pi0::bench::stat<guint64> (infer, "rtc-guided");
+  res->infer_p50 = pi0::bench::stat<double> (infer, "inference-p50-ms");
+  res->delay_rows = (double)pi0::bench::stat<guint64> (infer, "rtc-delay");
+  res->clamped = pi0::bench::stat<guint64> (sink, "clamped");
+  res->sent = pi0::bench::stat<guint64> (sink, "sent");
   gst_element_set_state (pipe, GST_STATE_NULL);
 
   /* Jumps at switches (before the clamp) and the steps within chunks. */
@@ -254,20 +234,9 @@ main (int argc, char **argv)
        "write rtc-MODE.csv here (for scripts/rtc_plot.py)", "DIR"},
       {nullptr, 0, 0, G_OPTION_ARG_NONE, nullptr, nullptr, nullptr},
   };
-  GOptionContext *ctx = g_option_context_new ("- chunk-switch jumps, rtc off vs guided");
-  g_option_context_add_main_entries (ctx, entries, nullptr);
-  g_option_context_add_group (ctx, gst_init_get_option_group ());
-  GError *err = nullptr;
-  if (!g_option_context_parse (ctx, &argc, &argv, &err)) {
-    g_printerr ("%s\n", err->message);
-    return 2;
-  }
-  g_option_context_free (ctx);
-  gst_init (&argc, &argv);
-  if (!gst_pi0_elements_register (nullptr)) {
-    g_printerr ("could not register the gst-pi0 elements\n");
-    return 1;
-  }
+  if (int rc = pi0::bench::init (&argc, &argv, "- chunk-switch jumps, rtc off vs guided", entries);
+      rc >= 0)
+    return rc;
 
   /* pi0-tiny's 32 dims as 32 joints: wide limits, max_step as asked. */
   gchar *tmp = g_dir_make_tmp ("rtc-chain-XXXXXX", nullptr);
