@@ -205,6 +205,9 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
   gobject_class->finalize = gst_pi0_infer_finalize;
   gobject_class->set_property = gst_pi0_infer_set_property;
   gobject_class->get_property = gst_pi0_infer_get_property;
+  auto install = [gobject_class] (guint id, GParamSpec *ps) {
+    g_object_class_install_property (gobject_class, id, ps);
+  };
 
   /**
    * GstPi0Infer:model:
@@ -214,15 +217,14 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
    * `builtin:pi0-tiny` (a seeded demo model with random weights) or `builtin:pi0` (full size,
    * random weights: for benchmarks). Required.
    */
-  g_object_class_install_property (
-      gobject_class, PROP_MODEL,
-      g_param_spec_string ("model", "Model",
+  install (PROP_MODEL, g_param_spec_string (
+                           "model", "Model",
                            "Checkpoint directory, model.safetensors, TorchScript file, or "
                            "builtin:pi0-tiny (untrained demo) or builtin:pi0 (full size, random "
                            "weights, for benchmarks). Required",
                            nullptr, rw_ready));
-  g_object_class_install_property (
-      gobject_class, PROP_TOKENIZER,
+  install (
+      PROP_TOKENIZER,
       g_param_spec_string ("tokenizer", "Tokenizer",
                            "SentencePiece model (the PaliGemma tokenizer); default: the one the "
                            "checkpoint's config.json names, or the bundled one for builtin models",
@@ -233,61 +235,50 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
    * The task in words. Can change while playing (from the next observation on); a
    * `pi0-instruction` event in the stream changes it at an exact observation.
    */
-  g_object_class_install_property (
-      gobject_class, PROP_INSTRUCTION,
-      g_param_spec_string ("instruction", "Instruction",
-                           "The task in words; changes apply from the next observation", "",
-                           rw_playing));
-  g_object_class_install_property (
-      gobject_class, PROP_NORM_STATS,
+  install (PROP_INSTRUCTION,
+           g_param_spec_string ("instruction", "Instruction",
+                                "The task in words; changes apply from the next observation", "",
+                                rw_playing));
+  install (
+      PROP_NORM_STATS,
       g_param_spec_string ("norm-stats", "Norm stats",
                            "openpi norm_stats.json (or a directory holding it): normalizes the "
                            "state and unnormalizes the actions; default: none (identity)",
                            nullptr, rw_ready));
-  g_object_class_install_property (
-      gobject_class, PROP_NORM_MODE,
-      g_param_spec_enum ("norm-mode", "Norm mode", "How norm-stats are applied",
-                         GST_TYPE_PI0_INFER_NORM_MODE, d.norm_mode, rw_ready));
-  g_object_class_install_property (
-      gobject_class, PROP_ACTION_DIMS,
-      g_param_spec_int ("action-dims", "Action dims",
-                        "The robot's native action dimensions kept from the model's padded "
-                        "ones (0 = all)",
-                        0, 1024, 0, rw_ready));
-  g_object_class_install_property (
-      gobject_class, PROP_NUM_STEPS,
-      g_param_spec_int ("num-steps", "Denoising steps",
-                        "Flow-matching Euler steps per chunk (native Pi0 models)", 1, 1000,
-                        d.num_steps, rw_ready));
-  g_object_class_install_property (
-      gobject_class, PROP_PRECISION,
-      g_param_spec_enum ("precision", "Precision",
-                         "Weight precision (fp16 breaks Pi0: not offered)",
-                         GST_TYPE_PI0_INFER_PRECISION, d.precision, rw_ready));
-  g_object_class_install_property (gobject_class, PROP_DEVICE,
-                                   g_param_spec_enum ("device", "Device", "Where the policy runs",
-                                                      GST_TYPE_PI0_INFER_DEVICE, d.device,
-                                                      rw_ready));
-  g_object_class_install_property (gobject_class, PROP_CUDA_DEVICE_ID,
-                                   g_param_spec_int ("cuda-device-id", "CUDA device id",
-                                                     "CUDA device ordinal", 0, 64, 0, rw_ready));
+  install (PROP_NORM_MODE,
+           g_param_spec_enum ("norm-mode", "Norm mode", "How norm-stats are applied",
+                              GST_TYPE_PI0_INFER_NORM_MODE, d.norm_mode, rw_ready));
+  install (PROP_ACTION_DIMS,
+           g_param_spec_int ("action-dims", "Action dims",
+                             "The robot's native action dimensions kept from the model's padded "
+                             "ones (0 = all)",
+                             0, 1024, 0, rw_ready));
+  install (PROP_NUM_STEPS,
+           g_param_spec_int ("num-steps", "Denoising steps",
+                             "Flow-matching Euler steps per chunk (native Pi0 models)", 1, 1000,
+                             d.num_steps, rw_ready));
+  install (PROP_PRECISION, g_param_spec_enum ("precision", "Precision",
+                                              "Weight precision (fp16 breaks Pi0: not offered)",
+                                              GST_TYPE_PI0_INFER_PRECISION, d.precision, rw_ready));
+  install (PROP_DEVICE, g_param_spec_enum ("device", "Device", "Where the policy runs",
+                                           GST_TYPE_PI0_INFER_DEVICE, d.device, rw_ready));
+  install (PROP_CUDA_DEVICE_ID, g_param_spec_int ("cuda-device-id", "CUDA device id",
+                                                  "CUDA device ordinal", 0, 64, 0, rw_ready));
   /**
    * GstPi0Infer:seed:
    *
    * The flow-matching noise of observation N is drawn from seed + N, so a replay with the
    * same seed gives the same actions.
    */
-  g_object_class_install_property (
-      gobject_class, PROP_SEED,
-      g_param_spec_uint64 ("seed", "Seed",
-                           "Noise seed: observation N uses seed + N (same seed, same actions)", 0,
-                           G_MAXUINT64, 0, rw_playing));
-  g_object_class_install_property (
-      gobject_class, PROP_REQUIRE_STATE,
-      g_param_spec_boolean ("require-state", "Require state",
-                            "Give no actions for observations whose robot state is missing or "
-                            "stale (else a missing state is zeros)",
-                            TRUE, rw_playing));
+  install (PROP_SEED,
+           g_param_spec_uint64 ("seed", "Seed",
+                                "Noise seed: observation N uses seed + N (same seed, same actions)",
+                                0, G_MAXUINT64, 0, rw_playing));
+  install (PROP_REQUIRE_STATE,
+           g_param_spec_boolean ("require-state", "Require state",
+                                 "Give no actions for observations whose robot state is missing or "
+                                 "stale (else a missing state is zeros)",
+                                 TRUE, rw_playing));
   /**
    * GstPi0Infer:rtc:
    *
@@ -298,12 +289,11 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
    * any report (or when the executing chunk has run out) chunks are sampled unguided. Native
    * Pi0 models only: with a TorchScript policy a warning says so and chunks stay unguided.
    */
-  g_object_class_install_property (
-      gobject_class, PROP_RTC,
-      g_param_spec_enum ("rtc", "Real-time chunking",
-                         "Guide each chunk toward the rest of the chunk being executed (needs "
-                         "pi0actionsink downstream)",
-                         GST_TYPE_PI0_INFER_RTC, d.rtc, rw_playing));
+  install (PROP_RTC,
+           g_param_spec_enum ("rtc", "Real-time chunking",
+                              "Guide each chunk toward the rest of the chunk being executed (needs "
+                              "pi0actionsink downstream)",
+                              GST_TYPE_PI0_INFER_RTC, d.rtc, rw_playing));
   /**
    * GstPi0Infer:rtc-execution-horizon:
    *
@@ -312,18 +302,17 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
    * observation was captured, so the mask covers all of the executing chunk that remains. A
    * larger s frees the tail sooner (less smoothing, more reactivity).
    */
-  g_object_class_install_property (
-      gobject_class, PROP_RTC_EXECUTION_HORIZON,
+  install (
+      PROP_RTC_EXECUTION_HORIZON,
       g_param_spec_uint ("rtc-execution-horizon", "RTC execution horizon",
                          "Rows s: guidance ends at row horizon - s (0 = from the clock: the rows "
                          "of the executing chunk already due at the observation)",
                          0, 1000, 0, rw_playing));
-  g_object_class_install_property (
-      gobject_class, PROP_RTC_MAX_GUIDANCE_WEIGHT,
-      g_param_spec_double ("rtc-max-guidance-weight", "RTC maximum guidance weight",
-                           "The clip beta of the guidance weight (the paper: 5; with "
-                           "rtc=guided-identity use 10)",
-                           0.0, 1000.0, d.rtc_max_guidance_weight, rw_playing));
+  install (PROP_RTC_MAX_GUIDANCE_WEIGHT,
+           g_param_spec_double ("rtc-max-guidance-weight", "RTC maximum guidance weight",
+                                "The clip beta of the guidance weight (the paper: 5; with "
+                                "rtc=guided-identity use 10)",
+                                0.0, 1000.0, d.rtc_max_guidance_weight, rw_playing));
   /**
    * GstPi0Infer:max-batch-size:
    *
@@ -335,11 +324,10 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
    * own instruction, seed and state; its chunk equals the one it gets alone up to fp32 rounding
    * (docs/elements/pi0infer.md). A TorchScript policy runs a batch one observation at a time.
    */
-  g_object_class_install_property (
-      gobject_class, PROP_MAX_BATCH_SIZE,
-      g_param_spec_uint ("max-batch-size", "Maximum batch size",
-                         "Observations run together in one forward pass (1 = each alone)", 1, 64,
-                         d.max_batch_size, rw_ready));
+  install (PROP_MAX_BATCH_SIZE,
+           g_param_spec_uint ("max-batch-size", "Maximum batch size",
+                              "Observations run together in one forward pass (1 = each alone)", 1,
+                              64, d.max_batch_size, rw_ready));
   /**
    * GstPi0Infer:max-batch-wait:
    *
@@ -347,17 +335,15 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
    * held observation waits for others before a partial batch runs. 0: a batch is never waited
    * for (each observation runs as it comes). Adds to the latency the element reports.
    */
-  g_object_class_install_property (
-      gobject_class, PROP_MAX_BATCH_WAIT,
-      g_param_spec_uint64 ("max-batch-wait", "Maximum batch wait",
-                           "With max-batch-size > 1: ns the first held observation waits for "
-                           "more before a partial batch runs",
-                           0, G_MAXUINT64, d.max_batch_wait, rw_playing));
-  g_object_class_install_property (
-      gobject_class, PROP_MODEL_ID,
-      g_param_spec_string ("model-id", "Model id",
-                           "Identifies the loaded policy (set in the action meta)", nullptr,
-                           (GParamFlags)(G_PARAM_READABLE | G_PARAM_STATIC_STRINGS)));
+  install (PROP_MAX_BATCH_WAIT,
+           g_param_spec_uint64 ("max-batch-wait", "Maximum batch wait",
+                                "With max-batch-size > 1: ns the first held observation waits for "
+                                "more before a partial batch runs",
+                                0, G_MAXUINT64, d.max_batch_wait, rw_playing));
+  install (PROP_MODEL_ID,
+           g_param_spec_string ("model-id", "Model id",
+                                "Identifies the loaded policy (set in the action meta)", nullptr,
+                                (GParamFlags)(G_PARAM_READABLE | G_PARAM_STATIC_STRINGS)));
   /**
    * GstPi0Infer:stats:
    *
@@ -370,13 +356,12 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
    * `rtc-prefix-rows` (of the last guided chunk); `forward-passes` (policy calls: one per
    * observation, or one per batch with #GstPi0Infer:max-batch-size above 1).
    */
-  g_object_class_install_property (
-      gobject_class, PROP_STATS,
-      g_param_spec_boxed ("stats", "Statistics",
-                          "Observations, chunks, non-finite, errors, last error, inference time "
-                          "p50/p99 in ms",
-                          GST_TYPE_STRUCTURE,
-                          (GParamFlags)(G_PARAM_READABLE | G_PARAM_STATIC_STRINGS)));
+  install (PROP_STATS,
+           g_param_spec_boxed (
+               "stats", "Statistics",
+               "Observations, chunks, non-finite, errors, last error, inference time "
+               "p50/p99 in ms",
+               GST_TYPE_STRUCTURE, (GParamFlags)(G_PARAM_READABLE | G_PARAM_STATIC_STRINGS)));
 
   gst_element_class_add_static_pad_template (element_class, &sink_template);
   gst_element_class_add_static_pad_template (element_class, &src_template);
