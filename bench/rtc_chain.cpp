@@ -46,6 +46,7 @@ struct Options {
   int num_steps = 10;
   gchar *csv_dir = nullptr;
   gchar *modes = nullptr;
+  gchar *model = nullptr;
 };
 
 struct Row {
@@ -119,9 +120,10 @@ run_mode (const Options &o, const std::string &mode, const std::string &robot_js
 {
   std::string desc =
       "pi0viewmux name=mux ! cudaprep width=32 height=32 ! queue max-size-buffers=1 "
-      "leaky=downstream ! pi0infer name=infer model=builtin:pi0-tiny device=cpu seed=1 "
-      "require-state=false num-steps=" +
-      std::to_string (o.num_steps) + " rtc=" + mode +
+      "leaky=downstream ! pi0infer name=infer model=\"" +
+      std::string (o.model ? o.model : "builtin:pi0-tiny") +
+      "\" device=cpu seed=1 require-state=false num-steps=" + std::to_string (o.num_steps) +
+      " rtc=" + mode +
       " ! pi0actionsink name=sink mode=stream control-rate=" + std::to_string (o.rate) +
       " robot-config=" + robot_json +
       " target=file:///dev/null hold-timeout=" + std::to_string ((guint64)(2 * GST_SECOND)) +
@@ -230,6 +232,8 @@ main (int argc, char **argv)
       {"num-steps", 0, 0, G_OPTION_ARG_INT, &o.num_steps, "flow-matching steps (default 10)", "N"},
       {"modes", 0, 0, G_OPTION_ARG_STRING, &o.modes,
        "comma-separated rtc modes (default off,guided,guided-identity)", "M"},
+      {"model", 'm', 0, G_OPTION_ARG_FILENAME, &o.model,
+       "pi0infer's model (default builtin:pi0-tiny; models/pi0-tiny-sines is smooth)", "URI"},
       {"csv-dir", 0, 0, G_OPTION_ARG_FILENAME, &o.csv_dir,
        "write rtc-MODE.csv here (for scripts/rtc_plot.py)", "DIR"},
       {nullptr, 0, 0, G_OPTION_ARG_NONE, nullptr, nullptr, nullptr},
@@ -260,9 +264,10 @@ main (int argc, char **argv)
   g_strfreev (parts);
 
   g_print ("bench/rtc-chain: 3 live cameras 64x48 @ %d fps -> pi0viewmux -> cudaprep 32x32 -> "
-           "leaky queue -> pi0infer builtin:pi0-tiny (CPU, %d steps, rtc=MODE) -> pi0actionsink "
+           "leaky queue -> pi0infer %s (CPU, %d steps, rtc=MODE) -> pi0actionsink "
            "stream @ %.0f Hz, max_step %.3f; %.1f s per mode\n\n",
-           o.fps, o.num_steps, o.rate, o.max_step, o.duration);
+           o.fps, o.model ? o.model : "builtin:pi0-tiny", o.num_steps, o.rate, o.max_step,
+           o.duration);
   std::vector<Result> results;
   int rc = 0;
   for (const std::string &m : modes) {
@@ -284,16 +289,25 @@ main (int argc, char **argv)
              " | %" G_GUINT64_FORMAT " |\n",
              r.mode.c_str (), r.chunks, r.guided, r.infer_p50, r.delay_rows, r.switches, r.jump_max,
              r.jump_p50, r.plan_max, r.plan_p50, r.within_p99, r.within_max, r.sent, r.clamped);
+  /* "N.Nx" or, when the mode has none at all, "none (off: N)" rather than a ratio of infinity. */
+  auto ratio = [] (double off, double on) {
+    char b[64];
+    if (on > 0)
+      g_snprintf (b, sizeof b, "%.1fx", off / on);
+    else
+      g_snprintf (b, sizeof b, "none (off: %.3g)", off);
+    return std::string (b);
+  };
   if (results.size () > 1 && results[0].mode == "off")
-    for (size_t i = 1; i < results.size (); i++)
-      g_print ("%s vs off: switch jump max %.1fx smaller, p50 %.1fx smaller; plan change max "
-               "%.1fx, p50 %.1fx smaller; clamped rows %.1fx fewer\n",
-               results[i].mode.c_str (),
-               results[i].jump_max > 0 ? results[0].jump_max / results[i].jump_max : 0.0,
-               results[i].jump_p50 > 0 ? results[0].jump_p50 / results[i].jump_p50 : 0.0,
-               results[i].plan_max > 0 ? results[0].plan_max / results[i].plan_max : 0.0,
-               results[i].plan_p50 > 0 ? results[0].plan_p50 / results[i].plan_p50 : 0.0,
-               results[i].clamped ? (double)results[0].clamped / (double)results[i].clamped : 0.0);
+    for (size_t i = 1; i < results.size (); i++) {
+      const Result &b = results[0], &r = results[i];
+      g_print ("%s vs off: switch jump max %s smaller, p50 %s smaller; plan change max %s, p50 %s "
+               "smaller; clamped rows %s fewer\n",
+               r.mode.c_str (), ratio (b.jump_max, r.jump_max).c_str (),
+               ratio (b.jump_p50, r.jump_p50).c_str (), ratio (b.plan_max, r.plan_max).c_str (),
+               ratio (b.plan_p50, r.plan_p50).c_str (),
+               ratio ((double)b.clamped, (double)r.clamped).c_str ());
+    }
   g_unlink (robot.c_str ());
   g_rmdir (tmp);
   g_free (tmp);

@@ -5,7 +5,10 @@
  *    d rows follow the prefix, fp32 and bf16 agree, a fixed noise gives fixed actions;
  *  - bad input: a non-finite prefix and bad parameters are clear errors, a non-finite value that
  *    arises inside the guidance reaches the actions. */
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <vector>
 #include <limits>
 
 #include <c10/core/InferenceMode.h>
@@ -376,4 +379,61 @@ TEST_F (RtcTiny, BadParametersAreClearErrors)
   EXPECT_THROW (guided (*model_, b_, rtc_of (at::zeros ({40}), 4, 10, 5.0, j)), pi0::Error);
   EXPECT_THROW (guided (*model_, b_, rtc_of (at::zeros ({1, 40, 32}, at::kLong), 4, 10, 5.0, j)),
                 pi0::Error);
+}
+
+/* ---- the claim itself, on a smooth policy: switches stop jumping ---- */
+
+/* models/pi0-tiny-sines (scripts/train_smooth_tiny.py): a tiny pi0 trained on sines of random
+ * phase, so its chunks are smooth and two samples for the same observation are different sines.
+ * The robot executes chunk P from row s on; the new chunk takes over at its row d, right after
+ * P's row s + d - 1 ran. The switch jump is max over joints |new[d] - P[s + d - 1]|; without
+ * RTC it is the gap between two phases, with RTC the new chunk continues P. Median over seeds,
+ * both Jacobians, deterministic (seeded noise; no timing). */
+TEST (RtcSines, SwitchJumpsAreFiveTimesSmallerOnASmoothPolicy)
+{
+  const std::string dir = source_root () + "/models/pi0-tiny-sines";
+  auto model = pi0::load_pi0_model (dir);
+  const int64_t s = 10, d = 5, H = model->config ().horizon;
+  auto jump = [&] (const at::Tensor &prev, const at::Tensor &next) {
+    return (next.select (1, d) - prev.select (1, s + d - 1)).abs ().max ().item<double> ();
+  };
+  auto within = [] (const at::Tensor &c) { // largest row-to-row step inside a chunk
+    return (c.narrow (1, 1, c.size (1) - 1) - c.narrow (1, 0, c.size (1) - 1))
+        .abs ()
+        .max ()
+        .item<double> ();
+  };
+  auto median = [] (std::vector<double> v) {
+    std::sort (v.begin (), v.end ());
+    return v[v.size () / 2];
+  };
+  std::vector<double> off, vjp, ident, steps;
+  for (uint64_t seed = 1; seed <= 9; seed++) {
+    Batch b = batch_of (tiny_input (model->config (), 100 + seed));
+    auto gen = at::make_generator<at::CPUGeneratorImpl> (1000 + seed);
+    Batch first = b;
+    first.noise = at::empty (b.noise.sizes ()).normal_ (0, 1, gen);
+    const at::Tensor prev = plain (*model, first);
+    const at::Tensor prefix = prev.narrow (1, s, H - s).clone ();
+    const at::Tensor unguided = plain (*model, b);
+    off.push_back (jump (prev, unguided));
+    vjp.push_back (
+        jump (prev, guided (*model, b, rtc_of (prefix, d, s, 5.0, pi0::RtcJacobian::Vjp))));
+    ident.push_back (
+        jump (prev, guided (*model, b, rtc_of (prefix, d, s, 10.0, pi0::RtcJacobian::Identity))));
+    steps.push_back (std::max (within (prev), within (unguided)));
+  }
+  const double m_off = median (off), m_vjp = median (vjp), m_id = median (ident);
+  const double m_step = median (steps);
+  RecordProperty ("switch_jump_off", std::to_string (m_off));
+  RecordProperty ("switch_jump_vjp", std::to_string (m_vjp));
+  RecordProperty ("switch_jump_identity", std::to_string (m_id));
+  RecordProperty ("within_chunk_step", std::to_string (m_step));
+  std::printf ("median over 9 seeds: switch jump off %.3f, guided (VJP) %.3f, guided (J = I) "
+               "%.3f; largest row-to-row step inside a chunk %.3f\n",
+               m_off, m_vjp, m_id, m_step);
+  // The premise: a smooth policy whose samples disagree (the jump is many of its own steps).
+  EXPECT_GT (m_off, 3.0 * m_step);
+  EXPECT_LE (5.0 * m_vjp, m_off);
+  EXPECT_LE (5.0 * m_id, m_off);
 }

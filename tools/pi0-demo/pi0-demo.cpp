@@ -42,6 +42,7 @@ struct Options {
   double max_wait_ms = 20.0;
   bool live = true;
   gchar *instruction = nullptr;
+  gchar *rtc = nullptr;
 };
 
 struct Demo {
@@ -359,6 +360,10 @@ main (int argc, char **argv)
        "MS"},
       {"instruction", 'i', 0, G_OPTION_ARG_STRING, &d.opt.instruction,
        "The instruction (default \"pick up the red cube\")", "TEXT"},
+      {"rtc", 0, 0, G_OPTION_ARG_STRING, &d.opt.rtc,
+       "pi0infer's real-time chunking: guided (default; the paper's VJP), guided-identity (J = I, "
+       "as cheap as off) or off",
+       "MODE"},
       {"non-live", 0, 0, G_OPTION_ARG_NONE, &non_live,
        "Run as fast as possible instead of in real time (no latency figures)", nullptr},
       {nullptr, 0, 0, G_OPTION_ARG_NONE, nullptr, nullptr, nullptr},
@@ -385,6 +390,21 @@ main (int argc, char **argv)
     return 1;
   }
 
+  /* --rtc is checked against pi0infer's own enum before anything starts. */
+  const char *rtc = d.opt.rtc ? d.opt.rtc : "guided";
+  {
+    GstElement *probe = gst_element_factory_make ("pi0infer", nullptr);
+    GParamSpec *ps = g_object_class_find_property (G_OBJECT_GET_CLASS (probe), "rtc");
+    GEnumClass *ec = G_ENUM_CLASS (g_type_class_ref (ps->value_type));
+    const bool known = g_enum_get_value_by_nick (ec, rtc) != nullptr;
+    g_type_class_unref (ec);
+    gst_object_unref (probe);
+    if (!known) {
+      g_printerr ("--rtc: '%s' is not one of off, guided, guided-identity\n", rtc);
+      return 2;
+    }
+  }
+
   gchar *tmp = g_dir_make_tmp ("pi0-demo-XXXXXX", nullptr);
   std::string config = std::string (tmp) + "/robot.json",
               robot_log = std::string (tmp) + "/robot.log";
@@ -402,8 +422,9 @@ main (int argc, char **argv)
   }
 
   const char *live = d.opt.live ? "true" : "false";
-  gchar *desc = g_strdup_printf (PIPELINE, d.opt.max_wait_ms < 0 ? G_MAXUINT64 : (guint64) (d.opt.max_wait_ms * GST_MSECOND),
-                                 port, config.c_str (), live, live, live, live);
+  gchar *desc = g_strdup_printf (
+      PIPELINE, d.opt.max_wait_ms < 0 ? G_MAXUINT64 : (guint64)(d.opt.max_wait_ms * GST_MSECOND),
+      port, config.c_str (), live, live, live, live);
   d.pipeline = gst_parse_launch (desc, &err);
   g_free (desc);
   if (!d.pipeline) {
@@ -412,6 +433,7 @@ main (int argc, char **argv)
   }
   GstElement *infer = gst_bin_get_by_name (GST_BIN (d.pipeline), "infer");
   g_object_set (infer, "instruction", instruction, nullptr);
+  gst_util_set_object_arg (G_OBJECT (infer), "rtc", rtc);
 
   GstElement *mux = gst_bin_get_by_name (GST_BIN (d.pipeline), "mux");
   GstElement *sink = gst_bin_get_by_name (GST_BIN (d.pipeline), "sink");
@@ -430,11 +452,11 @@ main (int argc, char **argv)
   g_print ("gst-pi0 demo: 3 cameras (main 640x480 RGB 30 fps, side 320x240 NV12 15 fps, top "
            "1280x720 I420 10 fps) + a 7-joint state at 100 Hz\n"
            "  -> pi0viewmux -> cudaprep (CPU) -> pi0infer (builtin:pi0-tiny: UNTRAINED, random "
-           "weights; its actions mean nothing; rtc=guided)\n"
+           "weights; its actions mean nothing; rtc=%s)\n"
            "  -> pi0actionsink -> udp://127.0.0.1:%d -> pi0-robotsim\n"
            "Instruction: \"%s\". The top camera stalls from %.1f s to %.1f s.\n"
            "Per view: frame age at the observation (* = older than max-skew).\n\n",
-           port, instruction, d.opt.stall_start, d.opt.stall_end);
+           rtc, port, instruction, d.opt.stall_start, d.opt.stall_end);
 
   d.loop = g_main_loop_new (nullptr, FALSE);
   GstBus *bus = gst_element_get_bus (d.pipeline);
