@@ -28,6 +28,7 @@
 #include <gst/pi0/pi0.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -176,9 +177,12 @@ run_mode (const Options &o, const std::string &mode, const std::string &robot_js
   FILE *csv = nullptr;
   if (o.csv_dir) {
     std::string path = std::string (o.csv_dir) + "/rtc-" + mode + ".csv";
+    g_mkdir_with_parents (o.csv_dir, 0755);
     csv = fopen (path.c_str (), "w");
     if (csv)
       fprintf (csv, "t_s,chunk,row,switch,sent0,requested0\n");
+    else
+      g_printerr ("rtc-chain: cannot write %s: %s\n", path.c_str (), g_strerror (errno));
   }
   const guint dim = rec.dim;
   for (size_t i = 1; i < rec.rows.size (); i++) {
@@ -290,10 +294,11 @@ main (int argc, char **argv)
              r.mode.c_str (), r.chunks, r.guided, r.infer_p50, r.delay_rows, r.switches, r.jump_max,
              r.jump_p50, r.plan_max, r.plan_p50, r.within_p99, r.within_max, r.sent, r.clamped);
   /* "N.Nx" or, when the mode has none at all, "none (off: N)" rather than a ratio of infinity. */
-  auto ratio = [] (double off, double on) {
+  /* "5.7x smaller" or, when the mode has none at all, "none (off: 415)", not a ratio of infinity. */
+  auto ratio = [] (double off, double on, const char *word) {
     char b[64];
     if (on > 0)
-      g_snprintf (b, sizeof b, "%.1fx", off / on);
+      g_snprintf (b, sizeof b, "%.1fx %s", off / on, word);
     else
       g_snprintf (b, sizeof b, "none (off: %.3g)", off);
     return std::string (b);
@@ -301,12 +306,13 @@ main (int argc, char **argv)
   if (results.size () > 1 && results[0].mode == "off")
     for (size_t i = 1; i < results.size (); i++) {
       const Result &b = results[0], &r = results[i];
-      g_print ("%s vs off: switch jump max %s smaller, p50 %s smaller; plan change max %s, p50 %s "
-               "smaller; clamped rows %s fewer\n",
-               r.mode.c_str (), ratio (b.jump_max, r.jump_max).c_str (),
-               ratio (b.jump_p50, r.jump_p50).c_str (), ratio (b.plan_max, r.plan_max).c_str (),
-               ratio (b.plan_p50, r.plan_p50).c_str (),
-               ratio ((double)b.clamped, (double)r.clamped).c_str ());
+      g_print ("%s vs off: switch jump max %s, p50 %s; plan change max %s, p50 %s; clamped rows "
+               "%s\n",
+               r.mode.c_str (), ratio (b.jump_max, r.jump_max, "smaller").c_str (),
+               ratio (b.jump_p50, r.jump_p50, "smaller").c_str (),
+               ratio (b.plan_max, r.plan_max, "smaller").c_str (),
+               ratio (b.plan_p50, r.plan_p50, "smaller").c_str (),
+               ratio ((double)b.clamped, (double)r.clamped, "fewer").c_str ());
     }
   g_unlink (robot.c_str ());
   g_rmdir (tmp);

@@ -64,6 +64,7 @@ def main():
     ap.add_argument("-o", "--output", required=True)
     ap.add_argument("--seconds", type=float, default=3.0)
     ap.add_argument("--skip", type=float, default=1.0, help="seconds skipped at the start")
+    ap.add_argument("--model", default="models/pi0-tiny-sines", help="the model named in the footer")
     a = ap.parse_args()
     off = load(a.off, a.seconds, a.skip)
     on = load(a.guided, a.seconds, a.skip)
@@ -75,7 +76,7 @@ def main():
     panel(d, 0, off, "rtc=off: joint 0 sent (blue); chunk switches (red lines), the new chunk's "
           "requested value there (red circles)", a.seconds, lo - pad, hi + pad)
     panel(d, H_PANEL, on, "rtc=guided: same", a.seconds, lo - pad, hi + pad)
-    d.text((MARGIN, 2 * H_PANEL + 8), "bench/rtc-chain, builtin:pi0-tiny (untrained) on the CPU",
+    d.text((MARGIN, 2 * H_PANEL + 8), f"bench/rtc-chain, {a.model} on the CPU",
            fill=(80, 80, 80))
     img.save(a.output)
 

@@ -162,3 +162,22 @@ TEST (ModelCli, PromptGoesThroughTheTokenizer)
   EXPECT_EQ (c.status, 2);
   EXPECT_TRUE (contains (c.out, "--prompt needs --tokenizer")) << c.out;
 }
+
+/* pi0-demo checks --rtc against pi0infer's modes before it starts anything (no robot simulator,
+ * no pipeline): a typo is a clear error, not a demo silently running without RTC. */
+TEST (Pi0Demo, UnknownRtcModeIsAClearError)
+{
+  const std::string cmd = build_root () + "/tools/pi0-demo --rtc guidd --duration 1 2>&1";
+  FILE *p = popen (cmd.c_str (), "r");
+  ASSERT_NE (p, nullptr);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread (buf, 1, sizeof buf, p)) > 0)
+    out.append (buf, n);
+  const int st = pclose (p);
+  ASSERT_TRUE (WIFEXITED (st)) << out;
+  EXPECT_EQ (WEXITSTATUS (st), 2) << out;
+  EXPECT_TRUE (contains (out, "--rtc: 'guidd' is not one of off, guided, guided-identity")) << out;
+  EXPECT_FALSE (contains (out, "gst-pi0 demo:")) << "the demo must not start: " << out;
+}
