@@ -89,15 +89,21 @@ read_reports_at (SinkFixture &f, GstClockTime t)
   f.crank ();
 }
 
+/* @key: both ends authenticate (the robot's reports too). */
 void
-reports_become_the_events (const std::string &proto, bool robot_feedback)
+reports_become_the_events (const std::string &proto, bool robot_feedback,
+                           const std::string &key = "")
 {
   TempDir dir;
   SimProc sim;
-  ASSERT_TRUE (sim.start ({"--proto=" + proto, "--port=0", "--dim=3"}, dir.file ("sim.jsonl")));
+  std::vector<std::string> args = {"--proto=" + proto, "--port=0", "--dim=3"};
+  if (!key.empty ())
+    args.push_back ("--key=" + key);
+  ASSERT_TRUE (sim.start (args, dir.file ("sim.jsonl")));
   SinkFixture f;
   f.make (chunk_props (proto + "://127.0.0.1:" + std::to_string (sim.port ())) +
-          (robot_feedback ? "" : " robot-feedback=false"));
+          (robot_feedback ? "" : " robot-feedback=false") +
+          (key.empty () ? "" : " hmac-key=" + key));
   if (proto == "tcp")
     connect (f);
   pull_executing (f.h.get ());
@@ -202,9 +208,9 @@ TEST (ActionSinkFeedback, TcpRobotReportsBecomeTheExecutingEvents)
   reports_become_the_events ("tcp", true);
 }
 
-TEST (ActionSinkFeedback, UdpRobotReportsBecomeTheExecutingEvents)
+TEST (ActionSinkFeedback, UdpAuthenticatedRobotReportsBecomeTheExecutingEvents)
 {
-  reports_become_the_events ("udp", true);
+  reports_become_the_events ("udp", true, "shared-key");
 }
 
 TEST (ActionSinkFeedback, RobotFeedbackOffKeepsTheEstimate)
