@@ -24,8 +24,10 @@
  * that `pi0viewmux`, `cudaprep` and `pi0infer` leave in their metas.
  *
  * The rules live in protocol/: pi0::proto::Sender (the session: HELLO/HOLD/STOP, sequence
- * numbers, splitting, stream stepping, the watchdog, the safety gate) and pi0::proto::Transport.
- * This file is the glue: properties, caps, render, the clock wait and the bus.
+ * numbers, splitting, stream stepping, the watchdog, the safety gate, the robot's FEEDBACK),
+ * pi0::proto::Transport, and pi0::proto::SenderLink, which drives the two together and says
+ * what the properties mean. This file is the glue: properties, caps, render, the clock wait
+ * and the bus.
  *
  * ## Example
  * |[
@@ -51,15 +53,11 @@
 #include "gstpi0actionsink.h"
 #include "gstpi0enum.h"
 
-#include "pi0frame.h"
 #include "pi0latency.h"
-#include "pi0safety.h"
-#include "pi0session.h"
-#include "pi0transport.h"
+#include "pi0link.h"
 
 #include <gst/pi0/pi0.h>
 
-#include <algorithm>
 #include <exception>
 #include <mutex>
 #include <optional>
@@ -94,33 +92,32 @@ enum {
   PROP_RECONNECT_MIN,
   PROP_RECONNECT_MAX,
   PROP_TOLERATE_WRITE_ERRORS,
+  PROP_ROBOT_FEEDBACK,
   PROP_STATS,
 };
 
 enum { SIGNAL_ACTION, N_SIGNALS };
 guint signals[N_SIGNALS];
 
-/* The properties. The session's and the transport's own settings (and their defaults) are
- * kept in their structs; start() completes them from the rest. */
+/* The properties: what they mean for the session and the transport (and their defaults) is
+ * protocol/pi0link's; start() has proto::configure_link() check and translate them. */
 struct Settings {
-  std::string target = kDefaultTarget;
-  GstPi0ActionSinkFormat format = GST_PI0_ACTION_SINK_FORMAT_AUTO;
-  GstPi0ActionSinkMode mode = GST_PI0_ACTION_SINK_MODE_STREAM;
-  double control_rate = 50.0;
-  std::string robot_config;
-  bool allow_unlimited = false;
-  std::string hmac_key;
-  bool hmac_key_set = false; /* set, possibly to "" (refused at start) */
-  guint datagram_size = (guint)proto::kDefaultDatagramSize;
+  proto::LinkOptions link;
   bool tolerate_write_errors = false;
-  proto::SenderSettings sender;       /* execute-steps, max-action-age, hold/stop-timeout */
-  proto::TransportSettings transport; /* max-send-buffer, reconnect-min/max */
 };
+/* The enums' values are the protocol's, so a property copies straight into LinkOptions. */
+static_assert ((int)proto::SendMode::kChunk == GST_PI0_ACTION_SINK_MODE_CHUNK &&
+                   (int)proto::SendMode::kStream == GST_PI0_ACTION_SINK_MODE_STREAM &&
+                   (int)proto::SendMode::kLog == GST_PI0_ACTION_SINK_MODE_LOG &&
+                   (int)proto::Format::kAuto == GST_PI0_ACTION_SINK_FORMAT_AUTO &&
+                   (int)proto::Format::kJson == GST_PI0_ACTION_SINK_FORMAT_JSON &&
+                   (int)proto::Format::kBinary == GST_PI0_ACTION_SINK_FORMAT_BINARY,
+               "property enums and protocol enums differ");
 
 /* What to do once the lock is released: signals, bus warnings, an error. */
 struct Pending {
   std::vector<proto::SentMessage> sent;
-  /* What the robot executes (first and last of a wake-up): sent upstream as pi0-executing. */
+  /* What the robot executes (first of each chunk, newest): sent upstream as pi0-executing. */
   std::vector<proto::Feedback> executing;
   guint64 period_ns = 0;
   std::vector<std::string> warnings;
@@ -130,9 +127,8 @@ struct Pending {
 struct State {
   Settings s; /* snapshot taken in start() */
   bool started = false;
-  std::optional<proto::Sender> session;
-  proto::Transport transport;
-  proto::SenderOutput out; /* scratch, reused */
+  proto::SenderLink link;
+  proto::LinkOutput out; /* scratch, reused */
   bool unlocked = false;
   bool write_failed = false;
 
@@ -215,21 +211,19 @@ running_now (State &st)
   return t >= st.base_time ? t - st.base_time : 0;
 }
 
-/* Hands the session's output to the transport (encoded) and keeps what is to be signalled and
- * posted once the lock is released. */
+/* Keeps what the link decided, to be signalled, posted and pushed once the lock is released. */
 void
 deliver (State &st, Pending &p)
 {
-  proto::SenderOutput &out = st.out;
-  for (const proto::OutFrame &f : out.frames) {
-    if (st.transport.send (f) != proto::SendResult::kFailed)
-      continue;
+  proto::LinkOutput &out = st.out;
+  st.link.take (out);
+  for (const std::string &e : out.write_errors) {
     /* A recording that loses data must say so. */
     if (st.s.tolerate_write_errors) {
-      warn (st, p, st.transport.error () + ": message lost");
+      warn (st, p, e + ": message lost");
     } else if (!st.write_failed) {
       st.write_failed = true;
-      p.error = st.transport.error ();
+      p.error = e;
     }
   }
   for (proto::SentMessage &m : out.sent) {
@@ -239,23 +233,10 @@ deliver (State &st, Pending &p)
   }
   for (const std::string &w : out.warnings)
     warn (st, p, w);
-  /* The first row of a chunk tells pi0infer the delay it had; the last, where the robot is now.
-   * Rows in between add nothing. */
-  if (!out.executing.empty () && st.s.mode != GST_PI0_ACTION_SINK_MODE_LOG) {
-    p.period_ns = st.session->settings ().period_ns;
-    p.executing.push_back (out.executing.front ());
-    if (out.executing.size () > 1)
-      p.executing.push_back (out.executing.back ());
-  }
-  out.clear ();
-}
-
-/* Drives the transport and tells the session what the link can do now. */
-void
-pump (State &st, GstClockTime now)
-{
-  st.transport.pump ();
-  st.session->link (now, st.transport.up (), st.transport.take_new_connection (), st.out);
+  for (const char *why : out.robot_drops) /* counted; a flood must not reach the bus */
+    GST_INFO ("robot frame dropped: %s", why);
+  p.executing.insert (p.executing.end (), out.executing.begin (), out.executing.end ());
+  p.period_ns = st.link.settings ().period_ns;
 }
 
 void
@@ -293,7 +274,7 @@ control_thread (gpointer data)
   std::unique_lock<std::mutex> lk (priv->lock);
   while (st.thread_running) {
     GstClockID id =
-        gst_clock_new_single_shot_id (st.clock, st.base_time + st.session->next_deadline ());
+        gst_clock_new_single_shot_id (st.clock, st.base_time + st.link.next_deadline ());
     st.wait_id = id;
     lk.unlock ();
     GstClockReturn r = gst_clock_id_wait (id, nullptr);
@@ -303,8 +284,8 @@ control_thread (gpointer data)
     if (!st.thread_running || r == GST_CLOCK_UNSCHEDULED)
       continue;
     const GstClockTime now = running_now (st);
-    pump (st, now);
-    st.session->tick (now, st.out);
+    st.link.pump (now);
+    st.link.tick (now);
     deliver (st, p);
     if (!p.sent.empty () || !p.executing.empty () || !p.warnings.empty () || !p.error.empty ()) {
       lk.unlock ();
@@ -352,71 +333,24 @@ gst_pi0_action_sink_start (GstBaseSink *bsink)
     std::lock_guard<std::mutex> g (priv->settings_lock);
     s = priv->settings;
   }
-  auto refuse = [self] (const std::string &msg, const char *debug = nullptr) {
-    if (debug)
-      GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS, ("%s", msg.c_str ()), ("%s", debug));
-    else
-      GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS, ("%s", msg.c_str ()), (nullptr));
+  proto::LinkConfig c;
+  std::string err, hint;
+  if (!proto::configure_link (s.link, &c, &err, &hint)) {
+    GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS, ("%s", err.c_str ()),
+                       ("%s", hint.empty () ? nullptr : hint.c_str ()));
     return FALSE;
-  };
-
-  proto::Target target;
-  std::string err;
-  if (!proto::parse_target (s.target, &target, &err))
-    return refuse ("Invalid target: " + err);
-  if (s.transport.reconnect_max_ns < s.transport.reconnect_min_ns)
-    return refuse ("reconnect-max must not be shorter than reconnect-min");
-  if (s.hmac_key_set && s.hmac_key.empty ())
-    return refuse ("hmac-key is empty: an empty key would turn authentication off",
-                   "Set a non-empty key, or leave hmac-key unset to send without one.");
-  const bool log = s.mode == GST_PI0_ACTION_SINK_MODE_LOG;
-  if (log && target.is_network ())
-    return refuse ("mode=log writes the policy's raw chunks and never goes to a robot: use a "
-                   "file:// or stdout target");
-  proto::SenderSettings ss = s.sender;
-  ss.mode = log                                         ? proto::SendMode::kLog
-            : s.mode == GST_PI0_ACTION_SINK_MODE_STREAM ? proto::SendMode::kStream
-                                                        : proto::SendMode::kChunk;
-  if (log) {
-    /* Nothing here moves a robot: no limits to apply (robot-config, if set, is not used). */
-  } else if (!s.robot_config.empty ()) {
-    proto::RobotConfig cfg;
-    if (!proto::load_robot_config (s.robot_config, &cfg, &err))
-      return refuse ("Invalid robot configuration: " + err);
-    ss.robot = std::move (cfg);
-  } else if (!s.allow_unlimited) {
-    return refuse (
-        "No robot-config: refusing to send actions without joint limits",
-        "Set robot-config to a JSON file with joints, lower, upper and max_step, or set "
-        "allow-unlimited=true to send unclamped (but still finite) actions, e.g. for recording.");
   }
-  const bool binary = s.format == GST_PI0_ACTION_SINK_FORMAT_BINARY ||
-                      (s.format == GST_PI0_ACTION_SINK_FORMAT_AUTO && target.is_network ());
-  if (!binary && target.type == proto::TargetType::kUdp)
-    return refuse (
-        "format=json cannot be sent over UDP: a line may not fit a datagram; use binary");
-  ss.period_ns = (GstClockTime)(GST_SECOND / s.control_rate + 0.5);
-  ss.period_ns = std::max<guint64> (ss.period_ns, 1);
-  ss.max_frame_size = binary && target.type == proto::TargetType::kUdp ? s.datagram_size : 0;
-  ss.hmac = !s.hmac_key.empty ();
-  if (!proto::validate (ss, &err))
-    return refuse (err);
-
-  proto::TransportSettings ts = s.transport;
-  ts.binary = binary;
-  ts.key = binary ? s.hmac_key : ""; /* JSON lines carry no HMAC */
   Pending p;
   std::unique_lock<std::mutex> lk (priv->lock);
   State &st = priv->st;
-  if (!st.transport.open (target, ts, &err)) {
+  if (!st.link.open (c, &err)) {
     lk.unlock ();
     GST_ELEMENT_ERROR (self, RESOURCE, OPEN_WRITE,
-                       ("Cannot open target %s: %s", s.target.c_str (), err.c_str ()), (nullptr));
+                       ("Cannot open target %s: %s", s.link.target.c_str (), err.c_str ()),
+                       (nullptr));
     return FALSE;
   }
   st.s = s;
-  st.session.emplace (std::move (ss));
-  st.out.clear ();
   st.no_meta = 0;
   st.latency = pi0::StageLatency ();
   st.have_stamps = false;
@@ -424,23 +358,21 @@ gst_pi0_action_sink_start (GstBaseSink *bsink)
   st.unlocked = false;
   st.write_failed = false;
   st.started = true;
-  pump (st, GST_CLOCK_TIME_NONE); /* with a configuration: HELLO and HOLD now */
+  st.link.pump (GST_CLOCK_TIME_NONE); /* with a configuration: HELLO and HOLD now */
   deliver (st, p);
   const bool failed = st.write_failed;
   if (failed) {
-    st.transport.close ();
+    st.link.close ();
     st.started = false;
   }
   lk.unlock ();
   flush_pending (self, p);
   if (failed)
     return FALSE;
-  GST_INFO_OBJECT (self, "sending to %s (%s, %s mode, %.1f Hz)", s.target.c_str (),
-                   binary ? "binary" : "json",
-                   log                                         ? "log"
-                   : s.mode == GST_PI0_ACTION_SINK_MODE_STREAM ? "stream"
-                                                               : "chunk",
-                   s.control_rate);
+  static const char *const modes[] = {"chunk", "stream", "log"};
+  GST_INFO_OBJECT (self, "sending to %s (%s, %s mode, %.1f Hz)", s.link.target.c_str (),
+                   c.transport.binary ? "binary" : "json", modes[(int)s.link.mode],
+                   s.link.control_rate);
   return TRUE;
 }
 
@@ -451,7 +383,7 @@ gst_pi0_action_sink_stop (GstBaseSink *bsink)
   std::unique_lock<std::mutex> lk (self->priv->lock);
   State &st = self->priv->st;
   stop_control_thread (self->priv, lk);
-  st.transport.close ();
+  st.link.close ();
   st.started = false; /* the session stays for its counters until the next start */
   return TRUE;
 }
@@ -470,8 +402,8 @@ gst_pi0_action_sink_change_state (GstElement *element, GstStateChange transition
       State &st = priv->st;
       stop_control_thread (priv, lk);
       if (st.started) {
-        st.transport.pump ();
-        st.session->event (running_now (st), proto::SenderEvent::kPaused, st.out);
+        st.link.pump (running_now (st), false);
+        st.link.event (running_now (st), proto::SenderEvent::kPaused);
         deliver (st, p);
       }
       g_clear_object (&st.clock);
@@ -492,8 +424,8 @@ gst_pi0_action_sink_change_state (GstElement *element, GstStateChange transition
       st.clock = clock;
       clock = nullptr;
       st.base_time = gst_element_get_base_time (element);
-      st.session->event (running_now (st), proto::SenderEvent::kPlaying, st.out);
-      if (st.s.mode != GST_PI0_ACTION_SINK_MODE_LOG) {
+      st.link.event (running_now (st), proto::SenderEvent::kPlaying);
+      if (st.s.link.mode != proto::SendMode::kLog) {
         st.thread_running = true;
         st.thread = g_thread_new ("pi0actionsink-ctl", control_thread, self);
       }
@@ -536,7 +468,7 @@ gst_pi0_action_sink_event (GstBaseSink *bsink, GstEvent *event)
     std::lock_guard<std::mutex> g (priv->lock);
     State &st = priv->st;
     if (st.started) {
-      st.session->event (running_now (st), *e, st.out);
+      st.link.event (running_now (st), *e);
       deliver (st, p);
     }
   }
@@ -579,8 +511,8 @@ render_locked (State &st, GstBuffer *buf, Pending &p, std::string *error)
   if (!st.started || st.unlocked)
     return GST_FLOW_OK;
   const GstClockTime now = running_now (st);
-  if (st.s.mode != GST_PI0_ACTION_SINK_MODE_LOG)
-    pump (st, now);
+  if (st.s.link.mode != proto::SendMode::kLog)
+    st.link.pump (now);
   st.stamps = pi0::stage_stamps (buf, meta);
   st.stamps_chunk = meta->sequence;
   st.have_stamps = true;
@@ -592,7 +524,7 @@ render_locked (State &st, GstBuffer *buf, Pending &p, std::string *error)
   in.observation_time_ns = meta->observation_time;
   in.flagged_non_finite = (meta->flags & GST_PI0_ACTION_FLAG_NON_FINITE) != 0;
   in.model_id = meta->model_id ? meta->model_id : "";
-  const proto::ChunkResult r = st.session->chunk (now, in, st.out, error);
+  const proto::ChunkResult r = st.link.chunk (now, in, error);
   deliver (st, p);
   if (r == proto::ChunkResult::kError)
     return GST_FLOW_NOT_NEGOTIATED;
@@ -632,16 +564,9 @@ make_stats (Private *priv)
 {
   std::lock_guard<std::mutex> g (priv->lock);
   State &st = priv->st;
-  const proto::TransportCounters &t = st.transport.counters ();
-  const proto::SenderCounters c = st.session ? st.session->counters () : proto::SenderCounters ();
-  GstStructure *s = gst_structure_new (
-      "pi0actionsink-stats", "sent", G_TYPE_UINT64, t.action_rows, "frames", G_TYPE_UINT64,
-      t.frames, "rejected", G_TYPE_UINT64, st.no_meta + c.rejected, "clamped", G_TYPE_UINT64,
-      c.clamped, "stale", G_TYPE_UINT64, c.stale, "holds", G_TYPE_UINT64, c.holds, "stops",
-      G_TYPE_UINT64, c.stops, "reconnects", G_TYPE_UINT64, st.transport.reconnects (), "dropped",
-      G_TYPE_UINT64, t.dropped, "sessions", G_TYPE_UINT64, c.sessions, "queued-bytes",
-      G_TYPE_UINT64, (guint64)st.transport.queued_bytes (), "write-errors", G_TYPE_UINT64,
-      t.write_errors, nullptr);
+  GstStructure *s = gst_structure_new_empty ("pi0actionsink-stats");
+  for (const auto &[name, value] : st.link.stats (st.no_meta))
+    gst_structure_set (s, name, G_TYPE_UINT64, (guint64)value, nullptr);
   st.latency.write (s);
   return s;
 }
@@ -658,35 +583,37 @@ transfer (Settings &s, guint prop_id, GValue *value, bool set)
       g_value_set_##gtype (value, (type)s.field);                                                  \
     break;
   switch (prop_id) {
-    SETTING (PROP_FORMAT, format, gint, enum)
-    SETTING (PROP_MODE, mode, gint, enum)
-    SETTING (PROP_CONTROL_RATE, control_rate, gdouble, double)
-    SETTING (PROP_EXECUTE_STEPS, sender.execute_steps, guint, uint)
-    SETTING (PROP_ALLOW_UNLIMITED, allow_unlimited, gboolean, boolean)
-    SETTING (PROP_MAX_ACTION_AGE, sender.max_action_age_ns, guint64, uint64)
-    SETTING (PROP_HOLD_TIMEOUT, sender.hold_timeout_ns, guint64, uint64)
-    SETTING (PROP_STOP_TIMEOUT, sender.stop_timeout_ns, guint64, uint64)
-    SETTING (PROP_MAX_SEND_BUFFER, transport.max_send_buffer, guint, uint)
-    SETTING (PROP_DATAGRAM_SIZE, datagram_size, guint, uint)
-    SETTING (PROP_RECONNECT_MIN, transport.reconnect_min_ns, guint64, uint64)
-    SETTING (PROP_RECONNECT_MAX, transport.reconnect_max_ns, guint64, uint64)
+    SETTING (PROP_FORMAT, link.format, gint, enum)
+    SETTING (PROP_MODE, link.mode, gint, enum)
+    SETTING (PROP_CONTROL_RATE, link.control_rate, gdouble, double)
+    SETTING (PROP_EXECUTE_STEPS, link.sender.execute_steps, guint, uint)
+    SETTING (PROP_ALLOW_UNLIMITED, link.allow_unlimited, gboolean, boolean)
+    SETTING (PROP_MAX_ACTION_AGE, link.sender.max_action_age_ns, guint64, uint64)
+    SETTING (PROP_HOLD_TIMEOUT, link.sender.hold_timeout_ns, guint64, uint64)
+    SETTING (PROP_STOP_TIMEOUT, link.sender.stop_timeout_ns, guint64, uint64)
+    SETTING (PROP_MAX_SEND_BUFFER, link.transport.max_send_buffer, guint, uint)
+    SETTING (PROP_DATAGRAM_SIZE, link.datagram_size, guint, uint)
+    SETTING (PROP_RECONNECT_MIN, link.transport.reconnect_min_ns, guint64, uint64)
+    SETTING (PROP_RECONNECT_MAX, link.transport.reconnect_max_ns, guint64, uint64)
     SETTING (PROP_TOLERATE_WRITE_ERRORS, tolerate_write_errors, gboolean, boolean)
+    SETTING (PROP_ROBOT_FEEDBACK, link.robot_feedback, gboolean, boolean)
     case PROP_TARGET:
       if (!set)
-        g_value_set_string (value, s.target.c_str ());
+        g_value_set_string (value, s.link.target.c_str ());
       else
-        s.target = g_value_get_string (value) ? g_value_get_string (value) : kDefaultTarget;
+        s.link.target = g_value_get_string (value) ? g_value_get_string (value) : kDefaultTarget;
       break;
     case PROP_ROBOT_CONFIG:
       if (!set)
-        g_value_set_string (value, s.robot_config.empty () ? nullptr : s.robot_config.c_str ());
+        g_value_set_string (value,
+                            s.link.robot_config.empty () ? nullptr : s.link.robot_config.c_str ());
       else
-        s.robot_config = g_value_get_string (value) ? g_value_get_string (value) : "";
+        s.link.robot_config = g_value_get_string (value) ? g_value_get_string (value) : "";
       break;
     case PROP_HMAC_KEY: /* write-only: a key must not be readable back */
       if (set) {
-        s.hmac_key_set = g_value_get_string (value) != nullptr;
-        s.hmac_key = s.hmac_key_set ? g_value_get_string (value) : "";
+        s.link.hmac_key_set = g_value_get_string (value) != nullptr;
+        s.link.hmac_key = s.link.hmac_key_set ? g_value_get_string (value) : "";
       }
       break;
   }
@@ -727,7 +654,7 @@ gst_pi0_action_sink_finalize (GObject *object)
   {
     std::unique_lock<std::mutex> lk (self->priv->lock);
     stop_control_thread (self->priv, lk);
-    self->priv->st.transport.close ();
+    self->priv->st.link.close ();
     g_clear_object (&self->priv->st.clock);
   }
   delete self->priv;
@@ -794,7 +721,7 @@ gst_pi0_action_sink_class_init (GstPi0ActionSinkClass *klass)
       g_param_spec_double ("control-rate", "Control rate",
                            "Robot control rate in Hz: one chunk row per tick (also the step period "
                            "written in frames)",
-                           0.1, 1000.0, d.control_rate, rw_ready));
+                           0.1, 1000.0, d.link.control_rate, rw_ready));
   install (PROP_EXECUTE_STEPS,
            g_param_spec_uint ("execute-steps", "Execute steps",
                               "Use at most this many rows of each chunk (0 = all rows)", 0,
@@ -814,17 +741,17 @@ gst_pi0_action_sink_class_init (GstPi0ActionSinkClass *klass)
            g_param_spec_uint64 (
                "max-action-age", "Maximum action age",
                "Drop actions whose observation was captured longer ago than this, in nanoseconds",
-               GST_MSECOND, G_MAXUINT64, d.sender.max_action_age_ns, rw_ready));
+               GST_MSECOND, G_MAXUINT64, d.link.sender.max_action_age_ns, rw_ready));
   install (PROP_HOLD_TIMEOUT,
            g_param_spec_uint64 (
                "hold-timeout", "Hold timeout",
                "Send HOLD after this long without a fresh action, in nanoseconds of pipeline clock",
-               GST_MSECOND, G_MAXUINT64, d.sender.hold_timeout_ns, rw_ready));
+               GST_MSECOND, G_MAXUINT64, d.link.sender.hold_timeout_ns, rw_ready));
   install (PROP_STOP_TIMEOUT,
            g_param_spec_uint64 (
                "stop-timeout", "Stop timeout",
                "Send STOP after this long without a fresh action, in nanoseconds (>= hold-timeout)",
-               GST_MSECOND, G_MAXUINT64, d.sender.stop_timeout_ns, rw_ready));
+               GST_MSECOND, G_MAXUINT64, d.link.sender.stop_timeout_ns, rw_ready));
   /* Write-only: a key must not be readable back through gst-inspect or a property dump. */
   install (
       PROP_HMAC_KEY,
@@ -837,32 +764,46 @@ gst_pi0_action_sink_class_init (GstPi0ActionSinkClass *klass)
            g_param_spec_uint (
                "max-send-buffer", "Maximum send buffer",
                "TCP: bytes queued for a slow peer before the oldest unsent frames are dropped",
-               1024, 64 * 1024 * 1024, (guint)d.transport.max_send_buffer, rw_ready));
+               1024, 64 * 1024 * 1024, (guint)d.link.transport.max_send_buffer, rw_ready));
   install (PROP_DATAGRAM_SIZE,
            g_param_spec_uint (
                "datagram-size", "Datagram size",
                "UDP: largest frame in bytes; bigger chunks are split per docs/protocol.md", 128,
-               65507, d.datagram_size, rw_ready));
+               65507, d.link.datagram_size, rw_ready));
   install (
       PROP_RECONNECT_MIN,
       g_param_spec_uint64 (
           "reconnect-min", "Reconnect minimum",
           "TCP: first reconnect delay in nanoseconds (doubles per failure up to reconnect-max)",
-          GST_MSECOND, 60 * GST_SECOND, d.transport.reconnect_min_ns, rw_ready));
+          GST_MSECOND, 60 * GST_SECOND, d.link.transport.reconnect_min_ns, rw_ready));
   install (PROP_RECONNECT_MAX,
            g_param_spec_uint64 ("reconnect-max", "Reconnect maximum",
                                 "TCP: longest reconnect delay in nanoseconds", GST_MSECOND,
-                                600 * GST_SECOND, d.transport.reconnect_max_ns, rw_ready));
+                                600 * GST_SECOND, d.link.transport.reconnect_max_ns, rw_ready));
   install (PROP_TOLERATE_WRITE_ERRORS,
            g_param_spec_boolean ("tolerate-write-errors", "Tolerate write errors",
                                  "file/stdout: a failed write is a warning and counts in "
                                  "stats.write-errors instead of an error that stops the pipeline",
                                  FALSE, rw_ready));
   /**
+   * GstPi0ActionSink:robot-feedback:
+   *
+   * Chunk mode over udp/tcp: take the robot's FEEDBACK reports (docs/protocol.md), checked, as
+   * the reference of HOLD and of the next chunk's step bound and as what the `pi0-executing`
+   * events upstream carry; until the first one of a session, and with false, the sink's own
+   * estimate (what a robot that never reports gets).
+   */
+  install (PROP_ROBOT_FEEDBACK,
+           g_param_spec_boolean ("robot-feedback", "Robot feedback",
+                                 "Chunk mode over udp/tcp: use what the robot reports executing "
+                                 "(FEEDBACK frames) instead of the sink's estimate",
+                                 d.link.robot_feedback, rw_ready));
+  /**
    * GstPi0ActionSink:stats:
    *
    * Counters since start: sent (action rows), frames, rejected (chunks), clamped (rows), stale
-   * (chunks), holds, stops, reconnects, dropped (frames), sessions, queued-bytes, write-errors.
+   * (chunks), holds, stops, reconnects, dropped (frames), sessions, queued-bytes, write-errors,
+   * feedback (robot reports taken), feedback-dropped (robot frames or bytes refused).
    *
    * End-to-end latency, from the stamps the upstream elements leave in the metas, over the
    * last 1024 chunks sent (in stream mode: when a chunk's first row leaves): `latency-chunks`
@@ -877,7 +818,8 @@ gst_pi0_action_sink_class_init (GstPi0ActionSinkClass *klass)
       g_param_spec_boxed (
           "stats", "Statistics",
           "Counters: sent, frames, rejected, clamped, stale, holds, stops, reconnects, dropped, "
-          "sessions, queued-bytes, write-errors; latency per stage (mux, prep, infer, sink, "
+          "sessions, queued-bytes, write-errors, feedback, feedback-dropped; latency per stage "
+          "(mux, prep, infer, sink, "
           "end-to-end) as STAGE-p50/-p99/-max in ns over the last 1024 chunks",
           GST_TYPE_STRUCTURE, (GParamFlags)(G_PARAM_READABLE | G_PARAM_STATIC_STRINGS)));
 

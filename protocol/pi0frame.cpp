@@ -8,6 +8,7 @@
 
 #include <glib.h>
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -100,7 +101,7 @@ hmac_sha256 (const std::string &key, const uint8_t *data, size_t len, uint8_t ou
 bool
 kind_valid (uint8_t k)
 {
-  return k >= (uint8_t)Kind::kAction && k <= (uint8_t)Kind::kHello;
+  return k >= (uint8_t)Kind::kAction && k <= (uint8_t)Kind::kFeedback;
 }
 
 } // namespace
@@ -157,6 +158,8 @@ kind_name (Kind k)
       return "stop";
     case Kind::kHello:
       return "hello";
+    case Kind::kFeedback:
+      return "feedback";
   }
   return "unknown";
 }
@@ -229,6 +232,9 @@ peek_header (const uint8_t *p, size_t len, const Limits &limits, Header *h, size
     return Error::kBadKind;
   if (p[kOffFlags] & ~kKnownFlags)
     return Error::kBadFlags;
+  /* A FEEDBACK is no part of a chunk nor of a stream: only the HMAC flag has a meaning. */
+  if (p[kOffKind] == (uint8_t)Kind::kFeedback && (p[kOffFlags] & ~kFlagHmac))
+    return Error::kBadFlags;
   if (get32 (p + kOffReserved) != 0)
     return Error::kBadReserved;
 
@@ -262,6 +268,12 @@ peek_header (const uint8_t *p, size_t len, const Limits &limits, Header *h, size
       if (hd.steps > 1 || (hd.steps == 1 && hd.dim == 0))
         return Error::kBadDims;
       if (hd.step_index != 0 || hd.chunk_steps != hd.steps)
+        return Error::kBadStepRange;
+      break;
+    case Kind::kFeedback: /* step_index is the row executing; no payload */
+      if (hd.steps != 0 || hd.dim != 0)
+        return Error::kBadDims;
+      if (hd.chunk_steps != 0)
         return Error::kBadStepRange;
       break;
     case Kind::kStop:
@@ -343,6 +355,45 @@ rows_per_frame (uint32_t dim, bool hmac, size_t max_frame_size)
   if (rows > 0xFFFF)
     rows = 0xFFFF;
   return (uint32_t)rows;
+}
+
+bool
+FrameStream::next (size_t &off, size_t *size)
+{
+  static const uint8_t magic[4] = {(uint8_t)kMagic, (uint8_t)(kMagic >> 8), (uint8_t)(kMagic >> 16),
+                                   (uint8_t)(kMagic >> 24)};
+  Limits lim;
+  lim.max_frame_size = max_frame_;
+  /* Skips to the next magic after @from, or keeps only a tail that may begin one. One run of
+   * skipped bytes counts once, however many pushes it spans. */
+  auto skip_from = [&] (size_t from) {
+    resyncs_ += !skipping_;
+    skipping_ = true;
+    const uint8_t *b = buf_.data (), *e = b + buf_.size ();
+    const uint8_t *m = std::search (b + from, e, magic, magic + 4);
+    off = m != e ? (size_t)(m - b)
+                 : std::max (from, buf_.size () - std::min<size_t> (3, buf_.size ()));
+  };
+  bool ok = false;
+  for (;;) {
+    const size_t avail = buf_.size () - off;
+    if (avail < 4)
+      break;
+    if (memcmp (buf_.data () + off, magic, 4) != 0) {
+      skip_from (off + 1);
+      continue;
+    }
+    if (avail < kHeaderSize)
+      break;
+    if (peek_header (buf_.data () + off, avail, lim, nullptr, size) != Error::kOk) {
+      skip_from (off + 1); /* not a frame after all: look for the next magic */
+      continue;
+    }
+    ok = avail >= *size; /* a frame, whole or still arriving */
+    skipping_ = false;
+    break;
+  }
+  return ok;
 }
 
 std::string

@@ -36,6 +36,9 @@ enum class Kind : uint8_t {
   kHold = 2,   /* keep the position in the payload (or the current one when empty) */
   kStop = 3,   /* stop: the sender has had no fresh action for stop-timeout */
   kHello = 4,  /* first frame of a session: announces dim, no payload */
+  /* Robot -> sender: the row the robot executes (docs/protocol.md, "FEEDBACK"). The only kind
+   * that travels that way; a receiver refuses it, a sender takes nothing else. */
+  kFeedback = 5,
 };
 
 enum Flags : uint8_t {
@@ -45,6 +48,10 @@ enum Flags : uint8_t {
   kFlagStream = 1u << 3,  /* sender is in stream mode: execute the single row on receipt */
 };
 constexpr uint8_t kKnownFlags = kFlagHmac | kFlagLast | kFlagClamped | kFlagStream;
+
+/* A FEEDBACK frame is a header, its CRC and, with a key, the HMAC: nothing more. */
+constexpr size_t kFeedbackFrameSize = kHeaderSize + kCrcSize;
+constexpr size_t kMaxFeedbackFrameSize = kFeedbackFrameSize + kHmacSize;
 
 /* Wire value of "no time known". */
 constexpr uint64_t kTimeNone = UINT64_MAX;
@@ -132,5 +139,47 @@ uint32_t rows_per_frame (uint32_t dim, bool hmac, size_t max_frame_size);
 std::string to_json (const Header &header, const float *values, const std::string &model_id);
 
 const char *kind_name (Kind k);
+
+/* Cuts a byte stream (the robot's side of a TCP connection) into candidate frames of at most
+ * @max_frame bytes: a header that passes peek_header, then exactly the size it announces. Bytes
+ * that cannot start such a frame are skipped up to the next magic (docs/protocol.md, "FEEDBACK
+ * on the wire"): the stream resynchronises instead of being closed, so a robot that writes
+ * something else back costs skipped bytes, never the connection. Memory is bounded by
+ * @max_frame plus one push. No I/O. */
+class FrameStream
+{
+public:
+  explicit FrameStream (size_t max_frame) : max_frame_ (max_frame) {}
+  /* Appends @len bytes and calls @frame for every candidate frame now complete, in order. */
+  template <typename F> void push (const uint8_t *data, size_t len, F &&frame)
+  {
+    buf_.insert (buf_.end (), data, data + len);
+    size_t off = 0, size = 0;
+    while (next (off, &size)) {
+      frame (buf_.data () + off, size);
+      off += size;
+    }
+    buf_.erase (buf_.begin (), buf_.begin () + (long)off);
+  }
+  /* Forgets a partial frame (a new connection). */
+  void clear ()
+  {
+    buf_.clear ();
+    skipping_ = false;
+  }
+  /* Runs of bytes skipped to find a frame, since construction. */
+  uint64_t resyncs () const { return resyncs_; }
+  size_t buffered () const { return buf_.size (); }
+
+private:
+  /* From @off on: true with *size when a whole candidate frame starts at @off (after skipping
+   * what cannot start one, which moves @off); false when more bytes are needed. */
+  bool next (size_t &off, size_t *size);
+
+  size_t max_frame_;
+  std::vector<uint8_t> buf_;
+  uint64_t resyncs_ = 0;
+  bool skipping_ = false; /* in a run of skipped bytes */
+};
 
 } // namespace pi0::proto

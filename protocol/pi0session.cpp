@@ -82,6 +82,10 @@ Sender::new_session ()
   seq_ = 0;
   announced_ = false;
   counters_.sessions++;
+  /* The robot's reports answer one session: they start afresh with it. */
+  sent_chunks_.clear ();
+  fb_seq_ = 0;
+  robot_reports_ = false;
 }
 
 /* HELLO then HOLD, once per session, as soon as the dimension is known and the link is up. */
@@ -300,7 +304,13 @@ Sender::chunk (uint64_t now, const ChunkIn &c, SenderOutput &out, std::string *e
   }
   emit (Kind::kAction, rows_out.data (), rows, (uint32_t)first, limit, c.chunk_id, obs, now,
         (uint8_t)(kFlagLast | (any_clamped ? kFlagClamped : 0)), c.model_id, true, out);
-  out.executing.push_back ({c.chunk_id, (uint32_t)first, now});
+  /* The sender's estimate: the robot starts the chunk on receipt. Once the robot reports in
+   * this session, its reports say it instead. */
+  if (!robot_reports_)
+    out.executing.push_back ({c.chunk_id, (uint32_t)first, now});
+  sent_chunks_.push_back ({c.chunk_id, (uint32_t)first, limit, now});
+  if (sent_chunks_.size () > kFeedbackHistory)
+    sent_chunks_.pop_front ();
   sent_rows_ = std::move (rows_out);
   sent_first_ = (uint32_t)first;
   sent_chunk_id_ = c.chunk_id;
@@ -463,6 +473,66 @@ Sender::feedback (uint64_t now, const Feedback &fb)
   anchor_ = fb;
 }
 
+/* The rules of docs/protocol.md, "What a sender checks", after decoding. Changes nothing. */
+const char *
+Sender::check_feedback (uint64_t now, const Frame &f) const
+{
+  const Header &h = f.header;
+  if (h.kind != Kind::kFeedback)
+    return "not-feedback";
+  if (h.observation_time_ns != kTimeNone || h.step_period_ns != 0)
+    return "bad-field";
+  if (s_.mode != SendMode::kChunk)
+    return "not-chunk-mode"; /* stream mode: the sender itself decides which row runs */
+  if (h.session_id != session_id_)
+    return "wrong-session";
+  if (h.seq == 0 || h.seq > kMaxSeq)
+    return "bad-seq";
+  if (h.seq <= fb_seq_)
+    return "old-seq";
+  const SentChunk *c = nullptr;
+  for (auto it = sent_chunks_.rbegin (); it != sent_chunks_.rend () && !c; ++it)
+    if (it->chunk_id == h.chunk_id)
+      c = &*it;
+  if (!c)
+    return "unknown-chunk";
+  if (h.step_index < c->first || h.step_index >= c->limit)
+    return "bad-row";
+  const uint64_t t = h.send_time_ns;
+  if (t == kTimeNone || now == kTimeNone)
+    return "no-time";
+  /* No row of a chunk starts before the chunk was sent. */
+  if (t < c->sent_ns)
+    return "too-early";
+  /* One period of slack, as pi0infer allows: the robot's clock runs at its own rate. */
+  if (t > now && t - now > s_.period_ns)
+    return "future";
+  if (now > t && now - t > sat_add (s_.max_action_age_ns, s_.period_ns))
+    return "too-old";
+  return nullptr;
+}
+
+const char *
+Sender::robot_frame (uint64_t now, const uint8_t *data, size_t len, SenderOutput &out)
+{
+  Limits lim;
+  lim.max_frame_size = kMaxFeedbackFrameSize;
+  const Error e = decode (data, len, lim, s_.key, &fb_frame_);
+  const char *why = e != Error::kOk ? error_name (e) : check_feedback (now, fb_frame_);
+  if (why) {
+    counters_.feedback_dropped++;
+    return why;
+  }
+  const Header &h = fb_frame_.header;
+  fb_seq_ = h.seq;
+  const Feedback fb{h.chunk_id, h.step_index, h.send_time_ns};
+  feedback (now, fb);
+  robot_reports_ = true;
+  out.executing.push_back (fb);
+  counters_.feedback++;
+  return nullptr;
+}
+
 /* ---- Receiver ---------------------------------------------------------------------------- */
 
 bool
@@ -498,6 +568,9 @@ Receiver::advance (uint64_t now)
     Scheduled &r = schedule_.front ();
     position_ = std::move (r.values);
     executing_ = {r.chunk_id, r.step_index, r.at_ns};
+    exec_sender_ns_ = r.sender_ns;
+    exec_session_ = session_;
+    exec_serial_++;
     schedule_.pop_front ();
   }
 }
@@ -507,6 +580,8 @@ Receiver::clear_schedule ()
 {
   schedule_.clear ();
   have_chunk_ = false;
+  /* A plan replaced, held or stopped: its rows are not reported any more (what runs next is). */
+  reported_serial_ = exec_serial_;
 }
 
 const std::vector<float> &
@@ -521,6 +596,33 @@ Receiver::executing (uint64_t now)
 {
   advance (now);
   return executing_;
+}
+
+bool
+Receiver::feedback (uint64_t now, Header *out)
+{
+  advance (now);
+  if (exec_serial_ == reported_serial_ || exec_sender_ns_ == kTimeNone || !have_session_ ||
+      exec_session_ != session_ || fb_seq_ >= kMaxSeq)
+    return false;
+  reported_serial_ = exec_serial_;
+  Header h;
+  h.kind = Kind::kFeedback;
+  h.session_id = session_;
+  h.seq = ++fb_seq_;
+  h.chunk_id = executing_.chunk_id;
+  h.step_index = executing_.row;
+  h.send_time_ns = exec_sender_ns_;
+  h.observation_time_ns = kTimeNone;
+  h.step_period_ns = 0;
+  *out = h;
+  return true;
+}
+
+uint64_t
+Receiver::next_row () const
+{
+  return schedule_.empty () ? kTimeNone : schedule_.front ().at_ns;
 }
 
 bool
@@ -539,6 +641,8 @@ const char *
 Receiver::check (const Frame &f) const
 {
   const Header &h = f.header;
+  if (h.kind == Kind::kFeedback)
+    return "bad-kind"; /* robot -> sender only: never executed, whoever reflects it */
   if (s_.dim && h.dim && h.dim != s_.dim)
     return "dim-mismatch";
   if (h.seq == 0 || h.seq > kMaxSeq)
@@ -599,6 +703,9 @@ Receiver::receive (uint64_t now, const uint8_t *data, size_t len, Received &out)
     session_ = h.session_id;
     clear_schedule ();
     counters_.sessions++;
+    /* FEEDBACK seq starts at the clock in microseconds, so a robot restarted within a session
+     * goes on above the numbers it used before (docs/protocol.md, "FEEDBACK"). */
+    fb_seq_ = now == kTimeNone ? 0 : now / 1000;
     out.new_session = true;
   }
   last_seq_ = h.seq;
@@ -626,6 +733,8 @@ Receiver::receive (uint64_t now, const uint8_t *data, size_t len, Received &out)
       stopped_ = true;
       wd_hold_ = wd_stop_ = true;
       break;
+    case Kind::kFeedback: /* refused by check() */
+      break;
     case Kind::kAction: {
       /* Row i of a chunk runs step_period after row i-1; the first row received runs now. A
        * stream row runs on receipt and replaces whatever was planned; a new chunk replaces the
@@ -642,6 +751,7 @@ Receiver::receive (uint64_t now, const uint8_t *data, size_t len, Received &out)
         have_chunk_ = true;
         chunk_id_ = h.chunk_id;
         chunk_base_ns_ = now;
+        chunk_send_ns_ = h.send_time_ns;
         chunk_base_step_ = h.step_index;
       }
       if (!(h.flags & kFlagStream))
@@ -661,7 +771,12 @@ Receiver::receive (uint64_t now, const uint8_t *data, size_t len, Received &out)
         } else {
           row.values.assign (in, in + h.dim);
         }
-        schedule_.push_back ({row.at_ns, row.chunk_id, row.step_index, row.values});
+        /* Its start on the sender's clock, for FEEDBACK: the chunk's send time plus the time
+         * from its receipt to the row's start. */
+        const uint64_t sender_ns = (h.flags & kFlagStream) || chunk_send_ns_ == kTimeNone
+                                       ? kTimeNone
+                                       : sat_add (chunk_send_ns_, row.at_ns - chunk_base_ns_);
+        schedule_.push_back ({row.at_ns, row.chunk_id, row.step_index, row.values, sender_ns});
         commanded_ = true;
         last_cmd_ns_ = std::max (now, row.at_ns);
         counters_.executed++;

@@ -36,14 +36,16 @@ namespace pi0::proto
  * lost since the last one it accepted (docs/protocol.md, "Sessions and sequence numbers"). */
 constexpr uint64_t kMaxSeq = (1ull << 63) - 1;
 constexpr uint64_t kMaxSeqJump = 1ull << 32;
+/* How many of the last chunks sent a robot's FEEDBACK may name (docs/protocol.md, "FEEDBACK"). */
+constexpr size_t kFeedbackHistory = 16;
 /* Longest step period a receiver accepts (pi0actionsink's slowest control rate, 0.1 Hz): rows
  * further apart would keep a robot waiting, and its watchdog with it. */
 constexpr uint64_t kMaxStepPeriod = 10000000000ull;
 
 /* What the robot executes: row `row` of chunk `chunk_id` started at `time_ns`. The sender
  * reports it for its own stream stepping and takes it as an input (Sender::feedback), so that a
- * robot reporting what it executes (chunk mode over a network, issue 13) refines the sender's
- * picture of it; the receiver answers it for any time (Receiver::executing). */
+ * robot reporting what it executes (chunk mode over a network: the FEEDBACK message) refines
+ * the sender's picture of it; the receiver answers it for any time (Receiver::executing). */
 struct Feedback {
   uint64_t chunk_id = 0;
   uint32_t row = 0;
@@ -70,6 +72,9 @@ struct SenderSettings {
    * per message, for byte streams and files). */
   size_t max_frame_size = 0;
   bool hmac = false; /* frames will carry the HMAC trailer (it counts against the budget) */
+  /* The HMAC key (binary targets): the robot's FEEDBACK must carry a valid HMAC with it, or none
+   * when it is empty. */
+  std::string key;
 };
 
 /* Checks @s; false with a message naming the setting (in pi0actionsink's property names). */
@@ -136,6 +141,8 @@ struct SenderCounters {
   uint64_t holds = 0;    /* watchdog, pause, flush and EOS HOLDs (not the greeting) */
   uint64_t stops = 0;
   uint64_t sessions = 0;
+  uint64_t feedback = 0;         /* robot FEEDBACK reports taken */
+  uint64_t feedback_dropped = 0; /* robot frames refused by robot_frame() */
 };
 
 /* A change of the sender's pipeline state. */
@@ -167,6 +174,14 @@ public:
    * replaces the sender's estimate from the clock (the reference of the next chunk's step bound
    * and of HOLD). Stream mode: ignored (the sender itself decides which row runs). */
   void feedback (uint64_t now, const Feedback &fb);
+  /* One candidate frame from the robot, read at @now: a FEEDBACK is checked as docs/protocol.md
+   * ("What a sender checks") says. A report taken goes to feedback() and to out.executing, and
+   * from then on in this session the reports, not the sender's estimate, are what out.executing
+   * carries in chunk mode. Returns nullptr when taken, otherwise why the frame was dropped
+   * (counted in counters().feedback_dropped; nothing else changes). Never sends anything. */
+  const char *robot_frame (uint64_t now, const uint8_t *data, size_t len, SenderOutput &out);
+  /* A robot report was taken in this session. */
+  bool robot_reports () const { return robot_reports_; }
 
   /* When tick() is next needed: the next control tick or watchdog deadline, whichever comes
    * first (kTimeNone in log mode, which needs no ticks). */
@@ -189,6 +204,7 @@ private:
   };
 
   void new_session ();
+  const char *check_feedback (uint64_t now, const Frame &f) const;
   void announce (uint64_t now, SenderOutput &out);
   void emit (Kind kind, const float *values, uint32_t steps, uint32_t step_index,
              uint32_t chunk_steps, uint64_t chunk_id, uint64_t obs, uint64_t now, uint8_t flags,
@@ -219,6 +235,16 @@ private:
   uint64_t sent_chunk_id_ = 0;
   uint64_t sent_obs_ = kTimeNone;
   std::optional<Feedback> anchor_;
+  /* Chunk mode: the last chunks sent in this session, for the robot's reports to name. */
+  struct SentChunk {
+    uint64_t chunk_id;
+    uint32_t first, limit; /* rows [first, limit) were sent */
+    uint64_t sent_ns;
+  };
+  std::deque<SentChunk> sent_chunks_;
+  uint64_t fb_seq_ = 0; /* seq of the last report taken in this session */
+  bool robot_reports_ = false;
+  Frame fb_frame_; /* scratch */
 
   std::vector<float> last_cmd_; /* position last commanded (stream rows, HOLD position) */
   bool have_last_ = false;
@@ -296,6 +322,12 @@ public:
   const std::vector<float> &position (uint64_t now);
   /* The row being executed at @now (chunk_id 0 and time kTimeNone before any). */
   Feedback executing (uint64_t now);
+  /* The FEEDBACK to send at @now (docs/protocol.md, "FEEDBACK"): the row of a chunk-mode chunk
+   * of the current session that started last, if not reported yet; false when there is nothing
+   * new. The caller encodes it with its key and sends it to the sender. */
+  bool feedback (uint64_t now, Header *out);
+  /* When the next scheduled row starts (kTimeNone: none): a robot reporting each row wakes then. */
+  uint64_t next_row () const;
 
   const ReceiverSettings &settings () const { return s_; }
   const ReceiverCounters &counters () const { return counters_; }
@@ -309,6 +341,7 @@ private:
     uint64_t chunk_id;
     uint32_t step_index;
     std::vector<float> values;
+    uint64_t sender_ns; /* chunk mode: its start on the sender's clock; kTimeNone in stream mode */
   };
   const char *check (const Frame &f) const;
   void advance (uint64_t now);
@@ -325,10 +358,17 @@ private:
 
   std::vector<float> position_; /* last executed (or held) command */
   Feedback executing_;
+  /* What FEEDBACK reports about executing_: its start on the sender's clock (kTimeNone: a stream
+   * row, never reported), its session, and whether it was reported. */
+  uint64_t exec_sender_ns_ = kTimeNone;
+  uint64_t exec_session_ = 0;
+  uint64_t exec_serial_ = 0, reported_serial_ = 0;
+  uint64_t fb_seq_ = 0;
   std::deque<Scheduled> schedule_; /* rows still to run, in time order */
   bool have_chunk_ = false;        /* chunk mode: the chunk the schedule belongs to */
   uint64_t chunk_id_ = 0;
   uint64_t chunk_base_ns_ = 0;
+  uint64_t chunk_send_ns_ = kTimeNone; /* send_time_ns of the frame chunk_base_ns_ is from */
   uint32_t chunk_base_step_ = 0;
   uint32_t chunk_next_step_ = 0;
   bool stopped_ = false;

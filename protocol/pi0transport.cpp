@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 
 namespace pi0::proto
 {
@@ -23,6 +24,23 @@ int64_t
 mono_ns ()
 {
   return g_get_monotonic_time () * 1000;
+}
+
+/* The same IP address and port (IPv4 or IPv6). */
+bool
+same_address (const struct sockaddr_storage &a, const struct sockaddr_storage &b)
+{
+  if (a.ss_family != b.ss_family)
+    return false;
+  if (a.ss_family == AF_INET) {
+    const auto &x = (const struct sockaddr_in &)a, &y = (const struct sockaddr_in &)b;
+    return x.sin_port == y.sin_port && x.sin_addr.s_addr == y.sin_addr.s_addr;
+  }
+  if (a.ss_family == AF_INET6) {
+    const auto &x = (const struct sockaddr_in6 &)a, &y = (const struct sockaddr_in6 &)b;
+    return x.sin6_port == y.sin6_port && memcmp (&x.sin6_addr, &y.sin6_addr, 16) == 0;
+  }
+  return false;
 }
 
 } // namespace
@@ -148,8 +166,10 @@ Transport::close ()
 }
 
 void
-Transport::pump ()
+Transport::pump (const FrameCallback &on_frame)
 {
+  if (target_.type == TargetType::kUdp)
+    read_udp (on_frame);
   if (target_.type != TargetType::kTcp)
     return;
   const int64_t now = mono_ns ();
@@ -181,24 +201,78 @@ Transport::pump ()
       reconnects_++;
     ever_connected_ = true;
   }
-  /* Read and discard whatever the peer sends (we expect nothing), to see it close. */
+  if (!read_tcp (now, on_frame))
+    return;
+  flush (now);
+}
+
+/* What the robot sent: frames for @on_frame (read_feedback), otherwise read and thrown away;
+ * either way a close is noticed. At most max_read_per_pump bytes: a robot that talks too much
+ * waits for the next pump (TCP's flow control slows it down), it does not take the thread. */
+bool
+Transport::read_tcp (int64_t now, const FrameCallback &on_frame)
+{
   GIOCondition c = g_socket_condition_check (sock_, (GIOCondition)(G_IO_IN | G_IO_ERR | G_IO_HUP));
   if (c & (G_IO_ERR | G_IO_HUP)) {
     fail (now);
-    return;
+    return false;
   }
-  if (c & G_IO_IN) {
-    char junk[4096];
+  uint8_t chunk[4096];
+  for (size_t total = 0; (c & G_IO_IN) && total < s_.max_read_per_pump;) {
     GError *e = nullptr;
-    gssize n = g_socket_receive (sock_, junk, sizeof junk, nullptr, &e);
-    if (n == 0 || (n < 0 && !g_error_matches (e, G_IO_ERROR, G_IO_ERROR_WOULD_BLOCK))) {
-      g_clear_error (&e);
-      fail (now);
-      return;
-    }
+    gssize n = g_socket_receive (sock_, (gchar *)chunk, sizeof chunk, nullptr, &e);
+    const bool would_block = n < 0 && g_error_matches (e, G_IO_ERROR, G_IO_ERROR_WOULD_BLOCK);
     g_clear_error (&e);
+    if (would_block)
+      break;
+    if (n <= 0) {
+      fail (now);
+      return false;
+    }
+    total += (size_t)n;
+    if (!s_.read_feedback)
+      break; /* one read per pump sees a close, as before feedback existed */
+    in_.push (chunk, (size_t)n, [&] (const uint8_t *d, size_t len) {
+      if (on_frame)
+        on_frame (d, len);
+    });
   }
-  flush (now);
+  counters_.garbage += in_.resyncs () - in_resyncs_;
+  in_resyncs_ = in_.resyncs ();
+  return true;
+}
+
+/* Datagrams on the sink's own socket: only the target's address may speak (anyone can send a
+ * datagram), and at most max_read_per_pump bytes' worth per pump. */
+void
+Transport::read_udp (const FrameCallback &on_frame)
+{
+  if (!s_.read_feedback || !on_frame || !sock_)
+    return;
+  struct sockaddr_storage want;
+  if (!g_socket_address_to_native (G_SOCKET_ADDRESS (addr_), &want, sizeof want, nullptr))
+    return;
+  const int fd = g_socket_get_fd (sock_);
+  uint8_t buf[kMaxFeedbackFrameSize + 1];
+  for (size_t total = 0; total < s_.max_read_per_pump;) {
+    struct sockaddr_storage from;
+    socklen_t fromlen = sizeof from;
+    /* MSG_TRUNC: the datagram's real size, so an oversized one is seen as such. */
+    const ssize_t n = recvfrom (fd, buf, sizeof buf, MSG_DONTWAIT | MSG_TRUNC,
+                                (struct sockaddr *)&from, &fromlen);
+    if (n < 0)
+      return; /* nothing more now (or an error the next send will meet) */
+    total += std::max<size_t> ((size_t)n, 1);
+    if (!same_address (from, want)) {
+      counters_.foreign++;
+      continue;
+    }
+    if ((size_t)n > kMaxFeedbackFrameSize) {
+      counters_.garbage++;
+      continue;
+    }
+    on_frame (buf, (size_t)n);
+  }
 }
 
 SendResult
@@ -362,6 +436,7 @@ Transport::drop_connection ()
   }
   if (target_.type == TargetType::kTcp)
     connected_ = false;
+  in_.clear (); /* a frame cut by the close is never handed on */
   dropped_in_queue_ += queue_.size ();
   queue_.clear ();
   queued_ = 0;

@@ -2,9 +2,11 @@
 #pragma once
 
 /* Where pi0actionsink's frames go: a UDP socket, a TCP connection (non-blocking connect,
- * reconnection with bounded backoff, a bounded send queue), a file or stdout. Nothing here ever
- * blocks: sockets are non-blocking and a peer that does not keep up costs dropped frames, not
- * time or memory. GIO, no GStreamer; not thread-safe (the caller holds its lock). */
+ * reconnection with bounded backoff, a bounded send queue), a file or stdout; and what the robot
+ * sends back on the same socket (its FEEDBACK frames, docs/protocol.md). Nothing here ever
+ * blocks: sockets are non-blocking, a peer that does not keep up costs dropped frames, not time
+ * or memory, and a peer that talks too much is read a bounded amount per pump(). GIO, no
+ * GStreamer; not thread-safe (the caller holds its lock). */
 
 #include "pi0session.h"
 
@@ -12,6 +14,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <deque>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -42,6 +45,11 @@ struct TransportSettings {
   size_t max_send_buffer = 64 * 1024;    /* TCP: bytes queued before the oldest are dropped */
   uint64_t reconnect_min_ns = 100000000; /* TCP: first retry delay, doubling per failure */
   uint64_t reconnect_max_ns = 2000000000;
+  /* udp, tcp: hand what the robot sends to pump()'s callback as candidate frames (TCP:
+   * reassembled and resynchronised; UDP: datagrams from the target's address only). Off: what
+   * the robot sends is read and thrown away (TCP, to notice a close) or left unread (UDP). */
+  bool read_feedback = false;
+  size_t max_read_per_pump = 64 * 1024; /* bytes read from the robot per pump() at most */
 };
 
 enum class SendResult {
@@ -56,7 +64,13 @@ struct TransportCounters {
   uint64_t action_rows = 0;  /* rows of the ACTION frames handed over */
   uint64_t dropped = 0;      /* not taken (no peer, full queue), or lost with a connection */
   uint64_t write_errors = 0; /* file/stdout writes that failed (also counted as dropped) */
+  /* From the robot (read_feedback): */
+  uint64_t garbage = 0; /* TCP: runs of bytes skipped to find a frame; UDP: oversized datagrams */
+  uint64_t foreign = 0; /* UDP datagrams from another address than the target's */
 };
+
+/* Called by pump() with each candidate frame from the robot (complete, not yet decoded). */
+using FrameCallback = std::function<void (const uint8_t *data, size_t len)>;
 
 class Transport
 {
@@ -71,8 +85,9 @@ public:
   void close ();
 
   /* Drives TCP: completes a pending connect, retries with backoff, flushes the queue, notices a
-   * closed peer. Cheap when nothing is to be done. */
-  void pump ();
+   * closed peer. Reads what the robot sent (read_feedback) and calls @on_frame for each
+   * candidate frame. Cheap when nothing is to be done. */
+  void pump (const FrameCallback &on_frame = nullptr);
   /* Sends or queues one frame. Frames never wait for a peer: with no connection they are
    * dropped (a reconnect starts a new session and must not replay old actions). */
   SendResult write (const uint8_t *data, size_t len);
@@ -97,6 +112,9 @@ private:
   void flush (int64_t now);
   void drop_connection ();
   void fail (int64_t now);
+  /* False when the connection failed (and was dropped). */
+  bool read_tcp (int64_t now, const FrameCallback &on_frame);
+  void read_udp (const FrameCallback &on_frame);
 
   Target target_;
   TransportSettings s_;
@@ -117,6 +135,8 @@ private:
   uint64_t dropped_in_queue_ = 0;
   TransportCounters counters_;
   std::vector<uint8_t> buf_;
+  FrameStream in_{kMaxFeedbackFrameSize}; /* TCP: the robot's side of the stream */
+  uint64_t in_resyncs_ = 0;               /* in_.resyncs() already counted */
   std::string error_;
 };
 

@@ -1,16 +1,20 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #pragma once
 
-/* Helpers shared by test_pi0actionsink.cpp and test_robotsim.cpp: chunk buffers, a recorder of
- * the sink's `action` signal, a loopback UDP receiver that decodes frames, and the robot
+/* Helpers shared by test_pi0actionsink.cpp, test_actionsink_feedback.cpp and test_robotsim.cpp:
+ * chunk buffers, a recorder of the sink's `action` signal, the sink in a harness on the test
+ * clock, its `pi0-executing` events, a loopback UDP receiver that decodes frames, and the robot
  * simulator run as a subprocess. Loopback addresses only; every wait is bounded. */
 
 #include "exact_within.h"
 #include "pi0frame.h"
 #include "pi0json.h"
+#include "test_helpers.h"
 
 #include <gio/gio.h>
 #include <glib/gstdio.h>
+#include <gst/check/gstharness.h>
+#include <gst/check/gsttestclock.h>
 #include <gst/pi0/pi0.h>
 
 #include <gtest/gtest.h>
@@ -140,6 +144,83 @@ public:
 private:
   std::string path_;
 };
+
+/* A robot of three joints whose limits and max_step never bind. */
+constexpr const char *kWideRobot3 = R"({"joints":["a","b","c"],
+  "lower":[-100,-100,-100],"upper":[100,100,100],"max_step":[1000,1000,1000]})";
+
+/* pi0actionsink in a harness on the test clock, its `action` signal recorded. */
+struct SinkFixture {
+  TempDir dir;
+  Recorder rec;
+  HarnessPtr h;
+  GstElement *sink = nullptr;
+
+  /* Makes the sink with @props ("name=value ..." pairs as gst-launch would parse), wraps it in
+   * a harness (which sets it PLAYING on the test clock, base time 0). */
+  void make (const std::string &props, const std::string &config = kWideRobot3)
+  {
+    std::string desc = "pi0actionsink " + props;
+    if (!config.empty ())
+      desc += " robot-config=" + dir.file ("robot.json", config);
+    GError *err = nullptr;
+    sink = gst_parse_launch (desc.c_str (), &err);
+    ASSERT_NE (sink, nullptr) << (err ? err->message : "");
+    gst_object_ref_sink (sink);
+    h.reset (gst_harness_new_with_element (sink, "sink", nullptr));
+    gst_object_unref (sink); /* the harness holds it */
+    rec.attach (sink, GST_CLOCK (gst_harness_get_testclock (h.get ())));
+    /* get_testclock returned a ref */
+    gst_object_unref (gst_harness_get_testclock (h.get ()));
+    gst_harness_set_src_caps_str (h.get (), GST_PI0_OBSERVATION_MEDIA_TYPE);
+  }
+  GstTestClock *clock () { return GST_TEST_CLOCK (GST_ELEMENT_CLOCK (sink)); }
+  GstClockTime now () { return gst_clock_get_time (GST_CLOCK (clock ())); }
+  /* Releases the control thread's next wait, then waits until it is waiting again (i.e. it
+   * has finished everything that wake-up caused, signals included). */
+  void crank ()
+  {
+    ASSERT_TRUE (gst_harness_crank_single_clock_wait (h.get ()));
+    ASSERT_TRUE (gst_harness_wait_for_clock_id_waits (h.get (), 1, 10));
+  }
+  /* Cranks until the test clock reaches @t. */
+  void crank_until (GstClockTime t)
+  {
+    for (int i = 0; i < 100000 && now () < t; i++)
+      crank ();
+  }
+  GstFlowReturn push (guint horizon, guint dim, const std::vector<float> &v, guint64 seq,
+                      GstClockTime obs)
+  {
+    return gst_harness_push (h.get (), make_chunk (horizon, dim, v, seq, obs));
+  }
+};
+
+/* Real-time chunking (issue 13): what the sink tells upstream about the chunk and row the
+ * robot executes (a pi0-executing event), with the clock time of the row and the period. */
+struct Executing {
+  guint64 chunk;
+  guint row;
+  GstClockTime time;
+  guint64 period;
+  bool operator== (const Executing &o) const
+  {
+    return chunk == o.chunk && row == o.row && time == o.time && period == o.period;
+  }
+};
+
+inline std::vector<Executing>
+pull_executing (GstHarness *h)
+{
+  std::vector<Executing> v;
+  while (GstEvent *e = gst_harness_try_pull_upstream_event (h)) {
+    Executing x{};
+    if (gst_pi0_executing_event_parse (e, &x.chunk, &x.row, &x.time, &x.period))
+      v.push_back (x);
+    gst_event_unref (e);
+  }
+  return v;
+}
 
 inline std::vector<std::string>
 read_lines (const std::string &path)

@@ -186,7 +186,9 @@ TEST (Frame, HeaderFieldsAreBounded)
       {"version 0", 4, {0, 0}, Error::kBadVersion},
       {"version 2", 4, {2, 0}, Error::kBadVersion},
       {"kind 0", 6, {0}, Error::kBadKind},
-      {"kind 5", 6, {5}, Error::kBadKind},
+      {"kind 6", 6, {6}, Error::kBadKind},
+      /* FEEDBACK (5) exists since it was added to version 1, but not with ACTION's flags. */
+      {"kind 5 with the LAST flag", 6, {5}, Error::kBadFlags},
       {"kind 255", 6, {255}, Error::kBadKind},
       {"unknown flag", 7, {0x80 | kFlagLast}, Error::kBadFlags},
       {"reserved", 68, {1}, Error::kBadReserved},
@@ -369,6 +371,196 @@ TEST (Frame, SplittingRule)
         EXPECT_GT (frame_size (r + 1, dim, hmac), 1400u);
       }
     }
+  }
+}
+
+/* ---- FEEDBACK (robot -> sender) and the stream reader ------------------------------------- */
+
+namespace
+{
+
+Header
+feedback_header ()
+{
+  Header h;
+  h.kind = Kind::kFeedback;
+  h.session_id = 0x0123456789abcdefull;
+  h.seq = 1700000000123ull;
+  h.chunk_id = 77;
+  h.step_index = 12;
+  h.send_time_ns = 5040000000ull;
+  h.observation_time_ns = kTimeNone;
+  h.step_period_ns = 0;
+  return h;
+}
+
+} // namespace
+
+TEST (FeedbackFrame, RoundTripsWithAndWithoutHmacAtTheDocumentedSize)
+{
+  for (const std::string &key : {std::string (), std::string ("robot key")}) {
+    const Header h = feedback_header ();
+    auto f = encoded (h, {}, key);
+    ASSERT_EQ (f.size (), key.empty () ? kFeedbackFrameSize : kMaxFeedbackFrameSize);
+    EXPECT_EQ (f.size (), key.empty () ? 76u : 108u);
+    EXPECT_EQ (f[6], 5); /* kind */
+    EXPECT_EQ (f[7], key.empty () ? 0 : kFlagHmac);
+    EXPECT_EQ (f[56], 12); /* step_index: the row */
+    Frame out;
+    ASSERT_EQ (Error::kOk, decode (f.data (), f.size (), Limits (), key, &out));
+    EXPECT_EQ (out.header.kind, Kind::kFeedback);
+    EXPECT_EQ (out.header.session_id, h.session_id);
+    EXPECT_EQ (out.header.seq, h.seq);
+    EXPECT_EQ (out.header.chunk_id, h.chunk_id);
+    EXPECT_EQ (out.header.step_index, h.step_index);
+    EXPECT_EQ (out.header.send_time_ns, h.send_time_ns);
+    EXPECT_EQ (out.header.observation_time_ns, kTimeNone);
+    EXPECT_TRUE (out.values.empty ());
+    std::vector<uint8_t> again;
+    encode (out.header, nullptr, key, again);
+    EXPECT_EQ (again, f);
+    EXPECT_STREQ (kind_name (Kind::kFeedback), "feedback");
+  }
+}
+
+TEST (FeedbackFrame, ShapeRulesRefuseAPayloadAChunkSizeAndActionFlags)
+{
+  Header h = feedback_header ();
+  h.steps = 1, h.dim = 3;
+  auto f = encoded (h, ramp (3));
+  EXPECT_EQ (Error::kBadDims, decode (f.data (), f.size (), Limits (), "", nullptr));
+  h = feedback_header ();
+  h.dim = 3; /* a dimension without rows is no FEEDBACK either */
+  f = encoded (h, {});
+  EXPECT_EQ (Error::kBadDims, decode (f.data (), f.size (), Limits (), "", nullptr));
+  h = feedback_header ();
+  h.chunk_steps = 50;
+  f = encoded (h, {});
+  EXPECT_EQ (Error::kBadStepRange, decode (f.data (), f.size (), Limits (), "", nullptr));
+  for (uint8_t flag : {kFlagLast, kFlagClamped, kFlagStream}) {
+    h = feedback_header ();
+    h.flags = flag;
+    f = encoded (h, {});
+    EXPECT_EQ (Error::kBadFlags, decode (f.data (), f.size (), Limits (), "", nullptr))
+        << (int)flag;
+    EXPECT_EQ (Error::kBadFlags, peek_header (f.data (), f.size (), Limits (), nullptr, nullptr));
+  }
+  /* Every truncation and every flipped bit is refused. */
+  f = encoded (feedback_header (), {}, "k");
+  for (size_t n = 0; n < f.size (); n++)
+    EXPECT_NE (Error::kOk, decode (f.data (), n, Limits (), "k", nullptr)) << n;
+  for (size_t i = 0; i < f.size (); i++) {
+    auto g = f;
+    g[i] ^= 0x04;
+    EXPECT_NE (Error::kOk, decode (g.data (), g.size (), Limits (), "k", nullptr)) << i;
+  }
+}
+
+namespace
+{
+
+/* Runs @bytes through a FrameStream in pieces of random sizes; returns the frames cut. */
+std::vector<std::vector<uint8_t>>
+cut (const std::vector<uint8_t> &bytes, std::mt19937 &rng, FrameStream &fs, size_t *peak = nullptr)
+{
+  std::vector<std::vector<uint8_t>> frames;
+  for (size_t off = 0; off < bytes.size ();) {
+    const size_t n = std::min<size_t> (bytes.size () - off, 1 + rng () % 150);
+    fs.push (bytes.data () + off, n,
+             [&] (const uint8_t *d, size_t len) { frames.emplace_back (d, d + len); });
+    if (peak)
+      *peak = std::max (*peak, fs.buffered ());
+    off += n;
+  }
+  return frames;
+}
+
+} // namespace
+
+TEST (FrameStream, ReassemblesFramesCutAnywhere)
+{
+  std::mt19937 rng (7);
+  std::vector<uint8_t> stream;
+  std::vector<std::vector<uint8_t>> want;
+  for (int i = 0; i < 200; i++) {
+    Header h = feedback_header ();
+    h.seq = 1 + (uint64_t)i;
+    auto f = encoded (h, {}, i % 2 ? "k" : "");
+    want.push_back (f);
+    stream.insert (stream.end (), f.begin (), f.end ());
+  }
+  FrameStream fs (kMaxFeedbackFrameSize);
+  EXPECT_EQ (cut (stream, rng, fs), want);
+  EXPECT_EQ (fs.resyncs (), 0u);
+  EXPECT_EQ (fs.buffered (), 0u);
+  /* One byte at a time too. */
+  FrameStream one (kMaxFeedbackFrameSize);
+  std::vector<std::vector<uint8_t>> got;
+  for (uint8_t b : stream)
+    one.push (&b, 1, [&] (const uint8_t *d, size_t len) { got.emplace_back (d, d + len); });
+  EXPECT_EQ (got, want);
+}
+
+TEST (FrameStream, SkipsGarbageToTheNextMagicAndStaysBounded)
+{
+  /* Garbage without the byte 'P' cannot hide a frame start: every real frame behind it comes
+   * out whole, in order, and each run of garbage counts once. A header announcing more than
+   * the limit (an ACTION of 50 rows) is garbage too. A frame whose magic is cut by the end of
+   * the stream stays buffered, and nothing grows beyond the limit plus one push. */
+  std::mt19937 rng (11);
+  for (int round = 0; round < 200; round++) {
+    std::vector<uint8_t> stream;
+    std::vector<std::vector<uint8_t>> want;
+    uint64_t runs = 0;
+    for (int i = 0; i < 30; i++) {
+      const unsigned what = rng () % 4;
+      if (what == 0) {
+        const size_t n = 1 + rng () % 300;
+        for (size_t k = 0; k < n; k++) {
+          uint8_t b = (uint8_t)rng ();
+          stream.push_back (b == 'P' ? 'Q' : b);
+        }
+        runs++;
+      } else if (what == 1) {
+        auto big = encoded (action_header (50, 14), ramp (700));
+        stream.insert (stream.end (), big.begin (), big.end ());
+        runs++;
+      } else {
+        Header h = feedback_header ();
+        h.seq = (uint64_t)i + 1;
+        auto f = encoded (h, {});
+        want.push_back (f);
+        stream.insert (stream.end (), f.begin (), f.end ());
+      }
+    }
+    FrameStream fs (kMaxFeedbackFrameSize);
+    size_t peak = 0;
+    auto got = cut (stream, rng, fs, &peak);
+    ASSERT_EQ (got, want) << "round " << round;
+    /* Adjacent garbage runs can merge into one skip; never more skips than runs. */
+    EXPECT_LE (fs.resyncs (), runs);
+    EXPECT_EQ (fs.resyncs () > 0, runs > 0);
+    EXPECT_LE (peak, kMaxFeedbackFrameSize + 150);
+  }
+}
+
+TEST (FrameStream, RandomBytesNeverMakeItHangOrGrow)
+{
+  std::mt19937 rng (3);
+  for (int round = 0; round < 300; round++) {
+    std::vector<uint8_t> g (rng () % 5000);
+    for (auto &b : g)
+      b = (uint8_t)rng ();
+    /* Now and then a magic and version, to get past the first checks. */
+    for (size_t k = 0; k + 6 < g.size (); k += 1 + rng () % 400) {
+      const uint8_t head[] = {'P', 'I', '0', 'A', 1, 0};
+      memcpy (&g[k], head, 6);
+    }
+    FrameStream fs (kMaxFeedbackFrameSize);
+    size_t peak = 0;
+    for (const auto &f : cut (g, rng, fs, &peak))
+      EXPECT_LE (f.size (), kMaxFeedbackFrameSize);
+    EXPECT_LE (peak, kMaxFeedbackFrameSize + 150);
   }
 }
 

@@ -306,6 +306,359 @@ TEST (SenderRules, StreamSteppingReportsWhatTheRobotExecutes)
   }
 }
 
+/* ---- FEEDBACK: the robot's reports, checked by the sender, made by the receiver ------------ */
+
+namespace
+{
+
+constexpr uint64_t kFirstSession = 0x1000; /* counter_ids ()'s first id */
+
+/* A FEEDBACK frame as docs/protocol.md describes it. */
+std::vector<uint8_t>
+report (uint64_t session, uint64_t seq, uint64_t chunk, uint32_t row, uint64_t t,
+        const std::string &key = "")
+{
+  Header h;
+  h.kind = Kind::kFeedback;
+  h.session_id = session;
+  h.seq = seq;
+  h.chunk_id = chunk;
+  h.step_index = row;
+  h.send_time_ns = t;
+  h.observation_time_ns = kTimeNone;
+  h.step_period_ns = 0;
+  return encoded (h, {}, key);
+}
+
+/* A chunk-mode sender (20 ms period, execute-steps 8) that sent chunk 5 at 100 ms, captured at
+ * 60 ms: rows [2, 8) went out, row 2 starting on receipt. */
+struct ChunkSender {
+  SenderSettings st;
+  Sender s;
+  SenderOutput out;
+  std::vector<float> v = ramp (10, 0, 0.04f); /* within max_step: sent as it is */
+
+  static SenderSettings settings (const std::string &key, SendMode mode)
+  {
+    SenderSettings st = stream_settings ();
+    st.mode = mode;
+    st.execute_steps = 8;
+    st.hold_timeout_ns = 10000 * kMs; /* no watchdog HOLD in the way */
+    st.stop_timeout_ns = 20000 * kMs;
+    st.key = key;
+    st.hmac = !key.empty ();
+    return st;
+  }
+  explicit ChunkSender (const std::string &key = "", SendMode mode = SendMode::kChunk)
+      : st (settings (key, mode)), s (st, counter_ids ())
+  {
+    s.link (0, true, false, out);
+    s.event (0, SenderEvent::kPlaying, out);
+    std::string err;
+    EXPECT_NE (ChunkResult::kError, s.chunk (100 * kMs, chunk_of (v, 10, 5, 60 * kMs), out, &err));
+    out.clear ();
+  }
+  /* The HOLD a pause at @now sends: where the sender believes the robot is. */
+  std::vector<float> hold_at (uint64_t now)
+  {
+    out.clear ();
+    s.event (now, SenderEvent::kPaused, out);
+    EXPECT_EQ (out.frames.size (), 1u);
+    return out.frames.empty () ? std::vector<float> () : out.frames.back ().values;
+  }
+  std::vector<float> row (uint32_t i) const
+  {
+    return std::vector<float> (v.begin () + 3 * i, v.begin () + 3 * i + 3);
+  }
+};
+
+} // namespace
+
+TEST (SenderFeedback, AReportIsTakenMovesTheReferenceAndReplacesTheEstimate)
+{
+  /* Without a report, at 150 ms the sender counts row 4 (captured at 60 ms, 20 ms a row). */
+  ChunkSender plain;
+  EXPECT_EQ (plain.hold_at (150 * kMs), plain.row (4));
+  /* The robot says row 2 started at 140 ms (it began late): at 150 ms it runs row 2. */
+  ChunkSender f;
+  EXPECT_EQ (nullptr,
+             f.s.robot_frame (150 * kMs, report (kFirstSession, 1, 5, 2, 140 * kMs).data (),
+                              kFeedbackFrameSize, f.out));
+  ASSERT_EQ (f.out.executing.size (), 1u);
+  EXPECT_EQ (f.out.executing[0].chunk_id, 5u);
+  EXPECT_EQ (f.out.executing[0].row, 2u);
+  EXPECT_EQ (f.out.executing[0].time_ns, 140 * kMs);
+  EXPECT_TRUE (f.out.frames.empty ()) << "a report is never answered";
+  EXPECT_EQ (f.s.counters ().feedback, 1u);
+  EXPECT_EQ (f.s.counters ().feedback_dropped, 0u);
+  EXPECT_TRUE (f.s.robot_reports ());
+  EXPECT_EQ (f.hold_at (150 * kMs), f.row (2));
+  /* Once the robot reports, a chunk sent brings no estimate: the robot's reports say it. */
+  ChunkSender g;
+  std::string err;
+  g.s.chunk (120 * kMs, chunk_of (g.v, 10, 6, 110 * kMs), g.out, &err);
+  ASSERT_EQ (g.out.executing.size (), 1u) << "before any report: the estimate";
+  g.out.clear ();
+  ASSERT_EQ (nullptr,
+             g.s.robot_frame (130 * kMs, report (kFirstSession, 1, 6, 0, 120 * kMs).data (),
+                              kFeedbackFrameSize, g.out));
+  g.out.clear ();
+  g.s.chunk (140 * kMs, chunk_of (g.v, 10, 7, 140 * kMs), g.out, &err);
+  EXPECT_FALSE (g.out.frames.empty ());
+  EXPECT_TRUE (g.out.executing.empty ());
+}
+
+TEST (SenderFeedback, EveryMalformedReportIsDroppedCountedAndChangesNothing)
+{
+  const uint64_t S = kFirstSession;
+  const uint64_t now = 150 * kMs;
+  const auto good = report (S, 9, 5, 3, 130 * kMs);
+  auto flipped = good;
+  flipped[20] ^= 0x01; /* a bit of seq: the CRC no longer matches */
+  auto longer = good;
+  longer.push_back (0);
+  std::vector<uint8_t> garbage (76);
+  std::mt19937_64 rng (5);
+  for (auto &b : garbage)
+    b = (uint8_t)rng ();
+  Header h;
+  h.kind = Kind::kFeedback, h.session_id = S, h.seq = 9, h.chunk_id = 5, h.step_index = 3;
+  h.send_time_ns = 130 * kMs, h.observation_time_ns = kTimeNone;
+  Header flagged = h;
+  flagged.flags = kFlagLast;
+  Header with_obs = h;
+  with_obs.observation_time_ns = 60 * kMs;
+  Header with_period = h;
+  with_period.step_period_ns = 20 * kMs;
+  Header with_dim = h;
+  with_dim.dim = 3;
+  Header hold;
+  hold.kind = Kind::kHold, hold.session_id = S, hold.seq = 3, hold.steps = 1, hold.chunk_steps = 1;
+  hold.dim = 3;
+  Header big = stream_row (S, 4);
+  big.steps = big.chunk_steps = 10;
+  struct Case {
+    const char *what;
+    std::vector<uint8_t> bytes;
+    const char *reason;
+    std::string key = ""; /* the sender's */
+    SendMode mode = SendMode::kChunk;
+    uint64_t at = 150 * kMs;
+  };
+  const std::vector<Case> cases = {
+      {"random bytes", garbage, "bad-magic"},
+      {"cut short", std::vector<uint8_t> (good.begin (), good.end () - 1), "truncated"},
+      {"a header only", std::vector<uint8_t> (good.begin (), good.begin () + 72), "truncated"},
+      {"a byte too many", longer, "trailing-bytes"},
+      {"larger than any FEEDBACK", encoded (big, ramp (10, 0, 0)), "too-large"},
+      {"flipped bit", flipped, "bad-crc"},
+      {"an ACTION flag", encoded (flagged, {}), "bad-flags"},
+      {"a dimension", encoded (with_dim, {}), "bad-dims"},
+      {"authenticated, sender has no key", report (S, 9, 5, 3, 130 * kMs, "k"), "hmac-unexpected"},
+      {"not authenticated", good, "hmac-missing", "k"},
+      {"another key", report (S, 9, 5, 3, 130 * kMs, "K"), "bad-hmac", "k"},
+      {"the sender's own HOLD reflected", encoded (hold, {0.1f, 0.2f, 0.3f}), "not-feedback"},
+      {"an observation time", encoded (with_obs, {}), "bad-field"},
+      {"a step period", encoded (with_period, {}), "bad-field"},
+      {"stream mode", good, "not-chunk-mode", "", SendMode::kStream},
+      {"another session", report (S + 1, 9, 5, 3, 130 * kMs), "wrong-session"},
+      {"session 0", report (0, 9, 5, 3, 130 * kMs), "wrong-session"},
+      {"seq 0", report (S, 0, 5, 3, 130 * kMs), "bad-seq"},
+      {"seq 2^63", report (S, kMaxSeq + 1, 5, 3, 130 * kMs), "bad-seq"},
+      {"a chunk never sent", report (S, 9, 4, 3, 130 * kMs), "unknown-chunk"},
+      {"a row skipped as past", report (S, 9, 5, 1, 130 * kMs), "bad-row"},
+      {"a row beyond execute-steps", report (S, 9, 5, 8, 130 * kMs), "bad-row"},
+      {"a row beyond the chunk", report (S, 9, 5, 4000, 130 * kMs), "bad-row"},
+      {"no time", report (S, 9, 5, 3, kTimeNone), "no-time"},
+      {"no clock", good, "no-time", "", SendMode::kChunk, kTimeNone},
+      {"before the chunk was sent", report (S, 9, 5, 3, 100 * kMs - 1), "too-early"},
+      {"in the future", report (S, 9, 5, 3, now + 20 * kMs + 1), "future"},
+      {"absurdly old", report (S, 9, 5, 3, 100 * kMs), "too-old", "", SendMode::kChunk,
+       100 * kMs + 1000 * kMs + 20 * kMs + 1},
+  };
+  for (const Case &c : cases) {
+    ChunkSender f (c.key, c.mode), twin (c.key, c.mode);
+    const char *why = f.s.robot_frame (c.at, c.bytes.data (), c.bytes.size (), f.out);
+    ASSERT_NE (why, nullptr) << c.what;
+    EXPECT_STREQ (why, c.reason) << c.what;
+    EXPECT_EQ (f.s.counters ().feedback_dropped, 1u) << c.what;
+    EXPECT_EQ (f.s.counters ().feedback, 0u) << c.what;
+    EXPECT_TRUE (f.out.frames.empty () && f.out.executing.empty () && f.out.sent.empty ())
+        << c.what;
+    EXPECT_FALSE (f.s.robot_reports ()) << c.what;
+    /* Nothing changed: what the sender sends next is what its twin, which got nothing, sends. */
+    std::string err;
+    f.out.clear (), twin.out.clear ();
+    f.s.chunk (160 * kMs, chunk_of (f.v, 10, 6, 150 * kMs), f.out, &err);
+    twin.s.chunk (160 * kMs, chunk_of (twin.v, 10, 6, 150 * kMs), twin.out, &err);
+    ASSERT_EQ (f.out.frames.size (), twin.out.frames.size ()) << c.what;
+    for (size_t i = 0; i < f.out.frames.size (); i++) {
+      EXPECT_EQ (f.out.frames[i].values, twin.out.frames[i].values) << c.what;
+      EXPECT_EQ (f.out.frames[i].header.seq, twin.out.frames[i].header.seq) << c.what;
+    }
+    EXPECT_EQ (f.hold_at (170 * kMs), twin.hold_at (170 * kMs)) << c.what;
+  }
+  /* The same report, well formed, is taken. */
+  ChunkSender f;
+  EXPECT_EQ (nullptr, f.s.robot_frame (now, good.data (), good.size (), f.out));
+  ChunkSender k ("k");
+  const auto signed_ok = report (S, 9, 5, 3, 130 * kMs, "k");
+  EXPECT_EQ (nullptr, k.s.robot_frame (now, signed_ok.data (), signed_ok.size (), k.out));
+  /* Slack of exactly one period and the oldest report allowed are taken too. */
+  ChunkSender edge;
+  const auto at_edge = report (S, 1, 5, 3, now + 20 * kMs);
+  EXPECT_EQ (nullptr, edge.s.robot_frame (now, at_edge.data (), at_edge.size (), edge.out));
+}
+
+TEST (SenderFeedback, RepliesAndReportsOfAnotherSessionAreNeverTaken)
+{
+  ChunkSender f;
+  const uint64_t S = kFirstSession;
+  auto send = [&] (uint64_t session, uint64_t seq, uint64_t chunk, uint32_t row, uint64_t t,
+                   uint64_t now) {
+    const auto b = report (session, seq, chunk, row, t);
+    const char *why = f.s.robot_frame (now, b.data (), b.size (), f.out);
+    return std::string (why ? why : "ok");
+  };
+  EXPECT_EQ (send (S, 5, 5, 2, 100 * kMs, 110 * kMs), "ok");
+  EXPECT_EQ (send (S, 5, 5, 3, 120 * kMs, 125 * kMs), "old-seq") << "a replay";
+  EXPECT_EQ (send (S, 4, 5, 3, 120 * kMs, 125 * kMs), "old-seq") << "reordered";
+  EXPECT_EQ (send (S, 1000000, 5, 3, 120 * kMs, 125 * kMs), "ok") << "seq may jump";
+  /* A reconnection starts a new session: the old one's reports, and its chunks, are gone. */
+  f.out.clear ();
+  f.s.link (130 * kMs, true, true, f.out);
+  const uint64_t S2 = f.s.session_id ();
+  ASSERT_NE (S2, S);
+  EXPECT_EQ (send (S, 1000001, 5, 3, 120 * kMs, 135 * kMs), "wrong-session");
+  EXPECT_EQ (send (S2, 1, 5, 3, 120 * kMs, 135 * kMs), "unknown-chunk");
+  std::string err;
+  f.s.chunk (140 * kMs, chunk_of (f.v, 10, 6, 140 * kMs), f.out, &err);
+  EXPECT_EQ (send (S2, 1, 6, 0, 140 * kMs, 145 * kMs), "ok") << "seq starts afresh";
+  /* Only the last kFeedbackHistory chunks can be named. */
+  for (uint64_t c = 7; c < 7 + kFeedbackHistory; c++)
+    f.s.chunk (150 * kMs, chunk_of (f.v, 10, c, 150 * kMs), f.out, &err);
+  EXPECT_EQ (send (S2, 2, 6, 0, 150 * kMs, 155 * kMs), "unknown-chunk");
+  EXPECT_EQ (send (S2, 2, 7, 0, 150 * kMs, 155 * kMs), "ok");
+  EXPECT_EQ (f.s.counters ().feedback, 4u);
+  EXPECT_EQ (f.s.counters ().feedback_dropped, 5u);
+}
+
+TEST (ReceiverFeedback, ReportsEachChunkRowOnceOnTheSendersClock)
+{
+  ReceiverSettings rs;
+  rs.dim = 3;
+  Receiver rx (rs);
+  Received r;
+  /* Chunk 9, rows [2, 10) in one frame, sent at 100 ms on the sender's clock, received at 5 s
+   * on the robot's. */
+  Header h;
+  h.kind = Kind::kAction;
+  h.flags = kFlagLast;
+  h.session_id = 42;
+  h.seq = 1;
+  h.chunk_id = 9;
+  h.observation_time_ns = 60 * kMs;
+  h.send_time_ns = 100 * kMs;
+  h.step_period_ns = 20 * kMs;
+  h.step_index = 2;
+  h.chunk_steps = 10;
+  h.steps = 8;
+  h.dim = 3;
+  const uint64_t R = 5000 * kMs;
+  const auto chunk = encoded (h, ramp (8, 0, 0.01f));
+  rx.receive (R, chunk.data (), chunk.size (), r);
+  ASSERT_EQ (r.reject, nullptr);
+  Header fb;
+  ASSERT_TRUE (rx.feedback (R, &fb));
+  EXPECT_EQ (fb.kind, Kind::kFeedback);
+  EXPECT_EQ (fb.session_id, 42u);
+  EXPECT_EQ (fb.seq, R / 1000 + 1) << "starts at the robot's clock in microseconds";
+  EXPECT_EQ (fb.chunk_id, 9u);
+  EXPECT_EQ (fb.step_index, 2u);
+  EXPECT_EQ (fb.send_time_ns, 100 * kMs);
+  EXPECT_EQ (fb.observation_time_ns, kTimeNone);
+  EXPECT_EQ (fb.step_period_ns, 0u);
+  EXPECT_EQ (fb.steps, 0u);
+  EXPECT_EQ (fb.dim, 0u);
+  EXPECT_FALSE (rx.feedback (R, &fb)) << "each row once";
+  EXPECT_FALSE (rx.feedback (R + 19 * kMs, &fb));
+  EXPECT_EQ (rx.next_row (), R + 20 * kMs);
+  ASSERT_TRUE (rx.feedback (R + 20 * kMs, &fb));
+  EXPECT_EQ (fb.step_index, 3u);
+  EXPECT_EQ (fb.send_time_ns, 120 * kMs);
+  EXPECT_EQ (fb.seq, R / 1000 + 2);
+  /* Late: rows 4 and 5 started; the last one is reported. */
+  ASSERT_TRUE (rx.feedback (R + 65 * kMs, &fb));
+  EXPECT_EQ (fb.step_index, 5u);
+  EXPECT_EQ (fb.send_time_ns, 160 * kMs);
+  /* What the robot encodes, the sender decodes (with the key, if any). */
+  std::vector<uint8_t> b;
+  encode (fb, nullptr, "k", b);
+  Frame out;
+  EXPECT_EQ (Error::kOk, decode (b.data (), b.size (), Limits (), "k", &out));
+  /* A HOLD ends the chunk: nothing more to report, whatever the time (rows 6 and 7, which
+   * started before it arrived, included). */
+  Header hold;
+  hold.kind = Kind::kHold;
+  hold.session_id = 42;
+  hold.seq = 2;
+  const auto hb = encoded (hold, {});
+  rx.receive (R + 110 * kMs, hb.data (), hb.size (), r);
+  ASSERT_EQ (r.reject, nullptr);
+  EXPECT_FALSE (rx.feedback (R + 10000 * kMs, &fb));
+  EXPECT_EQ (rx.next_row (), kTimeNone);
+  /* Stream rows are never reported: the sender decides them itself. */
+  const auto sr = encoded (stream_row (42, 3), {0.1f, 0.2f, 0.3f});
+  rx.receive (R + 200 * kMs, sr.data (), sr.size (), r);
+  ASSERT_EQ (r.reject, nullptr);
+  EXPECT_FALSE (rx.feedback (R + 200 * kMs, &fb));
+  /* A robot never executes a FEEDBACK, whoever sends it. */
+  const auto fbb = report (42, 4, 9, 3, 120 * kMs);
+  rx.receive (R + 210 * kMs, fbb.data (), fbb.size (), r);
+  EXPECT_STREQ (r.reject, "bad-kind");
+}
+
+TEST (ReceiverFeedback, AChunkWhoseFirstFrameWasLostIsReportedFromWhereItBegan)
+{
+  ReceiverSettings rs;
+  rs.dim = 3;
+  Receiver rx (rs);
+  Received r;
+  Header h;
+  h.kind = Kind::kAction;
+  h.session_id = 42;
+  h.seq = 2; /* seq 1, rows [0, 4), was lost */
+  h.chunk_id = 9;
+  h.observation_time_ns = 100 * kMs;
+  h.send_time_ns = 100 * kMs;
+  h.step_period_ns = 20 * kMs;
+  h.step_index = 4;
+  h.chunk_steps = 8;
+  h.steps = 4;
+  h.dim = 3;
+  h.flags = kFlagLast;
+  const auto b = encoded (h, ramp (4, 0, 0.01f));
+  rx.receive (7000 * kMs, b.data (), b.size (), r);
+  ASSERT_EQ (r.reject, nullptr);
+  Header fb;
+  ASSERT_TRUE (rx.feedback (7000 * kMs, &fb));
+  EXPECT_EQ (fb.step_index, 4u);
+  EXPECT_EQ (fb.send_time_ns, 100 * kMs) << "row 4 began on receipt";
+  /* The sender takes it: row 4 was sent, and it did not start before it was sent. */
+  SenderSettings st = ChunkSender::settings ("", SendMode::kChunk);
+  st.execute_steps = 0;
+  Sender s (st, [] { return (uint64_t)42; });
+  SenderOutput out;
+  s.link (0, true, false, out);
+  s.event (0, SenderEvent::kPlaying, out);
+  const auto v = ramp (8, 0, 0.01f);
+  std::string err;
+  ASSERT_EQ (ChunkResult::kSent, s.chunk (100 * kMs, chunk_of (v, 8, 9, 100 * kMs), out, &err));
+  std::vector<uint8_t> wire;
+  encode (fb, nullptr, "", wire);
+  EXPECT_EQ (nullptr, s.robot_frame (110 * kMs, wire.data (), wire.size (), out));
+}
+
 /* ---- Receiver, rule by rule --------------------------------------------------------------- */
 
 TEST (ReceiverRules, SessionsSequenceNumbersAndReplays)
@@ -657,6 +1010,9 @@ private:
         stop_pending_ = hold_pending_ = false;
         stopped_ = true;
         return true;
+      case Kind::kFeedback:
+        fail (res, "the sender sent a FEEDBACK (robot -> sender only)");
+        return false;
       case Kind::kAction:
         break;
     }
@@ -810,13 +1166,15 @@ run_sender_sequence (uint64_t seed, int events, ::testing::AssertionResult *res,
                      std::map<std::string, uint64_t> &cov)
 {
   std::mt19937_64 rng (seed);
-  const SenderSettings st = random_sender_settings (rng);
+  SenderSettings st = random_sender_settings (rng);
+  st.key = st.hmac ? "k" : "";
   Sender snd (st, counter_ids (seed << 8));
   SenderOracle oracle (st);
   SenderOutput out;
   uint64_t now = (rng () % 1000) * kMs;
   bool playing = false, flushing = false, link_up = true;
-  uint64_t chunk_id = 0;
+  uint64_t chunk_id = 0, fb_seq = 0;
+  std::vector<uint8_t> last_taken; /* a report taken, to replay */
   std::string err;
   auto done = [&] (SenderOracle::Call call, uint64_t t) {
     oracle.check (call, t, out, res);
@@ -901,7 +1259,7 @@ run_sender_sequence (uint64_t seed, int events, ::testing::AssertionResult *res,
       cov["jump"]++;
       if (!done (SenderOracle::Call::kTick, now))
         return;
-    } else if (r < 84) {
+    } else if (r < 84 && rng () % 2) {
       Feedback fb;
       fb.chunk_id = chunk_id - rng () % 2;
       fb.row = (uint32_t)(rng () % 40);
@@ -909,6 +1267,46 @@ run_sender_sequence (uint64_t seed, int events, ::testing::AssertionResult *res,
       snd.feedback (now, fb);
       oracle.feedback (fb);
       cov["feedback"]++;
+    } else if (r < 84) {
+      /* The robot's FEEDBACK on the wire, from a robot that may lie, replay, forge or corrupt:
+       * whatever is taken goes to the oracle's picture too, and the next outputs must still be
+       * safe and HOLD hold the row the rules say. A report never makes the sender send. */
+      Header h;
+      h.kind = rng () % 20 ? Kind::kFeedback : Kind::kStop; /* a STOP reflected back */
+      h.session_id = rng () % 8 ? snd.session_id () : rng () % 3;
+      h.seq = rng () % 8 ? ++fb_seq : rng () % 4;
+      h.chunk_id = chunk_id - rng () % 3;
+      h.step_index = (uint32_t)(rng () % 40);
+      h.send_time_ns = rng () % 10 ? now - std::min<uint64_t> (now, (rng () % 300) * kMs) : rng ();
+      h.observation_time_ns = rng () % 30 ? kTimeNone : now;
+      if (h.kind == Kind::kStop)
+        h.step_index = 0, h.observation_time_ns = kTimeNone;
+      std::vector<uint8_t> b;
+      encode (h, nullptr, rng () % 10 ? st.key : "x", b);
+      if (rng () % 10 == 0)
+        b[rng () % b.size ()] ^= (uint8_t)(1u << (rng () % 8));
+      if (rng () % 20 == 0)
+        b.resize (rng () % b.size ());
+      if (!last_taken.empty () && rng () % 2 == 0)
+        b = last_taken; /* a replay */
+      const char *why = snd.robot_frame (now, b.data (), b.size (), out);
+      if (!why)
+        last_taken = b;
+      Frame taken;
+      if (!why) {
+        if (decode (b.data (), b.size (), Limits (), st.key, &taken) != Error::kOk ||
+            out.executing.size () != 1)
+          *res = ::testing::AssertionFailure () << "a report was taken that does not decode";
+        else
+          oracle.feedback (
+              {taken.header.chunk_id, taken.header.step_index, taken.header.send_time_ns});
+      }
+      cov[std::string ("robot-") + (why ? why : "taken")]++;
+      if (!out.frames.empty () || !out.sent.empty ())
+        *res = ::testing::AssertionFailure () << "a robot frame made the sender send";
+      out.clear ();
+      if (!*res)
+        return;
     } else if (r < 88) {
       playing = false;
       snd.event (now, SenderEvent::kPaused, out);
@@ -971,6 +1369,11 @@ TEST (SessionProperty, SenderNeverSendsAnUnsafeActionAndHoldsAndStopsOnTime)
        {"chunk-sent", "chunk-queued", "chunk-rejected", "chunk-stale", "chunk-ignored",
         "chunk-error", "holds", "stops", "clamped", "reconnect", "feedback", "jump", "rows"})
     EXPECT_GT (cov[k], 1000u) << k;
+  for (const char *k :
+       {"robot-taken", "robot-not-chunk-mode", "robot-wrong-session", "robot-old-seq",
+        "robot-unknown-chunk", "robot-bad-row", "robot-too-early", "robot-future", "robot-bad-crc",
+        "robot-bad-hmac", "robot-not-feedback", "robot-bad-field", "robot-truncated"})
+    EXPECT_GT (cov[k], 100u) << k;
 }
 
 /* ---- Property: the receiver --------------------------------------------------------------- */
@@ -1195,6 +1598,9 @@ run_receiver_sequence (uint64_t seed, int frames, ::testing::AssertionResult *re
         break;
       case Kind::kHello:
         break;
+      case Kind::kFeedback:
+        fail ("a FEEDBACK was accepted by a robot");
+        break;
       case Kind::kAction: {
         /* Rows of the chunk being run are added after its pending rows; anything else (a
          * stream row, a new chunk) replaces them. */
@@ -1346,4 +1752,117 @@ TEST (SessionProperty, WhatTheSenderSendsTheReceiverAccepts)
   }
   print_coverage ("chained", cov);
   EXPECT_GT (cov["rows"], 100000u);
+}
+
+/* ---- Property: the robot's reports, chained back to the sender ----------------------------- */
+
+TEST (SessionProperty, WhatTheReceiverReportsTheSenderTakes)
+{
+  /* Chunk mode, frames from a Sender to a Receiver through a link that may lose, duplicate and
+   * swap frames, and every FEEDBACK the receiver makes straight back, possibly duplicated. The
+   * robot's clock is the sender's plus an offset. Every report is taken, except duplicates
+   * (old-seq), reports made stale by a clock jump of the sender (too-old) and, on a lossy link,
+   * reports of a session or chunk the robot is left with by lost frames; what is taken is
+   * what out.executing carries; and the robot only ever reports rows the sender sent. */
+  std::map<std::string, uint64_t> cov;
+  for (int i = 0; i < 1500; i++) {
+    std::mt19937_64 rng (12000 + (uint64_t)i);
+    SenderSettings st = random_sender_settings (rng);
+    st.mode = SendMode::kChunk;
+    st.robot = robot (kRobotInitial);
+    st.key = st.hmac ? "k" : "";
+    const bool lossy = rng () % 2;
+    const uint64_t offset = (rng () % 100000) * kMs;
+    Sender snd (st, counter_ids ((uint64_t)i << 8));
+    ReceiverSettings rs;
+    rs.key = st.key;
+    rs.robot = st.robot;
+    Receiver rx (rs);
+    Received r;
+    SenderOutput out;
+    std::vector<std::vector<uint8_t>> wire;
+    std::map<std::pair<uint64_t, uint64_t>, std::pair<uint32_t, uint32_t>> sent; /* rows sent */
+    uint64_t now = 0, chunk_id = 0;
+    std::string err, failure;
+    auto fail = [&] (const std::string &why) {
+      if (failure.empty ())
+        failure = why;
+    };
+    auto transmit = [&] () {
+      for (const OutFrame &f : out.frames) {
+        const Header &h = f.header;
+        if (h.kind == Kind::kAction) {
+          const std::pair<uint32_t, uint32_t> rows = {h.step_index, h.step_index + h.steps};
+          auto it = sent.emplace (std::make_pair (h.session_id, h.chunk_id), rows).first;
+          it->second.first = std::min (it->second.first, rows.first);
+          it->second.second = std::max (it->second.second, rows.second);
+        }
+        std::vector<uint8_t> b;
+        encode (h, f.values.data (), st.key, b);
+        if (lossy && rng () % 10 == 0)
+          continue;
+        wire.push_back (b);
+        if (lossy && rng () % 20 == 0)
+          wire.push_back (b);
+      }
+      out.clear ();
+      if (lossy && wire.size () >= 2 && rng () % 10 == 0)
+        std::swap (wire[wire.size () - 1], wire[wire.size () - 2]);
+      for (auto &b : wire)
+        rx.receive (now + offset, b.data (), b.size (), r);
+      wire.clear ();
+      /* The robot's reports, at once. */
+      Header fb;
+      while (rx.feedback (now + offset, &fb)) {
+        const auto it = sent.find ({fb.session_id, fb.chunk_id});
+        if (it == sent.end () || fb.step_index < it->second.first ||
+            fb.step_index >= it->second.second)
+          fail ("the robot reported a row that was never sent");
+        std::vector<uint8_t> b;
+        encode (fb, nullptr, st.key, b);
+        for (int copies = lossy && rng () % 10 == 0 ? 2 : 1; copies > 0; copies--) {
+          const char *why = snd.robot_frame (now, b.data (), b.size (), out);
+          cov[why ? why : "taken"]++;
+          if (!why && (out.executing.empty () || out.executing.back ().row != fb.step_index ||
+                       out.executing.back ().time_ns != fb.send_time_ns))
+            fail ("a report taken is not what goes upstream");
+          /* Lost frames can keep the robot on a session, or a chunk, the sender has left. */
+          const bool explained =
+              why &&
+              (!strcmp (why, "old-seq") || !strcmp (why, "too-old") ||
+               (lossy && (!strcmp (why, "wrong-session") || !strcmp (why, "unknown-chunk"))));
+          if (why && !explained)
+            fail (std::string ("a report was refused: ") + why);
+          if (!out.frames.empty ())
+            fail ("a report made the sender send");
+        }
+      }
+    };
+    snd.link (0, true, false, out);
+    snd.event (0, SenderEvent::kPlaying, out);
+    transmit ();
+    for (int e = 0; e < 300 && failure.empty (); e++) {
+      const unsigned k = rng () % 10;
+      if (k < 5) {
+        now = std::max (now, snd.next_deadline ());
+        snd.tick (now, out);
+      } else if (k < 8) {
+        now += rng () % st.period_ns;
+        const uint32_t horizon = 1 + (uint32_t)(rng () % 50);
+        auto v = random_chunk (rng, horizon, rng () % 10 == 0);
+        snd.chunk (now,
+                   chunk_of (v, horizon, ++chunk_id, now - std::min (now, (rng () % 100) * kMs)),
+                   out, &err);
+      } else if (k < 9) {
+        now += (rng () % 2000) * kMs;
+        snd.tick (now, out);
+      } else {
+        snd.link (now, true, rng () % 4 == 0, out);
+      }
+      transmit ();
+    }
+    ASSERT_TRUE (failure.empty ()) << failure << " (seed " << 12000 + i << ")";
+  }
+  print_coverage ("reports", cov);
+  EXPECT_GT (cov["taken"], 10000u);
 }

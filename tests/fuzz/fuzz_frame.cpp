@@ -5,10 +5,13 @@
  *   build/tests/fuzz/fuzz_frame -dict=tests/fuzz/frame.dict -max_total_time=3600
  * Besides "no crash, no out-of-bounds read, no UB", it checks properties: a frame that decodes
  * re-encodes to exactly the same bytes, holds only finite values, and has the size its
- * header announced; and a stream reader built on peek_header never runs past the input. */
+ * header announced; a stream reader built on peek_header never runs past the input; and the
+ * sender's reader of the robot's stream (FrameStream: reassembly and resynchronisation) only
+ * ever hands on frames within its limit and holds no more than its limit plus one push. */
 
 #include "pi0frame.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -59,12 +62,34 @@ as_stream (const uint8_t *data, size_t size, const pi0::proto::Limits &lim)
   size_t off = 0;
   for (int guard = 0; guard < 10000 && size - off >= pi0::proto::kHeaderSize; guard++) {
     size_t n = 0;
-    if (pi0::proto::peek_header (data + off, size - off, lim, nullptr, &n) != pi0::proto::Error::kOk)
+    if (pi0::proto::peek_header (data + off, size - off, lim, nullptr, &n) !=
+        pi0::proto::Error::kOk)
       return;
     check (n >= pi0::proto::kHeaderSize + pi0::proto::kCrcSize);
     if (size - off < n)
       return;
     (void)pi0::proto::decode (data + off, n, lim, "", nullptr);
+    off += n;
+  }
+}
+
+/* The robot's bytes as the sender reads them (FEEDBACK, docs/protocol.md): in pieces whose sizes
+ * the input's own bytes choose, so the fuzzer explores every way of cutting a stream. */
+void
+as_feedback_stream (const uint8_t *data, size_t size)
+{
+  pi0::proto::FrameStream fs (pi0::proto::kMaxFeedbackFrameSize);
+  size_t off = 0;
+  while (off < size) {
+    const size_t n = std::min<size_t> (size - off, 1 + data[off] % 97);
+    fs.push (data + off, n, [] (const uint8_t *f, size_t len) {
+      check (len >= pi0::proto::kHeaderSize + pi0::proto::kCrcSize &&
+             len <= pi0::proto::kMaxFeedbackFrameSize);
+      pi0::proto::Limits lim;
+      lim.max_frame_size = pi0::proto::kMaxFeedbackFrameSize;
+      (void)pi0::proto::decode (f, len, lim, "", nullptr);
+    });
+    check (fs.buffered () < pi0::proto::kMaxFeedbackFrameSize);
     off += n;
   }
 }
@@ -119,5 +144,6 @@ LLVMFuzzerTestOneInput (const uint8_t *data, size_t size)
   lim.max_dim = 32;
   one_frame (data, size, "", lim);
   as_stream (data, size, lim);
+  as_feedback_stream (data, size);
   return 0;
 }

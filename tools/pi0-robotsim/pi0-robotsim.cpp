@@ -9,6 +9,9 @@
  * Modes for tests: normal; slow (reads slowly); dead (never reads); hostile (sends garbage
  * back and resets TCP connections). Exits cleanly on SIGINT/SIGTERM or after --duration.
  *
+ * In chunk mode it reports each row it starts back to the sender, as a FEEDBACK frame on the
+ * same socket (docs/protocol.md, "FEEDBACK"), unless --no-feedback (a robot of before FEEDBACK).
+ *
  * With --state-to IP:PORT it also publishes its joint state, as a robot's driver would: one
  * datagram of dim float32 (little-endian) per tick at --state-rate Hz, the position it is at
  * (the last row executed, a HOLD's position, or the configuration's initial position) — what
@@ -69,6 +72,7 @@ struct Options {
   double state_rate = 100.0;
   double hold_timeout = 0; /* the robot's own watchdog, seconds (0 = off) */
   double stop_timeout = 0;
+  bool feedback = true; /* report the rows it starts (chunk mode) */
 };
 
 uint64_t
@@ -164,6 +168,7 @@ public:
     while (!quit_signal && (end == 0 || mono_ns () < end)) {
       int timeout_ms = 50;
       watchdog (mono_ns (), &timeout_ms);
+      send_feedback (mono_ns (), &timeout_ms);
       if (state_fd_ >= 0) {
         uint64_t now = mono_ns ();
         if (now >= next_state) {
@@ -340,15 +345,46 @@ private:
                                              (next > now ? next - now : 0) / 1000000 + 1);
   }
 
-  /* One complete, exactly-sized candidate frame: the receiver decides, this logs. */
-  void handle_frame (const uint8_t *data, size_t len)
+  /* Reports the row that started last, once, to the sender of the frames (chunk mode), and
+   * wakes up for the next row. A report the socket cannot take now is skipped: the next row's
+   * says more. */
+  void send_feedback (uint64_t now, int *timeout_ms)
+  {
+    if (!o_.feedback || o_.mode == Mode::kDead)
+      return;
+    pi0::proto::Header h;
+    if (rx_->feedback (now, &h) && (conn_ >= 0 || have_peer_)) {
+      fb_buf_.clear ();
+      pi0::proto::encode (h, nullptr, o_.key, fb_buf_);
+      const ssize_t n =
+          conn_ >= 0 ? send (conn_, fb_buf_.data (), fb_buf_.size (), MSG_NOSIGNAL | MSG_DONTWAIT)
+                     : sendto (fd_, fb_buf_.data (), fb_buf_.size (), MSG_DONTWAIT,
+                               (struct sockaddr *)&peer_, peer_len_);
+      char line[256];
+      snprintf (line, sizeof line,
+                "{\"event\":\"feedback\",\"session\":\"%016" PRIx64 "\",\"seq\":%" PRIu64
+                ",\"chunk_id\":%" PRIu64 ",\"step_index\":%u,\"time_ns\":%" PRIu64
+                ",\"at_ns\":%" PRIu64 ",\"sent\":%s}",
+                h.session_id, h.seq, h.chunk_id, h.step_index, h.send_time_ns, now,
+                n == (ssize_t)fb_buf_.size () ? "true" : "false");
+      emit (line);
+    }
+    const uint64_t next = rx_->next_row ();
+    if (next != pi0::proto::kTimeNone)
+      *timeout_ms = (int)std::min<uint64_t> ((uint64_t)*timeout_ms,
+                                             (next > now ? next - now : 0) / 1000000 + 1);
+  }
+
+  /* One complete, exactly-sized candidate frame: the receiver decides, this logs. False when
+   * it was rejected. */
+  bool handle_frame (const uint8_t *data, size_t len)
   {
     const uint64_t now = mono_ns ();
     pi0::proto::Received &r = received_;
     rx_->receive (now, data, len, r);
     if (r.reject) {
       reject (r.reject, len);
-      return;
+      return false;
     }
     const pi0::proto::Header &h = r.frame.header;
     if (r.new_session) {
@@ -390,7 +426,10 @@ private:
           emit (line + "}");
         }
         break;
+      case pi0::proto::Kind::kFeedback: /* refused by the receiver */
+        break;
     }
+    return true;
   }
 
   void read_datagram ()
@@ -410,7 +449,14 @@ private:
       reject ("too-large", (size_t)n, true);
       return;
     }
-    handle_frame (buf.data (), (size_t)n);
+    /* Reports go back to whoever sent the last frame accepted: the sender of the session. */
+    const struct sockaddr_storage peer = from;
+    if (handle_frame (buf.data (), (size_t)n) && fromlen <= sizeof peer_) {
+      peer_ = peer;
+      peer_len_ = fromlen;
+      have_peer_ = true;
+      send_feedback (mono_ns (), &unused_timeout_);
+    }
     if (o_.mode == Mode::kHostile)
       send_garbage (fd_, (struct sockaddr *)&from, fromlen);
   }
@@ -493,6 +539,7 @@ private:
       if (rbuf_.size () - off < size)
         break;
       handle_frame (rbuf_.data () + off, size);
+      send_feedback (mono_ns (), &unused_timeout_); /* the chunk's first row starts on receipt */
       off += size;
       frames_on_conn_++;
       if (o_.mode == Mode::kHostile && frames_on_conn_ % 3 == 0) {
@@ -521,6 +568,12 @@ private:
   struct sockaddr_in state_addr_ = {};
   std::vector<float> position_;
   uint64_t states_ = 0;
+  /* FEEDBACK: the UDP sender's address, and a scratch buffer. */
+  struct sockaddr_storage peer_ = {};
+  socklen_t peer_len_ = 0;
+  bool have_peer_ = false;
+  std::vector<uint8_t> fb_buf_;
+  int unused_timeout_ = 0;
 };
 
 } // namespace
@@ -531,6 +584,7 @@ main (int argc, char **argv)
   Options o;
   gchar *proto = nullptr, *bind_addr = nullptr, *key = nullptr, *key_file = nullptr, *log = nullptr,
         *mode = nullptr, *robot = nullptr, *state_to = nullptr;
+  gboolean no_feedback = FALSE;
   gint port = o.port, dim = 0, max_frame = (gint)o.max_frame;
   gdouble duration = 0, state_rate = o.state_rate, hold_timeout = 0, stop_timeout = 0;
   GOptionEntry entries[] = {
@@ -559,6 +613,8 @@ main (int argc, char **argv)
        "the robot's own watchdog: hold after this many seconds without a command (0 = off)", "S"},
       {"stop-timeout", 0, 0, G_OPTION_ARG_DOUBLE, &stop_timeout,
        "the robot's own watchdog: stop after this many seconds without a command (0 = off)", "S"},
+      {"no-feedback", 0, 0, G_OPTION_ARG_NONE, &no_feedback,
+       "never report the rows it executes (FEEDBACK), as a robot of before it", nullptr},
       {nullptr, 0, 0, G_OPTION_ARG_NONE, nullptr, nullptr, nullptr}};
   GOptionContext *ctx = g_option_context_new ("- robot simulator for pi0actionsink");
   g_option_context_add_main_entries (ctx, entries, nullptr);
@@ -634,6 +690,7 @@ main (int argc, char **argv)
     rc = 2;
   }
   o.hold_timeout = hold_timeout;
+  o.feedback = !no_feedback;
   o.stop_timeout = stop_timeout;
   if (!(state_rate >= 1.0 && state_rate <= 10000.0)) {
     fprintf (stderr, "pi0-robotsim: --state-rate must be between 1 and 10000\n");
