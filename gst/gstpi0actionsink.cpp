@@ -52,6 +52,7 @@
 
 #include "gstpi0actionsink.h"
 #include "gstpi0enum.h"
+#include "gstpi0props.h"
 
 #include "pi0latency.h"
 #include "pi0link.h"
@@ -575,28 +576,21 @@ make_stats (Private *priv)
 static void
 transfer (Settings &s, guint prop_id, GValue *value, bool set)
 {
-#define SETTING(ID, field, type, gtype)                                                            \
-  case ID:                                                                                         \
-    if (set)                                                                                       \
-      s.field = (decltype (s.field))g_value_get_##gtype (value);                                   \
-    else                                                                                           \
-      g_value_set_##gtype (value, (type)s.field);                                                  \
-    break;
   switch (prop_id) {
-    SETTING (PROP_FORMAT, link.format, gint, enum)
-    SETTING (PROP_MODE, link.mode, gint, enum)
-    SETTING (PROP_CONTROL_RATE, link.control_rate, gdouble, double)
-    SETTING (PROP_EXECUTE_STEPS, link.sender.execute_steps, guint, uint)
-    SETTING (PROP_ALLOW_UNLIMITED, link.allow_unlimited, gboolean, boolean)
-    SETTING (PROP_MAX_ACTION_AGE, link.sender.max_action_age_ns, guint64, uint64)
-    SETTING (PROP_HOLD_TIMEOUT, link.sender.hold_timeout_ns, guint64, uint64)
-    SETTING (PROP_STOP_TIMEOUT, link.sender.stop_timeout_ns, guint64, uint64)
-    SETTING (PROP_MAX_SEND_BUFFER, link.transport.max_send_buffer, guint, uint)
-    SETTING (PROP_DATAGRAM_SIZE, link.datagram_size, guint, uint)
-    SETTING (PROP_RECONNECT_MIN, link.transport.reconnect_min_ns, guint64, uint64)
-    SETTING (PROP_RECONNECT_MAX, link.transport.reconnect_max_ns, guint64, uint64)
-    SETTING (PROP_TOLERATE_WRITE_ERRORS, tolerate_write_errors, gboolean, boolean)
-    SETTING (PROP_ROBOT_FEEDBACK, link.robot_feedback, gboolean, boolean)
+    GST_PI0_PROP_FIELD (PROP_FORMAT, link.format, gint, enum)
+    GST_PI0_PROP_FIELD (PROP_MODE, link.mode, gint, enum)
+    GST_PI0_PROP_FIELD (PROP_CONTROL_RATE, link.control_rate, gdouble, double)
+    GST_PI0_PROP_FIELD (PROP_EXECUTE_STEPS, link.sender.execute_steps, guint, uint)
+    GST_PI0_PROP_FIELD (PROP_ALLOW_UNLIMITED, link.allow_unlimited, gboolean, boolean)
+    GST_PI0_PROP_FIELD (PROP_MAX_ACTION_AGE, link.sender.max_action_age_ns, guint64, uint64)
+    GST_PI0_PROP_FIELD (PROP_HOLD_TIMEOUT, link.sender.hold_timeout_ns, guint64, uint64)
+    GST_PI0_PROP_FIELD (PROP_STOP_TIMEOUT, link.sender.stop_timeout_ns, guint64, uint64)
+    GST_PI0_PROP_FIELD (PROP_MAX_SEND_BUFFER, link.transport.max_send_buffer, guint, uint)
+    GST_PI0_PROP_FIELD (PROP_DATAGRAM_SIZE, link.datagram_size, guint, uint)
+    GST_PI0_PROP_FIELD (PROP_RECONNECT_MIN, link.transport.reconnect_min_ns, guint64, uint64)
+    GST_PI0_PROP_FIELD (PROP_RECONNECT_MAX, link.transport.reconnect_max_ns, guint64, uint64)
+    GST_PI0_PROP_FIELD (PROP_TOLERATE_WRITE_ERRORS, tolerate_write_errors, gboolean, boolean)
+    GST_PI0_PROP_FIELD (PROP_ROBOT_FEEDBACK, link.robot_feedback, gboolean, boolean)
     case PROP_TARGET:
       if (!set)
         g_value_set_string (value, s.link.target.c_str ());
@@ -617,7 +611,6 @@ transfer (Settings &s, guint prop_id, GValue *value, bool set)
       }
       break;
   }
-#undef SETTING
 }
 
 static void

@@ -47,6 +47,7 @@
 
 #include "gstpi0infer.h"
 #include "gstpi0enum.h"
+#include "gstpi0props.h"
 #include "pi0inferrunner.h"
 
 #include <gst/pi0/pi0.h>
@@ -410,41 +411,25 @@ gst_pi0_infer_finalize (GObject *object)
 static void
 transfer (Settings &s, guint prop_id, GValue *value, bool set)
 {
-#define SETTING(ID, field, type, gtype)                                                            \
-  case ID:                                                                                         \
-    if (set)                                                                                       \
-      s.field = (decltype (s.field))g_value_get_##gtype (value);                                   \
-    else                                                                                           \
-      g_value_set_##gtype (value, (type)s.field);                                                  \
-    break;
-#define STRING(ID, field, null_when_empty)                                                         \
-  case ID:                                                                                         \
-    if (set)                                                                                       \
-      s.field = g_value_get_string (value) ? g_value_get_string (value) : "";                      \
-    else                                                                                           \
-      g_value_set_string (value, null_when_empty &&s.field.empty () ? nullptr : s.field.c_str ()); \
-    break;
   switch (prop_id) {
-    STRING (PROP_MODEL, model, true)
-    STRING (PROP_TOKENIZER, tokenizer, true)
-    STRING (PROP_INSTRUCTION, instruction, false)
-    STRING (PROP_NORM_STATS, norm_stats, true)
-    SETTING (PROP_NORM_MODE, norm_mode, gint, enum)
-    SETTING (PROP_ACTION_DIMS, action_dims, gint, int)
-    SETTING (PROP_NUM_STEPS, num_steps, gint, int)
-    SETTING (PROP_PRECISION, precision, gint, enum)
-    SETTING (PROP_DEVICE, device, gint, enum)
-    SETTING (PROP_CUDA_DEVICE_ID, cuda_device_id, gint, int)
-    SETTING (PROP_SEED, seed, guint64, uint64)
-    SETTING (PROP_REQUIRE_STATE, require_state, gboolean, boolean)
-    SETTING (PROP_RTC, rtc, gint, enum)
-    SETTING (PROP_RTC_EXECUTION_HORIZON, rtc_execution_horizon, guint, uint)
-    SETTING (PROP_RTC_MAX_GUIDANCE_WEIGHT, rtc_max_guidance_weight, gdouble, double)
-    SETTING (PROP_MAX_BATCH_SIZE, max_batch_size, guint, uint)
-    SETTING (PROP_MAX_BATCH_WAIT, max_batch_wait, guint64, uint64)
+    GST_PI0_PROP_STRING (PROP_MODEL, model, true)
+    GST_PI0_PROP_STRING (PROP_TOKENIZER, tokenizer, true)
+    GST_PI0_PROP_STRING (PROP_INSTRUCTION, instruction, false)
+    GST_PI0_PROP_STRING (PROP_NORM_STATS, norm_stats, true)
+    GST_PI0_PROP_FIELD (PROP_NORM_MODE, norm_mode, gint, enum)
+    GST_PI0_PROP_FIELD (PROP_ACTION_DIMS, action_dims, gint, int)
+    GST_PI0_PROP_FIELD (PROP_NUM_STEPS, num_steps, gint, int)
+    GST_PI0_PROP_FIELD (PROP_PRECISION, precision, gint, enum)
+    GST_PI0_PROP_FIELD (PROP_DEVICE, device, gint, enum)
+    GST_PI0_PROP_FIELD (PROP_CUDA_DEVICE_ID, cuda_device_id, gint, int)
+    GST_PI0_PROP_FIELD (PROP_SEED, seed, guint64, uint64)
+    GST_PI0_PROP_FIELD (PROP_REQUIRE_STATE, require_state, gboolean, boolean)
+    GST_PI0_PROP_FIELD (PROP_RTC, rtc, gint, enum)
+    GST_PI0_PROP_FIELD (PROP_RTC_EXECUTION_HORIZON, rtc_execution_horizon, guint, uint)
+    GST_PI0_PROP_FIELD (PROP_RTC_MAX_GUIDANCE_WEIGHT, rtc_max_guidance_weight, gdouble, double)
+    GST_PI0_PROP_FIELD (PROP_MAX_BATCH_SIZE, max_batch_size, guint, uint)
+    GST_PI0_PROP_FIELD (PROP_MAX_BATCH_WAIT, max_batch_wait, guint64, uint64)
   }
-#undef SETTING
-#undef STRING
 }
 
 static void

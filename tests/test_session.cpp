@@ -1655,6 +1655,40 @@ TEST (SessionProperty, ReceiverNeverExecutesAnUnsafeRowAndNeverLocksOut)
 
 /* ---- Property: sender and receiver chained ------------------------------------------------ */
 
+/* 300 random sender events after the link comes up and the pipeline plays: control ticks,
+ * chunks (a tenth of them with NaN/Inf/out-of-limit values, late by up to 0.1 s), pauses of up to
+ * 2 s, reconnects; @transmit after each. Stops early when @failure becomes non-empty. */
+template <typename Transmit>
+void
+random_sender_run (Sender &snd, const SenderSettings &st, std::mt19937_64 &rng, uint64_t &now,
+                   SenderOutput &out, Transmit &&transmit, const std::string *failure)
+{
+  uint64_t chunk_id = 0;
+  std::string err;
+  snd.link (0, true, false, out);
+  snd.event (0, SenderEvent::kPlaying, out);
+  transmit ();
+  for (int e = 0; e < 300 && (!failure || failure->empty ()); e++) {
+    const unsigned k = rng () % 10;
+    if (k < 5) {
+      now = std::max (now, snd.next_deadline ());
+      snd.tick (now, out);
+    } else if (k < 8) {
+      now += rng () % st.period_ns;
+      const uint32_t horizon = 1 + (uint32_t)(rng () % 50);
+      auto v = random_chunk (rng, horizon, rng () % 10 == 0);
+      snd.chunk (now, chunk_of (v, horizon, ++chunk_id, now - std::min (now, (rng () % 100) * kMs)),
+                 out, &err);
+    } else if (k < 9) {
+      now += (rng () % 2000) * kMs;
+      snd.tick (now, out);
+    } else {
+      snd.link (now, true, rng () % 4 == 0, out);
+    }
+    transmit ();
+  }
+}
+
 TEST (SessionProperty, WhatTheSenderSendsTheReceiverAccepts)
 {
   /* Frames go from a Sender to a Receiver through a lossy link (lost, duplicated and swapped
@@ -1677,8 +1711,8 @@ TEST (SessionProperty, WhatTheSenderSendsTheReceiverAccepts)
     SenderOutput out;
     std::vector<std::vector<float>> sent_rows, run_rows;
     std::vector<std::vector<uint8_t>> wire;
-    uint64_t now = 0, rx_now = 0, chunk_id = 0;
-    std::string err, failure;
+    uint64_t now = 0, rx_now = 0;
+    std::string failure;
     auto transmit = [&] () {
       for (const OutFrame &f : out.frames) {
         std::vector<uint8_t> b;
@@ -1721,29 +1755,7 @@ TEST (SessionProperty, WhatTheSenderSendsTheReceiverAccepts)
       }
       wire.clear ();
     };
-    snd.link (0, true, false, out);
-    snd.event (0, SenderEvent::kPlaying, out);
-    transmit ();
-    for (int e = 0; e < 300; e++) {
-      const unsigned k = rng () % 10;
-      if (k < 5) {
-        now = std::max (now, snd.next_deadline ());
-        snd.tick (now, out);
-      } else if (k < 8) {
-        now += rng () % st.period_ns;
-        const uint32_t horizon = 1 + (uint32_t)(rng () % 50);
-        auto v = random_chunk (rng, horizon, rng () % 10 == 0);
-        snd.chunk (now,
-                   chunk_of (v, horizon, ++chunk_id, now - std::min (now, (rng () % 100) * kMs)),
-                   out, &err);
-      } else if (k < 9) {
-        now += (rng () % 2000) * kMs;
-        snd.tick (now, out);
-      } else {
-        snd.link (now, true, rng () % 4 == 0, out);
-      }
-      transmit ();
-    }
+    random_sender_run (snd, st, rng, now, out, transmit, nullptr);
     ASSERT_TRUE (failure.empty ()) << failure << " (seed " << 9000 + i << ")";
     if (st.mode == SendMode::kStream && !lossy) {
       EXPECT_EQ (run_rows, sent_rows) << "seed " << 9000 + i;
@@ -1782,8 +1794,8 @@ TEST (SessionProperty, WhatTheReceiverReportsTheSenderTakes)
     SenderOutput out;
     std::vector<std::vector<uint8_t>> wire;
     std::map<std::pair<uint64_t, uint64_t>, std::pair<uint32_t, uint32_t>> sent; /* rows sent */
-    uint64_t now = 0, chunk_id = 0;
-    std::string err, failure;
+    uint64_t now = 0;
+    std::string failure;
     auto fail = [&] (const std::string &why) {
       if (failure.empty ())
         failure = why;
@@ -1838,29 +1850,7 @@ TEST (SessionProperty, WhatTheReceiverReportsTheSenderTakes)
         }
       }
     };
-    snd.link (0, true, false, out);
-    snd.event (0, SenderEvent::kPlaying, out);
-    transmit ();
-    for (int e = 0; e < 300 && failure.empty (); e++) {
-      const unsigned k = rng () % 10;
-      if (k < 5) {
-        now = std::max (now, snd.next_deadline ());
-        snd.tick (now, out);
-      } else if (k < 8) {
-        now += rng () % st.period_ns;
-        const uint32_t horizon = 1 + (uint32_t)(rng () % 50);
-        auto v = random_chunk (rng, horizon, rng () % 10 == 0);
-        snd.chunk (now,
-                   chunk_of (v, horizon, ++chunk_id, now - std::min (now, (rng () % 100) * kMs)),
-                   out, &err);
-      } else if (k < 9) {
-        now += (rng () % 2000) * kMs;
-        snd.tick (now, out);
-      } else {
-        snd.link (now, true, rng () % 4 == 0, out);
-      }
-      transmit ();
-    }
+    random_sender_run (snd, st, rng, now, out, transmit, &failure);
     ASSERT_TRUE (failure.empty ()) << failure << " (seed " << 12000 + i << ")";
   }
   print_coverage ("reports", cov);
