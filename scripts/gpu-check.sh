@@ -26,14 +26,16 @@ set -uo pipefail
 # variables: $BUILD (the build folder), $PI0_MODEL, $E2E, $PREP_BENCH (its binaries), $BUNDLE,
 # $WORK. It passes when it exits 0; 77 means skipped (with its reason as the last line printed).
 # Each gets min(its timeout, what is left of the budget); one left with under 15 s is skipped.
-# Later GPU rows (real-time chunking cost, batched serving throughput): add a line here; what
-# it prints goes into the summary.
+# model-rtc: real-time chunking's cost per chunk (plain, guided J = I, guided VJP; issue 13).
+# Later GPU rows (batched serving throughput): add a line here; what it prints goes into the
+# summary.
 STAGES=(
   'gpu-suite|150|meson test -C "$BUILD" --no-rebuild --suite gpu --print-errorlogs && no_skip_with_gpu'
   'prep-bench|45|"$PREP_BENCH" --cuda-only --iterations 200'
   'model-graph|90|"$PI0_MODEL" bench --config pi0 --device cuda --dtype bf16 --iters 30 --warmup 5'
   'model-eager|75|"$PI0_MODEL" bench --config pi0 --device cuda --dtype bf16 --iters 30 --warmup 5 --no-graph'
   'e2e|90|"$E2E" --model builtin:pi0 --device cuda --precision bf16 --width 1920 --height 1080 --fps 30 --duration 15'
+  'model-rtc|60|"$PI0_MODEL" bench --config pi0 --device cuda --dtype bf16 --iters 10 --warmup 3 --rtc'
   'gpu-decode|60|gpu_decode'
   'memcheck|120|meson test -C "$BUILD" --no-rebuild test_cudaprep_gpu --timeout-multiplier 4 --print-errorlogs --wrapper "compute-sanitizer --tool memcheck --error-exitcode 1"'
 )
