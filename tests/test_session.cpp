@@ -116,6 +116,27 @@ stream_row (uint64_t session, uint64_t seq)
   return h;
 }
 
+/* The last frame of chunk 9 of session 42 in chunk mode (3 joints, 20 ms rows), sent at 100 ms
+ * on the sender's clock: rows [first, first + steps) of @chunk_steps, captured at @obs. */
+Header
+chunk_rows (uint64_t seq, uint64_t obs, uint32_t first, uint32_t steps, uint32_t chunk_steps)
+{
+  Header h;
+  h.kind = Kind::kAction;
+  h.flags = kFlagLast;
+  h.session_id = 42;
+  h.seq = seq;
+  h.chunk_id = 9;
+  h.observation_time_ns = obs;
+  h.send_time_ns = 100 * kMs;
+  h.step_period_ns = 20 * kMs;
+  h.step_index = first;
+  h.chunk_steps = chunk_steps;
+  h.steps = (uint16_t)steps;
+  h.dim = 3;
+  return h;
+}
+
 } // namespace
 
 /* ---- Sender, rule by rule ----------------------------------------------------------------- */
@@ -551,19 +572,7 @@ TEST (ReceiverFeedback, ReportsEachChunkRowOnceOnTheSendersClock)
   Received r;
   /* Chunk 9, rows [2, 10) in one frame, sent at 100 ms on the sender's clock, received at 5 s
    * on the robot's. */
-  Header h;
-  h.kind = Kind::kAction;
-  h.flags = kFlagLast;
-  h.session_id = 42;
-  h.seq = 1;
-  h.chunk_id = 9;
-  h.observation_time_ns = 60 * kMs;
-  h.send_time_ns = 100 * kMs;
-  h.step_period_ns = 20 * kMs;
-  h.step_index = 2;
-  h.chunk_steps = 10;
-  h.steps = 8;
-  h.dim = 3;
+  const Header h = chunk_rows (1, 60 * kMs, 2, 8, 10);
   const uint64_t R = 5000 * kMs;
   const auto chunk = encoded (h, ramp (8, 0, 0.01f));
   rx.receive (R, chunk.data (), chunk.size (), r);
@@ -624,19 +633,7 @@ TEST (ReceiverFeedback, AChunkWhoseFirstFrameWasLostIsReportedFromWhereItBegan)
   rs.dim = 3;
   Receiver rx (rs);
   Received r;
-  Header h;
-  h.kind = Kind::kAction;
-  h.session_id = 42;
-  h.seq = 2; /* seq 1, rows [0, 4), was lost */
-  h.chunk_id = 9;
-  h.observation_time_ns = 100 * kMs;
-  h.send_time_ns = 100 * kMs;
-  h.step_period_ns = 20 * kMs;
-  h.step_index = 4;
-  h.chunk_steps = 8;
-  h.steps = 4;
-  h.dim = 3;
-  h.flags = kFlagLast;
+  const Header h = chunk_rows (2, 100 * kMs, 4, 4, 8); /* seq 1, rows [0, 4), was lost */
   const auto b = encoded (h, ramp (4, 0, 0.01f));
   rx.receive (7000 * kMs, b.data (), b.size (), r);
   ASSERT_EQ (r.reject, nullptr);
