@@ -126,16 +126,9 @@ def main() -> None:
     meta = {"lerobot": lerobot.__version__, "transformers": transformers.__version__, "torch": torch.__version__,
             "python": platform.python_version(), "trained": f"sines period {a.period} amplitude {a.amplitude}, "
             f"{a.steps} steps batch {a.batch} lr {a.lr} seed {a.seed}, final loss {loss.item():.4f}"}
-    state_dict = {"model." + k: v.contiguous() for k, v in model.state_dict().items() if "lm_head" not in k}
-    save_file(state_dict, f"{a.out}/model.safetensors", metadata=meta)
-    config = {"type": "pi0", "gst_pi0": {
-        "name": "pi0-tiny-sines", "tokenizer": "../../tests/data/tokenizer/tiny_paligemma.model",
-        "vision": {**golden.VISION, "layer_norm_eps": 1e-6}, "text": golden.TEXT, "expert": golden.EXPERT,
-        "vocab_size": golden.VOCAB, "num_views": VIEWS, "max_tokens": TOKENS, "state_dim": D, "action_dim": D,
-        "horizon": H, "num_steps": 10, "min_period": cfg.min_period, "max_period": cfg.max_period}}
-    with open(f"{a.out}/config.json", "w") as f:
-        json.dump(config, f, indent=2)
-        f.write("\n")
+    save_file(golden.lerobot_state_dict(model), f"{a.out}/model.safetensors", metadata=meta)
+    golden.write_config(a.out, "pi0-tiny-sines", cfg, VIEWS, TOKENS,
+                        tokenizer="../../tests/data/tokenizer/tiny_paligemma.model")
     print(json.dumps(meta))
 
 

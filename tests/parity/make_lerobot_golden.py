@@ -67,6 +67,25 @@ def shrink(model: nn.Module) -> None:
                                                                   embed_scale=TEXT["width"] ** 0.5)
 
 
+def lerobot_state_dict(model: nn.Module) -> dict:
+    """The weights as LeRobot saves them (its "model." prefix), without the unused lm_heads."""
+    return {"model." + k: v.contiguous() for k, v in model.state_dict().items() if "lm_head" not in k}
+
+
+def write_config(out: str, name: str, cfg: PI0Config, views: int, length: int, tokenizer: str | None = None) -> None:
+    """config.json in our gst_pi0 layout for the tiny dimensions above (as they are when called)."""
+    gst = {"name": name}
+    if tokenizer:
+        gst["tokenizer"] = tokenizer
+    gst.update({
+        "vision": {**VISION, "layer_norm_eps": 1e-6}, "text": TEXT, "expert": EXPERT, "vocab_size": VOCAB,
+        "num_views": views, "max_tokens": length, "state_dim": 32, "action_dim": 32, "horizon": 50,
+        "num_steps": 10, "min_period": cfg.min_period, "max_period": cfg.max_period})
+    with open(f"{out}/config.json", "w") as f:
+        json.dump({"type": "pi0", "gst_pi0": gst}, f, indent=2)
+        f.write("\n")
+
+
 def main() -> None:
     out = sys.argv[1]
     patch_lerobot()
@@ -97,7 +116,7 @@ def main() -> None:
         _, kv = model.paligemma_with_expert.forward(attention_mask=mask4d, position_ids=pos, past_key_values=None,
                                                     inputs_embeds=[embs, None], use_cache=True)
 
-    state_dict = {"model." + k: v.contiguous() for k, v in model.state_dict().items() if "lm_head" not in k}
+    state_dict = lerobot_state_dict(model)
     from safetensors.torch import save_file
 
     meta = {"lerobot": lerobot.__version__, "transformers": transformers.__version__, "torch": torch.__version__,
@@ -110,13 +129,7 @@ def main() -> None:
         io[f"kv.k.{i}"] = layer.keys.contiguous()
         io[f"kv.v.{i}"] = layer.values.contiguous()
     save_file(io, f"{out}/io.safetensors", metadata=meta)
-    config = {"type": "pi0", "gst_pi0": {
-        "name": "lerobot-golden-tiny", "vision": {**VISION, "layer_norm_eps": 1e-6}, "text": TEXT, "expert": EXPERT,
-        "vocab_size": VOCAB, "num_views": views, "max_tokens": length, "state_dim": 32, "action_dim": 32,
-        "horizon": 50, "num_steps": 10, "min_period": cfg.min_period, "max_period": cfg.max_period}}
-    with open(f"{out}/config.json", "w") as f:
-        json.dump(config, f, indent=2)
-        f.write("\n")
+    write_config(out, "lerobot-golden-tiny", cfg, views, length)
     print(json.dumps(meta))
 
 
