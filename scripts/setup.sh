@@ -33,6 +33,36 @@ if [ -x /usr/local/cuda/bin/nvcc ]; then
   export PATH="/usr/local/cuda/bin:$PATH"
 fi
 
+LEROBOT_VENV=.lerobot-venv
+py312=""
+for c in "${PYTHON312:-}" "$(pyenv root 2>/dev/null || echo "$HOME/.pyenv")/versions/3.12.1/bin/python" \
+         "$(command -v python3.12 || true)"; do
+  if [ -n "$c" ] && [ -x "$c" ] &&
+     "$c" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null; then
+    py312="$c"; break
+  fi
+done
+lr_want=$(cat scripts/lerobot-requirements.txt scripts/requirements.txt | sha256sum | cut -d' ' -f1)
+# What the rest needs on disk, checked before the downloads start: a full disk otherwise shows
+# up minutes later as a compiler or linker error. Sizes as installed (scripts/requirements.txt:
+# torch's wheel with its CUDA libraries is most of it), plus the two build directories that
+# scripts/test.sh and .ci/run make. PI0_SKIP_DISK_CHECK=1 skips the check.
+need_mb=0
+[ "$(cat .venv/.requirements.sha 2>/dev/null)" != "$(sha256sum scripts/requirements.txt | cut -d' ' -f1)" ] &&
+  need_mb=$((need_mb + 5600))
+[ -n "$py312" ] && [ "$(cat "$LEROBOT_VENV/.requirements.sha" 2>/dev/null)" != "$lr_want" ] &&
+  need_mb=$((need_mb + 2100))
+if [ "$need_mb" -gt 0 ] && [ "${PI0_SKIP_DISK_CHECK:-0}" != 1 ]; then
+  need_mb=$((need_mb + 2500))
+  have_mb=$(( $(df -Pk . | awk 'NR==2 {print $4}') / 1024 ))
+  if [ "$have_mb" -lt "$need_mb" ]; then
+    echo "error: setting up gst-pi0 needs about $((need_mb / 1024)) GB free in $PWD" \
+         "(Python environments and the builds); only $((have_mb / 1024)) GB are free." >&2
+    echo "Free some space, or set PI0_SKIP_DISK_CHECK=1 to try anyway." >&2
+    exit 1
+  fi
+fi
+
 VENV=.venv
 if [ ! -x "$VENV/bin/python" ]; then
   echo "== creating $VENV"
@@ -45,23 +75,13 @@ stamp="$VENV/.requirements.sha"
 want=$(sha256sum scripts/requirements.txt | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "== installing Python packages into $VENV"
-  "$VENV/bin/pip" install -q --disable-pip-version-check -r scripts/requirements.txt
+  "$VENV/bin/pip" install -q --disable-pip-version-check --no-cache-dir -r scripts/requirements.txt
   echo "$want" > "$stamp"
 fi
 
 # The real lerobot (Python 3.12), which the tests load recordings with (tests/test_lerobot.cpp).
 # Light: --no-deps from a pinned list, and torch's CUDA libraries are .venv's (same torch
 # version) through a link instead of a second 2.7 GB copy. Without Python 3.12 those tests skip.
-LEROBOT_VENV=.lerobot-venv
-py312=""
-for c in "${PYTHON312:-}" "$(pyenv root 2>/dev/null || echo "$HOME/.pyenv")/versions/3.12.1/bin/python" \
-         "$(command -v python3.12 || true)"; do
-  if [ -n "$c" ] && [ -x "$c" ] &&
-     "$c" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null; then
-    py312="$c"; break
-  fi
-done
-lr_want=$(cat scripts/lerobot-requirements.txt scripts/requirements.txt | sha256sum | cut -d' ' -f1)
 if [ -z "$py312" ]; then
   echo "== no Python 3.12 found: the LeRobot round-trip tests will skip"
 elif [ "$(cat "$LEROBOT_VENV/.requirements.sha" 2>/dev/null)" != "$lr_want" ]; then
@@ -73,12 +93,12 @@ elif [ "$(cat "$LEROBOT_VENV/.requirements.sha" 2>/dev/null)" != "$lr_want" ]; t
   if [ -n "$nv" ]; then
     ln -s "$(realpath --relative-to="$site" "$nv")" "$site/nvidia"
   fi
-  "$LEROBOT_VENV/bin/pip" install -q --disable-pip-version-check --no-deps \
+  "$LEROBOT_VENV/bin/pip" install -q --disable-pip-version-check --no-cache-dir --no-deps \
     -r scripts/lerobot-requirements.txt
   if ! "$LEROBOT_VENV/bin/python" -c 'import torch' 2>/dev/null; then
     echo "== $VENV has no matching CUDA libraries for torch: installing them into $LEROBOT_VENV"
     rm -f "$site/nvidia"
-    "$LEROBOT_VENV/bin/pip" install -q --disable-pip-version-check \
+    "$LEROBOT_VENV/bin/pip" install -q --disable-pip-version-check --no-cache-dir \
       "$(grep '^torch==' scripts/lerobot-requirements.txt)"
   fi
   "$LEROBOT_VENV/bin/python" -c 'from lerobot.datasets import LeRobotDataset' >/dev/null
