@@ -151,6 +151,9 @@ struct GstPi0ViewMuxPrivate {
   std::atomic<GstClockTime> latency{GST_CLOCK_TIME_NONE};
 
   pi0::mux::Inputs inputs; /* the aggregate thread's */
+  /* The aggregate thread's: the current base frame arrived after its live deadline, when the
+   * other inputs may already have been taken past it (stats: deadline-observations). */
+  bool base_late = false;
 };
 
 struct _GstPi0ViewMux {
@@ -565,15 +568,19 @@ select_inputs (GstPi0ViewMux *self, const PadSnapshot &snap, GstClockTime T, con
 /* ------------------------------------------------------------------------------------------ */
 /* Composition (as GstVideoAggregator's aggregate_frames) and aggregation                     */
 
-/* The observation for the base frame @base_buf at @T, pushed (or dropped: require-all-views). */
+/* The observation for the base frame @base_buf at @T, pushed (or dropped: require-all-views);
+ * @at_deadline: live, made at the deadline before every input proved complete, or for a base
+ * frame that came after its deadline. */
 static GstFlowReturn
 compose (GstPi0ViewMux *self, const PadSnapshot &snap, GstBuffer *base_buf, GstClockTime T,
-         const Settings &s, pi0::mux::Counts &d, pi0::mux::Notices &n)
+         const Settings &s, bool at_deadline, pi0::mux::Counts &d, pi0::mux::Notices &n)
 {
   auto agg = GST_AGGREGATOR (self);
   GstBuffer *out =
       self->priv->inputs.compose (base_buf, T, snap.active, snap.in[STATE_INPUT].pad != nullptr, s,
                                   gst_pi0_element_get_running_time (GST_ELEMENT (self)), d, n);
+  if (out && at_deadline)
+    d.deadline_observations++;
   report (self, d, n);
   if (!out) {
     GST_LOG_OBJECT (self, "dropped the observation at %" GST_TIME_FORMAT ": a view is masked",
@@ -635,11 +642,18 @@ gst_pi0_view_mux_aggregate (GstAggregator *agg, gboolean timeout)
 
   /* The base frame becomes the base view's current frame once (it stays queued while the others
    * are waited for); a refused one paces no observation. */
-  if (base_buf != in.current (s.base_view) &&
-      !in.take_frame (s.base_view, true, base_buf, T, &base->info, base->cuda, s.max_skew, d, n)) {
-    gst_aggregator_pad_drop_buffer (abase);
-    report (self, d, n);
-    return GST_FLOW_OK;
+  if (base_buf != in.current (s.base_view)) {
+    if (!in.take_frame (s.base_view, true, base_buf, T, &base->info, base->cuda, s.max_skew, d,
+                        n)) {
+      gst_aggregator_pad_drop_buffer (abase);
+      report (self, d, n);
+      return GST_FLOW_OK;
+    }
+    const GstClockTime latency = self->priv->latency.load ();
+    self->priv->base_late =
+        GST_CLOCK_TIME_IS_VALID (latency) &&
+        gst_pi0_element_get_running_time (GST_ELEMENT (self)) >
+            pi0::mux::base_deadline (T, s.max_wait, latency) + latency;
   }
 
   /* Wait until every other input proves it has nothing more for T: for data when not live, and
@@ -652,7 +666,7 @@ gst_pi0_view_mux_aggregate (GstAggregator *agg, gboolean timeout)
     return ret;
   }
   gst_aggregator_pad_drop_buffer (abase);
-  return compose (self, snap, base_buf, T, s, d, n);
+  return compose (self, snap, base_buf, T, s, !complete || self->priv->base_late, d, n);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -774,15 +788,17 @@ gst_pi0_view_mux_class_init (GstPi0ViewMuxClass *klass)
    * GstPi0ViewMux:stats:
    *
    * Counters since the last start: `observations`, `dropped-observations`, `state-samples`,
-   * `state-rejected`, `state-stale`, and per view a structure with `frames-in`, `used`,
-   * `late`, `skewed`, `masked`, `dropped`, `invalid` (frames whose buffer does not hold their
+   * `state-rejected`, `state-stale`, `deadline-observations` (live: made at the deadline before
+   * every input had proved it had nothing more for them, or for a base frame that came after
+   * its deadline, so a replay may pair them differently; raise `latency` if it grows), and per
+   * view a structure with `frames-in`, `used`, `late`, `skewed`, `masked`, `dropped`, `invalid` (frames whose buffer does not hold their
    * layout) and `backwards` (base frames not after the previous observation).
    */
   install (PROP_STATS,
            g_param_spec_boxed (
                "stats", "Statistics",
-               "Counters since the last start: observations, and per view frames-in, "
-               "used, late, skewed, masked, dropped, invalid, backwards",
+               "Counters since the last start: observations, deadline-observations, and per "
+               "view frames-in, used, late, skewed, masked, dropped, invalid, backwards",
                GST_TYPE_STRUCTURE, (GParamFlags)(G_PARAM_READABLE | G_PARAM_STATIC_STRINGS)));
 
   gst_element_class_add_static_pad_template_with_gtype (element_class, &src_template,

@@ -110,7 +110,7 @@ counts_structure (const Counts &c, const std::array<bool, kViews> &active)
       "pi0viewmux-stats", "observations", G_TYPE_UINT64, c.observations, "dropped-observations",
       G_TYPE_UINT64, c.dropped_observations, "state-samples", G_TYPE_UINT64, c.state_samples,
       "state-rejected", G_TYPE_UINT64, c.state_rejected, "state-stale", G_TYPE_UINT64,
-      c.state_stale, nullptr);
+      c.state_stale, "deadline-observations", G_TYPE_UINT64, c.deadline_observations, nullptr);
   for (int v = 0; v < kViews; v++) {
     const ViewCounts &vc = c.views[v];
     if (!active[v] && vc.frames_in == 0)

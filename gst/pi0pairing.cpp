@@ -26,6 +26,7 @@ Counts::operator+= (const Counts &o)
   state_samples += o.state_samples;
   state_rejected += o.state_rejected;
   state_stale += o.state_stale;
+  deadline_observations += o.deadline_observations;
   for (int v = 0; v < kViews; v++) {
     ViewCounts &a = views[v];
     const ViewCounts &b = o.views[v];

@@ -916,8 +916,10 @@ TEST (ViewMux, LiveFramesWithDurationsPairWithoutWaiting)
   GstTestClock *clock = gst_harness_get_testclock (m.main.get ());
   EXPECT_EQ (gst_clock_get_time (GST_CLOCK (clock)), 0u) << "no deadline was waited for";
   gst_object_unref (clock);
+  EXPECT_EQ (stat (m.element.get (), nullptr, "deadline-observations"), 0u);
 
-  /* Without durations the same frames leave no proof: the observation waits its deadline. */
+  /* Without durations the same frames leave no proof: the observation waits its deadline, and
+   * is counted as made there (a replay could pair it differently). */
   GstClockTime T = 200 * GST_MSECOND + frame_time (5, 30);
   GstBuffer *sb = make_state ({5, 0, 0}, T - 5 * GST_MSECOND);
   GST_BUFFER_DURATION (sb) = 10 * GST_MSECOND;
@@ -931,6 +933,8 @@ TEST (ViewMux, LiveFramesWithDurationsPairWithoutWaiting)
   ASSERT_TRUE (gst_harness_crank_single_clock_wait (m.main.get ()));
   BufferPtr obs (gst_harness_pull (m.main.get ()));
   ASSERT_NE (obs, nullptr);
+  EXPECT_EQ (stat (m.element.get (), nullptr, "observations"), 6u);
+  EXPECT_EQ (stat (m.element.get (), nullptr, "deadline-observations"), 1u);
 }
 
 /* The rule is the same without live sources, so a replay pairs as the live run did: a frame

