@@ -16,8 +16,9 @@
  *  - filter=antialias (default): the same filter and weights at 14-bit precision, vertical pass
  *    first. Vertical-first filters whole contiguous rows (it vectorizes with 16-bit multiplies)
  *    and leaves only the few output rows for the awkward interleaved horizontal pass, which is
- *    what makes the CPU path fast; the price is a different intermediate rounding: every value
- *    is within one uint8 level of PIL's, about 85-90% of them identical.
+ *    what makes the CPU path fast; the price is a different intermediate rounding: about
+ *    85-90% of values identical to PIL's, the rest one uint8 level off (two for about one value
+ *    in a billion, where both roundings and the shorter weights add up).
  *  Integer sums are exact in any order, so the optimised CPU code, the CUDA kernels and the
  *  test reference agree bit for bit for both.
  *  - filter=bilinear: torch.nn.functional.interpolate(mode='bilinear', align_corners=False,
