@@ -35,6 +35,7 @@
 
 #include "gstcudaprep.h"
 #include "gstpi0enum.h"
+#include "gstpi0props.h"
 
 #include <gst/pi0/pi0.h>
 #include <gst/video/video.h>
@@ -481,103 +482,64 @@ get_float3 (GValue *value, const float in[3])
   }
 }
 
+/* Every property, both directions (gstpi0props.h); mean and std are float arrays. */
+static void
+transfer (Settings &s, guint prop_id, GValue *value, bool set)
+{
+  switch (prop_id) {
+    GST_PI0_PROP_FIELD (PROP_WIDTH, width, gint, int)
+    GST_PI0_PROP_FIELD (PROP_HEIGHT, height, gint, int)
+    GST_PI0_PROP_FIELD (PROP_RESIZE, resize, gint, enum)
+    GST_PI0_PROP_FIELD (PROP_FILTER, filter, gint, enum)
+    GST_PI0_PROP_FIELD (PROP_NORMALIZE, normalize, gint, enum)
+    GST_PI0_PROP_FIELD (PROP_DTYPE, dtype, gint, enum)
+    GST_PI0_PROP_FIELD (PROP_DEVICE, device, gint, enum)
+    GST_PI0_PROP_FIELD (PROP_CUDA_DEVICE_ID, cuda_device_id, gint, int)
+    GST_PI0_PROP_FIELD (PROP_N_THREADS, n_threads, guint, uint)
+    case PROP_MEAN:
+      if (set)
+        set_float3 (value, s.mean);
+      else
+        get_float3 (value, s.mean);
+      break;
+    case PROP_STD:
+      if (!set) {
+        get_float3 (value, s.std);
+      } else {
+        float v[3] = {s.std[0], s.std[1], s.std[2]};
+        set_float3 (value, v);
+        if (v[0] > 0 && v[1] > 0 && v[2] > 0)
+          std::memcpy (s.std, v, sizeof (v));
+        else
+          g_warning ("cudaprep: std must be > 0 for every channel; keeping the previous value");
+      }
+      break;
+  }
+}
+
 static void
 gst_pi0_cuda_prep_set_property (GObject *object, guint prop_id, const GValue *value,
                                 GParamSpec *pspec)
 {
   GstPi0CudaPrep *self = GST_PI0_CUDA_PREP (object);
-  std::lock_guard<std::mutex> lk (self->priv->settings_lock);
-  Settings &s = self->priv->settings;
-  switch (prop_id) {
-    case PROP_WIDTH:
-      s.width = g_value_get_int (value);
-      break;
-    case PROP_HEIGHT:
-      s.height = g_value_get_int (value);
-      break;
-    case PROP_RESIZE:
-      s.resize = (GstPi0CudaPrepResize)g_value_get_enum (value);
-      break;
-    case PROP_FILTER:
-      s.filter = (GstPi0CudaPrepFilter)g_value_get_enum (value);
-      break;
-    case PROP_NORMALIZE:
-      s.normalize = (GstPi0CudaPrepNormalize)g_value_get_enum (value);
-      break;
-    case PROP_MEAN:
-      set_float3 (value, s.mean);
-      break;
-    case PROP_STD: {
-      float v[3] = {s.std[0], s.std[1], s.std[2]};
-      set_float3 (value, v);
-      if (v[0] > 0 && v[1] > 0 && v[2] > 0)
-        std::memcpy (s.std, v, sizeof (v));
-      else
-        g_warning ("cudaprep: std must be > 0 for every channel; keeping the previous value");
-      break;
-    }
-    case PROP_DTYPE:
-      s.dtype = (GstPi0CudaPrepDType)g_value_get_enum (value);
-      break;
-    case PROP_DEVICE:
-      s.device = (GstPi0CudaPrepDevice)g_value_get_enum (value);
-      break;
-    case PROP_CUDA_DEVICE_ID:
-      s.cuda_device_id = g_value_get_int (value);
-      break;
-    case PROP_N_THREADS:
-      s.n_threads = g_value_get_uint (value);
-      break;
-    default:
-      G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
-      break;
+  if (prop_id == PROP_0 || prop_id > PROP_N_THREADS) {
+    G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
+    return;
   }
+  std::lock_guard<std::mutex> lk (self->priv->settings_lock);
+  transfer (self->priv->settings, prop_id, (GValue *)value, true);
 }
 
 static void
 gst_pi0_cuda_prep_get_property (GObject *object, guint prop_id, GValue *value, GParamSpec *pspec)
 {
   GstPi0CudaPrep *self = GST_PI0_CUDA_PREP (object);
-  std::lock_guard<std::mutex> lk (self->priv->settings_lock);
-  const Settings &s = self->priv->settings;
-  switch (prop_id) {
-    case PROP_WIDTH:
-      g_value_set_int (value, s.width);
-      break;
-    case PROP_HEIGHT:
-      g_value_set_int (value, s.height);
-      break;
-    case PROP_RESIZE:
-      g_value_set_enum (value, s.resize);
-      break;
-    case PROP_FILTER:
-      g_value_set_enum (value, s.filter);
-      break;
-    case PROP_NORMALIZE:
-      g_value_set_enum (value, s.normalize);
-      break;
-    case PROP_MEAN:
-      get_float3 (value, s.mean);
-      break;
-    case PROP_STD:
-      get_float3 (value, s.std);
-      break;
-    case PROP_DTYPE:
-      g_value_set_enum (value, s.dtype);
-      break;
-    case PROP_DEVICE:
-      g_value_set_enum (value, s.device);
-      break;
-    case PROP_CUDA_DEVICE_ID:
-      g_value_set_int (value, s.cuda_device_id);
-      break;
-    case PROP_N_THREADS:
-      g_value_set_uint (value, s.n_threads);
-      break;
-    default:
-      G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
-      break;
+  if (prop_id == PROP_0 || prop_id > PROP_N_THREADS) {
+    G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
+    return;
   }
+  std::lock_guard<std::mutex> lk (self->priv->settings_lock);
+  transfer (self->priv->settings, prop_id, value, false);
 }
 
 /* ---- start / stop ---- */

@@ -40,6 +40,7 @@
 
 #include "gstpi0lerobotsink.h"
 #include "gstpi0enum.h"
+#include "gstpi0props.h"
 
 #include "pi0lerobot.h"
 #include "pi0safety.h"
@@ -1017,53 +1018,37 @@ gst_pi0_lerobot_sink_set_caps (GstBaseSink *bsink, GstCaps *caps)
   return TRUE;
 }
 
+/* Every settable property, both directions (gstpi0props.h). */
+static void
+transfer (Settings &s, guint prop_id, GValue *value, bool set)
+{
+  switch (prop_id) {
+    GST_PI0_PROP_STRING (PROP_LOCATION, location, false)
+    GST_PI0_PROP_FIELD (PROP_APPEND, append, gboolean, boolean)
+    GST_PI0_PROP_STRING (PROP_ACTION_SINK, action_sink, false)
+    GST_PI0_PROP_STRING (PROP_INSTRUCTION, instruction, false)
+    GST_PI0_PROP_FIELD (PROP_ENCODER, encoder, gint, enum)
+    GST_PI0_PROP_FIELD (PROP_LOSSLESS, lossless, gboolean, boolean)
+    GST_PI0_PROP_FIELD (PROP_QUANTIZER, quantizer, guint, uint)
+    GST_PI0_PROP_FIELD (PROP_GOP_SIZE, gop, guint, uint)
+    GST_PI0_PROP_FIELD (PROP_FPS, fps, guint, uint)
+    GST_PI0_PROP_FIELD (PROP_AUTO_START, auto_start, gboolean, boolean)
+    GST_PI0_PROP_STRING (PROP_ROBOT_TYPE, robot_type, false)
+    GST_PI0_PROP_FIELD (PROP_EPISODE_LENGTH, episode_length, guint, uint)
+  }
+}
+
 static void
 gst_pi0_lerobot_sink_set_property (GObject *object, guint prop_id, const GValue *value,
                                    GParamSpec *pspec)
 {
   Private *priv = GST_PI0_LEROBOT_SINK (object)->priv;
-  std::lock_guard<std::mutex> g (priv->settings_lock);
-  Settings &s = priv->settings;
-  switch (prop_id) {
-    case PROP_LOCATION:
-      s.location = g_value_get_string (value) ? g_value_get_string (value) : "";
-      break;
-    case PROP_APPEND:
-      s.append = g_value_get_boolean (value);
-      break;
-    case PROP_ACTION_SINK:
-      s.action_sink = g_value_get_string (value) ? g_value_get_string (value) : "";
-      break;
-    case PROP_INSTRUCTION:
-      s.instruction = g_value_get_string (value) ? g_value_get_string (value) : "";
-      break;
-    case PROP_ENCODER:
-      s.encoder = (GstPi0LeRobotEncoder)g_value_get_enum (value);
-      break;
-    case PROP_LOSSLESS:
-      s.lossless = g_value_get_boolean (value);
-      break;
-    case PROP_QUANTIZER:
-      s.quantizer = g_value_get_uint (value);
-      break;
-    case PROP_GOP_SIZE:
-      s.gop = g_value_get_uint (value);
-      break;
-    case PROP_FPS:
-      s.fps = g_value_get_uint (value);
-      break;
-    case PROP_AUTO_START:
-      s.auto_start = g_value_get_boolean (value);
-      break;
-    case PROP_ROBOT_TYPE:
-      s.robot_type = g_value_get_string (value) ? g_value_get_string (value) : "";
-      break;
-    case PROP_EPISODE_LENGTH:
-      s.episode_length = g_value_get_uint (value);
-      break;
-    default:
-      G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
+  if (prop_id == PROP_0 || prop_id >= PROP_STATS) {
+    G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
+    return;
   }
+  std::lock_guard<std::mutex> g (priv->settings_lock);
+  transfer (priv->settings, prop_id, (GValue *)value, true);
 }
 
 static void
@@ -1079,48 +1064,12 @@ gst_pi0_lerobot_sink_get_property (GObject *object, guint prop_id, GValue *value
                                                   G_TYPE_UINT64, priv->stat_current, nullptr));
     return;
   }
-  std::lock_guard<std::mutex> g (priv->settings_lock);
-  Settings &s = priv->settings;
-  switch (prop_id) {
-    case PROP_LOCATION:
-      g_value_set_string (value, s.location.c_str ());
-      break;
-    case PROP_APPEND:
-      g_value_set_boolean (value, s.append);
-      break;
-    case PROP_ACTION_SINK:
-      g_value_set_string (value, s.action_sink.c_str ());
-      break;
-    case PROP_INSTRUCTION:
-      g_value_set_string (value, s.instruction.c_str ());
-      break;
-    case PROP_ENCODER:
-      g_value_set_enum (value, s.encoder);
-      break;
-    case PROP_LOSSLESS:
-      g_value_set_boolean (value, s.lossless);
-      break;
-    case PROP_QUANTIZER:
-      g_value_set_uint (value, s.quantizer);
-      break;
-    case PROP_GOP_SIZE:
-      g_value_set_uint (value, s.gop);
-      break;
-    case PROP_FPS:
-      g_value_set_uint (value, s.fps);
-      break;
-    case PROP_AUTO_START:
-      g_value_set_boolean (value, s.auto_start);
-      break;
-    case PROP_ROBOT_TYPE:
-      g_value_set_string (value, s.robot_type.c_str ());
-      break;
-    case PROP_EPISODE_LENGTH:
-      g_value_set_uint (value, s.episode_length);
-      break;
-    default:
-      G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
+  if (prop_id == PROP_0 || prop_id > PROP_STATS) {
+    G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
+    return;
   }
+  std::lock_guard<std::mutex> g (priv->settings_lock);
+  transfer (priv->settings, prop_id, value, false);
 }
 
 static void
