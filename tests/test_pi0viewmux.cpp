@@ -937,6 +937,47 @@ TEST (ViewMux, LiveFramesWithDurationsPairWithoutWaiting)
   EXPECT_EQ (stat (m.element.get (), nullptr, "deadline-observations"), 1u);
 }
 
+/* A base frame that comes after its live deadline: while it was missing the muxer may have
+ * taken the other inputs past it, so its observation counts as made at the deadline
+ * (stats.deadline-observations) even though every input has proved complete. An on-time one
+ * with the same inputs does not count. */
+TEST (ViewMux, LateBaseFrameCountsAsADeadlineObservation)
+{
+  Mux m (true, true, true);
+  gst_harness_set_src_caps_str (m.state.get (), "application/x-pi0-state,dim=(int)3");
+  gst_harness_set_upstream_latency (m.top.get (), 100 * GST_MSECOND);
+  gst_harness_set_src_caps_str (m.main.get (), MAIN_CAPS);
+  gst_harness_set_src_caps_str (m.side.get (), SIDE_CAPS);
+  gst_harness_set_src_caps_str (m.top.get (), TOP_CAPS);
+  gst_harness_query_latency (m.main.get ());
+  GstVideoInfo im = video_info (MAIN_CAPS), is = video_info (SIDE_CAPS), it = video_info (TOP_CAPS);
+  const GstClockTime D = frame_time (1, 30);
+  GstTestClock *clock = gst_harness_get_testclock (m.main.get ());
+  for (int k = 0; k < 2; k++) {
+    const GstClockTime T = 200 * GST_MSECOND + frame_time (k, 30);
+    /* The second base frame comes a second after its capture. */
+    if (k == 1)
+      gst_test_clock_set_time (clock, T + GST_SECOND);
+    GstBuffer *sb = make_state ({(float)k, 0, 0}, T - 5 * GST_MSECOND);
+    GST_BUFFER_DURATION (sb) = 10 * GST_MSECOND;
+    ASSERT_EQ (gst_harness_push (m.state.get (), sb), GST_FLOW_OK);
+    ASSERT_EQ (gst_harness_push (m.side.get (), make_frame (is, T + 3 * GST_MSECOND, D, 1)),
+               GST_FLOW_OK);
+    ASSERT_EQ (gst_harness_push (m.top.get (), make_frame (it, T + 3 * GST_MSECOND, D, 2)),
+               GST_FLOW_OK);
+    ASSERT_EQ (gst_harness_push (m.main.get (), make_frame (im, T, D, 0)), GST_FLOW_OK);
+    BufferPtr obs (gst_harness_pull (m.main.get ()));
+    ASSERT_NE (obs, nullptr) << "obs " << k;
+    GstPi0ObservationMeta *meta = gst_buffer_get_pi0_observation_meta (obs.get ());
+    EXPECT_EQ (meta->observation_time, T);
+    for (int v = 0; v < 3; v++)
+      EXPECT_TRUE (meta->views[v].flags & GST_PI0_VIEW_FLAG_VALID) << "obs " << k << " view " << v;
+    EXPECT_EQ (meta->state[0], (float)k);
+    EXPECT_EQ (stat (m.element.get (), nullptr, "deadline-observations"), (guint64)k) << "obs " << k;
+  }
+  gst_object_unref (clock);
+}
+
 /* The rule is the same without live sources, so a replay pairs as the live run did: a frame
  * whose duration reaches past T + max-skew is chosen even when its successor, captured early
  * (jitter), also falls within max-skew. */
