@@ -257,6 +257,12 @@ print_mux_stats (GstElement *mux)
              " %8" G_GUINT64_FORMAT "\n",
              v, f[0], f[1], f[2], f[3]);
   }
+  guint64 obs = 0, at_deadline = 0;
+  gst_structure_get_uint64 (s, "observations", &obs);
+  gst_structure_get_uint64 (s, "deadline-observations", &at_deadline);
+  g_print ("  %" G_GUINT64_FORMAT " of %" G_GUINT64_FORMAT " observations were made at the live "
+           "deadline (an input was stalled or late: a replay may pair them differently)\n",
+           at_deadline, obs);
   gst_structure_free (s);
 }
 
