@@ -270,6 +270,48 @@ class Pipelines : public ::testing::TestWithParam<PipelineFile>
 {
 };
 
+/* Every property an element of the plugin adds (not its base class's) is in the property
+ * table of its page in docs/elements/, as `name`. */
+TEST (ElementDocs, EveryOwnPropertyIsOnTheElementsPage)
+{
+  /* The test main registers our elements without a plugin (tests/gst_test_main.cpp): they are
+   * the element factories with no plugin name. */
+  GList *features = gst_registry_get_feature_list (gst_registry_get (), GST_TYPE_ELEMENT_FACTORY);
+  int elements = 0, checked = 0;
+  for (GList *l = features; l; l = l->next) {
+    if (gst_plugin_feature_get_plugin_name (GST_PLUGIN_FEATURE (l->data)))
+      continue;
+    GstElementFactory *f =
+        GST_ELEMENT_FACTORY (gst_plugin_feature_load (GST_PLUGIN_FEATURE (l->data)));
+    ASSERT_NE (f, nullptr);
+    const std::string name = gst_plugin_feature_get_name (GST_PLUGIN_FEATURE (f));
+    std::ifstream in (source_root () + "/docs/elements/" + name + ".md");
+    std::stringstream page;
+    page << in.rdbuf ();
+    EXPECT_FALSE (page.str ().empty ()) << "docs/elements/" << name << ".md is missing";
+    GType type = gst_element_factory_get_element_type (f);
+    GObjectClass *klass = G_OBJECT_CLASS (g_type_class_ref (type));
+    guint n = 0;
+    GParamSpec **specs = g_object_class_list_properties (klass, &n);
+    for (guint i = 0; i < n; i++) {
+      if (specs[i]->owner_type != type)
+        continue;
+      checked++;
+      EXPECT_NE (page.str ().find (std::string ("`") + specs[i]->name + "`"), std::string::npos)
+          << name << "'s property " << specs[i]->name << " is not in docs/elements/" << name
+          << ".md";
+    }
+    g_free (specs);
+    g_type_class_unref (klass);
+    gst_object_unref (f);
+    elements++;
+  }
+  gst_plugin_feature_list_free (features);
+  EXPECT_GE (elements, 8);
+  EXPECT_GE (checked, 50);
+  std::printf ("%d elements, %d properties on their pages\n", elements, checked);
+}
+
 TEST (PipelinesDir, HasTheDocumentedPipelines)
 {
   auto all = load_pipelines ();
