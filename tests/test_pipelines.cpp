@@ -20,6 +20,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -270,9 +271,9 @@ class Pipelines : public ::testing::TestWithParam<PipelineFile>
 {
 };
 
-/* Every property an element of the plugin adds (not its base class's) is in the property
- * table of its page in docs/elements/, as `name`. */
-TEST (ElementDocs, EveryOwnPropertyIsOnTheElementsPage)
+/* Every element of the plugin has its page in docs/elements/: every property it adds (not its
+ * base class's) and every pad is there as `name`, and an example line. */
+TEST (ElementDocs, EveryPropertyAndPadIsOnTheElementsPage)
 {
   /* The test main registers our elements without a plugin (tests/gst_test_main.cpp): they are
    * the element factories with no plugin name. */
@@ -303,6 +304,18 @@ TEST (ElementDocs, EveryOwnPropertyIsOnTheElementsPage)
     }
     g_free (specs);
     g_type_class_unref (klass);
+    /* Its pads (a template with a conversion, as "%s", is described, not named) and a line to
+     * try it with. */
+    EXPECT_NE (page.str ().find ("\n## Pads\n"), std::string::npos) << name << ": no Pads section";
+    for (const GList *t = gst_element_factory_get_static_pad_templates (f); t; t = t->next) {
+      const char *tmpl = ((GstStaticPadTemplate *)t->data)->name_template;
+      if (!std::strchr (tmpl, '%')) {
+        EXPECT_NE (page.str ().find (std::string ("`") + tmpl + "`"), std::string::npos)
+            << name << "'s pad " << tmpl << " is not in docs/elements/" << name << ".md";
+      }
+    }
+    EXPECT_NE (page.str ().find ("gst-launch-1.0 "), std::string::npos)
+        << "docs/elements/" << name << ".md has no example line";
     gst_object_unref (f);
     elements++;
   }
