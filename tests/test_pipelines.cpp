@@ -325,6 +325,96 @@ TEST (ElementDocs, EveryPropertyAndPadIsOnTheElementsPage)
   std::printf ("%d elements, %d properties on their pages\n", elements, checked);
 }
 
+/* The launch lines in the docs' code blocks (README, docs/, pipelines/README.md) use only
+ * properties our elements have, with enum values they accept: a renamed property or value
+ * shows up here instead of in a user's terminal. Placeholders ("...", "$VAR") are skipped. */
+TEST (ElementDocs, LaunchLinesInTheDocsUseRealPropertiesAndValues)
+{
+  std::vector<std::string> files = {"README.md", "pipelines/README.md"};
+  for (const char *dir : {"docs", "docs/elements"}) {
+    GDir *d = g_dir_open ((source_root () + "/" + dir).c_str (), 0, nullptr);
+    ASSERT_NE (d, nullptr) << dir;
+    while (const gchar *n = g_dir_read_name (d))
+      if (g_str_has_suffix (n, ".md"))
+        files.push_back (std::string (dir) + "/" + n);
+    g_dir_close (d);
+  }
+  int checked = 0;
+  for (const auto &file : files) {
+    std::ifstream in (source_root () + "/" + file);
+    std::string line;
+    bool code = false;
+    int lineno = 0;
+    GstElementFactory *element = nullptr; /* ours, whose properties follow (across a "\") */
+    while (std::getline (in, line)) {
+      lineno++;
+      if (line.rfind ("```", 0) == 0) {
+        code = !code;
+        continue;
+      }
+      if (!code)
+        continue;
+      /* Whitespace-separated words, a quoted value kept with its key. */
+      std::vector<std::string> words;
+      std::string w;
+      bool quoted = false;
+      for (char c : line + " ") {
+        if (c == '"')
+          quoted = !quoted;
+        if (!quoted && (c == ' ' || c == '\t')) {
+          if (!w.empty ())
+            words.push_back (w);
+          w.clear ();
+        } else {
+          w += c;
+        }
+      }
+      for (const auto &word : words) {
+        const size_t eq = word.find ('=');
+        if (word == "\\")
+          continue;
+        if (eq == std::string::npos || word[0] == '-') {
+          if (element)
+            gst_object_unref (element);
+          element = gst_element_factory_find (word.c_str ());
+          if (element && gst_plugin_feature_get_plugin_name (GST_PLUGIN_FEATURE (element))) {
+            gst_object_unref (element); /* not one of ours */
+            element = nullptr;
+          }
+          continue;
+        }
+        if (!element)
+          continue;
+        const std::string key = word.substr (0, eq), value = word.substr (eq + 1);
+        const char *name = gst_plugin_feature_get_name (GST_PLUGIN_FEATURE (element));
+        GObjectClass *klass = G_OBJECT_CLASS (
+            g_type_class_ref (gst_element_factory_get_element_type (element)));
+        GParamSpec *ps = g_object_class_find_property (klass, key.c_str ());
+        EXPECT_NE (ps, nullptr) << file << ":" << lineno << ": " << name << " has no property "
+                                << key;
+        if (ps && G_IS_PARAM_SPEC_ENUM (ps) && value.find ("...") == std::string::npos &&
+            value.find ('$') == std::string::npos) {
+          GEnumClass *e = G_PARAM_SPEC_ENUM (ps)->enum_class;
+          EXPECT_TRUE (g_enum_get_value_by_nick (e, value.c_str ()) ||
+                       g_enum_get_value_by_name (e, value.c_str ()))
+              << file << ":" << lineno << ": " << name << " " << key << " has no value " << value;
+        }
+        checked++;
+        g_type_class_unref (klass);
+      }
+      const bool continued = !words.empty () && words.back () == "\\";
+      if (element && !continued) {
+        gst_object_unref (element);
+        element = nullptr;
+      }
+    }
+    if (element)
+      gst_object_unref (element);
+  }
+  EXPECT_GE (checked, 50);
+  std::printf ("%d property settings in the docs' launch lines checked\n", checked);
+}
+
 TEST (PipelinesDir, HasTheDocumentedPipelines)
 {
   auto all = load_pipelines ();
