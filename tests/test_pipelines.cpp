@@ -325,6 +325,52 @@ TEST (ElementDocs, EveryPropertyAndPadIsOnTheElementsPage)
   std::printf ("%d elements, %d properties on their pages\n", elements, checked);
 }
 
+/* The field names of @st and of the structures inside it. */
+static void
+structure_fields (const GstStructure *st, std::vector<std::string> &out)
+{
+  for (int i = 0; i < gst_structure_n_fields (st); i++) {
+    const char *f = gst_structure_nth_field_name (st, (guint)i);
+    out.push_back (f);
+    const GValue *v = gst_structure_get_value (st, f);
+    if (GST_VALUE_HOLDS_STRUCTURE (v))
+      structure_fields (gst_value_get_structure (v), out);
+  }
+}
+
+/* Every counter in an element's `stats` (as a fresh element reports them) is on its page. */
+TEST (ElementDocs, EveryStatsFieldIsOnTheElementsPage)
+{
+  GList *features = gst_registry_get_feature_list (gst_registry_get (), GST_TYPE_ELEMENT_FACTORY);
+  int checked = 0;
+  for (GList *l = features; l; l = l->next) {
+    if (gst_plugin_feature_get_plugin_name (GST_PLUGIN_FEATURE (l->data)))
+      continue;
+    const std::string name = gst_plugin_feature_get_name (GST_PLUGIN_FEATURE (l->data));
+    ElementPtr e (gst_element_factory_make (name.c_str (), nullptr));
+    ASSERT_NE (e, nullptr) << name;
+    if (!g_object_class_find_property (G_OBJECT_GET_CLASS (e.get ()), "stats"))
+      continue;
+    GstStructure *st = nullptr;
+    g_object_get (e.get (), "stats", &st, nullptr);
+    ASSERT_NE (st, nullptr) << name;
+    std::vector<std::string> fields;
+    structure_fields (st, fields);
+    gst_structure_free (st);
+    std::ifstream in (source_root () + "/docs/elements/" + name + ".md");
+    std::stringstream page;
+    page << in.rdbuf ();
+    for (const auto &f : fields) {
+      EXPECT_NE (page.str ().find ("`" + f + "`"), std::string::npos)
+          << name << "'s stats field " << f << " is not in docs/elements/" << name << ".md";
+      checked++;
+    }
+  }
+  gst_plugin_feature_list_free (features);
+  EXPECT_GE (checked, 20);
+  std::printf ("%d stats fields on their pages\n", checked);
+}
+
 /* The launch lines in the docs' code blocks (README, docs/, pipelines/README.md) use only
  * properties our elements have, with enum values they accept: a renamed property or value
  * shows up here instead of in a user's terminal. Placeholders ("...", "$VAR") are skipped. */
