@@ -877,6 +877,48 @@ TEST (ViewMux, MaxWaitBoundsTheLiveDeadline)
   }
 }
 
+/* @m (live, three views, a state pad) with caps on every input and its latency queried; top
+ * declares 100 ms. */
+static void
+set_up_live_with_state (Mux &m)
+{
+  gst_harness_set_src_caps_str (m.state.get (), "application/x-pi0-state,dim=(int)3");
+  gst_harness_set_upstream_latency (m.top.get (), 100 * GST_MSECOND);
+  gst_harness_set_src_caps_str (m.main.get (), MAIN_CAPS);
+  gst_harness_set_src_caps_str (m.side.get (), SIDE_CAPS);
+  gst_harness_set_src_caps_str (m.top.get (), TOP_CAPS);
+  gst_harness_query_latency (m.main.get ());
+}
+
+/* For a base frame at @T: a state sample (value @k) 5 ms before T lasting 10 ms, which covers T
+ * and is final; side and top frames captured 3 ms after T, within max-skew and lasting past
+ * T + 10 ms; then the base frame. The observation must come out with every view valid and the
+ * sample. */
+static void
+push_covered_inputs_and_pull (Mux &m, GstClockTime T, int k)
+{
+  SCOPED_TRACE ("obs " + std::to_string (k));
+  static const GstVideoInfo im = video_info (MAIN_CAPS), is = video_info (SIDE_CAPS),
+                            it = video_info (TOP_CAPS);
+  const GstClockTime D = frame_time (1, 30);
+  GstBuffer *sb = make_state ({(float)k, 0, 0}, T - 5 * GST_MSECOND);
+  GST_BUFFER_DURATION (sb) = 10 * GST_MSECOND;
+  ASSERT_EQ (gst_harness_push (m.state.get (), sb), GST_FLOW_OK);
+  ASSERT_EQ (gst_harness_push (m.side.get (), make_frame (is, T + 3 * GST_MSECOND, D, 1)),
+             GST_FLOW_OK);
+  ASSERT_EQ (gst_harness_push (m.top.get (), make_frame (it, T + 3 * GST_MSECOND, D, 2)),
+             GST_FLOW_OK);
+  ASSERT_EQ (gst_harness_push (m.main.get (), make_frame (im, T, D, 0)), GST_FLOW_OK);
+  BufferPtr obs (gst_harness_pull (m.main.get ()));
+  ASSERT_NE (obs, nullptr);
+  GstPi0ObservationMeta *meta = gst_buffer_get_pi0_observation_meta (obs.get ());
+  EXPECT_EQ (meta->observation_time, T);
+  for (int v = 0; v < 3; v++)
+    EXPECT_TRUE (meta->views[v].flags & GST_PI0_VIEW_FLAG_VALID) << "view " << v;
+  ASSERT_EQ (meta->state_dim, 3u);
+  EXPECT_EQ (meta->state[0], (float)k);
+}
+
 /* A frame whose duration reaches past T + max-skew proves that no newer frame of that view
  * belongs to the observation at T (a state sample: past T): live, the observation goes out as
  * soon as every input has such a buffer, with no wait for a deadline (the test clock is never
@@ -884,34 +926,11 @@ TEST (ViewMux, MaxWaitBoundsTheLiveDeadline)
 TEST (ViewMux, LiveFramesWithDurationsPairWithoutWaiting)
 {
   Mux m (true, true, true);
-  gst_harness_set_src_caps_str (m.state.get (), "application/x-pi0-state,dim=(int)3");
-  gst_harness_set_upstream_latency (m.top.get (), 100 * GST_MSECOND);
-  gst_harness_set_src_caps_str (m.main.get (), MAIN_CAPS);
-  gst_harness_set_src_caps_str (m.side.get (), SIDE_CAPS);
-  gst_harness_set_src_caps_str (m.top.get (), TOP_CAPS);
-  gst_harness_query_latency (m.main.get ());
-  GstVideoInfo im = video_info (MAIN_CAPS), is = video_info (SIDE_CAPS), it = video_info (TOP_CAPS);
-  const GstClockTime D = frame_time (1, 30);
+  set_up_live_with_state (m);
   for (int k = 0; k < 5; k++) {
-    GstClockTime T = 200 * GST_MSECOND + frame_time (k, 30);
-    /* A state sample 5 ms before T lasting 10 ms covers T: it is final. */
-    GstBuffer *sb = make_state ({(float)k, 0, 0}, T - 5 * GST_MSECOND);
-    GST_BUFFER_DURATION (sb) = 10 * GST_MSECOND;
-    ASSERT_EQ (gst_harness_push (m.state.get (), sb), GST_FLOW_OK);
-    /* side and top captured 3 ms after main: within max-skew, lasting past T + 10 ms. */
-    ASSERT_EQ (gst_harness_push (m.side.get (), make_frame (is, T + 3 * GST_MSECOND, D, 1)),
-               GST_FLOW_OK);
-    ASSERT_EQ (gst_harness_push (m.top.get (), make_frame (it, T + 3 * GST_MSECOND, D, 2)),
-               GST_FLOW_OK);
-    ASSERT_EQ (gst_harness_push (m.main.get (), make_frame (im, T, D, 0)), GST_FLOW_OK);
-    BufferPtr obs (gst_harness_pull (m.main.get ()));
-    ASSERT_NE (obs, nullptr) << "obs " << k;
-    GstPi0ObservationMeta *meta = gst_buffer_get_pi0_observation_meta (obs.get ());
-    EXPECT_EQ (meta->observation_time, T);
-    for (int v = 0; v < 3; v++)
-      EXPECT_TRUE (meta->views[v].flags & GST_PI0_VIEW_FLAG_VALID) << "obs " << k << " view " << v;
-    ASSERT_EQ (meta->state_dim, 3u);
-    EXPECT_EQ (meta->state[0], (float)k);
+    push_covered_inputs_and_pull (m, 200 * GST_MSECOND + frame_time (k, 30), k);
+    if (HasFatalFailure ())
+      return;
   }
   GstTestClock *clock = gst_harness_get_testclock (m.main.get ());
   EXPECT_EQ (gst_clock_get_time (GST_CLOCK (clock)), 0u) << "no deadline was waited for";
@@ -920,6 +939,8 @@ TEST (ViewMux, LiveFramesWithDurationsPairWithoutWaiting)
 
   /* Without durations the same frames leave no proof: the observation waits its deadline, and
    * is counted as made there (a replay could pair it differently). */
+  GstVideoInfo im = video_info (MAIN_CAPS), is = video_info (SIDE_CAPS), it = video_info (TOP_CAPS);
+  const GstClockTime D = frame_time (1, 30);
   GstClockTime T = 200 * GST_MSECOND + frame_time (5, 30);
   GstBuffer *sb = make_state ({5, 0, 0}, T - 5 * GST_MSECOND);
   GST_BUFFER_DURATION (sb) = 10 * GST_MSECOND;
@@ -944,35 +965,14 @@ TEST (ViewMux, LiveFramesWithDurationsPairWithoutWaiting)
 TEST (ViewMux, LateBaseFrameCountsAsADeadlineObservation)
 {
   Mux m (true, true, true);
-  gst_harness_set_src_caps_str (m.state.get (), "application/x-pi0-state,dim=(int)3");
-  gst_harness_set_upstream_latency (m.top.get (), 100 * GST_MSECOND);
-  gst_harness_set_src_caps_str (m.main.get (), MAIN_CAPS);
-  gst_harness_set_src_caps_str (m.side.get (), SIDE_CAPS);
-  gst_harness_set_src_caps_str (m.top.get (), TOP_CAPS);
-  gst_harness_query_latency (m.main.get ());
-  GstVideoInfo im = video_info (MAIN_CAPS), is = video_info (SIDE_CAPS), it = video_info (TOP_CAPS);
-  const GstClockTime D = frame_time (1, 30);
+  set_up_live_with_state (m);
   GstTestClock *clock = gst_harness_get_testclock (m.main.get ());
   for (int k = 0; k < 2; k++) {
     const GstClockTime T = 200 * GST_MSECOND + frame_time (k, 30);
     /* The second base frame comes a second after its capture. */
     if (k == 1)
       gst_test_clock_set_time (clock, T + GST_SECOND);
-    GstBuffer *sb = make_state ({(float)k, 0, 0}, T - 5 * GST_MSECOND);
-    GST_BUFFER_DURATION (sb) = 10 * GST_MSECOND;
-    ASSERT_EQ (gst_harness_push (m.state.get (), sb), GST_FLOW_OK);
-    ASSERT_EQ (gst_harness_push (m.side.get (), make_frame (is, T + 3 * GST_MSECOND, D, 1)),
-               GST_FLOW_OK);
-    ASSERT_EQ (gst_harness_push (m.top.get (), make_frame (it, T + 3 * GST_MSECOND, D, 2)),
-               GST_FLOW_OK);
-    ASSERT_EQ (gst_harness_push (m.main.get (), make_frame (im, T, D, 0)), GST_FLOW_OK);
-    BufferPtr obs (gst_harness_pull (m.main.get ()));
-    ASSERT_NE (obs, nullptr) << "obs " << k;
-    GstPi0ObservationMeta *meta = gst_buffer_get_pi0_observation_meta (obs.get ());
-    EXPECT_EQ (meta->observation_time, T);
-    for (int v = 0; v < 3; v++)
-      EXPECT_TRUE (meta->views[v].flags & GST_PI0_VIEW_FLAG_VALID) << "obs " << k << " view " << v;
-    EXPECT_EQ (meta->state[0], (float)k);
+    push_covered_inputs_and_pull (m, T, k);
     EXPECT_EQ (stat (m.element.get (), nullptr, "deadline-observations"), (guint64)k) << "obs " << k;
   }
   gst_object_unref (clock);
