@@ -791,8 +791,9 @@ gst_pi0_view_mux_class_init (GstPi0ViewMuxClass *klass)
    * `state-rejected`, `state-stale`, `deadline-observations` (live: made at the deadline before
    * every input had proved it had nothing more for them, or for a base frame that came after
    * its deadline, so a replay may pair them differently; raise `latency` if it grows), and per
-   * view a structure with `frames-in`, `used`, `late`, `skewed`, `masked`, `dropped`, `invalid` (frames whose buffer does not hold their
-   * layout) and `backwards` (base frames not after the previous observation).
+   * view a structure with `frames-in`, `used`, `late`, `skewed`, `masked`, `dropped`, `invalid`
+   * (frames whose buffer does not hold their layout) and `backwards` (base frames not after the
+   * previous observation).
    */
   install (PROP_STATS,
            g_param_spec_boxed (

@@ -45,8 +45,9 @@ struct Counts {
   uint64_t state_rejected = 0; /* wrong size or non-finite */
   uint64_t state_stale = 0;    /* observations whose state was missing or too old */
   /* Live: observations that went out at the deadline before every other input had proved it had
-   * nothing more for them. A late buffer may then have been left out, so a replay of the same
-   * recording can pair these differently; every other observation pairs as the replay does. */
+   * nothing more for them, or for a base frame that came after its deadline. A late buffer may
+   * then have been left out, so a replay of the same recording can pair these differently;
+   * every other observation pairs as the replay does. */
   uint64_t deadline_observations = 0;
   std::array<ViewCounts, kViews> views{};
 
