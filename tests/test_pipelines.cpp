@@ -271,25 +271,40 @@ class Pipelines : public ::testing::TestWithParam<PipelineFile>
 {
 };
 
+/* The names of our element factories: the test main registers our elements without a plugin
+ * (tests/gst_test_main.cpp), so they are the ones with no plugin name. */
+static std::vector<std::string>
+our_elements ()
+{
+  std::vector<std::string> names;
+  GList *features = gst_registry_get_feature_list (gst_registry_get (), GST_TYPE_ELEMENT_FACTORY);
+  for (GList *l = features; l; l = l->next)
+    if (!gst_plugin_feature_get_plugin_name (GST_PLUGIN_FEATURE (l->data)))
+      names.push_back (gst_plugin_feature_get_name (GST_PLUGIN_FEATURE (l->data)));
+  gst_plugin_feature_list_free (features);
+  return names;
+}
+
+/* docs/elements/@name.md, or "" when there is none. */
+static std::string
+element_page (const std::string &name)
+{
+  std::ifstream in (source_root () + "/docs/elements/" + name + ".md");
+  std::stringstream page;
+  page << in.rdbuf ();
+  return page.str ();
+}
+
 /* Every element of the plugin has its page in docs/elements/: every property it adds (not its
  * base class's) and every pad is there as `name`, and an example line. */
 TEST (ElementDocs, EveryPropertyAndPadIsOnTheElementsPage)
 {
-  /* The test main registers our elements without a plugin (tests/gst_test_main.cpp): they are
-   * the element factories with no plugin name. */
-  GList *features = gst_registry_get_feature_list (gst_registry_get (), GST_TYPE_ELEMENT_FACTORY);
   int elements = 0, checked = 0;
-  for (GList *l = features; l; l = l->next) {
-    if (gst_plugin_feature_get_plugin_name (GST_PLUGIN_FEATURE (l->data)))
-      continue;
-    GstElementFactory *f =
-        GST_ELEMENT_FACTORY (gst_plugin_feature_load (GST_PLUGIN_FEATURE (l->data)));
-    ASSERT_NE (f, nullptr);
-    const std::string name = gst_plugin_feature_get_name (GST_PLUGIN_FEATURE (f));
-    std::ifstream in (source_root () + "/docs/elements/" + name + ".md");
-    std::stringstream page;
-    page << in.rdbuf ();
-    EXPECT_FALSE (page.str ().empty ()) << "docs/elements/" << name << ".md is missing";
+  for (const auto &name : our_elements ()) {
+    GstElementFactory *f = gst_element_factory_find (name.c_str ());
+    ASSERT_NE (f, nullptr) << name;
+    const std::string page = element_page (name);
+    EXPECT_FALSE (page.empty ()) << "docs/elements/" << name << ".md is missing";
     GType type = gst_element_factory_get_element_type (f);
     GObjectClass *klass = G_OBJECT_CLASS (g_type_class_ref (type));
     guint n = 0;
@@ -298,7 +313,7 @@ TEST (ElementDocs, EveryPropertyAndPadIsOnTheElementsPage)
       if (specs[i]->owner_type != type)
         continue;
       checked++;
-      EXPECT_NE (page.str ().find (std::string ("`") + specs[i]->name + "`"), std::string::npos)
+      EXPECT_NE (page.find (std::string ("`") + specs[i]->name + "`"), std::string::npos)
           << name << "'s property " << specs[i]->name << " is not in docs/elements/" << name
           << ".md";
     }
@@ -306,20 +321,19 @@ TEST (ElementDocs, EveryPropertyAndPadIsOnTheElementsPage)
     g_type_class_unref (klass);
     /* Its pads (a template with a conversion, as "%s", is described, not named) and a line to
      * try it with. */
-    EXPECT_NE (page.str ().find ("\n## Pads\n"), std::string::npos) << name << ": no Pads section";
+    EXPECT_NE (page.find ("\n## Pads\n"), std::string::npos) << name << ": no Pads section";
     for (const GList *t = gst_element_factory_get_static_pad_templates (f); t; t = t->next) {
       const char *tmpl = ((GstStaticPadTemplate *)t->data)->name_template;
       if (!std::strchr (tmpl, '%')) {
-        EXPECT_NE (page.str ().find (std::string ("`") + tmpl + "`"), std::string::npos)
+        EXPECT_NE (page.find (std::string ("`") + tmpl + "`"), std::string::npos)
             << name << "'s pad " << tmpl << " is not in docs/elements/" << name << ".md";
       }
     }
-    EXPECT_NE (page.str ().find ("gst-launch-1.0 "), std::string::npos)
+    EXPECT_NE (page.find ("gst-launch-1.0 "), std::string::npos)
         << "docs/elements/" << name << ".md has no example line";
     gst_object_unref (f);
     elements++;
   }
-  gst_plugin_feature_list_free (features);
   EXPECT_GE (elements, 8);
   EXPECT_GE (checked, 50);
   std::printf ("%d elements, %d properties on their pages\n", elements, checked);
@@ -341,12 +355,8 @@ structure_fields (const GstStructure *st, std::vector<std::string> &out)
 /* Every counter in an element's `stats` (as a fresh element reports them) is on its page. */
 TEST (ElementDocs, EveryStatsFieldIsOnTheElementsPage)
 {
-  GList *features = gst_registry_get_feature_list (gst_registry_get (), GST_TYPE_ELEMENT_FACTORY);
   int checked = 0;
-  for (GList *l = features; l; l = l->next) {
-    if (gst_plugin_feature_get_plugin_name (GST_PLUGIN_FEATURE (l->data)))
-      continue;
-    const std::string name = gst_plugin_feature_get_name (GST_PLUGIN_FEATURE (l->data));
+  for (const auto &name : our_elements ()) {
     ElementPtr e (gst_element_factory_make (name.c_str (), nullptr));
     ASSERT_NE (e, nullptr) << name;
     if (!g_object_class_find_property (G_OBJECT_GET_CLASS (e.get ()), "stats"))
@@ -357,16 +367,13 @@ TEST (ElementDocs, EveryStatsFieldIsOnTheElementsPage)
     std::vector<std::string> fields;
     structure_fields (st, fields);
     gst_structure_free (st);
-    std::ifstream in (source_root () + "/docs/elements/" + name + ".md");
-    std::stringstream page;
-    page << in.rdbuf ();
+    const std::string page = element_page (name);
     for (const auto &f : fields) {
-      EXPECT_NE (page.str ().find ("`" + f + "`"), std::string::npos)
+      EXPECT_NE (page.find ("`" + f + "`"), std::string::npos)
           << name << "'s stats field " << f << " is not in docs/elements/" << name << ".md";
       checked++;
     }
   }
-  gst_plugin_feature_list_free (features);
   EXPECT_GE (checked, 20);
   std::printf ("%d stats fields on their pages\n", checked);
 }
