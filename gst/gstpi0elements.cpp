@@ -4,20 +4,20 @@
 #endif
 
 #include "gstpi0elements.h"
-#include "gstpi0actionsink.h"
-#include "gstpi0viewmux.h"
+#include "actionsink/gstpi0actionsink.h"
+#include "viewmux/gstpi0viewmux.h"
 
-#include "gstcudaprep.h"
+#include "cudaprep/gstcudaprep.h"
 #ifdef HAVE_PI0INFER
-#include "gstpi0infer.h"
+#include "infer/gstpi0infer.h"
 #endif
 #ifdef HAVE_PI0LEROBOT
-#include "gstpi0lerobotsink.h"
-#include "gstpi0lerobotsrc.h"
+#include "lerobot/gstpi0lerobotsink.h"
+#include "lerobot/gstpi0lerobotsrc.h"
 #endif
 #ifdef HAVE_PI0SERVE
-#include "gstpi0servesink.h"
-#include "gstpi0servesrc.h"
+#include "serve/gstpi0servesink.h"
+#include "serve/gstpi0servesrc.h"
 #endif
 
 gboolean

@@ -4,8 +4,8 @@
 
 #include "test_helpers.h"
 
-#include "pi0muxinputs.h"
-#include "pi0pairing.h"
+#include "viewmux/pi0muxinputs.h"
+#include "viewmux/pi0pairing.h"
 
 #include <gst/pi0/pi0.h>
 #include <gtest/gtest.h>

@@ -3,8 +3,8 @@
 #include "config.h"
 #endif
 
-#include "pi0inferrunner.h"
-#include "pi0percentile.h"
+#include "infer/pi0inferrunner.h"
+#include "common/pi0percentile.h"
 
 #include <gst/pi0/pi0.h>
 

@@ -45,14 +45,14 @@
 #include "config.h"
 #endif
 
-#include "gstpi0infer.h"
-#include "gstpi0enum.h"
-#include "gstpi0props.h"
-#include "pi0inferrunner.h"
+#include "infer/gstpi0infer.h"
+#include "common/gstpi0enum.h"
+#include "common/gstpi0props.h"
+#include "infer/pi0inferrunner.h"
 
 #include <gst/pi0/pi0.h>
 
-#include "model/batcher.h"
+#include "infer/pi0batcher.h"
 
 #include <algorithm>
 #include <condition_variable>

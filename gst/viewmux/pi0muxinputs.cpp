@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-#include "pi0muxinputs.h"
+#include "viewmux/pi0muxinputs.h"
 
 #include <gst/pi0/pi0.h>
 

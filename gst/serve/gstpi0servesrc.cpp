@@ -41,7 +41,7 @@
 #include "config.h"
 #endif
 
-#include "gstpi0servesrc.h"
+#include "serve/gstpi0servesrc.h"
 
 #include "pi0mapping.h"
 #include "pi0server.h"

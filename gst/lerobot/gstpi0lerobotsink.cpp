@@ -38,9 +38,9 @@
 #include "config.h"
 #endif
 
-#include "gstpi0lerobotsink.h"
-#include "gstpi0enum.h"
-#include "gstpi0props.h"
+#include "lerobot/gstpi0lerobotsink.h"
+#include "common/gstpi0enum.h"
+#include "common/gstpi0props.h"
 
 #include "pi0lerobot.h"
 #include "pi0safety.h"

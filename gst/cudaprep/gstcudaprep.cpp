@@ -33,9 +33,9 @@
 #include "config.h"
 #endif
 
-#include "gstcudaprep.h"
-#include "gstpi0enum.h"
-#include "gstpi0props.h"
+#include "cudaprep/gstcudaprep.h"
+#include "common/gstpi0enum.h"
+#include "common/gstpi0props.h"
 
 #include <gst/pi0/pi0.h>
 #include <gst/video/video.h>

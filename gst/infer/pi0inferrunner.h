@@ -16,7 +16,7 @@
  * any thread (stats_lock, never held while posting or running the policy); feedback comes on
  * upstream event threads (the tracker locks itself). */
 
-#include "gstpi0infer.h"
+#include "infer/gstpi0infer.h"
 
 #include <gst/gst.h>
 

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-#include "pi0muxselect.h"
+#include "viewmux/pi0muxselect.h"
 
 #include <algorithm>
 

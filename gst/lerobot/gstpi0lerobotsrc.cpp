@@ -25,7 +25,7 @@
 #include "config.h"
 #endif
 
-#include "gstpi0lerobotsrc.h"
+#include "lerobot/gstpi0lerobotsrc.h"
 
 #include "pi0lerobot.h"
 

@@ -25,7 +25,7 @@
 #include "config.h"
 #endif
 
-#include "gstpi0servesink.h"
+#include "serve/gstpi0servesink.h"
 
 #include "pi0server.h"
 

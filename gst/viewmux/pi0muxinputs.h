@@ -8,7 +8,7 @@
  * no GObject and no element: tested directly (tests/test_viewmux_rules.cpp) beside the timing
  * rules of pi0pairing.h. The element (gst/gstpi0viewmux.cpp) walks its pads and posts. */
 
-#include "pi0pairing.h"
+#include "viewmux/pi0pairing.h"
 
 #include <gst/gst.h>
 #include <gst/video/video.h>

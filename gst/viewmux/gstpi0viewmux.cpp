@@ -30,9 +30,9 @@
 #include "config.h"
 #endif
 
-#include "gstpi0viewmux.h"
-#include "gstpi0enum.h"
-#include "pi0muxselect.h"
+#include "viewmux/gstpi0viewmux.h"
+#include "common/gstpi0enum.h"
+#include "viewmux/pi0muxselect.h"
 
 #include <gst/pi0/pi0.h>
 #include <gst/video/video.h>

@@ -8,7 +8,7 @@
  * element: a problem that stops the stream comes back as a PadError, worded here, which the
  * element (gst/gstpi0viewmux.cpp) posts. Called from the aggregate thread only. */
 
-#include "pi0muxinputs.h"
+#include "viewmux/pi0muxinputs.h"
 
 #include <gst/base/gstaggregator.h>
 

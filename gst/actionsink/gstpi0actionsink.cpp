@@ -50,11 +50,11 @@
 #error "pi0actionsink must be built without -ffast-math/-ffinite-math-only"
 #endif
 
-#include "gstpi0actionsink.h"
-#include "gstpi0enum.h"
-#include "gstpi0props.h"
+#include "actionsink/gstpi0actionsink.h"
+#include "common/gstpi0enum.h"
+#include "common/gstpi0props.h"
 
-#include "pi0latency.h"
+#include "actionsink/pi0stagelatency.h"
 #include "pi0link.h"
 
 #include <gst/pi0/pi0.h>

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-#include "model/batcher.h"
+#include "infer/pi0batcher.h"
 
 namespace pi0
 {
