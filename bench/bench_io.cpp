@@ -7,9 +7,9 @@
 #include <filesystem>
 #include <string>
 
-#include "io/checkpoint.h"
-#include "io/safetensors.h"
-#include "io/tokenizer.h"
+#include "io/pi0checkpoint.h"
+#include "io/pi0safetensors.h"
+#include "io/pi0tokenizer.h"
 
 namespace
 {

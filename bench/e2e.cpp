@@ -16,8 +16,8 @@
 #include "config.h"
 #endif
 
-#include "bench_util.h"
-#include "pi0-latency-table.h"
+#include "pi0benchutil.h"
+#include "pi0latencytable.h"
 
 #include <gio/gio.h>
 #include <gst/gst.h>

@@ -6,12 +6,13 @@
 #endif
 
 #include "pi0prep.h"
-#include "pi0prep_yuv.h"
+#include "pi0prepyuv.h"
 
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -68,6 +69,99 @@ format_name (Format f)
       return "UYVY";
   }
   return "?";
+}
+
+bool
+format_from_name (const char *name, Format *out)
+{
+  for (Format f : kFormats) {
+    if (name && std::strcmp (name, format_name (f)) == 0) {
+      *out = f;
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string
+format_list ()
+{
+  std::string s;
+  for (Format f : kFormats)
+    s += std::string (s.empty () ? "" : ", ") + format_name (f);
+  return s;
+}
+
+std::shared_ptr<BlockPool>
+BlockPool::make (Alloc alloc, Free free)
+{
+  return std::shared_ptr<BlockPool> (new BlockPool (alloc, free));
+}
+
+std::shared_ptr<BlockPool>
+BlockPool::host ()
+{
+  return make ([] (size_t n) { return std::aligned_alloc (64, (n + 63) / 64 * 64); }, std::free);
+}
+
+BlockPool::~BlockPool ()
+{
+  for (void *b : free_blocks_)
+    free_ (b);
+}
+
+BlockPool::Block *
+BlockPool::acquire (size_t size)
+{
+  void *data = nullptr;
+  {
+    std::lock_guard<std::mutex> lk (lock_);
+    if (size_ != size) {
+      for (void *b : free_blocks_)
+        free_ (b);
+      free_blocks_.clear ();
+      size_ = size;
+    }
+    if (!free_blocks_.empty ()) {
+      data = free_blocks_.back ();
+      free_blocks_.pop_back ();
+    }
+  }
+  if (!data)
+    data = alloc_ (size);
+  if (!data)
+    return nullptr;
+  Block *b = new Block;
+  b->pool = shared_from_this ();
+  b->data = data;
+  b->size = size;
+  return b;
+}
+
+void
+BlockPool::release (void *p)
+{
+  Block *b = static_cast<Block *> (p);
+  BlockPool &pool = *b->pool;
+  {
+    std::lock_guard<std::mutex> lk (pool.lock_);
+    if (!pool.closed_ && b->size == pool.size_) {
+      pool.free_blocks_.push_back (b->data);
+      b->data = nullptr;
+    }
+  }
+  if (b->data)
+    pool.free_ (b->data);
+  if (b->event && b->destroy_event)
+    b->destroy_event (b->event);
+  delete b;
+}
+
+void
+BlockPool::close ()
+{
+  std::lock_guard<std::mutex> lk (lock_);
+  closed_ = true;
 }
 
 int

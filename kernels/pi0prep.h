@@ -36,6 +36,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -68,7 +70,18 @@ enum class Resize { Pad, Stretch, Crop };
 enum class Filter { Antialias, Pil, Bilinear };
 enum class DType { Float32, Float16, BFloat16 };
 
+/* GStreamer's name of the format ("RGB", "NV12", ...), as video caps write it. */
 const char *format_name (Format f);
+/* Every format, in the order the elements' caps and messages list them. */
+constexpr Format kFormats[] = {
+    Format::RGB,  Format::BGR,  Format::RGBx, Format::BGRx, Format::xRGB,  Format::xBGR, Format::RGBA,
+    Format::BGRA, Format::ARGB, Format::ABGR, Format::NV12, Format::NV21,  Format::I420, Format::YV12,
+    Format::Y42B, Format::Y444, Format::GRAY8, Format::YUY2, Format::UYVY,
+};
+/* The format GStreamer calls @name; false for one that is not in kFormats. */
+bool format_from_name (const char *name, Format *out);
+/* kFormats' names, comma-separated: "RGB, BGR, ..., UYVY". */
+std::string format_list ();
 int format_n_planes (Format f);
 /* Bytes per pixel of a packed RGB format (1 for GRAY8, 0 for YUV). */
 int format_pixel_stride (Format f);
@@ -128,6 +141,50 @@ constexpr int kMaxFrameSide = 65536;
 /* Checks sizes and strides against the format (a stride shorter than a row is refused, so is a
  * frame side above kMaxFrameSide). Returns an empty string when fine, otherwise what is wrong. */
 std::string validate (const Params &p, const Image &img);
+
+/* ---- output memory ---- */
+
+/* A pool of equally sized output blocks (host, or device for the CUDA path). A block outlives
+ * whoever made it when a buffer downstream still holds it, so each block keeps its pool alive.
+ * Thread-safe: blocks come back from whichever thread drops the last reference. */
+class BlockPool : public std::enable_shared_from_this<BlockPool>
+{
+public:
+  using Alloc = void *(*)(size_t);
+  using Free = void (*) (void *);
+
+  struct Block {
+    std::shared_ptr<BlockPool> pool;
+    void *data = nullptr;
+    size_t size = 0;
+    /* The CUDA path's: an event recorded when the block was written, and how it goes. */
+    void *event = nullptr;
+    void (*destroy_event) (void *) = nullptr;
+  };
+
+  static std::shared_ptr<BlockPool> make (Alloc alloc, Free free);
+  /* Host memory, 64-byte aligned so rows can be stored with full vectors. */
+  static std::shared_ptr<BlockPool> host ();
+  ~BlockPool ();
+
+  /* A block of @size bytes: a free one, or a new one (the free ones of another size are let go:
+   * a new geometry or dtype). nullptr when allocation fails. */
+  Block *acquire (size_t size);
+  /* Gives @b back to its pool (or frees it after close(), or when its size is no longer the
+   * pool's). Takes a void * to serve as a GDestroyNotify. */
+  static void release (void *b);
+  /* From now on blocks that come back are freed (the owner stopped). */
+  void close ();
+
+private:
+  BlockPool (Alloc alloc, Free free) : alloc_ (alloc), free_ (free) {}
+  std::mutex lock_;
+  size_t size_ = 0;
+  bool closed_ = false;
+  std::vector<void *> free_blocks_;
+  Alloc alloc_;
+  Free free_;
+};
 
 /* ---- geometry and filter weights (shared by the CPU and CUDA paths and the tests) ---- */
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* LeRobotDataset v3: the files, their schemas and the order they are written in. The schemas
- * are those lerobot 0.6.1 writes (lerobot/datasets/dataset_writer.py, dataset_metadata.py,
- * io_utils.py) and its loader reads:
+ * are those lerobot 0.6.1 writes (datasets/dataset_writer.py, dataset_metadata.py and
+ * io_utils.py of the lerobot package) and its loader reads:
  *   data:     observation.state, action: fixed_size_list<float>[dim]; timestamp: float;
  *             frame_index, episode_index, index, task_index: int64; one row group per episode;
  *             the `huggingface` schema metadata that the `datasets` library writes.

@@ -59,32 +59,6 @@ private:
   int64_t frames_ = 0;
 };
 
-/* What a robot was commanded over time, rebuilt from the messages a pi0actionsink sent, with
- * the receiver's rules (docs/protocol.md, "Timing"): an ACTION message of n rows sent at S runs
- * row j at S + j * period (chunk mode; one row, at S, in stream mode); a HOLD with a position
- * commands it at S; any message replaces the rows still pending from earlier ones. */
-class CommandTimeline
-{
-public:
-  explicit CommandTimeline (int64_t period_ns = 20000000) : period_ (period_ns) {}
-  void set_period (int64_t period_ns) { period_ = period_ns; }
-  /* @kind: "action", "hold" or "stop"; @rows x @dim values; @send_ns non-decreasing. */
-  void add (const std::string &kind, int64_t send_ns, const float *values, size_t rows, size_t dim);
-  /* The command in effect at @t_ns (the last row due at or before it), or nothing yet. */
-  const std::vector<float> *at (int64_t t_ns) const;
-  /* Forgets rows superseded before @t_ns (keeps the one in effect then). */
-  void prune (int64_t t_ns);
-  size_t size () const { return entries_.size (); }
-
-private:
-  struct Entry {
-    int64_t t;
-    std::vector<float> v;
-  };
-  std::vector<Entry> entries_;
-  int64_t period_;
-};
-
 struct Camera {
   std::string key; /* "observation.images.main" */
   int width = 0, height = 0;

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 
 namespace pi0::proto
 {
@@ -536,6 +537,26 @@ Sender::robot_frame (uint64_t now, const uint8_t *data, size_t len, SenderOutput
 /* ---- Receiver ---------------------------------------------------------------------------- */
 
 bool
+RowTiming::begin (uint64_t now, uint64_t id, uint32_t step_index, uint32_t steps, bool stream)
+{
+  if (!stream)
+    next_step = step_index + steps;
+  if (!stream && have_chunk && id == chunk_id)
+    return false;
+  have_chunk = !stream;
+  chunk_id = id;
+  base_ns = now;
+  base_step = step_index;
+  return true;
+}
+
+uint64_t
+RowTiming::row_at (uint32_t step_index, uint64_t period_ns) const
+{
+  return sat_add (base_ns, sat_mul (step_index - base_step, period_ns));
+}
+
+bool
 validate (const ReceiverSettings &s, std::string *error)
 {
   auto fail = [&] (const std::string &m) {
@@ -576,12 +597,18 @@ Receiver::advance (uint64_t now)
 }
 
 void
-Receiver::clear_schedule ()
+Receiver::drop_schedule ()
 {
   schedule_.clear ();
-  have_chunk_ = false;
   /* A plan replaced, held or stopped: its rows are not reported any more (what runs next is). */
   reported_serial_ = exec_serial_;
+}
+
+void
+Receiver::clear_schedule ()
+{
+  drop_schedule ();
+  timing_.clear ();
 }
 
 const std::vector<float> &
@@ -662,8 +689,7 @@ Receiver::check (const Frame &f) const
       return "bad-period"; /* all rows at once, or a robot left waiting */
     /* Rows of one chunk come in order (frames of a split chunk); a frame going back into rows
      * already scheduled is not a plan the robot can follow. */
-    if (!(h.flags & kFlagStream) && have_chunk_ && h.chunk_id == chunk_id_ &&
-        h.step_index < chunk_next_step_)
+    if (timing_.goes_back (h.chunk_id, h.step_index, (h.flags & kFlagStream) != 0))
       return "step-order";
   }
   if (s_.robot && h.steps > 0 && h.dim == s_.robot->dim ()) {
@@ -736,31 +762,19 @@ Receiver::receive (uint64_t now, const uint8_t *data, size_t len, Received &out)
     case Kind::kFeedback: /* refused by check() */
       break;
     case Kind::kAction: {
-      /* Row i of a chunk runs step_period after row i-1; the first row received runs now. A
-       * stream row runs on receipt and replaces whatever was planned; a new chunk replaces the
-       * rest of the old one. */
-      uint64_t base = now;
-      uint32_t base_step = h.step_index;
-      if (h.flags & kFlagStream) {
-        clear_schedule ();
-      } else if (have_chunk_ && h.chunk_id == chunk_id_) {
-        base = chunk_base_ns_;
-        base_step = chunk_base_step_;
-      } else {
-        clear_schedule ();
-        have_chunk_ = true;
-        chunk_id_ = h.chunk_id;
-        chunk_base_ns_ = now;
-        chunk_send_ns_ = h.send_time_ns;
-        chunk_base_step_ = h.step_index;
+      /* A stream row or a new chunk replaces whatever was planned (RowTiming says when rows
+       * run). */
+      const bool stream = (h.flags & kFlagStream) != 0;
+      if (timing_.begin (now, h.chunk_id, h.step_index, h.steps, stream)) {
+        drop_schedule ();
+        if (!stream)
+          chunk_send_ns_ = h.send_time_ns;
       }
-      if (!(h.flags & kFlagStream))
-        chunk_next_step_ = h.step_index + h.steps;
       for (uint32_t r = 0; r < h.steps; r++) {
         ExecRow row;
         row.chunk_id = h.chunk_id;
         row.step_index = h.step_index + r;
-        row.at_ns = sat_add (base, sat_mul (row.step_index - base_step, h.step_period_ns));
+        row.at_ns = timing_.row_at (row.step_index, h.step_period_ns);
         const float *in = v.data () + (size_t)r * h.dim;
         const std::vector<float> *prev =
             schedule_.empty () ? &position_ : &schedule_.back ().values;
@@ -773,9 +787,9 @@ Receiver::receive (uint64_t now, const uint8_t *data, size_t len, Received &out)
         }
         /* Its start on the sender's clock, for FEEDBACK: the chunk's send time plus the time
          * from its receipt to the row's start. */
-        const uint64_t sender_ns = (h.flags & kFlagStream) || chunk_send_ns_ == kTimeNone
+        const uint64_t sender_ns = stream || chunk_send_ns_ == kTimeNone
                                        ? kTimeNone
-                                       : sat_add (chunk_send_ns_, row.at_ns - chunk_base_ns_);
+                                       : sat_add (chunk_send_ns_, row.at_ns - timing_.base_ns);
         schedule_.push_back ({row.at_ns, row.chunk_id, row.step_index, row.values, sender_ns});
         commanded_ = true;
         last_cmd_ns_ = std::max (now, row.at_ns);
@@ -821,6 +835,58 @@ Receiver::tick (uint64_t now, std::vector<WatchdogEvent> &out)
     stopped_ = true;
     out.push_back ({Kind::kStop, sat_add (last_cmd_ns_, s_.stop_timeout_ns)});
   }
+}
+
+/* ---- CommandTimeline --------------------------------------------------------------------- */
+
+void
+CommandTimeline::drop_after (int64_t t_ns)
+{
+  while (!entries_.empty () && entries_.back ().t > t_ns)
+    entries_.pop_back ();
+}
+
+void
+CommandTimeline::add (const std::string &kind, uint64_t chunk_id, uint32_t step_index,
+                      int64_t send_ns, const float *values, size_t rows, size_t dim)
+{
+  if (kind == "hold" || kind == "stop") {
+    /* The Receiver clears its schedule: the rows still pending never run. */
+    timing_.clear ();
+    drop_after (send_ns);
+    if (kind == "hold" && values && dim && rows)
+      entries_.push_back ({send_ns, std::vector<float> (values, values + dim)});
+    return; /* STOP, or HOLD without a position: the robot stays where it is */
+  }
+  if (kind != "action" || timing_.goes_back (chunk_id, step_index, stream_))
+    return; /* a HELLO changes nothing; a step-order frame is refused */
+  if (timing_.begin ((uint64_t)send_ns, chunk_id, step_index, (uint32_t)rows, stream_))
+    drop_after (send_ns);
+  if (!values || dim == 0)
+    return;
+  for (size_t j = 0; j < rows; j++)
+    entries_.push_back ({(int64_t)timing_.row_at (step_index + (uint32_t)j, (uint64_t)period_),
+                         std::vector<float> (values + j * dim, values + (j + 1) * dim)});
+}
+
+const std::vector<float> *
+CommandTimeline::at (int64_t t_ns) const
+{
+  auto it = std::upper_bound (entries_.begin (), entries_.end (), t_ns,
+                              [] (int64_t t, const Entry &e) { return t < e.t; });
+  if (it == entries_.begin ())
+    return nullptr;
+  return &std::prev (it)->v;
+}
+
+void
+CommandTimeline::prune (int64_t t_ns)
+{
+  auto it = std::upper_bound (entries_.begin (), entries_.end (), t_ns,
+                              [] (int64_t t, const Entry &e) { return t < e.t; });
+  if (it == entries_.begin ())
+    return;
+  entries_.erase (entries_.begin (), std::prev (it));
 }
 
 } // namespace pi0::proto

@@ -258,6 +258,33 @@ private:
 
 /* ---- Receiver: the rules of a robot (pi0-robotsim) ---------------------------------------- */
 
+/* When the rows of ACTION messages run (docs/protocol.md, "Timing of rows"): the one rule the
+ * Receiver schedules by and CommandTimeline replays. A new chunk's first row runs on receipt and
+ * row i step_period after row i-1, counted from the chunk's base row; a later message of the
+ * same chunk continues from that base (rows of a split chunk keep their places however late a
+ * frame comes); a stream row runs on receipt and replaces whatever was planned. */
+struct RowTiming {
+  bool have_chunk = false; /* chunk mode: later messages of chunk_id continue its base */
+  uint64_t chunk_id = 0;
+  uint64_t base_ns = 0; /* when row base_step of the message begun last runs */
+  uint32_t base_step = 0;
+  uint32_t next_step = 0; /* chunk mode: the first row of chunk_id not received yet */
+
+  /* A message of chunk @chunk_id from row @step_index goes back into rows already received: not
+   * a plan a robot can follow (the Receiver refuses it: "step-order"). */
+  bool goes_back (uint64_t chunk_id, uint32_t step_index, bool stream) const
+  {
+    return !stream && have_chunk && chunk_id == this->chunk_id && step_index < next_step;
+  }
+  /* An ACTION message of @steps rows from @step_index, received at @now. True when it begins a
+   * new plan (a stream row, another chunk): the rows still pending are dropped. */
+  bool begin (uint64_t now, uint64_t chunk_id, uint32_t step_index, uint32_t steps, bool stream);
+  /* When row @step_index of the message begun last runs, rows @period_ns apart. */
+  uint64_t row_at (uint32_t step_index, uint64_t period_ns) const;
+  /* HOLD, STOP, a new session, the watchdog: no chunk goes on, the next message begins anew. */
+  void clear () { have_chunk = false; }
+};
+
 struct ReceiverSettings {
   Limits limits;
   std::string key;                  /* non-empty: every frame must carry a valid HMAC */
@@ -345,6 +372,8 @@ private:
   };
   const char *check (const Frame &f) const;
   void advance (uint64_t now);
+  /* Drops the rows still to run; clear_schedule() forgets their chunk's timing too. */
+  void drop_schedule ();
   void clear_schedule ();
   /* Clamps @in to max_step from @prev into @out; true when it changed something. */
   bool limit (const std::vector<float> *prev, const float *in, std::vector<float> &out);
@@ -365,12 +394,8 @@ private:
   uint64_t exec_serial_ = 0, reported_serial_ = 0;
   uint64_t fb_seq_ = 0;
   std::deque<Scheduled> schedule_; /* rows still to run, in time order */
-  bool have_chunk_ = false;        /* chunk mode: the chunk the schedule belongs to */
-  uint64_t chunk_id_ = 0;
-  uint64_t chunk_base_ns_ = 0;
-  uint64_t chunk_send_ns_ = kTimeNone; /* send_time_ns of the frame chunk_base_ns_ is from */
-  uint32_t chunk_base_step_ = 0;
-  uint32_t chunk_next_step_ = 0;
+  RowTiming timing_;               /* chunk mode: the chunk the schedule belongs to */
+  uint64_t chunk_send_ns_ = kTimeNone; /* send_time_ns of the frame timing_.base_ns is from */
   bool stopped_ = false;
 
   /* Watchdog: when the last commanded row runs. */
@@ -378,6 +403,47 @@ private:
   uint64_t last_cmd_ns_ = 0;
   bool wd_hold_ = false;
   bool wd_stop_ = false;
+};
+
+/* ---- CommandTimeline: what a robot was commanded, from what a sender sent ----------------- */
+
+/* What a robot was commanded over time, rebuilt from the messages a pi0actionsink sent (its
+ * `action` signal), as a Receiver given each message at its send time would execute them: ACTION
+ * rows by RowTiming, rows @period_ns apart (the sender's control period; stream rows when
+ * @stream); a HOLD with a position commands it from its send time on; a HOLD without one and a
+ * STOP leave the robot where it is. HOLD, STOP, a stream row and a new chunk drop the rows still
+ * pending; a later message of the same chunk adds to them. pi0lerobotsink records a dataset's
+ * actions with it. Times are int64 nanoseconds, >= 0. */
+class CommandTimeline
+{
+public:
+  explicit CommandTimeline (int64_t period_ns = 20000000, bool stream = false)
+      : period_ (period_ns), stream_ (stream)
+  {
+  }
+  void set_period (int64_t period_ns) { period_ = period_ns; }
+  /* @kind: "action", "hold" or "stop" (anything else changes nothing); @rows x @dim values,
+   * rows from @step_index of chunk @chunk_id; @send_ns non-decreasing. An ACTION going back into
+   * rows of its chunk already given is ignored, as a Receiver refuses it. */
+  void add (const std::string &kind, uint64_t chunk_id, uint32_t step_index, int64_t send_ns,
+            const float *values, size_t rows, size_t dim);
+  /* The command in effect at @t_ns (the last row due at or before it), or nothing yet. */
+  const std::vector<float> *at (int64_t t_ns) const;
+  /* Forgets rows superseded before @t_ns (keeps the one in effect then). */
+  void prune (int64_t t_ns);
+  size_t size () const { return entries_.size (); }
+
+private:
+  struct Entry {
+    int64_t t;
+    std::vector<float> v;
+  };
+  void drop_after (int64_t t_ns);
+
+  std::vector<Entry> entries_; /* in time order */
+  int64_t period_;
+  bool stream_;
+  RowTiming timing_;
 };
 
 } // namespace pi0::proto

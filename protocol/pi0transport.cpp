@@ -194,12 +194,7 @@ Transport::pump (const FrameCallback &on_frame)
       fail (now);
       return;
     }
-    connected_ = true;
-    new_connection_ = true;
-    backoff_ = s_.reconnect_min_ns;
-    if (ever_connected_)
-      reconnects_++;
-    ever_connected_ = true;
+    on_connected ();
   }
   if (!read_tcp (now, on_frame))
     return;
@@ -385,12 +380,7 @@ Transport::start_connect (int64_t now)
   connected_ = false;
   connect_started_ = now;
   if (g_socket_connect (sock_, G_SOCKET_ADDRESS (addr_), nullptr, &e)) {
-    connected_ = true;
-    new_connection_ = true;
-    backoff_ = s_.reconnect_min_ns;
-    if (ever_connected_)
-      reconnects_++;
-    ever_connected_ = true;
+    on_connected ();
     return;
   }
   if (g_error_matches (e, G_IO_ERROR, G_IO_ERROR_PENDING)) {
@@ -400,6 +390,19 @@ Transport::start_connect (int64_t now)
   error_ = std::string ("connect: ") + e->message;
   g_clear_error (&e);
   fail (now);
+}
+
+/* A connect completed, at once or later in pump(): the caller starts a new session on it, and
+ * the next failure waits the shortest backoff again. */
+void
+Transport::on_connected ()
+{
+  connected_ = true;
+  new_connection_ = true;
+  backoff_ = s_.reconnect_min_ns;
+  if (ever_connected_)
+    reconnects_++;
+  ever_connected_ = true;
 }
 
 void

@@ -109,6 +109,7 @@ public:
 
 private:
   void start_connect (int64_t now);
+  void on_connected ();
   void flush (int64_t now);
   void drop_connection ();
   void fail (int64_t now);

@@ -32,7 +32,7 @@ packages=(
   # which libgstcuda links; headers and .pc (gstreamer-video, -app, -gl, -gl-prototypes).
   libgstreamer-plugins-base1.0-0 libgstreamer-gl1.0-0 libgstreamer-plugins-base1.0-dev
   # -bad libraries: libgstcuda (memory:CUDAMemory, GstCudaContext), codecs, codecparsers;
-  # gst/cuda headers and gstreamer-cuda-1.0.pc.
+  # the <gst/cuda/...> headers and gstreamer-cuda-1.0.pc.
   libgstreamer-plugins-bad1.0-0 libgstreamer-plugins-bad1.0-dev
   # Plugins, pruned at unpack to plugins.keep (below): videotestsrc, app, videoconvertscale;
   # matroska, udp, rtp, rtpmanager; nvcodec (nvh264dec/enc), videoparsersbad (h264parse), gdp.
@@ -52,7 +52,7 @@ packages=(
   libmd0 libgudev-1.0-0 libudev1 libdrm2 libgbm1
   # The .pc files of the pkg-config closure above (and their headers): gstreamer-1.0 requires
   # libunwind, libdw; gio zlib, mount, selinux; glib pcre2; gstreamer-gl-1.0 the GL/Wayland/X11
-  # set. GL/gl.h (libgl-dev) is also read for real: gst/cuda/cuda-gst.h includes cudaGL.h.
+  # set. GL/gl.h (libgl-dev) is also read for real: <gst/cuda/cuda-gst.h> includes cudaGL.h.
   libunwind-dev libdw-dev libelf-dev liborc-0.4-dev zlib1g-dev libmount-dev libblkid-dev
   libselinux1-dev libsepol-dev libpcre2-dev libffi-dev liblzma-dev
   libgl-dev libegl-dev libgles-dev libglx-dev libwayland-dev libx11-dev libx11-xcb-dev

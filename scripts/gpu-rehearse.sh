@@ -7,7 +7,7 @@
 # bound in (the GPU machine has torch 2.11+cu130 too, under Python 3.12), meson and ninja from
 # PyPI wheels (as there). Inside it, scripts/gpu-check.sh unpacks the bundle, configures with
 # CUDA on, builds everything, then runs the gpu suite (which skips itself: no device) and the
-# CPU suite with LD_DEBUG=libs; scripts/gpu-rehearse-proof.py then proves that every header,
+# CPU suite with LD_DEBUG=libs; scripts/gpu_rehearse_proof.py then proves that every header,
 # pkg-config file, shared library and GStreamer plugin used came from the bundle (or from the
 # toolchain, CUDA, torch, or a package the bundle names as the GPU machine's own).
 # Passes only if the root had none of the bundle's packages, the build and both suites pass,
@@ -83,7 +83,7 @@ if [ "${1:-}" = --inside ]; then
   say "proof: where every header, .pc, library and plugin came from"
   # shellcheck disable=SC1091
   . "$work/env.sh"
-  python3 scripts/gpu-rehearse-proof.py --source "$src" --work "$work" --bundle "$bundle" \
+  python3 scripts/gpu_rehearse_proof.py --source "$src" --work "$work" --bundle "$bundle" \
     --venv "$venv" --cuda /usr/local/cuda --lddebug "$lddebug"
   exit $?
 fi

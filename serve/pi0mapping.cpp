@@ -4,12 +4,11 @@
 #include "pi0json.h"
 
 #include <algorithm>
+#include <iterator>
 #include <set>
 
 namespace pi0::serve
 {
-
-const std::array<const char *, kNumViews> kViewNames = {"main", "side", "top"};
 
 namespace
 {
@@ -174,16 +173,16 @@ parse_mapping (const std::string &json_text, const std::string &source, std::str
     return std::nullopt;
   }
   for (auto it = (*doc)["views"].begin (); it != (*doc)["views"].end (); ++it) {
-    auto pos = std::find_if (kViewNames.begin (), kViewNames.end (),
+    auto pos = std::find_if (std::begin (kViewNames), std::end (kViewNames),
                              [&] (const char *n) { return it.key () == n; });
-    if (pos == kViewNames.end ()) {
+    if (pos == std::end (kViewNames)) {
       fail (error, source,
             "unknown view \"" + it.key () + "\" (views are main, side and top: Pi0's base, " +
                 "left wrist and right wrist cameras)");
       return std::nullopt;
     }
     if (!read_path (it.value (), "views." + it.key (), source,
-                    &m.views[pos - kViewNames.begin ()], error))
+                    &m.views[pos - std::begin (kViewNames)], error))
       return std::nullopt;
   }
   if (m.views[0].empty ()) {

@@ -26,6 +26,8 @@
  *
  * Errors follow common/'s convention: false or an empty optional plus a message. */
 
+#include "pi0views.h"
+
 #include <array>
 #include <optional>
 #include <string>
@@ -34,9 +36,7 @@
 namespace pi0::serve
 {
 
-/* The views of an observation, in Pi0's order (base, left wrist, right wrist). */
-constexpr int kNumViews = 3;
-extern const std::array<const char *, kNumViews> kViewNames; /* "main", "side", "top" */
+/* The views of an observation: pi0::kNumViews and pi0::kViewNames (common/pi0views.h). */
 
 using KeyPath = std::vector<std::string>;
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* pi0::Batcher (inference/model/batcher.*), pi0infer's batching rules, without GStreamer, a clock
- * or a model: what is held and what goes on, when a batch is full, the max-batch-wait deadline
+/* pi0::Batcher (gst/infer/pi0batcher.*), pi0infer's batching rules, without GStreamer, a clock
+ * or a model (nor LibTorch to link): what is held and what goes on, when a batch is full, the max-batch-wait deadline
  * (set by the first observation that needs the policy, saturating), in-place items, taking
  * everything (events, flushes), and run_batch's fallback to one at a time. Times are passed in:
  * nothing here waits. */

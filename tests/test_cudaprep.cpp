@@ -6,10 +6,10 @@
 
 #include <cstring>
 
-#include "cudaprep_test_util.h"
-#include "prep_cases.h"
-#include "prep_reference.h"
-#include "test_helpers.h"
+#include "pi0testcudaprep.h"
+#include "pi0testprepcases.h"
+#include "pi0testprepreference.h"
+#include "pi0testgst.h"
 
 #include <gst/pi0/pi0.h>
 #include <gst/video/video.h>

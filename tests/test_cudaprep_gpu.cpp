@@ -4,9 +4,9 @@
 
 #include <cstring>
 
-#include "cudaprep_test_util.h"
-#include "prep_reference.h"
-#include "test_helpers.h"
+#include "pi0testcudaprep.h"
+#include "pi0testprepreference.h"
+#include "pi0testgst.h"
 
 #include <cuda_runtime.h>
 #include <gst/pi0/pi0.h>

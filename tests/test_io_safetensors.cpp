@@ -6,9 +6,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "io/error.h"
-#include "io/safetensors.h"
-#include "test_io_util.h"
+#include "io/pi0error.h"
+#include "io/pi0safetensors.h"
+#include "pi0testio.h"
 
 using pi0test::expect_error;
 using pi0test::TempDir;

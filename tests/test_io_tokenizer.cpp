@@ -9,9 +9,9 @@
 #include <fstream>
 #include <iterator>
 
-#include "io/error.h"
-#include "io/tokenizer.h"
-#include "test_io_util.h"
+#include "io/pi0error.h"
+#include "io/pi0tokenizer.h"
+#include "pi0testio.h"
 
 using pi0test::expect_error;
 
@@ -228,7 +228,7 @@ TEST (Tokenizer, ShimTurnsSentencepieceExceptionsIntoErrors)
 }
 
 // Debian's libsentencepiece and LibTorch's libc10 both export FLAGS_minloglevel (an absl::Flag
-// object in one, an int in the other; see inference/io/spm_shim.cpp). Opening the tokenizer must
+// object in one, an int in the other; see inference/io/pi0spmshim.cpp). Opening the tokenizer must
 // leave libc10's int alone: when sentencepiece's constructor built its flag over it, the mutex
 // beside it was overwritten and the first TorchScript forward deadlocked
 // (Pi0Infer.TorchScriptExceptionIsAnElementErrorAndNaNIsFlagged is that case end to end).

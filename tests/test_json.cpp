@@ -8,7 +8,7 @@
 
 using namespace pi0::json;
 
-TEST (StrictJson, ParsesAndKeepsValues)
+TEST (Json, ParsesAndKeepsValues)
 {
   std::string err;
   auto v = parse_strict (R"({"a":[1,2.5],"b":{"c":"x"}})", "t.json", &err);
@@ -19,7 +19,7 @@ TEST (StrictJson, ParsesAndKeepsValues)
   EXPECT_EQ (a, (std::vector<float>{1.0f, 2.5f}));
 }
 
-TEST (StrictJson, RefusesADuplicateKeyNamingItAndWhereItIs)
+TEST (Json, RefusesADuplicateKeyNamingItAndWhereItIs)
 {
   std::string err;
   EXPECT_FALSE (parse_strict (R"({"a":1,"a":2})", "t.json", &err));
@@ -33,7 +33,7 @@ TEST (StrictJson, RefusesADuplicateKeyNamingItAndWhereItIs)
   EXPECT_TRUE (parse_strict (R"({"x":{"k":1},"y":{"k":1}})", "t.json", &err)) << err;
 }
 
-TEST (StrictJson, MalformedTextIsAnErrorNamingTheSource)
+TEST (Json, MalformedTextIsAnErrorNamingTheSource)
 {
   std::string err;
   EXPECT_FALSE (parse_strict ("{\"a\":", "cfg.json", &err));
@@ -43,7 +43,7 @@ TEST (StrictJson, MalformedTextIsAnErrorNamingTheSource)
   EXPECT_NE (err.find ("/nonexistent/cfg.json: cannot open"), std::string::npos) << err;
 }
 
-TEST (StrictJson, FloatsMustBeFiniteAndFitFloat32)
+TEST (Json, FloatsMustBeFiniteAndFitFloat32)
 {
   std::string err;
   float f = 0;

@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* pi0prep's CPU path against the plain reference (prep_reference.h), and the default and
+/* pi0prep's CPU path against the plain reference (pi0testprepreference.h), and the default and
  * bilinear filters against openpi-client's resize_with_pad and torch's interpolate, run from
  * the project's .venv on fresh random frames. */
 
 #include <cstring>
 
-#include "prep_cases.h"
-#include "prep_reference.h"
+#include "pi0testprepcases.h"
+#include "pi0testprepreference.h"
 
 #include <gtest/gtest.h>
 #include <glib.h>

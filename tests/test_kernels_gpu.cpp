@@ -2,9 +2,9 @@
 /* pi0prep's CUDA path against its CPU twin and the plain reference (suite 'gpu': skips itself
  * without a CUDA device). */
 
-#include "pi0prep_cuda.h"
-#include "prep_cases.h"
-#include "prep_reference.h"
+#include "pi0prepcuda.h"
+#include "pi0testprepcases.h"
+#include "pi0testprepreference.h"
 
 #include <gtest/gtest.h>
 

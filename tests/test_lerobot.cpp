@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* pi0lerobotsink and pi0lerobotsrc, and the library under them (lerobot/).
  *
- * - CommandTimeline and the stats, on their own.
+ * - The stats, on their own (the CommandTimeline the sink records actions with is protocol/'s:
+ *   tests/test_session.cpp).
  * - Bad settings: clear errors, nothing written.
  * - pipelines/record-lerobot.txt live against the robot simulator, lossless, two episodes
  *   (started and stopped by pi0-episode events); then the real lerobot (LeRobotDataset, Python
@@ -13,8 +14,8 @@
  *   afterwards cleans up and the dataset loads with one more episode. */
 
 #include "pi0lerobot.h"
-#include "pi0sink_test_util.h"
-#include "test_helpers.h"
+#include "pi0testsink.h"
+#include "pi0testgst.h"
 
 #include <gst/pi0/pi0.h>
 #include <gtest/gtest.h>
@@ -328,22 +329,8 @@ on_action (GstElement *robot, const gchar *kind, guint64, guint, guint steps, gu
 std::map<std::string, std::string>
 robot_vars (const std::string &rec)
 {
-  auto free_port = [] () {
-    GSocket *s =
-        g_socket_new (G_SOCKET_FAMILY_IPV4, G_SOCKET_TYPE_DATAGRAM, G_SOCKET_PROTOCOL_UDP, nullptr);
-    GInetAddress *lo = g_inet_address_new_loopback (G_SOCKET_FAMILY_IPV4);
-    GSocketAddress *a = g_inet_socket_address_new (lo, 0);
-    g_socket_bind (s, a, FALSE, nullptr);
-    GSocketAddress *b = g_socket_get_local_address (s, nullptr);
-    const int port = g_inet_socket_address_get_port (G_INET_SOCKET_ADDRESS (b));
-    g_object_unref (b);
-    g_object_unref (a);
-    g_object_unref (lo);
-    g_object_unref (s);
-    return std::to_string (port);
-  };
-  return {{"ROBOT_PORT", free_port ()},
-          {"STATE_PORT", free_port ()},
+  return {{"ROBOT_PORT", std::to_string (free_port (G_SOCKET_PROTOCOL_UDP))},
+          {"STATE_PORT", std::to_string (free_port (G_SOCKET_PROTOCOL_UDP))},
           {"REC", rec},
           {"ROBOT_CONFIG", source_root () + "/pipelines/robot-7dof.json"}};
 }
@@ -396,30 +383,6 @@ tiny_schema ()
 }
 
 } // namespace
-
-TEST (LeRobotTimeline, ChunkRowsRunFromTheirSendTimeAndANewMessageReplacesWhatIsPending)
-{
-  pi0::lerobot::CommandTimeline t (10);
-  EXPECT_EQ (t.at (0), nullptr);
-  const float a[] = {1, 2, 3}, b[] = {7};
-  t.add ("action", 100, a, 3, 1); /* rows at 100, 110, 120 */
-  EXPECT_EQ (t.at (99), nullptr);
-  EXPECT_EQ ((*t.at (100))[0], 1);
-  EXPECT_EQ ((*t.at (115))[0], 2);
-  EXPECT_EQ ((*t.at (1000))[0], 3);
-  t.add ("action", 112, b, 1, 1); /* replaces the row due at 120 */
-  EXPECT_EQ ((*t.at (111))[0], 2);
-  EXPECT_EQ ((*t.at (125))[0], 7);
-  t.add ("hold", 130, nullptr, 0, 0); /* no position: the robot stays */
-  EXPECT_EQ ((*t.at (140))[0], 7);
-  const float h[] = {5};
-  t.add ("hold", 150, h, 1, 1);
-  EXPECT_EQ ((*t.at (150))[0], 5);
-  t.add ("stop", 160, nullptr, 0, 0);
-  EXPECT_EQ ((*t.at (170))[0], 5);
-  t.prune (150);
-  EXPECT_EQ ((*t.at (150))[0], 5);
-}
 
 TEST (LeRobotStats, VectorStatsAreThoseOfNumpyAndAggregateIsPooled)
 {
@@ -483,7 +446,7 @@ TEST (LeRobotWriter, RefusesWhatWouldDamageADataset)
   EXPECT_EQ (ts, (std::vector<double>{0.0, (double)(float)0.1}));
 }
 
-TEST (LeRobotSink, RefusesToStartWithoutLocationOrActionSink)
+TEST (Pi0LeRobotSink, RefusesToStartWithoutLocationOrActionSink)
 {
   for (const char *desc :
        {"videotestsrc num-buffers=1 ! fakesink pi0lerobotsink name=d action-sink=robot",
@@ -503,7 +466,7 @@ TEST (LeRobotSink, RefusesToStartWithoutLocationOrActionSink)
   }
 }
 
-TEST (LeRobotSink, RefusesAnActionSinkThatDrivesNoRobot)
+TEST (Pi0LeRobotSink, RefusesAnActionSinkThatDrivesNoRobot)
 {
   Dir d;
   const std::string desc =
@@ -525,7 +488,7 @@ TEST (LeRobotSink, RefusesAnActionSinkThatDrivesNoRobot)
 
 /* LeRobot's fps is an integer: a base camera at 30000/1001 is refused (unless fps is set)
  * before anything is written. */
-TEST (LeRobotSink, RefusesABaseCameraAtAFractionalRateUnlessFpsIsSet)
+TEST (Pi0LeRobotSink, RefusesABaseCameraAtAFractionalRateUnlessFpsIsSet)
 {
   for (int with_fps = 0; with_fps < 2; with_fps++) {
     Dir d;
@@ -558,21 +521,31 @@ TEST (LeRobotSink, RefusesABaseCameraAtAFractionalRateUnlessFpsIsSet)
   }
 }
 
-TEST (LeRobotSrc, AMissingDatasetOrEpisodeIsAnErrorNamingIt)
+/* A dataset of tiny_schema() with one episode of one frame (no cameras) at @path. */
+static testing::AssertionResult
+one_frame_dataset (const std::string &path)
+{
+  std::string e;
+  auto w = pi0::lerobot::Writer::open (path, tiny_schema (), false, &e);
+  if (!w)
+    return testing::AssertionFailure () << e;
+  pi0::lerobot::Episode ep;
+  ep.length = 1;
+  ep.state = {1, 2};
+  ep.action = {1, 2};
+  ep.task = {"t"};
+  if (!w->commit (ep, &e))
+    return testing::AssertionFailure () << e;
+  return testing::AssertionSuccess ();
+}
+
+TEST (Pi0LeRobotSrc, AMissingDatasetOrEpisodeIsAnErrorNamingIt)
 {
   Dir d;
   for (int missing_episode = 0; missing_episode < 2; missing_episode++) {
     if (missing_episode) {
       /* A dataset with one episode (no cameras), asked for episode 5. */
-      std::string e;
-      auto w = pi0::lerobot::Writer::open (d.path + "/ds", tiny_schema (), false, &e);
-      ASSERT_NE (w, nullptr) << e;
-      pi0::lerobot::Episode ep;
-      ep.length = 1;
-      ep.state = {1, 2};
-      ep.action = {1, 2};
-      ep.task = {"t"};
-      ASSERT_TRUE (w->commit (ep, &e)) << e;
+      ASSERT_TRUE (one_frame_dataset (d.path + "/ds"));
     }
     ElementPtr src (gst_element_factory_make ("pi0lerobotsrc", nullptr));
     ASSERT_NE (src, nullptr);
@@ -590,8 +563,42 @@ TEST (LeRobotSrc, AMissingDatasetOrEpisodeIsAnErrorNamingIt)
   }
 }
 
+/* Setting location reads nothing (a set_property never touches the disk): the dataset is read
+ * at READY, where its pads appear and n-episodes is known, and they go again at NULL. */
+TEST (Pi0LeRobotSrc, TheDatasetIsReadAtReadyNotWhenLocationIsSet)
+{
+  Dir d;
+  ASSERT_TRUE (one_frame_dataset (d.path + "/ds"));
+
+  ElementPtr src (gst_element_factory_make ("pi0lerobotsrc", nullptr));
+  ASSERT_NE (src, nullptr);
+  g_object_set (src.get (), "location", (d.path + "/ds").c_str (), nullptr);
+  guint n = 99;
+  g_object_get (src.get (), "n-episodes", &n, nullptr);
+  EXPECT_EQ (n, 0u) << "not read yet";
+  EXPECT_EQ (src->numsrcpads, 0u);
+  ASSERT_EQ (gst_element_set_state (src.get (), GST_STATE_READY), GST_STATE_CHANGE_SUCCESS);
+  g_object_get (src.get (), "n-episodes", &n, nullptr);
+  EXPECT_EQ (n, 1u);
+  ObjectPtr<GstPad> state (gst_element_get_static_pad (src.get (), "state"));
+  EXPECT_NE (state, nullptr) << "the state pad appears at READY";
+  ASSERT_EQ (gst_element_set_state (src.get (), GST_STATE_NULL), GST_STATE_CHANGE_SUCCESS);
+  EXPECT_EQ (src->numsrcpads, 0u);
+
+  /* A location that names nothing is no warning when set, an error at READY. */
+  g_object_set (src.get (), "location", (d.path + "/none").c_str (), nullptr);
+  ElementPtr pipe (gst_pipeline_new (nullptr));
+  gst_bin_add (GST_BIN (pipe.get ()), GST_ELEMENT (gst_object_ref (src.get ())));
+  EXPECT_EQ (gst_element_set_state (pipe.get (), GST_STATE_READY), GST_STATE_CHANGE_FAILURE);
+  ObjectPtr<GstBus> bus (gst_element_get_bus (pipe.get ()));
+  MessagePtr m (gst_bus_pop_filtered (bus.get (), GST_MESSAGE_ERROR));
+  ASSERT_NE (m, nullptr);
+  EXPECT_NE (message_text (m.get ()).find ("Cannot read the dataset"), std::string::npos);
+  gst_element_set_state (pipe.get (), GST_STATE_NULL);
+}
+
 /* Record two lossless episodes from the demo chain, load them with lerobot, replay one. */
-TEST (LeRobotRecord, TwoEpisodesLoadInLeRobotAndReplayGivesTheLiveActions)
+TEST (Pi0LeRobotSinkRecord, TwoEpisodesLoadInLeRobotAndReplayGivesTheLiveActions)
 {
   const std::string py = lerobot_python ();
   if (py.empty () && g_getenv ("PI0_CI") != nullptr)
@@ -631,12 +638,7 @@ TEST (LeRobotRecord, TwoEpisodesLoadInLeRobotAndReplayGivesTheLiveActions)
                "");
     gst_element_send_event (pipe.get (), gst_event_new_eos ());
     EXPECT_EQ (run_to_eos (pipe.get (), 120), "");
-    GstStructure *st = nullptr;
-    g_object_get (rec.get (), "stats", &st, nullptr);
-    guint64 episodes = 0;
-    gst_structure_get_uint64 (st, "episodes", &episodes);
-    gst_structure_free (st);
-    EXPECT_EQ (episodes, 2u);
+    EXPECT_EQ (stat (rec.get (), "episodes"), 2u);
     gst_element_set_state (pipe.get (), GST_STATE_NULL);
   }
   ASSERT_EQ (seen.episodes.size (), 2u);
@@ -705,7 +707,7 @@ TEST (LeRobotRecord, TwoEpisodesLoadInLeRobotAndReplayGivesTheLiveActions)
 }
 
 /* A recording killed mid-episode keeps its finished episodes loadable; appending cleans up. */
-TEST (LeRobotRecord, KilledRecordingKeepsItsFinishedEpisodes)
+TEST (Pi0LeRobotSinkRecord, KilledRecordingKeepsItsFinishedEpisodes)
 {
   const std::string py = lerobot_python ();
   if (py.empty () && g_getenv ("PI0_CI") != nullptr)
@@ -765,16 +767,8 @@ TEST (LeRobotRecord, KilledRecordingKeepsItsFinishedEpisodes)
     ASSERT_NE (pipe, nullptr);
     ObjectPtr<GstElement> rec (by_name (pipe.get (), "dataset"));
     ASSERT_NE (gst_element_set_state (pipe.get (), GST_STATE_PLAYING), GST_STATE_CHANGE_FAILURE);
-    auto frames = [&] () {
-      GstStructure *st = nullptr;
-      g_object_get (rec.get (), "stats", &st, nullptr);
-      guint64 f = 0;
-      gst_structure_get_uint64 (st, "frames", &f);
-      gst_structure_free (st);
-      return f;
-    };
     ASSERT_EQ (wait_for (
-                   pipe.get (), [&] { return frames () >= 10; }, 120),
+                   pipe.get (), [&] { return stat (rec.get (), "frames") >= 10; }, 120),
                "");
     gst_element_send_event (pipe.get (), gst_event_new_eos ());
     EXPECT_EQ (run_to_eos (pipe.get (), 120), "");

@@ -6,10 +6,10 @@
 #include <c10/core/InferenceMode.h>
 #include <torch/script.h>
 
-#include "io/error.h"
-#include "io/safetensors.h"
+#include "io/pi0error.h"
+#include "io/pi0safetensors.h"
 #include "pi0json.h"
-#include "test_model_util.h"
+#include "pi0testmodel.h"
 
 using namespace pi0test;
 

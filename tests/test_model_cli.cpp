@@ -1,10 +1,11 @@
-/* pi0-model, the command-line tool, run as a user would (through popen). */
+/* pi0-model and pi0-demo, the command-line tools, run as a user would (through popen). */
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
-#include "io/safetensors.h"
-#include "test_model_util.h"
+#include "io/pi0safetensors.h"
+#include "pi0testmodel.h"
 
 using namespace pi0test;
 
@@ -17,11 +18,10 @@ struct Result {
 };
 
 Result
-run_tool (const std::string &args)
+run_command (const std::string &cmd)
 {
-  std::string cmd = build_root () + "/tools/pi0-model/pi0-model " + args + " --threads 1 2>&1";
   Result r;
-  FILE *p = popen (cmd.c_str (), "r");
+  FILE *p = popen ((cmd + " 2>&1").c_str (), "r");
   if (!p)
     return r;
   char buf[4096];
@@ -31,6 +31,19 @@ run_tool (const std::string &args)
   int st = pclose (p);
   r.status = WIFEXITED (st) ? WEXITSTATUS (st) : -1;
   return r;
+}
+
+Result
+run_tool (const std::string &args)
+{
+  return run_command (build_root () + "/tools/pi0-model/pi0-model " + args + " --threads 1");
+}
+
+/* tools/pi0-demo with @args; @env ("NAME=value ...") goes before it on the shell's line. */
+Result
+run_demo (const std::string &args, const std::string &env = "")
+{
+  return run_command (env + " " + build_root () + "/tools/pi0-demo " + args);
 }
 
 bool
@@ -60,7 +73,7 @@ action_rows (const std::string &out)
 
 } // namespace
 
-TEST (ModelCli, InfoPrintsThePublishedPi0ParameterCount)
+TEST (Pi0Model, InfoPrintsThePublishedPi0ParameterCount)
 {
   Result r = run_tool ("info --config pi0");
   ASSERT_EQ (r.status, 0) << r.out;
@@ -69,7 +82,7 @@ TEST (ModelCli, InfoPrintsThePublishedPi0ParameterCount)
   EXPECT_TRUE (contains (r.out, "prefix length: 816")) << r.out;
 }
 
-TEST (ModelCli, InitThenRunMatchesTheSameSeededWeights)
+TEST (Pi0Model, InitThenRunMatchesTheSameSeededWeights)
 {
   TempDir dir;
   Result init = run_tool ("init --config pi0-tiny --seed 3 --out " + dir.path +
@@ -93,7 +106,7 @@ TEST (ModelCli, InitThenRunMatchesTheSameSeededWeights)
   EXPECT_NE (action_rows (other_seed.out), a);
 }
 
-TEST (ModelCli, BenchPrintsStagesAndMemory)
+TEST (Pi0Model, BenchPrintsStagesAndMemory)
 {
   Result r = run_tool ("bench --config pi0-tiny --iters 2 --warmup 1");
   ASSERT_EQ (r.status, 0) << r.out;
@@ -102,7 +115,7 @@ TEST (ModelCli, BenchPrintsStagesAndMemory)
     EXPECT_TRUE (contains (r.out, row)) << row << "\n" << r.out;
 }
 
-TEST (ModelCli, BadArgumentsExplainThemselves)
+TEST (Pi0Model, BadArgumentsExplainThemselves)
 {
   Result r = run_tool ("info --config pi0-huge");
   EXPECT_EQ (r.status, 2);
@@ -121,7 +134,7 @@ TEST (ModelCli, BadArgumentsExplainThemselves)
   EXPECT_TRUE (contains (r.out, "--seed needs a non-negative integer")) << r.out;
 }
 
-TEST (ModelCli, RunsALeRobotCheckpointOnGivenInputs)
+TEST (Pi0Model, RunsALeRobotCheckpointOnGivenInputs)
 {
   // The committed LeRobot goldens through the tool: checkpoint dir, --inputs, --out.
   TempDir dir;
@@ -134,7 +147,7 @@ TEST (ModelCli, RunsALeRobotCheckpointOnGivenInputs)
   EXPECT_TRUE (at::allclose (ours, theirs, 1e-2, 5e-3)) << max_abs (ours, theirs);
 }
 
-TEST (ModelCli, InfoReadsACheckpointConfig)
+TEST (Pi0Model, InfoReadsACheckpointConfig)
 {
   const std::string golden = source_root () + "/tests/parity/lerobot_pi0";
   Result r = run_tool ("info --checkpoint " + golden);
@@ -147,7 +160,7 @@ TEST (ModelCli, InfoReadsACheckpointConfig)
   EXPECT_TRUE (contains (r.out, "\nparameters: " + std::to_string (n) + "\n")) << r.out;
 }
 
-TEST (ModelCli, PromptGoesThroughTheTokenizer)
+TEST (Pi0Model, PromptGoesThroughTheTokenizer)
 {
   const std::string tok = source_root () + "/tests/data/tokenizer/tiny_paligemma.model";
   Result a =
@@ -167,17 +180,57 @@ TEST (ModelCli, PromptGoesThroughTheTokenizer)
  * no pipeline): a typo is a clear error, not a demo silently running without RTC. */
 TEST (Pi0Demo, UnknownRtcModeIsAClearError)
 {
-  const std::string cmd = build_root () + "/tools/pi0-demo --rtc guidd --duration 1 2>&1";
-  FILE *p = popen (cmd.c_str (), "r");
-  ASSERT_NE (p, nullptr);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread (buf, 1, sizeof buf, p)) > 0)
-    out.append (buf, n);
-  const int st = pclose (p);
-  ASSERT_TRUE (WIFEXITED (st)) << out;
-  EXPECT_EQ (WEXITSTATUS (st), 2) << out;
-  EXPECT_TRUE (contains (out, "--rtc: 'guidd' is not one of off, guided, guided-identity")) << out;
-  EXPECT_FALSE (contains (out, "gst-pi0 demo:")) << "the demo must not start: " << out;
+  Result r = run_demo ("--rtc guidd --duration 1");
+  EXPECT_EQ (r.status, 2) << r.out;
+  EXPECT_TRUE (contains (r.out, "--rtc: 'guidd' is not one of off, guided, guided-identity"))
+      << r.out;
+  EXPECT_FALSE (contains (r.out, "gst-pi0 demo:")) << "the demo must not start: " << r.out;
+}
+
+/* The demo runs pipelines/demo.txt (the line `pipelines/run.sh demo` runs) against the robot of
+ * robot-7dof.json, the simulator publishing the state the line reads over UDP; its options
+ * reach the line (--max-wait, --instruction, --rtc) and it prints what the README shows. */
+TEST (Pi0Demo, RunsPipelinesDemoTxtAgainstTheRobotSimulator)
+{
+  Result r = run_demo ("--duration 2 --stall-start 0.5 --stall-end 1.2 --max-wait 30 "
+                       "--instruction 'stack \"the\" cups' --rtc guided-identity");
+  ASSERT_EQ (r.status, 0) << r.out;
+  const std::string src = source_root () + "/pipelines/";
+  EXPECT_TRUE (contains (r.out, "Chain: " + src + "demo.txt, robot: " + src + "robot-7dof.json"))
+      << r.out;
+  EXPECT_TRUE (contains (r.out, "Instruction: \"stack \"the\" cups\"")) << r.out;
+  EXPECT_TRUE (contains (r.out, "rtc=guided-identity)")) << r.out;
+  EXPECT_TRUE (contains (r.out, "pi0viewmux (waits at most 30 ms)")) << r.out;
+  EXPECT_TRUE (contains (r.out, "3 cameras (main 640x480 RGB 30 fps, side 320x240 NV12 15 fps, "
+                                "top 1280x720 I420 10 fps)"))
+      << r.out;
+  EXPECT_TRUE (contains (r.out, "top  MASKED")) << "the stall shows: " << r.out;
+  EXPECT_TRUE (contains (r.out, "warning from mux: Camera view 'top' recovered")) << r.out;
+  EXPECT_TRUE (contains (r.out, "\nSummary: ")) << r.out;
+  EXPECT_TRUE (contains (r.out, " action rows executed, 0 frames rejected, ")) << r.out;
+  EXPECT_TRUE (contains (r.out, "capture -> sent (end to end)")) << r.out;
+  EXPECT_FALSE (contains (r.out, "ERROR")) << r.out;
+}
+
+/* $PI0_DATA_DIR comes first; a line it cannot use is an error naming the file and what is
+ * wrong, before the demo (or the robot simulator) starts. */
+TEST (Pi0Demo, ABrokenDemoTxtIsAClearError)
+{
+  TempDir dir;
+  ASSERT_TRUE (std::filesystem::create_directories (dir.path + "/pipelines"));
+  const std::string demo = dir.path + "/pipelines/demo.txt";
+  const std::string env = "PI0_DATA_DIR=" + dir.path;
+  const std::pair<const char *, const char *> cases[] = {
+      {"# comment\nfakesrc num-buffers=${FRAMES} ! fakesink\n",
+       ": ${FRAMES} has no value and no default"},
+      {"fakesrc ! fakesink name=sink\n", " has no element named 'infer'"},
+      {"fakesrc ! nosuchelement\n", ": no element \"nosuchelement\""},
+  };
+  for (const auto &c : cases) {
+    ASSERT_TRUE (std::ofstream (demo) << c.first);
+    Result r = run_demo ("--duration 1", env);
+    EXPECT_EQ (r.status, 1) << r.out;
+    EXPECT_TRUE (contains (r.out, "pi0-demo: " + demo + c.second)) << r.out;
+    EXPECT_FALSE (contains (r.out, "gst-pi0 demo:")) << "the demo must not start: " << r.out;
+  }
 }

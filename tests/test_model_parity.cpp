@@ -8,9 +8,9 @@
 
 #include <c10/core/InferenceMode.h>
 
-#include "io/checkpoint.h"
-#include "io/safetensors.h"
-#include "test_model_util.h"
+#include "io/pi0checkpoint.h"
+#include "io/pi0safetensors.h"
+#include "pi0testmodel.h"
 
 using namespace pi0test;
 

@@ -14,9 +14,9 @@
 
 #include <c10/core/InferenceMode.h>
 
-#include "io/error.h"
-#include "io/safetensors.h"
-#include "test_model_util.h"
+#include "io/pi0error.h"
+#include "io/pi0safetensors.h"
+#include "pi0testmodel.h"
 
 using namespace pi0test;
 

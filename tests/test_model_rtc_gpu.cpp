@@ -1,8 +1,8 @@
 /* Real-time chunking on CUDA (suite 'gpu'; every test skips itself without a CUDA device): the
  * guided sampler, both Jacobian modes, against the CPU in fp32 and bf16. Not run in the session
  * that wrote it (no device); see docs/rtc.md. */
-#include "model/cuda_support.h"
-#include "test_model_util.h"
+#include "model/pi0cudasupport.h"
+#include "pi0testmodel.h"
 
 using namespace pi0test;
 

@@ -4,9 +4,9 @@
  * reading, killed), 1000 state cycles with a stalled peer, and frames that the robot simulator
  * validates. */
 
-#include "pi0sink_test_util.h"
+#include "pi0testsink.h"
 #include "pi0safety.h"
-#include "test_helpers.h"
+#include "pi0testgst.h"
 
 #include <gst/check/gstharness.h>
 #include <gst/check/gsttestclock.h>
@@ -71,7 +71,7 @@ start_error (const std::string &desc)
 
 } // namespace
 
-TEST (ActionSink, BuiltWithoutFastMath)
+TEST (Pi0ActionSink, BuiltWithoutFastMath)
 {
   EXPECT_TRUE (pi0::proto::float_checks_work ());
 #if defined(__FAST_MATH__)
@@ -79,7 +79,7 @@ TEST (ActionSink, BuiltWithoutFastMath)
 #endif
 }
 
-TEST (ActionSink, PropertiesAndDefaults)
+TEST (Pi0ActionSink, PropertiesAndDefaults)
 {
   GstElement *e = gst_element_factory_make ("pi0actionsink", nullptr);
   ASSERT_NE (e, nullptr);
@@ -113,7 +113,7 @@ TEST (ActionSink, PropertiesAndDefaults)
   gst_object_unref (e);
 }
 
-TEST (ActionSink, RefusesToStartWithoutLimitsOrWithABadConfig)
+TEST (Pi0ActionSink, RefusesToStartWithoutLimitsOrWithABadConfig)
 {
   TempDir dir;
   std::string err = start_error ("pi0actionsink target=stdout");
@@ -178,7 +178,7 @@ TEST (ActionSink, RefusesToStartWithoutLimitsOrWithABadConfig)
                               " robot-config=" + dir.file ("ok.json", kRobot3)));
 }
 
-TEST (ActionSink, DimensionMismatchIsAnErrorAndSendsNothing)
+TEST (Pi0ActionSink, DimensionMismatchIsAnErrorAndSendsNothing)
 {
   Fixture f;
   f.make ("mode=chunk target=file://" + f.dir.file ("out.jsonl"), kRobot3);
@@ -201,7 +201,7 @@ TEST (ActionSink, DimensionMismatchIsAnErrorAndSendsNothing)
   gst_object_unref (bus);
 }
 
-TEST (ActionSink, WithoutConfigTheFirstChunkFixesTheDimension)
+TEST (Pi0ActionSink, WithoutConfigTheFirstChunkFixesTheDimension)
 {
   Fixture f;
   f.make ("mode=chunk allow-unlimited=true target=file://" + f.dir.file ("out.jsonl"), "");
@@ -219,7 +219,7 @@ TEST (ActionSink, WithoutConfigTheFirstChunkFixesTheDimension)
   gst_object_unref (bus);
 }
 
-TEST (ActionSink, StdoutCarriesJsonLines)
+TEST (Pi0ActionSink, StdoutCarriesJsonLines)
 {
   testing::internal::CaptureStdout ();
   {
@@ -252,7 +252,7 @@ TEST (ActionSink, StdoutCarriesJsonLines)
   EXPECT_TRUE (found) << out;
 }
 
-TEST (ActionSink, NonFiniteChunksAreNeverForwarded)
+TEST (Pi0ActionSink, NonFiniteChunksAreNeverForwarded)
 {
   /* A smaller count through the whole element than test_protocol's 10^5 through the gate. */
   Fixture f;
@@ -315,7 +315,7 @@ TEST (ActionSink, NonFiniteChunksAreNeverForwarded)
   EXPECT_EQ (wire_actions, good);
 }
 
-TEST (ActionSink, FlagSetByUpstreamIsHonouredEvenIfValuesLookFinite)
+TEST (Pi0ActionSink, FlagSetByUpstreamIsHonouredEvenIfValuesLookFinite)
 {
   Fixture f;
   f.make ("mode=chunk target=file://" + f.dir.file ("o.jsonl"), kRobotWide3);
@@ -333,7 +333,7 @@ TEST (ActionSink, FlagSetByUpstreamIsHonouredEvenIfValuesLookFinite)
   EXPECT_EQ (f.rec.count ("action"), 0u);
 }
 
-TEST (ActionSink, EveryOutputRespectsLimitsAndMaxStep)
+TEST (Pi0ActionSink, EveryOutputRespectsLimitsAndMaxStep)
 {
   /* Property test through the element in stream mode: random chunks with values far outside
    * the limits, at ±1 ulp of them, and 1e30; every row leaving the sink (signal and wire) is
@@ -395,7 +395,7 @@ TEST (ActionSink, EveryOutputRespectsLimitsAndMaxStep)
   }
 }
 
-TEST (ActionSink, ChunkModeBoundsEachChunkAgainstTheRowBeingExecuted)
+TEST (Pi0ActionSink, ChunkModeBoundsEachChunkAgainstTheRowBeingExecuted)
 {
   /* In chunk mode the robot runs row i of a chunk at observation + i * period and a new chunk
    * replaces the rest of the old one on arrival, so the first row of a new chunk is bounded
@@ -467,7 +467,7 @@ TEST (ActionSink, ChunkModeBoundsEachChunkAgainstTheRowBeingExecuted)
   EXPECT_GT (stat (f.sink, "clamped"), 10u);
 }
 
-TEST (ActionSink, StaleChunksAreDroppedAndPastStepsSkipped)
+TEST (Pi0ActionSink, StaleChunksAreDroppedAndPastStepsSkipped)
 {
   Fixture f;
   f.make ("mode=chunk max-action-age=500000000 target=file://" + f.dir.file ("o.jsonl"),
@@ -494,7 +494,7 @@ TEST (ActionSink, StaleChunksAreDroppedAndPastStepsSkipped)
   EXPECT_EQ (f.rec.count ("action"), 0u);
 }
 
-TEST (ActionSink, StreamModeExecutesRowsAlignedToCaptureTime)
+TEST (Pi0ActionSink, StreamModeExecutesRowsAlignedToCaptureTime)
 {
   Fixture f;
   f.make ("mode=stream execute-steps=6 target=file://" + f.dir.file ("o.jsonl"), kRobotWide3);
@@ -524,7 +524,7 @@ TEST (ActionSink, StreamModeExecutesRowsAlignedToCaptureTime)
   }
 }
 
-TEST (ActionSink, StreamModeTellsUpstreamWhatRunsAtEachTick)
+TEST (Pi0ActionSink, StreamModeTellsUpstreamWhatRunsAtEachTick)
 {
   Fixture f;
   f.make ("mode=stream execute-steps=6 target=file://" + f.dir.file ("o.jsonl"), kRobotWide3);
@@ -541,7 +541,7 @@ TEST (ActionSink, StreamModeTellsUpstreamWhatRunsAtEachTick)
   EXPECT_EQ (got, want);
 }
 
-TEST (ActionSink, ChunkModeTellsUpstreamTheFirstRowSent)
+TEST (Pi0ActionSink, ChunkModeTellsUpstreamTheFirstRowSent)
 {
   Fixture f;
   f.make ("mode=chunk target=file://" + f.dir.file ("o.jsonl"), kRobotWide3);
@@ -559,7 +559,7 @@ TEST (ActionSink, ChunkModeTellsUpstreamTheFirstRowSent)
   EXPECT_EQ (got[0].row, (guint)((at - 50 * GST_MSECOND) / kPeriod));
 }
 
-TEST (ActionSinkLog, SendsNoFeedbackUpstream)
+TEST (Pi0ActionSinkLog, SendsNoFeedbackUpstream)
 {
   Fixture f;
   f.make ("mode=log target=file://" + f.dir.file ("o.jsonl"), "");
@@ -567,7 +567,7 @@ TEST (ActionSinkLog, SendsNoFeedbackUpstream)
   EXPECT_TRUE (pull_executing (f.h.get ()).empty ());
 }
 
-TEST (ActionSink, WatchdogHoldsThenStopsOnTheClockAndThenStaysQuiet)
+TEST (Pi0ActionSink, WatchdogHoldsThenStopsOnTheClockAndThenStaysQuiet)
 {
   Fixture f;
   f.make ("mode=stream hold-timeout=50000000 stop-timeout=200000000 target=file://" +
@@ -613,7 +613,7 @@ TEST (ActionSink, WatchdogHoldsThenStopsOnTheClockAndThenStaysQuiet)
   EXPECT_GE (f.rec.count ("action"), 1u);
 }
 
-TEST (ActionSink, WatchdogInChunkModeCountsFromTheLastRowsDueTime)
+TEST (Pi0ActionSink, WatchdogInChunkModeCountsFromTheLastRowsDueTime)
 {
   Fixture f;
   f.make ("mode=chunk hold-timeout=50000000 stop-timeout=100000000 target=file://" +
@@ -635,7 +635,7 @@ TEST (ActionSink, WatchdogInChunkModeCountsFromTheLastRowsDueTime)
   EXPECT_LE (stop, 280 * GST_MSECOND + kPeriod);
 }
 
-TEST (ActionSink, SequenceNumbersIncreaseAndSessionsChangeOnRestart)
+TEST (Pi0ActionSink, SequenceNumbersIncreaseAndSessionsChangeOnRestart)
 {
   Fixture f;
   UdpReceiver rx;
@@ -670,7 +670,7 @@ TEST (ActionSink, SequenceNumbersIncreaseAndSessionsChangeOnRestart)
   EXPECT_NE (first[0].header.session_id, second[0].header.session_id);
 }
 
-TEST (ActionSink, FlushHoldsAndDiscardsPendingActions)
+TEST (Pi0ActionSink, FlushHoldsAndDiscardsPendingActions)
 {
   Fixture f;
   f.make ("mode=stream target=file://" + f.dir.file ("o.jsonl"), kRobotWide3);
@@ -690,7 +690,7 @@ TEST (ActionSink, FlushHoldsAndDiscardsPendingActions)
   EXPECT_EQ (f.rec.count ("action"), 0u) << "no action of a pre-flush chunk after the flush";
 }
 
-TEST (ActionSink, EosHoldsAndDropsPendingActions)
+TEST (Pi0ActionSink, EosHoldsAndDropsPendingActions)
 {
   Fixture f;
   f.make ("mode=stream target=file://" + f.dir.file ("o.jsonl"), kRobotWide3);
@@ -709,7 +709,7 @@ TEST (ActionSink, EosHoldsAndDropsPendingActions)
   EXPECT_NE (lines.back ().find ("\"kind\":\"hold\""), std::string::npos);
 }
 
-TEST (ActionSink, PauseSendsHoldAndStopsTicking)
+TEST (Pi0ActionSink, PauseSendsHoldAndStopsTicking)
 {
   Fixture f;
   f.make ("mode=stream target=file://" + f.dir.file ("o.jsonl"), kRobotWide3);
@@ -725,7 +725,7 @@ TEST (ActionSink, PauseSendsHoldAndStopsTicking)
 }
 
 /* Issue 16 item 5: an empty key would silently turn authentication off. */
-TEST (ActionSink, RefusesAnEmptyHmacKey)
+TEST (Pi0ActionSink, RefusesAnEmptyHmacKey)
 {
   std::string err = start_error ("pi0actionsink allow-unlimited=true hmac-key=\"\"");
   EXPECT_NE (err.find ("hmac-key is empty"), std::string::npos) << err;
@@ -749,7 +749,7 @@ TEST (ActionSink, RefusesAnEmptyHmacKey)
 
 /* Issue 16 item 9: a file or stdout whose writes fail is an error (or, when tolerated, a
  * warning and a counter), never a recording that silently loses its data. */
-TEST (ActionSink, FailedFileWritesAreAnError)
+TEST (Pi0ActionSink, FailedFileWritesAreAnError)
 {
   TempDir dir;
   /* With a robot configuration the session's HELLO is written at start: start fails. */
@@ -776,7 +776,7 @@ TEST (ActionSink, FailedFileWritesAreAnError)
   gst_object_unref (bus);
 }
 
-TEST (ActionSink, FailedWritesCanBeToleratedWithAWarningAndACounter)
+TEST (Pi0ActionSink, FailedWritesCanBeToleratedWithAWarningAndACounter)
 {
   Fixture f;
   f.make ("mode=chunk allow-unlimited=true tolerate-write-errors=true target=file:///dev/full", "");
@@ -802,7 +802,7 @@ TEST (ActionSink, FailedWritesCanBeToleratedWithAWarningAndACounter)
   gst_object_unref (bus);
 }
 
-TEST (ActionSink, AClosedStdoutIsAnError)
+TEST (Pi0ActionSink, AClosedStdoutIsAnError)
 {
   /* fd 1 replaced by a read-only descriptor: every write to it fails (EBADF), as on a closed
    * stdout, without the risk of fd 1 being reused by a socket meanwhile. */
@@ -840,41 +840,7 @@ TEST (ActionSink, AClosedStdoutIsAnError)
 
 /* ---- TCP faults ------------------------------------------------------------------------ */
 
-namespace
-{
-
-/* A listening TCP socket on loopback that accepts nothing and reads nothing (a stalled peer:
- * the kernel completes the handshake from the backlog). */
-struct StalledPeer {
-  GSocket *sock;
-  int port;
-  StalledPeer ()
-  {
-    sock =
-        g_socket_new (G_SOCKET_FAMILY_IPV4, G_SOCKET_TYPE_STREAM, G_SOCKET_PROTOCOL_TCP, nullptr);
-    GInetAddress *lo = g_inet_address_new_loopback (G_SOCKET_FAMILY_IPV4);
-    GSocketAddress *sa = g_inet_socket_address_new (lo, 0);
-    g_socket_bind (sock, sa, TRUE, nullptr);
-    g_socket_listen (sock, nullptr);
-    g_object_unref (sa);
-    g_object_unref (lo);
-    GSocketAddress *local = g_socket_get_local_address (sock, nullptr);
-    port = g_inet_socket_address_get_port (G_INET_SOCKET_ADDRESS (local));
-    g_object_unref (local);
-  }
-  ~StalledPeer () { g_object_unref (sock); }
-};
-
-int
-free_port ()
-{
-  StalledPeer p; /* bound then closed: nobody listens there afterwards */
-  return p.port;
-}
-
-} // namespace
-
-TEST (ActionSinkTcp, PeerAbsentNeverBlocksAndReconnectsWhenItAppears)
+TEST (Pi0ActionSinkTcp, PeerAbsentNeverBlocksAndReconnectsWhenItAppears)
 {
   TempDir dir;
   const int port = free_port ();
@@ -921,7 +887,7 @@ TEST (ActionSinkTcp, PeerAbsentNeverBlocksAndReconnectsWhenItAppears)
   }
 }
 
-TEST (ActionSinkTcp, PeerNotReadingKeepsTheBufferBoundedAndNeverBlocks)
+TEST (Pi0ActionSinkTcp, PeerNotReadingKeepsTheBufferBoundedAndNeverBlocks)
 {
   StalledPeer peer;
   Fixture f;
@@ -947,7 +913,7 @@ TEST (ActionSinkTcp, PeerNotReadingKeepsTheBufferBoundedAndNeverBlocks)
   EXPECT_EQ (gst_element_set_state (f.sink, GST_STATE_NULL), GST_STATE_CHANGE_SUCCESS);
 }
 
-TEST (ActionSinkTcp, PeerKilledMidStreamThenReplaced)
+TEST (Pi0ActionSinkTcp, PeerKilledMidStreamThenReplaced)
 {
   TempDir dir;
   const int port = free_port ();
@@ -982,7 +948,7 @@ TEST (ActionSinkTcp, PeerKilledMidStreamThenReplaced)
   EXPECT_TRUE (sim2.exited_cleanly ());
 }
 
-TEST (ActionSinkTcp, ThousandStateCyclesWithAStalledPeer)
+TEST (Pi0ActionSinkTcp, ThousandStateCyclesWithAStalledPeer)
 {
   /* Each cycle: PLAYING, one chunk rendered (TCP connect to a peer that never accepts nor
    * reads), NULL. No deadlock, no GLib warning, and the fd count back to where it was. */
@@ -1009,7 +975,7 @@ TEST (ActionSinkTcp, ThousandStateCyclesWithAStalledPeer)
 
 /* ---- with the robot simulator ----------------------------------------------------------- */
 
-TEST (ActionSinkSim, UdpFramesAreValidatedByTheSimulator)
+TEST (Pi0ActionSinkSim, UdpFramesAreValidatedByTheSimulator)
 {
   TempDir dir;
   SimProc sim;
@@ -1051,7 +1017,7 @@ TEST (ActionSinkSim, UdpFramesAreValidatedByTheSimulator)
   EXPECT_EQ (sim.count ("stop"), 1u);
 }
 
-TEST (ActionSinkSim, LargeChunksAreSplitIntoDatagramsAndReassembledInOrder)
+TEST (Pi0ActionSinkSim, LargeChunksAreSplitIntoDatagramsAndReassembledInOrder)
 {
   TempDir dir;
   SimProc sim;
@@ -1090,7 +1056,7 @@ TEST (ActionSinkSim, LargeChunksAreSplitIntoDatagramsAndReassembledInOrder)
 
 /* ---- mode=log: the policy's output, whole and unmodified, for recordings and replays ---- */
 
-TEST (ActionSinkLog, WritesEveryChunkWholeAndUnclampedWithoutHandshake)
+TEST (Pi0ActionSinkLog, WritesEveryChunkWholeAndUnclampedWithoutHandshake)
 {
   Fixture f;
   const std::string path = f.dir.file ("log.jsonl");
@@ -1133,7 +1099,7 @@ TEST (ActionSinkLog, WritesEveryChunkWholeAndUnclampedWithoutHandshake)
   EXPECT_EQ (b.num ("chunk_id"), 12);
 }
 
-TEST (ActionSinkLog, RefusesNetworkTargets)
+TEST (Pi0ActionSinkLog, RefusesNetworkTargets)
 {
   for (const char *t : {"udp://127.0.0.1:9", "tcp://127.0.0.1:9"}) {
     std::string e = start_error (std::string ("pi0actionsink mode=log target=") + t);
@@ -1143,7 +1109,7 @@ TEST (ActionSinkLog, RefusesNetworkTargets)
 
 /* ---- End-to-end latency from the metas' stamps ---- */
 
-TEST (ActionSinkLatency, StagesComeFromTheMetasStamps)
+TEST (Pi0ActionSinkLatency, StagesComeFromTheMetasStamps)
 {
   Fixture f;
   f.make ("mode=chunk target=file://" + f.dir.file ("o.jsonl"), kRobotWide3);
@@ -1178,24 +1144,17 @@ TEST (ActionSinkLatency, StagesComeFromTheMetasStamps)
    * out; the rest still counts. */
   ASSERT_EQ (GST_FLOW_OK, push_stamped (2, 2 * GST_SECOND, false));
   EXPECT_EQ (stat (f.sink, "latency-chunks"), 2u);
-  GstStructure *s = nullptr;
-  g_object_get (f.sink, "stats", &s, nullptr);
-  guint64 n_prep = 0;
-  EXPECT_TRUE (gst_structure_get_uint64 (s, "prep-max", &n_prep));
-  EXPECT_EQ (n_prep, 1 * GST_MSECOND); /* only the first chunk's */
-  gst_structure_free (s);
+  EXPECT_EQ (stat (f.sink, "prep-max"), 1 * GST_MSECOND); /* only the first chunk's */
   EXPECT_EQ (stat (f.sink, "end-to-end-max"), 16 * GST_MSECOND);
 }
 
-TEST (ActionSinkLatency, NoStagesBeforeAnythingIsSent)
+TEST (Pi0ActionSinkLatency, NoStagesBeforeAnythingIsSent)
 {
   Fixture f;
   f.make ("mode=chunk target=file://" + f.dir.file ("o.jsonl"), kRobotWide3);
+  EXPECT_EQ (stat (f.sink, "latency-chunks"), 0u);
   GstStructure *s = nullptr;
   g_object_get (f.sink, "stats", &s, nullptr);
-  guint64 n = 1;
-  EXPECT_TRUE (gst_structure_get_uint64 (s, "latency-chunks", &n));
-  EXPECT_EQ (n, 0u);
   EXPECT_FALSE (gst_structure_has_field (s, "end-to-end-p50"));
   gst_structure_free (s);
 }

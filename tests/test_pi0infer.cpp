@@ -3,7 +3,7 @@
  * `pi0-model init` and TorchScript modules defined here; seeds, instructions (property and
  * in-stream event), masked views, latency, and every bad input of the issue. */
 
-#include "test_helpers.h"
+#include "pi0testgst.h"
 
 #include <glib/gstdio.h>
 #include <gst/pi0/pi0.h>
@@ -534,25 +534,27 @@ rel_diff (const std::vector<float> &a, const std::vector<float> &b)
   return d / m;
 }
 
-/* The observations of the batching tests: different images, states and prompts (by event), one
- * without state (passes on without actions), each with a request meta. */
+/* The observations of the batching tests: different images, states, prompts and seeds (the
+ * requests of five clients), one without state (passes on without actions), and an instruction
+ * event in the middle that must keep its place (a request's own prompt is not changed by it).
+ * @later_prompt: the prompt of the requests after the event. */
 std::vector<Item>
-batch_items ()
+batch_items (const char *later_prompt = "open the drawer")
 {
   std::vector<Item> items;
-  auto obs = [] (guint64 seq, float state0, bool no_state = false) {
+  auto obs = [] (guint64 seq, float state0, const char *prompt, bool no_state = false) {
     GstBuffer *b = make_observation (seq, 100 + seq, 3, TINY, -1, 0.f, no_state);
     if (!no_state)
       with_state (b, state0);
-    gst_buffer_add_pi0_request_meta (b, "test", seq * 10, seq, "p", 0);
+    gst_buffer_add_pi0_request_meta (b, "test", seq * 10, seq, prompt, 1000 + seq);
     return Item{b, nullptr};
   };
-  items.push_back (obs (1, 0.1f));
-  items.push_back (obs (2, -0.4f));
-  items.push_back (Item{nullptr, gst_pi0_instruction_event_new ("open the drawer")});
-  items.push_back (obs (3, 0.f, true));
-  items.push_back (obs (4, 0.7f));
-  items.push_back (obs (5, -0.9f));
+  items.push_back (obs (1, 0.1f, "pick up the cube"));
+  items.push_back (obs (2, -0.4f, "pick up the cube"));
+  items.push_back (Item{nullptr, gst_pi0_instruction_event_new ("stack the blocks")});
+  items.push_back (obs (3, 0.f, later_prompt, true));
+  items.push_back (obs (4, 0.7f, later_prompt));
+  items.push_back (obs (5, -0.9f, later_prompt));
   return items;
 }
 
@@ -618,14 +620,54 @@ TEST (Pi0InferBatch, ChunksEqualThoseOfBatchSizeOneInInputOrderWithTheirMetas)
     GstPi0ActionMeta *am = gst_buffer_get_pi0_action_meta (got[i].get ());
     EXPECT_EQ (am->sequence, i + 1);
   }
-  /* Not vacuous: the instruction event between 2 and 4 changed their prompt, as with size 1. */
+  /* Not vacuous: the later requests' own prompt changed their chunks, as with size 1. */
   Infer other (make_infer ("builtin:pi0-tiny", "action-dims", 7, "instruction", "pick up the cube",
                            nullptr));
-  std::vector<Item> same_prompt = batch_items ();
-  gst_event_unref (same_prompt[2].event);
-  same_prompt.erase (same_prompt.begin () + 2);
-  std::vector<BufferPtr> o = push_all (other, same_prompt, 5);
+  std::vector<BufferPtr> o = push_all (other, batch_items ("pick up the cube"), 5);
   EXPECT_GT (rel_diff (actions_of (o[3].get ()), actions_of (got[3].get ())), 1e-3);
+}
+
+/* A server's requests bring their client's prompt and seed in the request meta, and pi0infer uses
+ * them per request, in one batch too: two clients with the same observation but different seeds
+ * and prompts each get the chunk that observation gets on the camera path with that prompt and
+ * seed (instruction and seed properties, sequence 0), and nothing rewrites the instruction. */
+TEST (Pi0InferBatch, EachRequestKeepsItsClientsPromptAndSeedInOneBatch)
+{
+  struct Client {
+    const char *prompt;
+    guint64 seed;
+  } clients[2] = {{"pick up the red cube", 11}, {"open the top drawer", 22}};
+  auto request = [] (guint64 client, const Client &c) {
+    GstBuffer *b = with_state (make_observation (0, 7), 0.3f);
+    gst_buffer_add_pi0_request_meta (b, "test", client, 0, c.prompt, c.seed);
+    return Item{b, nullptr};
+  };
+
+  Infer two (make_infer ("builtin:pi0-tiny", "action-dims", 7, "instruction", "unused",
+                         "max-batch-size", 2u, "max-batch-wait", (guint64)3600 * GST_SECOND,
+                         nullptr));
+  std::vector<BufferPtr> got = push_all (two, {request (1, clients[0]), request (2, clients[1])}, 2);
+  GstStructure *st = nullptr;
+  g_object_get (two.element.get (), "stats", &st, nullptr);
+  guint64 passes = 0;
+  gst_structure_get_uint64 (st, "forward-passes", &passes);
+  gst_structure_free (st);
+  EXPECT_EQ (passes, 1u) << "both in one pass";
+  gchar *instruction = nullptr;
+  g_object_get (two.element.get (), "instruction", &instruction, nullptr);
+  EXPECT_STREQ (instruction, "unused") << "no property rewrite";
+  g_free (instruction);
+
+  for (int i = 0; i < 2; i++) {
+    Infer alone (make_infer ("builtin:pi0-tiny", "action-dims", 7, "instruction",
+                             clients[i].prompt, "seed", clients[i].seed, nullptr));
+    std::vector<float> ref = alone.run (with_state (make_observation (0, 7), 0.3f));
+    std::vector<float> a = actions_of (got[i].get ());
+    ASSERT_EQ (a.size (), 50u * 7u) << i;
+    EXPECT_LE (rel_diff (a, ref), 1e-5) << "client " << i << " gets its own prompt and seed";
+  }
+  EXPECT_GT (rel_diff (actions_of (got[0].get ()), actions_of (got[1].get ())), 1e-3)
+      << "the two clients' chunks differ";
 }
 
 /* A NaN observation in a batch: its chunk is what max-batch-size=1 gives it (non-finite,

@@ -2,7 +2,7 @@
 /* The metas of libgstpi0-1.0: accessors, deep copies, survival through queue/tee/copy,
  * tensor storage ownership, the action finite check, and the docs' pad-probe example. */
 
-#include "test_helpers.h"
+#include "pi0testgst.h"
 
 #include <gst/app/gstappsink.h>
 #include <gst/app/gstappsrc.h>
@@ -277,23 +277,43 @@ TEST (Pi0Meta, StageStampsStartUnsetAndAreCopied)
   EXPECT_EQ (gst_buffer_get_pi0_action_meta (copy.get ())->done_time, 33u);
 }
 
-/* Outside a pipeline there is no clock, hence no running time. */
-TEST (Pi0Meta, RunningTimeNeedsAClock)
+/* A frame's memories join the observation by reference, after the ones already there. */
+TEST (Pi0Meta, AddFrameAppendsTheFramesMemories)
 {
-  GstElement *e = gst_element_factory_make ("identity", nullptr);
-  ASSERT_NE (e, nullptr);
-  gst_object_ref_sink (e);
-  EXPECT_EQ (gst_pi0_element_get_running_time (e), GST_CLOCK_TIME_NONE);
-  GstClock *clock = gst_system_clock_obtain ();
-  gst_element_set_clock (e, clock);
-  gst_element_set_base_time (e, gst_clock_get_time (clock));
-  GstClockTime t = gst_pi0_element_get_running_time (e);
-  EXPECT_TRUE (GST_CLOCK_TIME_IS_VALID (t));
-  EXPECT_LT (t, 60 * GST_SECOND);
-  gst_element_set_base_time (e, gst_clock_get_time (clock) + GST_SECOND);
-  EXPECT_EQ (gst_pi0_element_get_running_time (e), GST_CLOCK_TIME_NONE); /* clock behind base */
-  gst_object_unref (clock);
-  gst_object_unref (e);
+  BufferPtr obs (gst_buffer_new ());
+  GstPi0ObservationMeta *om = gst_buffer_add_pi0_observation_meta (obs.get ());
+  GstVideoInfo info;
+  gst_video_info_set_format (&info, GST_VIDEO_FORMAT_NV12, 4, 2);
+  BufferPtr frame (gst_buffer_new ());
+  gst_buffer_append_memory (frame.get (), gst_allocator_alloc (nullptr, 8, nullptr));
+  gst_buffer_append_memory (frame.get (), gst_allocator_alloc (nullptr, 4, nullptr));
+  GST_BUFFER_PTS (frame.get ()) = 7;
+  ASSERT_NE (gst_pi0_observation_meta_add_view (om, "main"), nullptr); /* masked */
+  GstPi0View *v = gst_pi0_observation_meta_add_frame (om, obs.get (), "side", &info, frame.get (),
+                                                      GST_PI0_VIEW_FLAG_SKEWED, 5);
+  ASSERT_NE (v, nullptr);
+  EXPECT_EQ (v->flags, GST_PI0_VIEW_FLAG_VALID | GST_PI0_VIEW_FLAG_SKEWED);
+  EXPECT_EQ (v->pts, 7u);
+  EXPECT_EQ (v->capture_time, 5u);
+  EXPECT_EQ (v->mem_index, 0u);
+  EXPECT_EQ (v->n_mem, 2u);
+  EXPECT_EQ (gst_buffer_n_memory (obs.get ()), 2u);
+  EXPECT_EQ (gst_buffer_peek_memory (obs.get (), 1), gst_buffer_peek_memory (frame.get (), 1));
+  EXPECT_FALSE (GST_BUFFER_FLAG_IS_SET (obs.get (), GST_BUFFER_FLAG_TAG_MEMORY));
+  GstVideoFrame f;
+  ASSERT_TRUE (gst_pi0_observation_meta_map_view (om, obs.get (), 1, &f, GST_MAP_READ));
+  gst_video_frame_unmap (&f);
+}
+
+TEST (Pi0Meta, ObservationCapsNameTheViewsAndTheBase)
+{
+  const gchar *names[] = {"main", "top"};
+  CapsPtr caps (gst_pi0_observation_caps_new (names, 2, "top", 7, 30, 1, TRUE));
+  gchar *str = gst_caps_to_string (caps.get ());
+  EXPECT_STREQ (str, "application/x-pi0-observation(memory:CUDAMemory), views=(int)2, "
+                     "view-names=(string)\"main\\,top\", base-view=(string)top, "
+                     "state-dim=(int)7, framerate=(fraction)30/1");
+  g_free (str);
 }
 
 /* All three metas go through tee, queue and a buffer copy unchanged. */

@@ -2,7 +2,7 @@
 /* pi0viewmux: pairing, staleness (live, on the test clock), state alignment, EOS, flush,
  * caps changes, bad caps, pad release, and the gst-launch line of the docs. */
 
-#include "test_helpers.h"
+#include "pi0testgst.h"
 
 #include <gst/pi0/pi0.h>
 #include <gst/video/video.h>
@@ -261,7 +261,7 @@ frame_with_layout (const GstVideoInfo &info, GstClockTime pts, gsize size, gsize
 
 } // namespace
 
-TEST (ViewMux, PadsAndProperties)
+TEST (Pi0ViewMux, PadsAndProperties)
 {
   ObjectPtr<GstElement> mux (gst_element_factory_make ("pi0viewmux", nullptr));
   ASSERT_NE (mux, nullptr);
@@ -292,7 +292,7 @@ TEST (ViewMux, PadsAndProperties)
 
 /* Three cameras at 30, 15 and 10 fps (non-live): one observation per main frame, each other
  * view with its newest frame at or before the main frame (+ max-skew), all valid. */
-TEST (ViewMux, PairsThreeRatesNonLive)
+TEST (Pi0ViewMux, PairsThreeRatesNonLive)
 {
   Mux m (false);
   const int NM = 30, NS = 15, NT = 10;
@@ -379,7 +379,7 @@ TEST (ViewMux, PairsThreeRatesNonLive)
 
 /* A view that ends early is used while fresh, then masked; the output goes on until the base
  * view ends. A masked view contributes no memory and is never zero-filled. */
-TEST (ViewMux, EndedViewIsMaskedAfterStaleness)
+TEST (Pi0ViewMux, EndedViewIsMaskedAfterStaleness)
 {
   Mux m (false);
   g_object_set (m.element.get (), "max-staleness", (guint64)(150 * GST_MSECOND), nullptr);
@@ -410,7 +410,7 @@ TEST (ViewMux, EndedViewIsMaskedAfterStaleness)
   EXPECT_NE (message_text (warnings[0].get ()).find ("'top' is stale"), std::string::npos);
 }
 
-TEST (ViewMux, RequireAllViewsDropsIncompleteObservations)
+TEST (Pi0ViewMux, RequireAllViewsDropsIncompleteObservations)
 {
   Mux m (false);
   g_object_set (m.element.get (), "max-staleness", (guint64)(150 * GST_MSECOND),
@@ -434,7 +434,7 @@ TEST (ViewMux, RequireAllViewsDropsIncompleteObservations)
 
 /* Live sources on the test clock: the top camera stalls; the output never waits for it
  * beyond the latency, masks it after max-staleness, and unmasks it when it returns. */
-TEST (ViewMux, LiveStalledViewIsMaskedThenRecovers)
+TEST (Pi0ViewMux, LiveStalledViewIsMaskedThenRecovers)
 {
   Mux m (true);
   const GstClockTime staleness = 100 * GST_MSECOND;
@@ -495,7 +495,7 @@ TEST (ViewMux, LiveStalledViewIsMaskedThenRecovers)
 
 /* The robot state: the newest sample at or before the observation; too old is flagged;
  * malformed and non-finite samples never reach the meta. */
-TEST (ViewMux, StateAlignmentAndStaleness)
+TEST (Pi0ViewMux, StateAlignmentAndStaleness)
 {
   Mux m (false, true, false);
   g_object_set (m.element.get (), "max-state-age", (guint64)(40 * GST_MSECOND), nullptr);
@@ -545,7 +545,7 @@ TEST (ViewMux, StateAlignmentAndStaleness)
 }
 
 /* A camera changes resolution mid-stream: the meta follows, the observation caps do not. */
-TEST (ViewMux, ViewResolutionChangeMidStream)
+TEST (Pi0ViewMux, ViewResolutionChangeMidStream)
 {
   Mux m (false, false, false);
   const char *side2 = "video/x-raw,format=NV12,width=16,height=12,framerate=15/1";
@@ -580,7 +580,7 @@ TEST (ViewMux, ViewResolutionChangeMidStream)
 
 /* Caps the muxer cannot use are refused with an error that names the view and the problem,
  * and nothing comes out. */
-TEST (ViewMux, BadCapsAreNotNegotiatedWithClearError)
+TEST (Pi0ViewMux, BadCapsAreNotNegotiatedWithClearError)
 {
   struct Case {
     const char *pad, *caps, *needle;
@@ -644,7 +644,7 @@ TEST (ViewMux, BadCapsAreNotNegotiatedWithClearError)
   }
 }
 
-TEST (ViewMux, FramesWithoutTimestampAreAnError)
+TEST (Pi0ViewMux, FramesWithoutTimestampAreAnError)
 {
   Mux m (false, false, false);
   gst_harness_set_src_caps_str (m.main.get (), MAIN_CAPS);
@@ -669,7 +669,7 @@ TEST (ViewMux, FramesWithoutTimestampAreAnError)
 }
 
 /* A flushing seek: nothing from before the flush pairs with anything after it. */
-TEST (ViewMux, FlushingSeekForgetsOldFrames)
+TEST (Pi0ViewMux, FlushingSeekForgetsOldFrames)
 {
   Mux m (false, false, false);
   GstVideoInfo im = video_info (MAIN_CAPS), is = video_info (SIDE_CAPS);
@@ -743,7 +743,7 @@ TEST (ViewMux, FlushingSeekForgetsOldFrames)
 
 /* Releasing a view's pad while running keeps the observation layout (the view is masked once
  * its last frame is stale) and never stalls the output. */
-TEST (ViewMux, PadReleasedWhilePlaying)
+TEST (Pi0ViewMux, PadReleasedWhilePlaying)
 {
   Mux m (false);
   g_object_set (m.element.get (), "max-staleness", (guint64)(100 * GST_MSECOND), nullptr);
@@ -778,7 +778,7 @@ TEST (ViewMux, PadReleasedWhilePlaying)
 }
 
 /* The README's and the docs' gst-launch line, shortened: meta on every observation. */
-TEST (ViewMux, LaunchLineWithTestSources)
+TEST (Pi0ViewMux, LaunchLineWithTestSources)
 {
   GError *err = nullptr;
   ElementPtr pipe (
@@ -814,7 +814,7 @@ TEST (ViewMux, LaunchLineWithTestSources)
 /* Views negotiated in CUDA memory are flagged per view, and the observation caps carry the
  * memory:CUDAMemory feature when every view is in CUDA memory. (The frames' memory type is
  * what the caps say; a real CUDA source is exercised by the GPU suite.) */
-TEST (ViewMux, CudaMemoryCapsAreCarried)
+TEST (Pi0ViewMux, CudaMemoryCapsAreCarried)
 {
   Mux m (false, false, false);
   const char *main_cuda =
@@ -842,7 +842,7 @@ TEST (ViewMux, CudaMemoryCapsAreCarried)
 /* Live, with a camera that declares 100 ms of latency: by default each observation waits for
  * it (base frame + latency); with max-wait it goes out max-wait after the base frame, and the
  * slow camera's frames that come later count as late. */
-TEST (ViewMux, MaxWaitBoundsTheLiveDeadline)
+TEST (Pi0ViewMux, MaxWaitBoundsTheLiveDeadline)
 {
   for (GstClockTime max_wait :
        {(GstClockTime)GST_CLOCK_TIME_NONE, (GstClockTime)(20 * GST_MSECOND)}) {
@@ -923,7 +923,7 @@ push_covered_inputs_and_pull (Mux &m, GstClockTime T, int k)
  * belongs to the observation at T (a state sample: past T): live, the observation goes out as
  * soon as every input has such a buffer, with no wait for a deadline (the test clock is never
  * cranked). A frame without a duration proves nothing: the muxer waits. */
-TEST (ViewMux, LiveFramesWithDurationsPairWithoutWaiting)
+TEST (Pi0ViewMux, LiveFramesWithDurationsPairWithoutWaiting)
 {
   Mux m (true, true, true);
   set_up_live_with_state (m);
@@ -962,7 +962,7 @@ TEST (ViewMux, LiveFramesWithDurationsPairWithoutWaiting)
  * taken the other inputs past it, so its observation counts as made at the deadline
  * (stats.deadline-observations) even though every input has proved complete. An on-time one
  * with the same inputs does not count. */
-TEST (ViewMux, LateBaseFrameCountsAsADeadlineObservation)
+TEST (Pi0ViewMux, LateBaseFrameCountsAsADeadlineObservation)
 {
   Mux m (true, true, true);
   set_up_live_with_state (m);
@@ -981,7 +981,7 @@ TEST (ViewMux, LateBaseFrameCountsAsADeadlineObservation)
 /* The rule is the same without live sources, so a replay pairs as the live run did: a frame
  * whose duration reaches past T + max-skew is chosen even when its successor, captured early
  * (jitter), also falls within max-skew. */
-TEST (ViewMux, DurationRuleIsTheSameWhenNotLive)
+TEST (Pi0ViewMux, DurationRuleIsTheSameWhenNotLive)
 {
   Mux m (false, false, false);
   GstVideoInfo im = video_info (MAIN_CAPS), is = video_info (SIDE_CAPS);
@@ -1019,7 +1019,7 @@ TEST (ViewMux, DurationRuleIsTheSameWhenNotLive)
  * demuxer rebases its segment (matroskademux starts it at the file's first timestamp) while
  * the state comes back with the original one. Here main's segment starts at 5 ms, so its frame
  * at PTS 105 ms has running time 100 ms. */
-TEST (ViewMux, TimestampsPtsIgnoresSegments)
+TEST (Pi0ViewMux, TimestampsPtsIgnoresSegments)
 {
   for (bool use_pts : {false, true}) {
     SCOPED_TRACE (use_pts);
@@ -1064,7 +1064,7 @@ TEST (ViewMux, TimestampsPtsIgnoresSegments)
 /* A slower input's buffer that covers several observations stays queued on its pad, so every
  * pad still holds data at the next base frame and GstAggregator aggregates at once: a 10 Hz
  * state (or a 10 fps camera) does not hold each 30 fps observation to its deadline. */
-TEST (ViewMux, LiveSlowInputsKeepCoveringBufferQueued)
+TEST (Pi0ViewMux, LiveSlowInputsKeepCoveringBufferQueued)
 {
   Mux m (true, true, false);
   gst_harness_set_upstream_latency (m.side.get (), 100 * GST_MSECOND);
@@ -1099,7 +1099,7 @@ TEST (ViewMux, LiveSlowInputsKeepCoveringBufferQueued)
  * stopped delivering (a stalled side camera, a silent state udpsrc), and even when the base
  * view never delivered a frame (issue 16 item 3: gst-launch -e with a stalled base camera).
  * The same with a not-live upstream and force-live. Both on the test clock. */
-TEST (ViewMux, EndedBaseEndsTheStreamWhileOtherInputsStall)
+TEST (Pi0ViewMux, EndedBaseEndsTheStreamWhileOtherInputsStall)
 {
   for (bool force_live : {false, true}) {
     for (const char *stalled : {"side", "state"}) {
@@ -1148,7 +1148,7 @@ TEST (ViewMux, EndedBaseEndsTheStreamWhileOtherInputsStall)
  * frames are passed on as they age), so their sources are never blocked in the muxer's pads
  * and can take the EOS that gst-launch -e sends every source on Ctrl-C. Then the base view's
  * EOS ends the stream. */
-TEST (ViewMux, SilentLiveBaseLetsTheOtherInputsFlow)
+TEST (Pi0ViewMux, SilentLiveBaseLetsTheOtherInputsFlow)
 {
   Mux m (true, true, false);
   gst_harness_set_src_caps_str (m.main.get (), MAIN_CAPS);
@@ -1186,7 +1186,7 @@ TEST (ViewMux, SilentLiveBaseLetsTheOtherInputsFlow)
 /* Not live, the base view's end ends the stream while another view still holds frames that
  * no observation will use; its source gets EOS as its flow (a regression check: the muxer
  * waits for data when not live, but never for a view once the base view is over). */
-TEST (ViewMux, EndedBaseEndsTheStreamNotLive)
+TEST (Pi0ViewMux, EndedBaseEndsTheStreamNotLive)
 {
   Mux m (false, false, false);
   GstFlowReturn side_ret = GST_FLOW_OK;
@@ -1217,7 +1217,7 @@ TEST (ViewMux, EndedBaseEndsTheStreamNotLive)
  * negative or too short stride, an offset past the end or so large that the sum wraps) are
  * refused: never passed on, counted in `invalid`, and warned about at most once per second of
  * running time per view, with a details structure. */
-TEST (ViewMux, FramesThatDoNotHoldTheirLayoutAreRefusedCountedAndWarned)
+TEST (Pi0ViewMux, FramesThatDoNotHoldTheirLayoutAreRefusedCountedAndWarned)
 {
   Mux m (false, false, false);
   GstVideoInfo is = video_info (SIDE_CAPS);
@@ -1304,7 +1304,7 @@ TEST (ViewMux, FramesThatDoNotHoldTheirLayoutAreRefusedCountedAndWarned)
 /* Issue 16 item 10: a base camera whose timestamps go back. observation_time never decreases:
  * a base frame not after the previous observation is dropped, counted in `backwards`, and
  * warned about (rate-limited, with details). */
-TEST (ViewMux, BaseTimestampsGoingBackAreDropped)
+TEST (Pi0ViewMux, BaseTimestampsGoingBackAreDropped)
 {
   Mux m (false, false, false);
   GstVideoInfo im = video_info (MAIN_CAPS);
@@ -1358,7 +1358,7 @@ TEST (ViewMux, BaseTimestampsGoingBackAreDropped)
  * caps that gst-launch sees when it links (a caps filter, a source's caps property) are refused
  * earlier, by the link itself ("could not link"): the pads' caps are the exact list, which is
  * what lets a videoconvert before them pick a format the muxer takes. */
-TEST (ViewMux, NegotiationErrorsInLaunchLines)
+TEST (Pi0ViewMux, NegotiationErrorsInLaunchLines)
 {
   const char *good_main = "videotestsrc num-buffers=5 ! "
                           "video/x-raw,format=RGB,width=64,height=48,framerate=30/1 ! mux.main ";
@@ -1422,7 +1422,7 @@ TEST (ViewMux, NegotiationErrorsInLaunchLines)
 /* A GAP event on a view (a demuxer's sparse stream, a decoder that lost frames) is time passing,
  * not a frame: no warning, nothing refused, and the view goes on with the frame it has (masked
  * once that is stale, as with no frame at all). */
-TEST (ViewMux, GapEventsAreNotFrames)
+TEST (Pi0ViewMux, GapEventsAreNotFrames)
 {
   Mux m (false, false, false);
   const int NM = 8;

@@ -3,8 +3,8 @@
  * 200 PLAYING<->NULL cycles with data flowing, no GstObject or GstMiniObject is left that was
  * not there before. */
 
-#include "leaks_helpers.h"
-#include "test_helpers.h"
+#include "pi0testleaks.h"
+#include "pi0testgst.h"
 
 #include <gst/pi0/pi0.h>
 #include <gtest/gtest.h>
@@ -80,11 +80,11 @@ expect_cycles_leak_nothing (GstTracer *tracer, GstElement *pipe, Counter &c, int
 
 } // namespace
 
-class ViewMuxSoak : public ::testing::TestWithParam<bool>
+class Pi0ViewMuxSoak : public ::testing::TestWithParam<bool>
 {
 };
 
-TEST_P (ViewMuxSoak, PlayingNullCyclesLeakNothing)
+TEST_P (Pi0ViewMuxSoak, PlayingNullCyclesLeakNothing)
 {
   const bool live = GetParam ();
   ObjectPtr<GstTracer> tracer (leaks_tracer ());
@@ -111,11 +111,11 @@ TEST_P (ViewMuxSoak, PlayingNullCyclesLeakNothing)
   expect_cycles_leak_nothing (tracer.get (), pipe.get (), c, cycles, per_cycle);
 }
 
-INSTANTIATE_TEST_SUITE_P (LiveAndNonLive, ViewMuxSoak, ::testing::Bool ());
+INSTANTIATE_TEST_SUITE_P (LiveAndNonLive, Pi0ViewMuxSoak, ::testing::Bool ());
 
 #ifdef HAVE_PI0INFER
 /* The whole CPU chain with the policy: 100 cycles, each loading and warming up the model. */
-TEST (InferSoak, PlayingNullCyclesLeakNothing)
+TEST (Pi0InferSoak, PlayingNullCyclesLeakNothing)
 {
   ObjectPtr<GstTracer> tracer (leaks_tracer ());
   if (!tracer)

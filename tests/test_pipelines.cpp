@@ -12,9 +12,9 @@
  * - remote: the robot's end and the GPU end on loopback, actions back to the robot.
  * - gpu-decode with the CPU decoder in place of nvcodec. */
 
-#include "pi0_test_util.h"
-#include "pi0sink_test_util.h"
-#include "test_helpers.h"
+#include "pi0testlaunch.h"
+#include "pi0testsink.h"
+#include "pi0testgst.h"
 
 #include <gst/pi0/pi0.h>
 #include <gtest/gtest.h>
@@ -272,7 +272,7 @@ class Pipelines : public ::testing::TestWithParam<PipelineFile>
 };
 
 /* The names of our element factories: the test main registers our elements without a plugin
- * (tests/gst_test_main.cpp), so they are the ones with no plugin name. */
+ * (tests/pi0testmain.cpp), so they are the ones with no plugin name. */
 static std::vector<std::string>
 our_elements ()
 {
@@ -297,7 +297,7 @@ element_page (const std::string &name)
 
 /* Every element of the plugin has its page in docs/elements/: every property it adds (not its
  * base class's) and every pad is there as `name`, and an example line. */
-TEST (ElementDocs, EveryPropertyAndPadIsOnTheElementsPage)
+TEST (PluginDocs, EveryPropertyAndPadIsOnTheElementsPage)
 {
   int elements = 0, checked = 0;
   for (const auto &name : our_elements ()) {
@@ -353,7 +353,7 @@ structure_fields (const GstStructure *st, std::vector<std::string> &out)
 }
 
 /* Every counter in an element's `stats` (as a fresh element reports them) is on its page. */
-TEST (ElementDocs, EveryStatsFieldIsOnTheElementsPage)
+TEST (PluginDocs, EveryStatsFieldIsOnTheElementsPage)
 {
   int checked = 0;
   for (const auto &name : our_elements ()) {
@@ -381,7 +381,7 @@ TEST (ElementDocs, EveryStatsFieldIsOnTheElementsPage)
 /* The launch lines in the docs' code blocks (README, docs/, pipelines/README.md) use only
  * properties our elements have, with enum values they accept: a renamed property or value
  * shows up here instead of in a user's terminal. Placeholders ("...", "$VAR") are skipped. */
-TEST (ElementDocs, LaunchLinesInTheDocsUseRealPropertiesAndValues)
+TEST (PluginDocs, LaunchLinesInTheDocsUseRealPropertiesAndValues)
 {
   std::vector<std::string> files = {"README.md", "pipelines/README.md"};
   for (const char *dir : {"docs", "docs/elements"}) {
@@ -527,16 +527,9 @@ TEST_P (Pipelines, ParsesAndRuns)
   if (p.line.find ("rtc=guided") != std::string::npos) {
     ElementPtr infer (find_factory (pipe.get (), "pi0infer"));
     ASSERT_NE (infer, nullptr);
-    GstStructure *st = nullptr;
-    g_object_get (infer.get (), "stats", &st, nullptr);
-    guint64 guided = 0, feedback = 0, ignored = 0;
-    gst_structure_get_uint64 (st, "rtc-guided", &guided);
-    gst_structure_get_uint64 (st, "rtc-feedback", &feedback);
-    gst_structure_get_uint64 (st, "rtc-feedback-ignored", &ignored);
-    gst_structure_free (st);
-    EXPECT_GT (feedback, 0u) << p.name;
-    EXPECT_GT (guided, 0u) << p.name;
-    EXPECT_EQ (ignored, 0u) << p.name;
+    EXPECT_GT (stat (infer.get (), "rtc-feedback"), 0u) << p.name;
+    EXPECT_GT (stat (infer.get (), "rtc-guided"), 0u) << p.name;
+    EXPECT_EQ (stat (infer.get (), "rtc-feedback-ignored"), 0u) << p.name;
   }
 }
 
@@ -555,7 +548,7 @@ INSTANTIATE_TEST_SUITE_P (All, Pipelines, ::testing::ValuesIn (load_pipelines ()
  * only exception allowed is an observation the live muxer made at its deadline (its stats'
  * deadline-observations: a loaded machine delivered an input late), which the replay, waiting
  * for data, may pair differently. Then the recording is damaged (cut short, state corrupted). */
-TEST (RecordReplay, ReplayGivesTheLiveRunsActionsBitwise)
+TEST (PipelinesRecordReplay, ReplayGivesTheLiveRunsActionsBitwise)
 {
   auto all = load_pipelines ();
   const PipelineFile *rec = find_pipeline (all, "record"), *rep = find_pipeline (all, "replay");
@@ -575,11 +568,7 @@ TEST (RecordReplay, ReplayGivesTheLiveRunsActionsBitwise)
     EXPECT_TRUE (sim.wait_count ("execute", 1)) << "the recorded run drove nothing";
     ElementPtr mux (find_factory (pipe.get (), "pi0viewmux"));
     ASSERT_NE (mux, nullptr);
-    GstStructure *st = nullptr;
-    g_object_get (mux.get (), "stats", &st, nullptr);
-    ASSERT_NE (st, nullptr);
-    EXPECT_TRUE (gst_structure_get_uint64 (st, "deadline-observations", &at_deadline));
-    gst_structure_free (st);
+    at_deadline = stat (mux.get (), "deadline-observations");
   }
   for (const char *f : {"cameras.mkv", "state.gdp", "actions.jsonl"})
     EXPECT_TRUE (g_file_test ((dir.path () + "/" + f).c_str (), G_FILE_TEST_EXISTS)) << f;
@@ -699,7 +688,7 @@ expect_held_then_stopped (const SimProc &sim)
 
 /* remote: the robot's end (cameras + state -> RTP) and the GPU end (RTP -> chain -> actions
  * over UDP back to the robot), as two pipelines on loopback, with the robot simulator. */
-class Remote : public ::testing::Test
+class PipelinesRemote : public ::testing::Test
 {
 protected:
   void SetUp () override
@@ -735,12 +724,7 @@ protected:
   guint64 mux_stat (const char *field)
   {
     ElementPtr mux (find_factory (gpu_pipe.get (), "pi0viewmux"));
-    GstStructure *ms = nullptr;
-    g_object_get (mux.get (), "stats", &ms, nullptr);
-    guint64 v = 0;
-    gst_structure_get_uint64 (ms, field, &v);
-    gst_structure_free (ms);
-    return v;
+    return stat (mux.get (), field);
   }
 
   TempDir dir;
@@ -751,7 +735,7 @@ protected:
 
 /* Then the robot's end stops sending (as when the network drops): no more observations on
  * the GPU end, whose watchdog holds the robot and then stops it. */
-TEST_F (Remote, LoopbackDeliversActionsToTheRobotAndHoldsWhenTheRobotEndStops)
+TEST_F (PipelinesRemote, LoopbackDeliversActionsToTheRobotAndHoldsWhenTheRobotEndStops)
 {
   EXPECT_EQ (run_for (robot_pipe.get (), 5.0), "");
   EXPECT_EQ (gpu_error (), "");
@@ -770,7 +754,7 @@ TEST_F (Remote, LoopbackDeliversActionsToTheRobotAndHoldsWhenTheRobotEndStops)
  * the wrong format"): either way nothing crashes or hangs, no malformed action reaches the
  * robot, and the robot is held and then stopped (by the sink's watchdog, even though nobody
  * stops the failed pipeline). */
-TEST_F (Remote, MalformedPacketsNeverReachTheRobotAndTheRobotIsStopped)
+TEST_F (PipelinesRemote, MalformedPacketsNeverReachTheRobotAndTheRobotIsStopped)
 {
   ASSERT_NE (gst_element_set_state (robot_pipe.get (), GST_STATE_PLAYING),
              GST_STATE_CHANGE_FAILURE);
@@ -810,7 +794,7 @@ TEST_F (Remote, MalformedPacketsNeverReachTheRobotAndTheRobotIsStopped)
 /* gpu-decode needs nvcodec. Without a GPU, everything else in the line still runs: the same
  * line with avdec_h264 for nvh264dec, system memory for CUDA memory and the CPU for the
  * devices, on three H.264 files made as pipelines/README.md says (smaller). */
-TEST (GpuDecode, TheLineRunsWithTheCpuDecoderInPlaceOfNvcodec)
+TEST (PipelinesGpuDecode, TheLineRunsWithTheCpuDecoderInPlaceOfNvcodec)
 {
   auto all = load_pipelines ();
   const PipelineFile *p = find_pipeline (all, "gpu-decode");
@@ -851,7 +835,7 @@ TEST (GpuDecode, TheLineRunsWithTheCpuDecoderInPlaceOfNvcodec)
 /* cameras needs three V4L2 cameras. Everything after them runs with live test sources in
  * their place, delivering the same caps (YUY2 640x480 at 30 fps), the robot simulator
  * publishing the state and receiving stream-mode actions. */
-TEST (Cameras, TheLineRunsWithLiveTestSourcesInPlaceOfV4l2)
+TEST (PipelinesCameras, TheLineRunsWithLiveTestSourcesInPlaceOfV4l2)
 {
   auto all = load_pipelines ();
   const PipelineFile *p = find_pipeline (all, "cameras");
@@ -871,7 +855,7 @@ TEST (Cameras, TheLineRunsWithLiveTestSourcesInPlaceOfV4l2)
 }
 
 /* Replaying a recording that is not there: a clear error naming the file, no chunk, no hang. */
-TEST (RecordReplay, MissingRecordingIsAClearError)
+TEST (PipelinesRecordReplay, MissingRecordingIsAClearError)
 {
   auto all = load_pipelines ();
   const PipelineFile *rep = find_pipeline (all, "replay");

@@ -3,7 +3,7 @@
  * trips, every class of malformed frame, CRC and HMAC failures, the splitting rule, JSON
  * lines, robot configuration parsing, and the limit/step property. */
 
-#include "exact_within.h"
+#include "pi0testexact.h"
 #include "pi0frame.h"
 #include "pi0json.h"
 #include "pi0safety.h"
@@ -564,7 +564,7 @@ TEST (FrameStream, RandomBytesNeverMakeItHangOrGrow)
   }
 }
 
-TEST (Json, LineParsesBackWithTheSameValues)
+TEST (FrameJson, LineParsesBackWithTheSameValues)
 {
   Header h = action_header (2, 3);
   h.flags |= kFlagClamped;
@@ -592,7 +592,7 @@ TEST (Json, LineParsesBackWithTheSameValues)
   }
 }
 
-TEST (Json, HoldWithoutTimesUsesNull)
+TEST (FrameJson, HoldWithoutTimesUsesNull)
 {
   Header h;
   h.kind = Kind::kHold;

@@ -4,8 +4,8 @@
  * executed, sequence/replay rules, the slow/dead/hostile modes against pi0actionsink, and a
  * clean exit on SIGINT and after --duration. Loopback only. */
 
-#include "pi0sink_test_util.h"
-#include "test_helpers.h"
+#include "pi0testsink.h"
+#include "pi0testgst.h"
 
 #include <gst/check/gstharness.h>
 
@@ -99,7 +99,7 @@ reject_reasons (const SimProc &sim)
 
 } // namespace
 
-TEST (RobotSim, MalformedDatagramsAreRejectedWithTheirReason)
+TEST (Pi0RobotSim, MalformedDatagramsAreRejectedWithTheirReason)
 {
   TempDir dir;
   SimProc sim;
@@ -163,7 +163,7 @@ TEST (RobotSim, MalformedDatagramsAreRejectedWithTheirReason)
   EXPECT_EQ (sim.count ("exit"), 1u);
 }
 
-TEST (RobotSim, LimitViolationsAreRefusedWhenTheSimulatorKnowsTheRobot)
+TEST (Pi0RobotSim, LimitViolationsAreRefusedWhenTheSimulatorKnowsTheRobot)
 {
   TempDir dir;
   SimProc sim;
@@ -180,7 +180,7 @@ TEST (RobotSim, LimitViolationsAreRefusedWhenTheSimulatorKnowsTheRobot)
   EXPECT_EQ (reject_reasons (sim), std::vector<std::string> ({"limit"}));
 }
 
-TEST (RobotSim, TcpFrameCutByCloseOrResetIsNeverExecuted)
+TEST (Pi0RobotSim, TcpFrameCutByCloseOrResetIsNeverExecuted)
 {
   TempDir dir;
   SimProc sim;
@@ -218,7 +218,7 @@ TEST (RobotSim, TcpFrameCutByCloseOrResetIsNeverExecuted)
   }
 }
 
-TEST (RobotSim, TcpBadHeaderDropsTheConnectionWithoutAllocating)
+TEST (Pi0RobotSim, TcpBadHeaderDropsTheConnectionWithoutAllocating)
 {
   TempDir dir;
   SimProc sim;
@@ -243,7 +243,7 @@ TEST (RobotSim, TcpBadHeaderDropsTheConnectionWithoutAllocating)
   ASSERT_TRUE (sim.wait_count ("execute", 1));
 }
 
-TEST (RobotSim, ExitsCleanlyOnSigintAndAfterDuration)
+TEST (Pi0RobotSim, ExitsCleanlyOnSigintAndAfterDuration)
 {
   TempDir dir;
   {
@@ -265,7 +265,7 @@ TEST (RobotSim, ExitsCleanlyOnSigintAndAfterDuration)
 
 /* --state-to: the simulator publishes where it is, as a robot driver would, so a pipeline's
  * state pad has something real to read. */
-TEST (RobotSim, PublishesItsJointStateAndFollowsWhatItExecutes)
+TEST (Pi0RobotSim, PublishesItsJointStateAndFollowsWhatItExecutes)
 {
   TempDir dir;
   GSocket *rx =
@@ -312,7 +312,7 @@ TEST (RobotSim, PublishesItsJointStateAndFollowsWhatItExecutes)
   g_object_unref (rx);
 }
 
-TEST (RobotSim, RefusesABadStateAddress)
+TEST (Pi0RobotSim, RefusesABadStateAddress)
 {
   for (const char *bad : {"--state-to=localhost", "--state-to=127.0.0.1:0", "--state-rate=0"}) {
     std::string path = robotsim_path ();
@@ -380,7 +380,7 @@ expect_monotonic_sessions (const SimProc &sim)
 
 } // namespace
 
-TEST (RobotSimModes, HostileRobotResetsAndTalksBackTheSinkSurvives)
+TEST (Pi0RobotSimModes, HostileRobotResetsAndTalksBackTheSinkSurvives)
 {
   TempDir dir;
   SimProc sim;
@@ -403,7 +403,7 @@ TEST (RobotSimModes, HostileRobotResetsAndTalksBackTheSinkSurvives)
   EXPECT_EQ (reject_reasons (sim).size (), 0u) << "the sink's frames are always valid";
 }
 
-TEST (RobotSimModes, SlowRobotGetsEveryFrameItAcceptsInOrder)
+TEST (Pi0RobotSimModes, SlowRobotGetsEveryFrameItAcceptsInOrder)
 {
   TempDir dir;
   SimProc sim;
@@ -422,7 +422,7 @@ TEST (RobotSimModes, SlowRobotGetsEveryFrameItAcceptsInOrder)
   EXPECT_EQ (reject_reasons (sim).size (), 0u);
 }
 
-TEST (RobotSimModes, DeadUdpRobotDoesNotStallTheSink)
+TEST (Pi0RobotSimModes, DeadUdpRobotDoesNotStallTheSink)
 {
   TempDir dir;
   SimProc sim;
@@ -488,7 +488,7 @@ run_sim (const std::vector<std::string> &args, std::string *err_text)
 /* Issue 16 item 4: the simulator enforces its configuration's max_step as a robot's controller
  * would: a row further than max_step from the previous command is clamped (rate-limited) and
  * logged as limited, with what was requested. */
-TEST (RobotSim, MaxStepIsEnforcedByClampingAndLogged)
+TEST (Pi0RobotSim, MaxStepIsEnforcedByClampingAndLogged)
 {
   TempDir dir;
   SimProc sim;
@@ -536,7 +536,7 @@ TEST (RobotSim, MaxStepIsEnforcedByClampingAndLogged)
 }
 
 /* Issue 16 item 5: an empty key would silently turn authentication off. */
-TEST (RobotSim, RefusesAnEmptyKey)
+TEST (Pi0RobotSim, RefusesAnEmptyKey)
 {
   TempDir dir;
   std::string err;
@@ -551,7 +551,7 @@ TEST (RobotSim, RefusesAnEmptyKey)
 /* Issue 16 item 6: once a newer session has started, frames of an older one (an authenticated
  * replay included) are refused; a sequence number at the top of the counter is refused instead
  * of locking the session out; a single frame cannot move the expected sequence far ahead. */
-TEST (RobotSim, SessionRuleRefusesOldSessionsAndTopSequenceNumbers)
+TEST (Pi0RobotSim, SessionRuleRefusesOldSessionsAndTopSequenceNumbers)
 {
   TempDir dir;
   SimProc sim;
@@ -586,7 +586,7 @@ TEST (RobotSim, SessionRuleRefusesOldSessionsAndTopSequenceNumbers)
 
 /* The robot's own watchdog (--hold-timeout, --stop-timeout): it holds, then stops, by itself,
  * counted from when its last commanded row ran. */
-TEST (RobotSim, ItsOwnWatchdogHoldsThenStopsWhenCommandsStop)
+TEST (Pi0RobotSim, ItsOwnWatchdogHoldsThenStopsWhenCommandsStop)
 {
   TempDir dir;
   SimProc sim;
@@ -616,7 +616,7 @@ TEST (RobotSim, ItsOwnWatchdogHoldsThenStopsWhenCommandsStop)
   EXPECT_EQ (sim.count ("watchdog"), 2u) << "once each, until the next command";
 }
 
-TEST (RobotSim, RefusesContradictoryOptions)
+TEST (Pi0RobotSim, RefusesContradictoryOptions)
 {
   TempDir dir;
   std::string err;

@@ -14,10 +14,10 @@
  *   connection, queued request, buffer or file descriptor is left (leaks tracer, /proc/self/fd).
  * - /healthz follows the pipeline's state. */
 
-#include "pi0_test_util.h"
+#include "pi0testlaunch.h"
 #include "pi0json.h"
-#include "serve_test_util.h"
-#include "test_helpers.h"
+#include "pi0testserve.h"
+#include "pi0testgst.h"
 
 #include <gst/app/gstappsink.h>
 #include <gst/app/gstappsrc.h>
@@ -25,7 +25,7 @@
 #include <gst/video/video.h>
 #include <gtest/gtest.h>
 
-#include "leaks_helpers.h"
+#include "pi0testleaks.h"
 
 #include <cmath>
 #include <sys/wait.h>
@@ -133,7 +133,7 @@ serve (const std::string &mapping,
   return s;
 }
 
-class Serve : public ::testing::Test
+class PipelinesServe : public ::testing::Test
 {
 protected:
   void SetUp () override
@@ -276,7 +276,7 @@ camera_path (const Recorded &r, guint64 seed, int *horizon, int *dim)
 
 } // namespace
 
-TEST_F (Serve, OneClientPerMappingGetsTheCameraPathsActions)
+TEST_F (PipelinesServe, OneClientPerMappingGetsTheCameraPathsActions)
 {
   for (const char *mapping : {"aloha", "droid", "libero"}) {
     SCOPED_TRACE (mapping);
@@ -312,10 +312,11 @@ TEST_F (Serve, OneClientPerMappingGetsTheCameraPathsActions)
   }
 }
 
-TEST_F (Serve, EightConcurrentClientsEachGetWhatTheyGetAlone)
+/* Eight clients of 3 requests each (openpi_clients.py "many": each compares what it gets with
+ * what it gets alone), all answered, none left behind, no error. */
+static void
+eight_clients_each_get_what_they_get_alone (const Served &s)
 {
-  Served s = serve ("aloha");
-  ASSERT_TRUE (s.pipe);
   auto r = run_clients ("many", s.port, {"--clients", "8", "--requests", "3"});
   EXPECT_TRUE (r.ok) << r.out;
   EXPECT_TRUE (all_gone (s.src.get ()));
@@ -324,10 +325,17 @@ TEST_F (Serve, EightConcurrentClientsEachGetWhatTheyGetAlone)
   EXPECT_EQ (bus_error (s.pipe.get ()), "");
 }
 
+TEST_F (PipelinesServe, EightConcurrentClientsEachGetWhatTheyGetAlone)
+{
+  Served s = serve ("aloha");
+  ASSERT_TRUE (s.pipe);
+  eight_clients_each_get_what_they_get_alone (s);
+}
+
 /* The same with batching on (pipelines/serve.txt's SERVE_BATCH_SIZE): requests of robots that
  * wait together run as one forward pass, and each client still gets what it gets alone (1e-5,
  * the client script's tolerance). */
-TEST_F (Serve, EightConcurrentClientsBatchedEachGetWhatTheyGetAlone)
+TEST_F (PipelinesServe, EightConcurrentClientsBatchedEachGetWhatTheyGetAlone)
 {
   Served s = serve ("aloha", {{"SERVE_BATCH_SIZE", "8"}, {"SERVE_BATCH_WAIT", "20000000"}});
   ASSERT_TRUE (s.pipe);
@@ -336,15 +344,10 @@ TEST_F (Serve, EightConcurrentClientsBatchedEachGetWhatTheyGetAlone)
   guint size = 0;
   g_object_get (infer.get (), "max-batch-size", &size, nullptr);
   EXPECT_EQ (size, 8u);
-  auto r = run_clients ("many", s.port, {"--clients", "8", "--requests", "3"});
-  EXPECT_TRUE (r.ok) << r.out;
-  EXPECT_TRUE (all_gone (s.src.get ()));
-  EXPECT_EQ (stat_of (s.src.get (), "replies"), 48u);
-  EXPECT_EQ (stat_of (s.src.get (), "errors"), 0u);
-  EXPECT_EQ (bus_error (s.pipe.get ()), "");
+  eight_clients_each_get_what_they_get_alone (s);
 }
 
-TEST_F (Serve, BadClientsDoNotDisturbThePipelineOrOthersAndLeakNothing)
+TEST_F (PipelinesServe, BadClientsDoNotDisturbThePipelineOrOthersAndLeakNothing)
 {
   ObjectPtr<GstTracer> tracer (leaks_tracer ());
   const int max_message = 256 << 10;
@@ -375,7 +378,7 @@ TEST_F (Serve, BadClientsDoNotDisturbThePipelineOrOthersAndLeakNothing)
   }
 }
 
-TEST_F (Serve, HealthzFollowsThePipelineState)
+TEST_F (PipelinesServe, HealthzFollowsThePipelineState)
 {
   Served s = serve ("libero");
   ASSERT_TRUE (s.pipe);
@@ -391,7 +394,7 @@ TEST_F (Serve, HealthzFollowsThePipelineState)
   EXPECT_NE (r.out.find ("\"status\": 200"), std::string::npos) << r.out;
 }
 
-TEST (ServeElements, StartErrorsSayWhatIsWrong)
+TEST (Pi0ServeSrc, StartErrorsSayWhatIsWrong)
 {
   struct Case {
     const char *props, *expect;
@@ -423,7 +426,7 @@ TEST (ServeElements, StartErrorsSayWhatIsWrong)
 
 /* tools/pi0-serve: bad usage is exit status 2 with the reason, a server that cannot start is 1
  * with the element's message, and --print-pipeline is the launch line it runs. */
-TEST (ServeTool, UsageAndStartErrorsAreClearExits)
+TEST (Pi0Serve, UsageAndStartErrorsAreClearExits)
 {
   const char *tool = g_getenv ("PI0_SERVE_TOOL");
   if (!tool)
@@ -476,7 +479,7 @@ TEST (ServeTool, UsageAndStartErrorsAreClearExits)
   }
 }
 
-TEST (ServeElements, SinkAnswersErrorsForObservationsWithoutActions)
+TEST (Pi0ServeSink, SinkAnswersErrorsForObservationsWithoutActions)
 {
   /* No pi0infer: every observation reaches the sink without actions, and each client must hear
    * so instead of waiting forever. */
@@ -502,7 +505,7 @@ TEST (ServeElements, SinkAnswersErrorsForObservationsWithoutActions)
   EXPECT_EQ (stat_of (sink.get (), "replies"), 0u);
 }
 
-TEST (ServeElements, RequestMetaSurvivesCopies)
+TEST (RequestMeta, RequestMetaSurvivesCopies)
 {
   GstBuffer *b = gst_buffer_new ();
   GstPi0RequestMeta *m = gst_buffer_add_pi0_request_meta (b, "srv", 7, 3, "pick it up", 42);

@@ -9,7 +9,7 @@
  * that no file descriptor outlives the server. */
 
 #include "pi0server.h"
-#include "serve_test_util.h"
+#include "pi0testserve.h"
 
 #include <glib.h>
 #include <gtest/gtest.h>
@@ -103,7 +103,7 @@ all_gone (Server &s)
   return false;
 }
 
-class ServeServer : public ::testing::Test
+class PolicyServer : public ::testing::Test
 {
 protected:
   void SetUp () override
@@ -139,7 +139,7 @@ protected:
 
 } // namespace
 
-TEST_F (ServeServer, OneClientGetsMetadataActionsAndTimings)
+TEST_F (PolicyServer, OneClientGetsMetadataActionsAndTimings)
 {
   for (const char *mapping : {"aloha", "droid", "libero"}) {
     auto srv = Server::get (std::string ("one-") + mapping);
@@ -166,7 +166,7 @@ TEST_F (ServeServer, OneClientGetsMetadataActionsAndTimings)
   }
 }
 
-TEST_F (ServeServer, EightConcurrentClientsEachGetWhatTheyGetAlone)
+TEST_F (PolicyServer, EightConcurrentClientsEachGetWhatTheyGetAlone)
 {
   auto srv = Server::get ("many");
   std::string err;
@@ -181,7 +181,7 @@ TEST_F (ServeServer, EightConcurrentClientsEachGetWhatTheyGetAlone)
   srv->stop ();
 }
 
-TEST_F (ServeServer, BadClientsGetAnErrorOrAreClosedAndOthersAreUnaffected)
+TEST_F (PolicyServer, BadClientsGetAnErrorOrAreClosedAndOthersAreUnaffected)
 {
   /* A small limit, so that the oversized cases are quick; still above every good request. */
   const size_t max_message = 256 << 10;
@@ -204,7 +204,7 @@ TEST_F (ServeServer, BadClientsGetAnErrorOrAreClosedAndOthersAreUnaffected)
   srv->stop ();
 }
 
-TEST_F (ServeServer, ManyRequestsOnOneConnectionStayWithinTheByteBudget)
+TEST_F (PolicyServer, ManyRequestsOnOneConnectionStayWithinTheByteBudget)
 {
   /* 40 requests of ~17 KB on one connection add up to far more than one message's budget: the
    * budget is per message, not per connection. */
@@ -221,7 +221,7 @@ TEST_F (ServeServer, ManyRequestsOnOneConnectionStayWithinTheByteBudget)
   srv->stop ();
 }
 
-TEST_F (ServeServer, ApiKeyIsRequiredAndWebPagesAreRefused)
+TEST_F (PolicyServer, ApiKeyIsRequiredAndWebPagesAreRefused)
 {
   auto srv = Server::get ("auth");
   ServerSettings s = settings ("aloha");
@@ -240,7 +240,7 @@ TEST_F (ServeServer, ApiKeyIsRequiredAndWebPagesAreRefused)
   srv->stop ();
 }
 
-TEST_F (ServeServer, HealthzSaysReadyOnlyWhenTold)
+TEST_F (PolicyServer, HealthzSaysReadyOnlyWhenTold)
 {
   auto srv = Server::get ("health");
   std::string err;
@@ -257,7 +257,7 @@ TEST_F (ServeServer, HealthzSaysReadyOnlyWhenTold)
   srv->stop ();
 }
 
-TEST_F (ServeServer, MaxClientsAreServedAndTheNextIsRefused)
+TEST_F (PolicyServer, MaxClientsAreServedAndTheNextIsRefused)
 {
   auto srv = Server::get ("full");
   ServerSettings s = settings ("aloha");
@@ -274,7 +274,7 @@ TEST_F (ServeServer, MaxClientsAreServedAndTheNextIsRefused)
   srv->stop ();
 }
 
-TEST (ServeServerSettings, BadSettingsAreClearErrors)
+TEST (PolicyServerSettings, BadSettingsAreClearErrors)
 {
   auto srv = Server::get ("settings");
   ServerSettings s;

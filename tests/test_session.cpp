@@ -8,7 +8,7 @@
  * come at the first tick at or after their deadlines. Each property test prints what it
  * covered; none depends on timing. */
 
-#include "exact_within.h"
+#include "pi0testexact.h"
 #include "pi0frame.h"
 #include "pi0safety.h"
 #include "pi0session.h"
@@ -816,6 +816,278 @@ TEST (ReceiverRules, TheRobotsOwnWatchdogHoldsThenStops)
   rs.stop_timeout_ns = 50 * kMs;
   std::string e;
   EXPECT_FALSE (validate (rs, &e));
+}
+
+/* ---- CommandTimeline: the receiver's rules replayed from what was sent -------------------- */
+
+TEST (CommandTimeline, ChunkRowsRunFromTheirSendTimeAndANewMessageReplacesWhatIsPending)
+{
+  CommandTimeline t (10);
+  EXPECT_EQ (t.at (0), nullptr);
+  const float a[] = {1, 2, 3}, b[] = {7};
+  t.add ("action", 1, 0, 100, a, 3, 1); /* rows at 100, 110, 120 */
+  EXPECT_EQ (t.at (99), nullptr);
+  EXPECT_EQ ((*t.at (100))[0], 1);
+  EXPECT_EQ ((*t.at (115))[0], 2);
+  EXPECT_EQ ((*t.at (1000))[0], 3);
+  t.add ("action", 2, 0, 112, b, 1, 1); /* another chunk: replaces the row due at 120 */
+  EXPECT_EQ ((*t.at (111))[0], 2);
+  EXPECT_EQ ((*t.at (125))[0], 7);
+  t.add ("hold", 0, 0, 130, nullptr, 0, 0); /* no position: the robot stays */
+  EXPECT_EQ ((*t.at (140))[0], 7);
+  const float h[] = {5};
+  t.add ("hold", 0, 0, 150, h, 1, 1);
+  EXPECT_EQ ((*t.at (150))[0], 5);
+  t.add ("stop", 0, 0, 160, nullptr, 0, 0);
+  EXPECT_EQ ((*t.at (170))[0], 5);
+  t.prune (150);
+  EXPECT_EQ ((*t.at (150))[0], 5);
+}
+
+TEST (CommandTimeline, ALaterMessageOfAChunkKeepsItsRowsWhereTheChunkPutThem)
+{
+  CommandTimeline t (10);
+  const float a[] = {1, 2}, b[] = {3, 4}, back[] = {9};
+  t.add ("action", 4, 2, 100, a, 2, 1); /* rows 2, 3 at 100, 110 */
+  t.add ("action", 4, 4, 105, b, 2, 1); /* rows 4, 5 at 120, 130: from the chunk's base */
+  EXPECT_EQ ((*t.at (115))[0], 2);
+  EXPECT_EQ ((*t.at (120))[0], 3);
+  EXPECT_EQ ((*t.at (135))[0], 4);
+  t.add ("action", 4, 3, 107, back, 1, 1); /* back into rows given: refused, changes nothing */
+  EXPECT_EQ ((*t.at (110))[0], 2);
+  EXPECT_EQ ((*t.at (135))[0], 4);
+  t.add ("hello", 0, 0, 108, nullptr, 0, 0);
+  EXPECT_EQ ((*t.at (135))[0], 4);
+  /* After a HOLD the same chunk begins anew, its first row on receipt. */
+  t.add ("hold", 0, 0, 140, nullptr, 0, 0);
+  t.add ("action", 4, 6, 145, back, 1, 1);
+  EXPECT_EQ ((*t.at (144))[0], 4);
+  EXPECT_EQ ((*t.at (145))[0], 9);
+  /* Stream rows run on receipt and replace what was planned, whatever their row. */
+  CommandTimeline st (10, true);
+  st.add ("action", 4, 2, 100, a, 2, 1); /* 1 at 100, 2 at 110 */
+  st.add ("action", 4, 3, 103, b, 1, 1);
+  EXPECT_EQ ((*st.at (102))[0], 1);
+  EXPECT_EQ ((*st.at (103))[0], 3);
+  EXPECT_EQ ((*st.at (500))[0], 3);
+}
+
+namespace
+{
+
+/* A Receiver and a CommandTimeline given the same messages at the same times (the robot's clock
+ * is the sender's: no latency), asked the same question at every step: what is commanded now. */
+struct TimelineCheck {
+  Receiver rx{ReceiverSettings ()};
+  CommandTimeline tl;
+  Received r;
+  uint64_t frames = 0, messages = 0;                        /* what deliver() passed on */
+  uint64_t rows = 0, holds = 0, stops = 0;                  /* what the receiver took */
+  std::vector<std::pair<uint64_t, std::vector<float>>> ran; /* what it ran, step by step */
+
+  TimelineCheck (uint64_t period_ns, bool stream) : tl ((int64_t)period_ns, stream) {}
+
+  /* The robot receives @f at @now. */
+  void frame (uint64_t now, const OutFrame &f)
+  {
+    const auto b = encoded (f.header, f.values);
+    rx.receive (now, b.data (), b.size (), r);
+    ASSERT_EQ (r.reject, nullptr);
+    rows += r.rows.size ();
+    holds += f.header.kind == Kind::kHold && !r.hold.empty ();
+    stops += f.header.kind == Kind::kStop;
+  }
+  /* pi0actionsink's `action` signal reports a message (its arguments) sent at @now. */
+  void message (uint64_t now, uint64_t chunk_id, Kind kind, uint32_t step_index, uint32_t steps,
+                uint32_t dim, const std::vector<float> &values)
+  {
+    tl.add (kind_name (kind), chunk_id, step_index, (int64_t)now,
+            values.empty () ? nullptr : values.data (), steps, dim);
+  }
+  /* A frame as a message of its own (a chunk split into several messages). */
+  void both (uint64_t now, const OutFrame &f)
+  {
+    frame (now, f);
+    const Header &h = f.header;
+    message (now, h.chunk_id, h.kind, h.step_index, h.steps, h.dim, f.values);
+    /* Each row the receiver scheduled is the timeline's command from its start. */
+    for (const ExecRow &row : r.rows) {
+      const std::vector<float> *cmd = tl.at ((int64_t)row.at_ns);
+      ASSERT_NE (cmd, nullptr);
+      EXPECT_EQ (*cmd, row.values) << "row " << row.step_index << " at " << row.at_ns;
+    }
+  }
+  /* The frames to the receiver, the messages to the timeline, at @now. */
+  void deliver (uint64_t now, SenderOutput &out)
+  {
+    frames += out.frames.size ();
+    messages += out.sent.size ();
+    for (const OutFrame &f : out.frames)
+      frame (now, f);
+    for (const SentMessage &m : out.sent)
+      message (now, m.chunk_id, m.kind, m.step_index, m.steps, m.dim, m.values);
+    out.clear ();
+  }
+  static ::testing::AssertionResult same (uint64_t now, const std::vector<float> &pos,
+                                          const std::vector<float> *cmd)
+  {
+    if ((pos.empty () && !cmd) || (cmd && *cmd == pos))
+      return ::testing::AssertionSuccess ();
+    auto show = [] (const std::vector<float> *v) {
+      return !v || v->empty () ? std::string ("nothing") : std::to_string ((*v)[0]) + ", ...";
+    };
+    return ::testing::AssertionFailure () << "at " << now / kMs << " ms the receiver runs "
+                                          << show (&pos) << ", the timeline says " << show (cmd);
+  }
+  /* The receiver runs at @now what the timeline, told what was sent until now, says. */
+  ::testing::AssertionResult agree (uint64_t now)
+  {
+    ran.emplace_back (now, rx.position (now));
+    return same (now, ran.back ().second, tl.at ((int64_t)now));
+  }
+  /* Afterwards, as pi0lerobotsink asks it: at every step the receiver ran what the whole
+   * timeline says (true when no row came after it was due). */
+  ::testing::AssertionResult agree_afterwards () const
+  {
+    for (const auto &[now, pos] : ran) {
+      auto ok = same (now, pos, tl.at ((int64_t)now));
+      if (!ok)
+        return ok;
+    }
+    return ::testing::AssertionSuccess ();
+  }
+};
+
+/* Drives a Sender with @st into @c for @end_ms, a step a millisecond: link up and PLAYING at 0,
+ * a chunk of 10 rows at each time in @chunks (its observation that many ms older), a tick at
+ * every step but those @late names (the control thread is late). The receiver and the timeline
+ * agree at every step. */
+void
+run_sender (TimelineCheck &c, const SenderSettings &st, const std::map<uint64_t, uint64_t> &chunks,
+            uint64_t end_ms, const std::function<bool (uint64_t)> &late = nullptr)
+{
+  Sender s (st, counter_ids ());
+  SenderOutput out;
+  s.link (0, true, false, out);
+  s.event (0, SenderEvent::kPlaying, out);
+  c.deliver (0, out);
+  const ChunkResult taken =
+      st.mode == SendMode::kStream ? ChunkResult::kQueued : ChunkResult::kSent;
+  uint64_t id = 1;
+  std::string err;
+  for (uint64_t ms = 0; ms <= end_ms; ms++) {
+    const uint64_t now = ms * kMs;
+    auto it = chunks.find (ms);
+    if (it != chunks.end ()) {
+      const auto v = ramp (10, 0.05f * (float)id, 0.02f);
+      ASSERT_EQ (taken, s.chunk (now, chunk_of (v, 10, id, now - it->second * kMs), out, &err))
+          << err;
+      id++;
+    }
+    if (!late || !late (ms))
+      s.tick (now, out);
+    c.deliver (now, out);
+    ASSERT_TRUE (c.agree (now));
+  }
+}
+
+} // namespace
+
+TEST (CommandTimeline, AgreesWithTheReceiverOnAChunkModeRunSplitIntoDatagrams)
+{
+  /* Chunk mode, each chunk one message for the timeline and two or three frames for the robot:
+   * fresh and late chunks, one replacing the rest of another, the watchdog's HOLD (with the
+   * position running then) and STOP, and a chunk after them. */
+  SenderSettings st;
+  st.mode = SendMode::kChunk;
+  st.period_ns = 20 * kMs;
+  st.hold_timeout_ns = 100 * kMs;
+  st.stop_timeout_ns = 300 * kMs;
+  st.max_frame_size = frame_size (4, 3, false);
+  ASSERT_TRUE (validate (st, nullptr));
+  TimelineCheck c (st.period_ns, false);
+  ASSERT_NO_FATAL_FAILURE (
+      run_sender (c, st, {{10, 3}, {95, 45}, {700, 10}, {760, 60}, {1500, 0}}, 2000));
+  EXPECT_TRUE (c.agree_afterwards ());
+  EXPECT_GE (c.frames, c.messages + 8) << "the chunks were split into datagrams";
+  EXPECT_GT (c.rows, 30u);
+  EXPECT_GE (c.holds, 2u) << "a HOLD with a position after each burst";
+  EXPECT_GE (c.stops, 2u);
+}
+
+TEST (CommandTimeline, AgreesWithTheReceiverOnAChunkWhoseFramesComeApart)
+{
+  /* The frames of a chunk as messages of their own, the later ones delayed (one until after its
+   * first row was due), a chunk whose first frame was lost, then a HOLD: each row runs where the
+   * chunk's base puts it, not where its frame arrived. */
+  SenderSettings st;
+  st.mode = SendMode::kChunk;
+  st.period_ns = 20 * kMs;
+  st.max_frame_size = frame_size (4, 3, false);
+  Sender s (st, counter_ids ());
+  TimelineCheck c (st.period_ns, false);
+  SenderOutput out;
+  s.link (0, true, false, out);
+  s.event (0, SenderEvent::kPlaying, out);
+  std::multimap<uint64_t, OutFrame> wire; /* arrival (ms) -> frame */
+  auto send = [&] (uint64_t ms, uint64_t id, const std::vector<uint64_t> &delays) {
+    const auto v = ramp (10, 0.1f * (float)id, 0.01f);
+    std::string err;
+    ASSERT_EQ (ChunkResult::kSent, s.chunk (ms * kMs, chunk_of (v, 10, id, ms * kMs), out, &err))
+        << err;
+    size_t k = 0;
+    for (OutFrame &f : out.frames) {
+      if (f.header.kind != Kind::kAction) {
+        wire.emplace (ms, std::move (f)); /* HELLO, the greeting HOLD */
+        continue;
+      }
+      ASSERT_LT (k, delays.size ());
+      if (delays[k] != UINT64_MAX)
+        wire.emplace (ms + delays[k], std::move (f));
+      k++;
+    }
+    out.clear ();
+  };
+  send (100, 1, {0, 30, 150});        /* rows 8, 9 (due at 260, 280) arrive at 250 */
+  send (400, 2, {UINT64_MAX, 5, 90}); /* rows 0-3 lost: row 4 runs at 405; row 8, due at 485,
+                                       * arrives at 490 */
+  Header hold;
+  hold.kind = Kind::kHold;
+  hold.session_id = s.session_id ();
+  hold.seq = s.seq () + 1;
+  OutFrame hf;
+  hf.header = hold;
+  wire.emplace (520, hf);
+  for (uint64_t ms = 0; ms <= 800; ms++) {
+    const uint64_t now = ms * kMs;
+    for (auto it = wire.lower_bound (ms); it != wire.upper_bound (ms); ++it)
+      c.both (now, it->second);
+    ASSERT_TRUE (c.agree (now));
+  }
+  const auto v1 = ramp (10, 0.1f, 0.01f);
+  /* Rows 8 and 9 arrived at 250: row 7 (due at 240) goes on until row 8 is due. */
+  EXPECT_EQ (*c.tl.at (255 * kMs), std::vector<float> (v1.begin () + 21, v1.begin () + 24));
+  EXPECT_EQ (*c.tl.at (260 * kMs), std::vector<float> (v1.begin () + 24, v1.begin () + 27));
+  const auto v2 = ramp (10, 0.2f, 0.01f);
+  EXPECT_EQ (*c.tl.at (405 * kMs), std::vector<float> (v2.begin () + 12, v2.begin () + 15));
+  EXPECT_EQ (*c.tl.at (440 * kMs), std::vector<float> (v2.begin () + 15, v2.begin () + 18));
+  EXPECT_EQ (*c.tl.at (700 * kMs), *c.tl.at (519 * kMs)) << "HOLD: the robot stays";
+}
+
+TEST (CommandTimeline, AgreesWithTheReceiverOnAStreamModeRun)
+{
+  /* Stream mode: a row per tick from the newest chunk, one tick late (its row runs on receipt,
+   * not where the chunk's rows would put it), the watchdog's HOLD (with the row last sent) and
+   * STOP, and a chunk after them. */
+  SenderSettings st = stream_settings ();
+  TimelineCheck c (st.period_ns, true);
+  /* The control thread is late from 160 to 167 ms: row 4 of chunk 2 leaves at 167. */
+  ASSERT_NO_FATAL_FAILURE (run_sender (c, st, {{5, 5}, {105, 25}, {600, 0}}, 1200,
+                                       [] (uint64_t ms) { return ms >= 160 && ms < 167; }));
+  EXPECT_TRUE (c.agree_afterwards ());
+  EXPECT_GT (c.rows, 15u);
+  EXPECT_GE (c.holds, 2u);
+  EXPECT_GE (c.stops, 2u);
 }
 
 /* ---- Property: the sender ----------------------------------------------------------------- */

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* pi0viewmux's rules without the element: the pairing rules (gst/pi0pairing.h) against plain
- * oracles on random streams, and the inputs (gst/pi0muxinputs.h) on hand-made buffers. */
+/* pi0viewmux's rules without the element: the pairing rules (gst/viewmux/pi0pairing.h) against
+ * plain oracles on random streams, and its engine (gst/viewmux/pi0muxer.h) on hand-made buffers. */
 
-#include "test_helpers.h"
+#include "pi0testgst.h"
 
-#include "viewmux/pi0muxinputs.h"
+#include "viewmux/pi0muxer.h"
 #include "viewmux/pi0pairing.h"
 
 #include <gst/pi0/pi0.h>
@@ -34,7 +34,7 @@ struct Queue {
   long current = -1; /* index of the current frame, or -1 */
   bool current_queued = false;
 
-  /* Selection's drain loop (gst/pi0muxselect.cpp drain) over this queue. */
+  /* Selection's drain loop (Muxer::drain in gst/viewmux/pi0muxer.cpp) over this queue. */
   bool drain (Time limit)
   {
     while (front < bufs.size ()) {
@@ -119,7 +119,7 @@ frame (const GstVideoInfo &info, Time t, guint8 fill)
 
 } // namespace
 
-TEST (PairingRules, LastsPast)
+TEST (Pairing, LastsPast)
 {
   EXPECT_TRUE (lasts_past (0, 20 * ms, 10 * ms));
   EXPECT_FALSE (lasts_past (0, 10 * ms, 10 * ms)); /* reaches the limit, not past it */
@@ -128,7 +128,7 @@ TEST (PairingRules, LastsPast)
   EXPECT_TRUE (lasts_past (kNone - 2, kNone - 2, kNone - 3)); /* saturates, no wrap */
 }
 
-TEST (PairingRules, NextStep)
+TEST (Pairing, NextStep)
 {
   Front f;
   f.t = 30 * ms;
@@ -151,7 +151,7 @@ TEST (PairingRules, NextStep)
  * has proved it, and drain_limit () says exactly when the front buffer can move. Draining in
  * several steps gives what one drain to the last limit gives (what lets a silent base view's
  * inputs be drained early). */
-TEST (PairingRules, DrainTakesTheNewestAtOrBeforeTheLimit)
+TEST (Pairing, DrainTakesTheNewestAtOrBeforeTheLimit)
 {
   std::mt19937 rng (11);
   for (int iter = 0; iter < 3000; iter++) {
@@ -194,7 +194,7 @@ TEST (PairingRules, DrainTakesTheNewestAtOrBeforeTheLimit)
   }
 }
 
-TEST (PairingRules, SilentBaseLimit)
+TEST (Pairing, SilentBaseLimit)
 {
   Time limit = 0;
   EXPECT_FALSE (silent_base_limit (5 * ms, 20 * ms, 10 * ms, &limit));
@@ -206,7 +206,7 @@ TEST (PairingRules, SilentBaseLimit)
   EXPECT_FALSE (silent_base_limit (30 * ms, kNone, 0, &limit));
 }
 
-TEST (PairingRules, JudgeView)
+TEST (Pairing, JudgeView)
 {
   const Time skew = 10 * ms, stale = 200 * ms, T = 1000 * ms;
   EXPECT_FALSE (judge_view (false, 0, T, skew, stale).valid);
@@ -225,7 +225,7 @@ TEST (PairingRules, JudgeView)
   EXPECT_TRUE (!v.valid && v.ahead && !v.expired);
 }
 
-TEST (PairingRules, TimesAndDeadlines)
+TEST (Pairing, TimesAndDeadlines)
 {
   EXPECT_FALSE (is_late (50 * ms, kNone, 10 * ms));
   EXPECT_TRUE (is_late (50 * ms, 40 * ms, 10 * ms));
@@ -245,7 +245,7 @@ TEST (PairingRules, TimesAndDeadlines)
 
 /* check_layout against a plain oracle in 128-bit arithmetic, on random planes (negative,
  * short and huge strides, offsets near the top of the range). */
-TEST (PairingRules, CheckLayoutAgainstAnOracle)
+TEST (Pairing, CheckLayoutAgainstAnOracle)
 {
   std::mt19937_64 rng (5);
   auto pick = [&] (std::initializer_list<uint64_t> v) {
@@ -291,7 +291,7 @@ TEST (PairingRules, CheckLayoutAgainstAnOracle)
   }
 }
 
-TEST (PairingRules, ReportsAreRateLimited)
+TEST (Pairing, ReportsAreRateLimited)
 {
   MaskReport r;
   EXPECT_FALSE (r.should_report (false, 0, 1000 * ms)); /* nothing changed */
@@ -312,7 +312,7 @@ TEST (PairingRules, ReportsAreRateLimited)
   EXPECT_EQ (held, 0u);
 }
 
-TEST (PairingRules, StateSamples)
+TEST (Pairing, StateSamples)
 {
   const float ok[] = {1.f, -2.f, 0.f};
   const float nan[] = {1.f, NAN, 0.f};
@@ -325,14 +325,14 @@ TEST (PairingRules, StateSamples)
 
 /* The inputs on hand-made buffers: what becomes current, what is refused, and the observation
  * built from it. */
-TEST (MuxInputs, TakeAndCompose)
+TEST (Muxer, TakeAndCompose)
 {
   GstVideoInfo im = info_of ("video/x-raw,format=RGB,width=8,height=4,framerate=30/1");
   GstVideoInfo is = info_of ("video/x-raw,format=NV12,width=8,height=4,framerate=30/1");
-  Inputs in;
+  Muxer in;
   Counts c;
-  Notices n;
-  Limits l;
+  pi0::Notices n;
+  Settings l;
   l.max_skew = 10 * ms;
   l.max_staleness = 100 * ms;
   l.max_state_age = 50 * ms;
@@ -347,9 +347,9 @@ TEST (MuxInputs, TakeAndCompose)
   EXPECT_EQ (in.current (1), side0.get ());
   EXPECT_EQ (c.views[1].invalid, 1u);
   ASSERT_EQ (n.size (), 1u);
-  EXPECT_NE (n[0].text.find ("'side'"), std::string::npos);
-  ASSERT_NE (n[0].details, nullptr);
-  EXPECT_STREQ (gst_structure_get_string (n[0].details, "view"), "side");
+  EXPECT_NE (n.items ()[0].text.find ("'side'"), std::string::npos);
+  ASSERT_NE (n.items ()[0].details, nullptr);
+  EXPECT_STREQ (gst_structure_get_string (n.items ()[0].details, "view"), "side");
   n.clear ();
 
   const float st[] = {1.f, 2.f};
@@ -363,12 +363,12 @@ TEST (MuxInputs, TakeAndCompose)
   BufferPtr base (frame (im, 30 * ms, 1));
   ASSERT_TRUE (in.take_frame (0, true, base.get (), 30 * ms, &im, false, l.max_skew, c, n));
   std::array<bool, kViews> active{true, true, false};
-  BufferPtr obs (in.compose (base.get (), 30 * ms, active, true, l, 42, c, n));
+  BufferPtr obs (in.compose (base.get (), 30 * ms, active, true, l, c, n));
   ASSERT_NE (obs, nullptr);
   GstPi0ObservationMeta *meta = gst_buffer_get_pi0_observation_meta (obs.get ());
   ASSERT_NE (meta, nullptr);
   EXPECT_EQ (meta->observation_time, 30 * ms);
-  EXPECT_EQ (meta->muxed_time, 42u);
+  EXPECT_EQ (meta->muxed_time, GST_CLOCK_TIME_NONE); /* the element stamps it as it pushes */
   ASSERT_EQ (meta->n_views, 2u);
   EXPECT_TRUE (meta->views[1].flags & GST_PI0_VIEW_FLAG_VALID);
   EXPECT_TRUE (meta->views[1].flags & GST_PI0_VIEW_FLAG_SKEWED); /* 30 ms old, skew 10 */
@@ -384,14 +384,14 @@ TEST (MuxInputs, TakeAndCompose)
   EXPECT_EQ (c.views[0].backwards, 1u);
   ASSERT_EQ (n.size (), 1u);
   guint64 last = 0;
-  EXPECT_TRUE (gst_structure_get_uint64 (n[0].details, "last-observation", &last));
+  EXPECT_TRUE (gst_structure_get_uint64 (n.items ()[0].details, "last-observation", &last));
   EXPECT_EQ (last, 30 * ms);
   n.clear ();
 
   /* 200 ms later the side frame has expired: masked (one notice), let go, no memory. */
   BufferPtr base2 (frame (im, 230 * ms, 3));
   ASSERT_TRUE (in.take_frame (0, true, base2.get (), 230 * ms, &im, false, l.max_skew, c, n));
-  BufferPtr obs2 (in.compose (base2.get (), 230 * ms, active, true, l, 43, c, n));
+  BufferPtr obs2 (in.compose (base2.get (), 230 * ms, active, true, l, c, n));
   meta = gst_buffer_get_pi0_observation_meta (obs2.get ());
   EXPECT_FALSE (meta->views[1].flags & GST_PI0_VIEW_FLAG_VALID);
   EXPECT_EQ (meta->views[1].n_mem, 0u);
@@ -399,24 +399,24 @@ TEST (MuxInputs, TakeAndCompose)
   EXPECT_EQ (in.current (1), nullptr);
   EXPECT_TRUE (meta->state_flags & GST_PI0_STATE_FLAG_STALE);
   ASSERT_EQ (n.size (), 1u);
-  EXPECT_NE (n[0].text.find ("'side' is stale"), std::string::npos);
+  EXPECT_NE (n.items ()[0].text.find ("'side' is stale"), std::string::npos);
   EXPECT_EQ (meta->sequence, 1u);
 }
 
 /* A state source that keeps sending bad samples: each problem (a NaN, a wrong size) is warned
  * about at once, then at most once per second of running time with the number held back, while
  * every sample is counted and refused; good samples in between still pass. */
-TEST (MuxInputs, RejectedStateSamplesAreRateLimited)
+TEST (Muxer, RejectedStateSamplesAreRateLimited)
 {
-  Inputs in;
+  Muxer in;
   Counts c;
-  Notices n;
+  pi0::Notices n;
   const float nan3[] = {1.f, NAN, 3.f}, good[] = {1.f, 2.f, 3.f};
   auto details = [&] (size_t i, const char *field) {
     guint64 v = G_MAXUINT64;
-    EXPECT_NE (n[i].details, nullptr);
-    if (n[i].details) {
-      EXPECT_TRUE (gst_structure_get_uint64 (n[i].details, field, &v)) << field;
+    EXPECT_NE (n.items ()[i].details, nullptr);
+    if (n.items ()[i].details) {
+      EXPECT_TRUE (gst_structure_get_uint64 (n.items ()[i].details, field, &v)) << field;
     }
     return v;
   };
@@ -434,15 +434,15 @@ TEST (MuxInputs, RejectedStateSamplesAreRateLimited)
   EXPECT_EQ (details (0, "held-back"), 0u);
   EXPECT_EQ (details (1, "running-time"), 1000 * ms);
   EXPECT_EQ (details (1, "held-back"), 89u) << "the NaN samples between 0 and 1 s";
-  EXPECT_STREQ (gst_structure_get_string (n[1].details, "problem"), "non-finite");
-  EXPECT_NE (n[1].text.find ("finite float32"), std::string::npos);
-  EXPECT_NE (n[1].debug.find ("89 more"), std::string::npos);
+  EXPECT_STREQ (gst_structure_get_string (n.items ()[1].details, "problem"), "non-finite");
+  EXPECT_NE (n.items ()[1].text.find ("finite float32"), std::string::npos);
+  EXPECT_NE (n.items ()[1].debug.find ("89 more"), std::string::npos);
 
   /* A short sample at 1.2 s: another problem, said at once. */
   BufferPtr short1 (gst_buffer_new_memdup (good, sizeof (float)));
   EXPECT_FALSE (in.take_sample (short1.get (), 1200 * ms, 3, c, n));
   ASSERT_EQ (n.size (), 3u);
-  EXPECT_STREQ (gst_structure_get_string (n[2].details, "problem"), "size");
+  EXPECT_STREQ (gst_structure_get_string (n.items ()[2].details, "problem"), "size");
 
   /* A new stream starts afresh. */
   in.clear (false);
@@ -452,7 +452,7 @@ TEST (MuxInputs, RejectedStateSamplesAreRateLimited)
   EXPECT_EQ (n.size (), 1u);
 }
 
-TEST (MuxInputs, CapsWording)
+TEST (Muxer, CapsWording)
 {
   GstVideoInfo info;
   bool cuda = false;

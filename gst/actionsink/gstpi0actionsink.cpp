@@ -51,10 +51,13 @@
 #endif
 
 #include "actionsink/gstpi0actionsink.h"
-#include "common/gstpi0enum.h"
-#include "common/gstpi0props.h"
 
 #include "actionsink/pi0stagelatency.h"
+#include "common/gstpi0enum.h"
+#include "common/gstpi0props.h"
+#include "common/pi0clockwait.h"
+#include "common/pi0notice.h"
+
 #include "pi0link.h"
 
 #include <gst/pi0/pi0.h>
@@ -73,7 +76,24 @@ namespace
 
 namespace proto = pi0::proto;
 
-constexpr const char *kDefaultTarget = "stdout";
+/* What the properties mean for the session and the transport, and their defaults, are
+ * protocol/pi0link's (proto::LinkOptions); the DEFAULT_*s name them. */
+const proto::LinkOptions kLink;
+#define DEFAULT_TARGET (kLink.target.c_str ())
+#define DEFAULT_FORMAT GST_PI0_ACTION_SINK_FORMAT_AUTO
+#define DEFAULT_MODE GST_PI0_ACTION_SINK_MODE_STREAM
+#define DEFAULT_CONTROL_RATE (kLink.control_rate)
+#define DEFAULT_EXECUTE_STEPS (kLink.sender.execute_steps)
+#define DEFAULT_ALLOW_UNLIMITED (kLink.allow_unlimited)
+#define DEFAULT_MAX_ACTION_AGE (kLink.sender.max_action_age_ns)
+#define DEFAULT_HOLD_TIMEOUT (kLink.sender.hold_timeout_ns)
+#define DEFAULT_STOP_TIMEOUT (kLink.sender.stop_timeout_ns)
+#define DEFAULT_MAX_SEND_BUFFER ((guint)kLink.transport.max_send_buffer)
+#define DEFAULT_DATAGRAM_SIZE (kLink.datagram_size)
+#define DEFAULT_RECONNECT_MIN (kLink.transport.reconnect_min_ns)
+#define DEFAULT_RECONNECT_MAX (kLink.transport.reconnect_max_ns)
+#define DEFAULT_TOLERATE_WRITE_ERRORS FALSE
+#define DEFAULT_ROBOT_FEEDBACK (kLink.robot_feedback)
 
 enum {
   PROP_0,
@@ -126,19 +146,17 @@ struct Pending {
 };
 
 struct State {
-  Settings s; /* snapshot taken in start() */
+  GstElement *element = nullptr; /* the sink, not owned: its running time */
+  Settings s;                    /* snapshot taken in start() */
   bool started = false;
   proto::SenderLink link;
   proto::LinkOutput out; /* scratch, reused */
   bool unlocked = false;
   bool write_failed = false;
 
-  /* Control thread. */
-  GThread *thread = nullptr;
-  bool thread_running = false;
+  /* While PLAYING: the clock the control thread waits on, and the base time. */
   GstClock *clock = nullptr;
   GstClockTime base_time = 0;
-  GstClockID wait_id = nullptr;
 
   guint64 no_meta = 0; /* buffers without an action meta (counted as rejected) */
   pi0::StageLatency latency;
@@ -148,18 +166,20 @@ struct State {
   guint64 warn_count = 0;
 };
 
-struct Private {
-  std::mutex settings_lock;
-  Settings settings;
-  std::mutex lock;
-  State st;
-};
-
 } // namespace
+
+struct GstPi0ActionSinkPrivate {
+  std::mutex settings_lock;
+  Settings settings; /* under settings_lock */
+  std::mutex lock;
+  State state; /* under lock */
+  /* The control thread: ticks and the watchdog, at the link's deadlines (PLAYING only). */
+  pi0::ClockWait wait;
+};
 
 struct _GstPi0ActionSink {
   GstBaseSink parent;
-  Private *priv;
+  GstPi0ActionSinkPrivate *priv;
 };
 
 #define gst_pi0_action_sink_parent_class parent_class
@@ -203,13 +223,11 @@ warn (State &st, Pending &p, const std::string &msg)
     p.warnings.push_back (msg + " (" + std::to_string (st.warn_count) + " warnings so far)");
 }
 
+/* The running time, while PLAYING (st.clock set); NONE before: a prerolled chunk waits for it. */
 GstClockTime
 running_now (State &st)
 {
-  if (!st.clock)
-    return GST_CLOCK_TIME_NONE;
-  GstClockTime t = gst_clock_get_time (st.clock);
-  return t >= st.base_time ? t - st.base_time : 0;
+  return st.clock ? gst_element_get_current_running_time (st.element) : GST_CLOCK_TIME_NONE;
 }
 
 /* Keeps what the link decided, to be signalled, posted and pushed once the lock is released. */
@@ -254,70 +272,37 @@ flush_pending (GstPi0ActionSink *self, Pending &p)
       gst_pad_push_event (
           GST_BASE_SINK_PAD (self),
           gst_pi0_executing_event_new (fb.chunk_id, fb.row, fb.time_ns, p.period_ns));
+  pi0::Notices n;
   for (auto &w : p.warnings)
-    GST_ELEMENT_WARNING (self, STREAM, FAILED, ("%s", w.c_str ()), (nullptr));
+    n.warning (GST_STREAM_ERROR, GST_STREAM_ERROR_FAILED, w);
   if (!p.error.empty ())
-    GST_ELEMENT_ERROR (self, RESOURCE, WRITE, ("%s", p.error.c_str ()),
-                       ("set tolerate-write-errors=true to go on with a warning instead"));
+    n.error (GST_RESOURCE_ERROR, GST_RESOURCE_ERROR_WRITE, p.error,
+             "set tolerate-write-errors=true to go on with a warning instead");
+  GST_PI0_POST_NOTICES (self, n);
   p.sent.clear ();
   p.executing.clear ();
   p.warnings.clear ();
   p.error.clear ();
 }
 
-gpointer
-control_thread (gpointer data)
+/* The control thread's tick (pi0::ClockWait): the link's deadline has come. */
+void
+control_tick (GstPi0ActionSink *self)
 {
-  GstPi0ActionSink *self = GST_PI0_ACTION_SINK (data);
-  Private *priv = self->priv;
-  State &st = priv->st;
+  GstPi0ActionSinkPrivate *priv = self->priv;
+  State &st = priv->state;
   Pending p;
-  std::unique_lock<std::mutex> lk (priv->lock);
-  while (st.thread_running) {
-    GstClockID id =
-        gst_clock_new_single_shot_id (st.clock, st.base_time + st.link.next_deadline ());
-    st.wait_id = id;
-    lk.unlock ();
-    GstClockReturn r = gst_clock_id_wait (id, nullptr);
-    lk.lock ();
-    st.wait_id = nullptr;
-    gst_clock_id_unref (id);
-    if (!st.thread_running || r == GST_CLOCK_UNSCHEDULED)
-      continue;
+  {
+    std::lock_guard<std::mutex> lk (priv->lock);
+    if (!st.clock)
+      return;
     const GstClockTime now = running_now (st);
     st.link.pump (now);
     st.link.tick (now);
     deliver (st, p);
-    if (!p.sent.empty () || !p.executing.empty () || !p.warnings.empty () || !p.error.empty ()) {
-      lk.unlock ();
-      flush_pending (self, p);
-      lk.lock ();
-    }
+    priv->wait.follow (st.base_time + st.link.next_deadline (), nullptr);
   }
-  return nullptr;
-}
-
-/* Called with the lock held; returns with it held, thread joined. */
-void
-stop_control_thread (Private *priv, std::unique_lock<std::mutex> &lk)
-{
-  State &st = priv->st;
-  if (!st.thread)
-    return;
-  st.thread_running = false;
-  if (st.wait_id)
-    gst_clock_id_unschedule (st.wait_id);
-  GThread *t = st.thread;
-  st.thread = nullptr;
-  if (t == g_thread_self ()) {
-    /* A state change from an `action` handler runs on the control thread itself: it cannot
-     * join itself; it sees thread_running == false and ends when the handler returns. */
-    g_thread_unref (t);
-    return;
-  }
-  lk.unlock ();
-  g_thread_join (t);
-  lk.lock ();
+  flush_pending (self, p);
 }
 
 } // namespace
@@ -328,7 +313,7 @@ static gboolean
 gst_pi0_action_sink_start (GstBaseSink *bsink)
 {
   GstPi0ActionSink *self = GST_PI0_ACTION_SINK (bsink);
-  Private *priv = self->priv;
+  GstPi0ActionSinkPrivate *priv = self->priv;
   Settings s;
   {
     std::lock_guard<std::mutex> g (priv->settings_lock);
@@ -343,7 +328,7 @@ gst_pi0_action_sink_start (GstBaseSink *bsink)
   }
   Pending p;
   std::unique_lock<std::mutex> lk (priv->lock);
-  State &st = priv->st;
+  State &st = priv->state;
   if (!st.link.open (c, &err)) {
     lk.unlock ();
     GST_ELEMENT_ERROR (self, RESOURCE, OPEN_WRITE,
@@ -381,9 +366,9 @@ static gboolean
 gst_pi0_action_sink_stop (GstBaseSink *bsink)
 {
   GstPi0ActionSink *self = GST_PI0_ACTION_SINK (bsink);
-  std::unique_lock<std::mutex> lk (self->priv->lock);
-  State &st = self->priv->st;
-  stop_control_thread (self->priv, lk);
+  self->priv->wait.stop ();
+  std::lock_guard<std::mutex> lk (self->priv->lock);
+  State &st = self->priv->state;
   st.link.close ();
   st.started = false; /* the session stays for its counters until the next start */
   return TRUE;
@@ -393,15 +378,15 @@ static GstStateChangeReturn
 gst_pi0_action_sink_change_state (GstElement *element, GstStateChange transition)
 {
   GstPi0ActionSink *self = GST_PI0_ACTION_SINK (element);
-  Private *priv = self->priv;
+  GstPi0ActionSinkPrivate *priv = self->priv;
 
   if (transition == GST_STATE_CHANGE_PLAYING_TO_PAUSED) {
     /* Stop ticking first, then tell the robot to hold: nothing is sent after the HOLD. */
     Pending p;
+    priv->wait.stop ();
     {
-      std::unique_lock<std::mutex> lk (priv->lock);
-      State &st = priv->st;
-      stop_control_thread (priv, lk);
+      std::lock_guard<std::mutex> lk (priv->lock);
+      State &st = priv->state;
       if (st.started) {
         st.link.pump (running_now (st), false);
         st.link.event (running_now (st), proto::SenderEvent::kPaused);
@@ -416,19 +401,23 @@ gst_pi0_action_sink_change_state (GstElement *element, GstStateChange transition
     /* Before chaining up: the prerolled buffer is rendered as soon as the base class lets it
      * go, and it needs the clock to judge its age. The pipeline sets base_time before this. */
     GstClock *clock = gst_element_get_clock (element);
-    if (!clock)
-      clock = gst_system_clock_obtain (); /* an element used alone has no pipeline clock */
+    if (!clock) {
+      /* An element used alone has no pipeline clock: the system clock becomes its own. */
+      clock = gst_system_clock_obtain ();
+      gst_element_set_clock (element, clock);
+    }
     std::unique_lock<std::mutex> lk (priv->lock);
-    State &st = priv->st;
-    if (st.started && !st.thread) {
+    State &st = priv->state;
+    if (st.started && !priv->wait.running ()) {
       g_clear_object (&st.clock);
       st.clock = clock;
       clock = nullptr;
       st.base_time = gst_element_get_base_time (element);
       st.link.event (running_now (st), proto::SenderEvent::kPlaying);
       if (st.s.link.mode != proto::SendMode::kLog) {
-        st.thread_running = true;
-        st.thread = g_thread_new ("pi0actionsink-ctl", control_thread, self);
+        priv->wait.start ("pi0actionsink-ctl",
+                          [self] (GstClockTime, guint64) { control_tick (self); });
+        priv->wait.follow (st.base_time + st.link.next_deadline (), st.clock);
       }
     }
     if (clock)
@@ -437,9 +426,9 @@ gst_pi0_action_sink_change_state (GstElement *element, GstStateChange transition
 
   GstStateChangeReturn ret = GST_ELEMENT_CLASS (parent_class)->change_state (element, transition);
   if (ret == GST_STATE_CHANGE_FAILURE && transition == GST_STATE_CHANGE_PAUSED_TO_PLAYING) {
-    std::unique_lock<std::mutex> lk (priv->lock);
-    stop_control_thread (priv, lk);
-    g_clear_object (&priv->st.clock);
+    priv->wait.stop ();
+    std::lock_guard<std::mutex> lk (priv->lock);
+    g_clear_object (&priv->state.clock);
   }
 
   return ret;
@@ -449,7 +438,7 @@ static gboolean
 gst_pi0_action_sink_event (GstBaseSink *bsink, GstEvent *event)
 {
   GstPi0ActionSink *self = GST_PI0_ACTION_SINK (bsink);
-  Private *priv = self->priv;
+  GstPi0ActionSinkPrivate *priv = self->priv;
   Pending p;
   std::optional<proto::SenderEvent> e;
   switch (GST_EVENT_TYPE (event)) {
@@ -467,7 +456,7 @@ gst_pi0_action_sink_event (GstBaseSink *bsink, GstEvent *event)
   }
   if (e) {
     std::lock_guard<std::mutex> g (priv->lock);
-    State &st = priv->st;
+    State &st = priv->state;
     if (st.started) {
       st.link.event (running_now (st), *e);
       deliver (st, p);
@@ -484,7 +473,7 @@ set_unlocked (GstBaseSink *bsink, bool unlocked)
 {
   GstPi0ActionSink *self = GST_PI0_ACTION_SINK (bsink);
   std::lock_guard<std::mutex> g (self->priv->lock);
-  self->priv->st.unlocked = unlocked;
+  self->priv->state.unlocked = unlocked;
   return TRUE;
 }
 
@@ -536,13 +525,13 @@ static GstFlowReturn
 gst_pi0_action_sink_render (GstBaseSink *bsink, GstBuffer *buf)
 {
   GstPi0ActionSink *self = GST_PI0_ACTION_SINK (bsink);
-  Private *priv = self->priv;
+  GstPi0ActionSinkPrivate *priv = self->priv;
   Pending p;
   std::string error;
   GstFlowReturn ret;
   try {
     std::lock_guard<std::mutex> g (priv->lock);
-    ret = render_locked (priv->st, buf, p, &error);
+    ret = render_locked (priv->state, buf, p, &error);
   } catch (const std::exception &e) {
     error = std::string ("internal error: ") + e.what ();
     ret = GST_FLOW_ERROR;
@@ -561,10 +550,10 @@ gst_pi0_action_sink_render (GstBaseSink *bsink, GstBuffer *buf)
 /* ---------------------------------------------------------------------------------------- */
 
 static GstStructure *
-make_stats (Private *priv)
+make_stats (GstPi0ActionSinkPrivate *priv)
 {
   std::lock_guard<std::mutex> g (priv->lock);
-  State &st = priv->st;
+  State &st = priv->state;
   GstStructure *s = gst_structure_new_empty ("pi0actionsink-stats");
   for (const auto &[name, value] : st.link.stats (st.no_meta))
     gst_structure_set (s, name, G_TYPE_UINT64, (guint64)value, nullptr);
@@ -573,7 +562,7 @@ make_stats (Private *priv)
 }
 
 /* Copies @value into the settings (@set) or out of them: one table for both directions. */
-static void
+static bool
 transfer (Settings &s, guint prop_id, GValue *value, bool set)
 {
   switch (prop_id) {
@@ -591,26 +580,16 @@ transfer (Settings &s, guint prop_id, GValue *value, bool set)
     GST_PI0_PROP_FIELD (PROP_RECONNECT_MAX, link.transport.reconnect_max_ns, guint64, uint64)
     GST_PI0_PROP_FIELD (PROP_TOLERATE_WRITE_ERRORS, tolerate_write_errors, gboolean, boolean)
     GST_PI0_PROP_FIELD (PROP_ROBOT_FEEDBACK, link.robot_feedback, gboolean, boolean)
-    case PROP_TARGET:
-      if (!set)
-        g_value_set_string (value, s.link.target.c_str ());
-      else
-        s.link.target = g_value_get_string (value) ? g_value_get_string (value) : kDefaultTarget;
-      break;
-    case PROP_ROBOT_CONFIG:
-      if (!set)
-        g_value_set_string (value,
-                            s.link.robot_config.empty () ? nullptr : s.link.robot_config.c_str ());
-      else
-        s.link.robot_config = g_value_get_string (value) ? g_value_get_string (value) : "";
-      break;
+    GST_PI0_PROP_STRING_OR (PROP_TARGET, link.target, DEFAULT_TARGET)
+    GST_PI0_PROP_STRING (PROP_ROBOT_CONFIG, link.robot_config)
     case PROP_HMAC_KEY: /* write-only: a key must not be readable back */
       if (set) {
         s.link.hmac_key_set = g_value_get_string (value) != nullptr;
         s.link.hmac_key = s.link.hmac_key_set ? g_value_get_string (value) : "";
       }
-      break;
+      return true;
   }
+  return false;
 }
 
 static void
@@ -618,12 +597,9 @@ gst_pi0_action_sink_set_property (GObject *object, guint prop_id, const GValue *
                                   GParamSpec *pspec)
 {
   GstPi0ActionSink *self = GST_PI0_ACTION_SINK (object);
-  if (prop_id == PROP_0 || prop_id >= PROP_STATS) {
-    G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
-    return;
-  }
   std::lock_guard<std::mutex> g (self->priv->settings_lock);
-  transfer (self->priv->settings, prop_id, (GValue *)value, true);
+  if (!transfer (self->priv->settings, prop_id, (GValue *)value, true))
+    G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
 }
 
 static void
@@ -632,23 +608,22 @@ gst_pi0_action_sink_get_property (GObject *object, guint prop_id, GValue *value,
   GstPi0ActionSink *self = GST_PI0_ACTION_SINK (object);
   if (prop_id == PROP_STATS) {
     g_value_take_boxed (value, make_stats (self->priv));
-  } else if (prop_id == PROP_0 || prop_id > PROP_STATS) {
-    G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
-  } else {
-    std::lock_guard<std::mutex> g (self->priv->settings_lock);
-    transfer (self->priv->settings, prop_id, value, false);
+    return;
   }
+  std::lock_guard<std::mutex> g (self->priv->settings_lock);
+  if (!transfer (self->priv->settings, prop_id, value, false))
+    G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
 }
 
 static void
 gst_pi0_action_sink_finalize (GObject *object)
 {
   GstPi0ActionSink *self = GST_PI0_ACTION_SINK (object);
+  self->priv->wait.stop ();
   {
-    std::unique_lock<std::mutex> lk (self->priv->lock);
-    stop_control_thread (self->priv, lk);
-    self->priv->st.link.close ();
-    g_clear_object (&self->priv->st.clock);
+    std::lock_guard<std::mutex> lk (self->priv->lock);
+    self->priv->state.link.close ();
+    g_clear_object (&self->priv->state.clock);
   }
   delete self->priv;
   G_OBJECT_CLASS (parent_class)->finalize (object);
@@ -657,7 +632,8 @@ gst_pi0_action_sink_finalize (GObject *object)
 static void
 gst_pi0_action_sink_init (GstPi0ActionSink *self)
 {
-  self->priv = new Private ();
+  self->priv = new GstPi0ActionSinkPrivate ();
+  self->priv->state.element = GST_ELEMENT (self);
   /* Send as soon as a chunk arrives: the observation's capture time, not the buffer's
    * timestamp, decides when each action is due, and waiting on the clock here would only add
    * latency (and make render block). */
@@ -672,15 +648,12 @@ gst_pi0_action_sink_class_init (GstPi0ActionSinkClass *klass)
   GObjectClass *gobject_class = G_OBJECT_CLASS (klass);
   GstElementClass *element_class = GST_ELEMENT_CLASS (klass);
   GstBaseSinkClass *bsink_class = GST_BASE_SINK_CLASS (klass);
-  const GParamFlags rw_ready =
-      (GParamFlags)(G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS | GST_PARAM_MUTABLE_READY);
 
   GST_DEBUG_CATEGORY_INIT (gst_pi0_action_sink_debug, "pi0actionsink", 0, "Pi0 action sink");
 
-  gobject_class->set_property = gst_pi0_action_sink_set_property;
-  gobject_class->get_property = gst_pi0_action_sink_get_property;
-  gobject_class->finalize = gst_pi0_action_sink_finalize;
-  const Settings d; /* the defaults */
+  gobject_class->set_property = GST_DEBUG_FUNCPTR (gst_pi0_action_sink_set_property);
+  gobject_class->get_property = GST_DEBUG_FUNCPTR (gst_pi0_action_sink_get_property);
+  gobject_class->finalize = GST_DEBUG_FUNCPTR (gst_pi0_action_sink_finalize);
   auto install = [gobject_class] (guint id, GParamSpec *ps) {
     g_object_class_install_property (gobject_class, id, ps);
   };
@@ -695,56 +668,56 @@ gst_pi0_action_sink_class_init (GstPi0ActionSinkClass *klass)
       PROP_TARGET,
       g_param_spec_string ("target", "Target",
                            "Where actions go: udp://IP:PORT, tcp://IP:PORT, file:///path or stdout",
-                           kDefaultTarget, rw_ready));
+                           DEFAULT_TARGET, GST_PI0_PARAM_READY));
   install (
       PROP_FORMAT,
       g_param_spec_enum (
           "format", "Format",
           "Message encoding: auto (binary for udp/tcp, JSON lines for file/stdout), json or binary",
-          gst_pi0_action_sink_format_get_type (), GST_PI0_ACTION_SINK_FORMAT_AUTO, rw_ready));
+          gst_pi0_action_sink_format_get_type (), DEFAULT_FORMAT, GST_PI0_PARAM_READY));
   install (PROP_MODE,
            g_param_spec_enum (
                "mode", "Mode",
                "chunk: send each chunk whole on arrival; stream: one action per control "
                "tick from the newest chunk; log: write every chunk whole and unmodified "
                "(file:// or stdout only: recordings, replays)",
-               gst_pi0_action_sink_mode_get_type (), GST_PI0_ACTION_SINK_MODE_STREAM, rw_ready));
+               gst_pi0_action_sink_mode_get_type (), DEFAULT_MODE, GST_PI0_PARAM_READY));
   install (
       PROP_CONTROL_RATE,
       g_param_spec_double ("control-rate", "Control rate",
                            "Robot control rate in Hz: one chunk row per tick (also the step period "
                            "written in frames)",
-                           0.1, 1000.0, d.link.control_rate, rw_ready));
+                           0.1, 1000.0, DEFAULT_CONTROL_RATE, GST_PI0_PARAM_READY));
   install (PROP_EXECUTE_STEPS,
            g_param_spec_uint ("execute-steps", "Execute steps",
                               "Use at most this many rows of each chunk (0 = all rows)", 0,
-                              G_MAXUINT, 0, rw_ready));
+                              G_MAXUINT, DEFAULT_EXECUTE_STEPS, GST_PI0_PARAM_READY));
   install (
       PROP_ROBOT_CONFIG,
       g_param_spec_string ("robot-config", "Robot configuration",
                            "JSON file with joints, lower/upper limits and max_step per tick; every "
                            "action is clamped to it",
-                           nullptr, rw_ready));
+                           nullptr, GST_PI0_PARAM_READY));
   install (PROP_ALLOW_UNLIMITED,
            g_param_spec_boolean (
                "allow-unlimited", "Allow unlimited",
                "Start without robot-config (actions are still checked for NaN/Inf but not clamped)",
-               FALSE, rw_ready));
+               DEFAULT_ALLOW_UNLIMITED, GST_PI0_PARAM_READY));
   install (PROP_MAX_ACTION_AGE,
            g_param_spec_uint64 (
                "max-action-age", "Maximum action age",
                "Drop actions whose observation was captured longer ago than this, in nanoseconds",
-               GST_MSECOND, G_MAXUINT64, d.link.sender.max_action_age_ns, rw_ready));
+               GST_MSECOND, G_MAXUINT64, DEFAULT_MAX_ACTION_AGE, GST_PI0_PARAM_READY));
   install (PROP_HOLD_TIMEOUT,
            g_param_spec_uint64 (
                "hold-timeout", "Hold timeout",
                "Send HOLD after this long without a fresh action, in nanoseconds of pipeline clock",
-               GST_MSECOND, G_MAXUINT64, d.link.sender.hold_timeout_ns, rw_ready));
+               GST_MSECOND, G_MAXUINT64, DEFAULT_HOLD_TIMEOUT, GST_PI0_PARAM_READY));
   install (PROP_STOP_TIMEOUT,
            g_param_spec_uint64 (
                "stop-timeout", "Stop timeout",
                "Send STOP after this long without a fresh action, in nanoseconds (>= hold-timeout)",
-               GST_MSECOND, G_MAXUINT64, d.link.sender.stop_timeout_ns, rw_ready));
+               GST_MSECOND, G_MAXUINT64, DEFAULT_STOP_TIMEOUT, GST_PI0_PARAM_READY));
   /* Write-only: a key must not be readable back through gst-inspect or a property dump. */
   install (
       PROP_HMAC_KEY,
@@ -752,32 +725,32 @@ gst_pi0_action_sink_class_init (GstPi0ActionSinkClass *klass)
           "hmac-key", "HMAC key",
           "Shared key: when set, every binary frame carries an HMAC-SHA256 trailer (write-only)",
           nullptr,
-          (GParamFlags)(G_PARAM_WRITABLE | G_PARAM_STATIC_STRINGS | GST_PARAM_MUTABLE_READY)));
+          GST_PI0_PARAM_WRITE_ONLY));
   install (PROP_MAX_SEND_BUFFER,
            g_param_spec_uint (
                "max-send-buffer", "Maximum send buffer",
                "TCP: bytes queued for a slow peer before the oldest unsent frames are dropped",
-               1024, 64 * 1024 * 1024, (guint)d.link.transport.max_send_buffer, rw_ready));
+               1024, 64 * 1024 * 1024, DEFAULT_MAX_SEND_BUFFER, GST_PI0_PARAM_READY));
   install (PROP_DATAGRAM_SIZE,
            g_param_spec_uint (
                "datagram-size", "Datagram size",
                "UDP: largest frame in bytes; bigger chunks are split per docs/protocol.md", 128,
-               65507, d.link.datagram_size, rw_ready));
+               65507, DEFAULT_DATAGRAM_SIZE, GST_PI0_PARAM_READY));
   install (
       PROP_RECONNECT_MIN,
       g_param_spec_uint64 (
           "reconnect-min", "Reconnect minimum",
           "TCP: first reconnect delay in nanoseconds (doubles per failure up to reconnect-max)",
-          GST_MSECOND, 60 * GST_SECOND, d.link.transport.reconnect_min_ns, rw_ready));
+          GST_MSECOND, 60 * GST_SECOND, DEFAULT_RECONNECT_MIN, GST_PI0_PARAM_READY));
   install (PROP_RECONNECT_MAX,
            g_param_spec_uint64 ("reconnect-max", "Reconnect maximum",
                                 "TCP: longest reconnect delay in nanoseconds", GST_MSECOND,
-                                600 * GST_SECOND, d.link.transport.reconnect_max_ns, rw_ready));
+                                600 * GST_SECOND, DEFAULT_RECONNECT_MAX, GST_PI0_PARAM_READY));
   install (PROP_TOLERATE_WRITE_ERRORS,
            g_param_spec_boolean ("tolerate-write-errors", "Tolerate write errors",
                                  "file/stdout: a failed write is a warning and counts in "
                                  "stats.write-errors instead of an error that stops the pipeline",
-                                 FALSE, rw_ready));
+                                 DEFAULT_TOLERATE_WRITE_ERRORS, GST_PI0_PARAM_READY));
   /**
    * GstPi0ActionSink:robot-feedback:
    *
@@ -790,7 +763,7 @@ gst_pi0_action_sink_class_init (GstPi0ActionSinkClass *klass)
            g_param_spec_boolean ("robot-feedback", "Robot feedback",
                                  "Chunk mode over udp/tcp: use what the robot reports executing "
                                  "(FEEDBACK frames) instead of the sink's estimate",
-                                 d.link.robot_feedback, rw_ready));
+                                 DEFAULT_ROBOT_FEEDBACK, GST_PI0_PARAM_READY));
   /**
    * GstPi0ActionSink:stats:
    *
@@ -814,7 +787,7 @@ gst_pi0_action_sink_class_init (GstPi0ActionSinkClass *klass)
           "sessions, queued-bytes, write-errors, feedback, feedback-dropped; latency per stage "
           "(mux, prep, infer, sink, "
           "end-to-end) as STAGE-p50/-p99/-max in ns over the last 1024 chunks",
-          GST_TYPE_STRUCTURE, (GParamFlags)(G_PARAM_READABLE | G_PARAM_STATIC_STRINGS)));
+          GST_TYPE_STRUCTURE, GST_PI0_PARAM_READ_ONLY));
 
   /**
    * GstPi0ActionSink::action:
@@ -837,14 +810,14 @@ gst_pi0_action_sink_class_init (GstPi0ActionSinkClass *klass)
   gst_element_class_add_static_pad_template (element_class, &sink_template);
   gst_element_class_set_static_metadata (
       element_class, "Pi0 action sink", "Sink/Network",
-      "Sends Pi0 action chunks to a robot: finite, clamped, fresh, framed", "gst-pi0 developers");
-  element_class->change_state = gst_pi0_action_sink_change_state;
-  bsink_class->start = gst_pi0_action_sink_start;
-  bsink_class->stop = gst_pi0_action_sink_stop;
-  bsink_class->render = gst_pi0_action_sink_render;
-  bsink_class->event = gst_pi0_action_sink_event;
-  bsink_class->unlock = gst_pi0_action_sink_unlock;
-  bsink_class->unlock_stop = gst_pi0_action_sink_unlock_stop;
+      "Sends Pi0 action chunks to a robot: finite, clamped, fresh, framed", GST_PI0_AUTHOR);
+  element_class->change_state = GST_DEBUG_FUNCPTR (gst_pi0_action_sink_change_state);
+  bsink_class->start = GST_DEBUG_FUNCPTR (gst_pi0_action_sink_start);
+  bsink_class->stop = GST_DEBUG_FUNCPTR (gst_pi0_action_sink_stop);
+  bsink_class->render = GST_DEBUG_FUNCPTR (gst_pi0_action_sink_render);
+  bsink_class->event = GST_DEBUG_FUNCPTR (gst_pi0_action_sink_event);
+  bsink_class->unlock = GST_DEBUG_FUNCPTR (gst_pi0_action_sink_unlock);
+  bsink_class->unlock_stop = GST_DEBUG_FUNCPTR (gst_pi0_action_sink_unlock_stop);
 
   gst_type_mark_as_plugin_api (gst_pi0_action_sink_mode_get_type (), (GstPluginAPIFlags)0);
   gst_type_mark_as_plugin_api (gst_pi0_action_sink_format_get_type (), (GstPluginAPIFlags)0);

@@ -18,6 +18,18 @@
 namespace pi0
 {
 
+/* The stages, in order, and what each measures: the names of the `stats` fields
+ * (STAGE-p50/-p99/-max) and the rows of the tables pi0-demo and bench/e2e print. */
+struct Stage {
+  const char *name;
+  const char *what;
+};
+constexpr Stage kStages[] = {
+    {"mux", "capture -> observation (mux wait)"}, {"prep", "preprocessing (cudaprep)"},
+    {"infer", "queue + inference (pi0infer)"},    {"sink", "sink (checks, send)"},
+    {"end-to-end", "capture -> sent (end to end)"},
+};
+
 /* Running times at which one chunk's observation passed each stage. */
 struct StageStamps {
   GstClockTime capture = GST_CLOCK_TIME_NONE;  /* observation_time: the base frame */
@@ -47,7 +59,7 @@ public:
 
   void add (const StageStamps &t, GstClockTime sent)
   {
-    const GstClockTime points[kStages + 1] = {t.capture, t.muxed, t.prepared, t.done, sent};
+    const GstClockTime points[kN + 1] = {t.capture, t.muxed, t.prepared, t.done, sent};
     for (int s = 0; s < kEndToEnd; s++)
       push (s, points[s], points[s + 1]);
     push (kEndToEnd, t.capture, sent);
@@ -57,13 +69,12 @@ public:
   /* `latency-chunks` and, for each stage with samples, STAGE-p50/-p99/-max in ns. */
   void write (GstStructure *st) const
   {
-    static const char *const names[kStages] = {"mux", "prep", "infer", "sink", "end-to-end"};
     gst_structure_set (st, "latency-chunks", G_TYPE_UINT64, chunks_, nullptr);
-    for (int i = 0; i < kStages; i++) {
+    for (int i = 0; i < kN; i++) {
       if (samples_[i].empty ())
         continue;
       std::vector<GstClockTime> v (samples_[i].begin (), samples_[i].end ());
-      const std::string n = names[i];
+      const std::string n = kStages[i].name;
       const GstClockTime max = *std::max_element (v.begin (), v.end ());
       gst_structure_set (st, (n + "-p50").c_str (), G_TYPE_UINT64, percentile (v, 0.50),
                          (n + "-p99").c_str (), G_TYPE_UINT64, percentile (v, 0.99),
@@ -72,7 +83,8 @@ public:
   }
 
 private:
-  enum { kEndToEnd = 4, kStages = 5 };
+  enum { kEndToEnd = 4, kN = 5 };
+  static_assert (sizeof (kStages) / sizeof (kStages[0]) == kN, "one name per stage");
   void push (int s, GstClockTime a, GstClockTime b)
   {
     if (!GST_CLOCK_TIME_IS_VALID (a) || !GST_CLOCK_TIME_IS_VALID (b) || b < a)
@@ -81,7 +93,7 @@ private:
     if (samples_[s].size () > kWindow)
       samples_[s].pop_front ();
   }
-  std::deque<GstClockTime> samples_[kStages];
+  std::deque<GstClockTime> samples_[kN];
   guint64 chunks_ = 0; /* chunks measured since start */
 };
 

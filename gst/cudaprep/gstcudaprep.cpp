@@ -24,7 +24,12 @@
  * Since: 0.1
  */
 
-/* Threads and locks: settings_lock guards Settings (properties) and is only held to copy them;
+/* The element is glue over kernels/: the CPU twin (pi0::prep::prep_cpu) and, on a GPU,
+ * pi0::prep::CudaRunner (the per-view streams, staging, upload and join events, the device
+ * block pool). Here: properties, caps, mapping the views' frames, the tensor meta, and the CUDA
+ * context shared with GStreamer's CUDA elements.
+ *
+ * Threads and locks: settings_lock guards Settings (properties) and is only held to copy them;
  * State belongs to the streaming thread (and start/stop, which GstBaseTransform serialises with
  * it). Output blocks go back to their pool from whatever thread drops the last buffer reference;
  * the pool has its own lock, taken last. Lock order: settings_lock, then a pool's lock. */
@@ -34,6 +39,7 @@
 #endif
 
 #include "cudaprep/gstcudaprep.h"
+
 #include "common/gstpi0enum.h"
 #include "common/gstpi0props.h"
 
@@ -42,8 +48,7 @@
 
 #include "pi0prep.h"
 #ifdef HAVE_CUDA
-#include "pi0prep_cuda.h"
-#include <dlfcn.h>
+#include "pi0prepcuda.h"
 #endif
 #ifdef HAVE_GST_CUDA
 #include <gst/cuda/gstcudacontext.h>
@@ -66,7 +71,6 @@ GST_DEBUG_CATEGORY_STATIC (gst_pi0_cuda_prep_debug);
 namespace
 {
 
-constexpr int kDefaultSize = 224;
 const float kImagenetMean[3] = {0.485f, 0.456f, 0.406f};
 const float kImagenetStd[3] = {0.229f, 0.224f, 0.225f};
 
@@ -85,172 +89,49 @@ enum {
   PROP_N_THREADS,
 };
 
+#define DEFAULT_WIDTH 224
+#define DEFAULT_HEIGHT 224
+#define DEFAULT_RESIZE GST_PI0_CUDA_PREP_RESIZE_PAD
+#define DEFAULT_FILTER GST_PI0_CUDA_PREP_FILTER_ANTIALIAS
+#define DEFAULT_NORMALIZE GST_PI0_CUDA_PREP_NORMALIZE_PI0
+#define DEFAULT_MEAN 0.5f
+#define DEFAULT_STD 0.5f
+#define DEFAULT_DTYPE GST_PI0_DTYPE_FLOAT32
+#define DEFAULT_DEVICE GST_PI0_DEVICE_AUTO
+#define DEFAULT_CUDA_DEVICE_ID -1
+#define DEFAULT_N_THREADS 0
+
 struct Settings {
-  int width = kDefaultSize, height = kDefaultSize;
-  GstPi0CudaPrepResize resize = GST_PI0_CUDA_PREP_RESIZE_PAD;
-  GstPi0CudaPrepFilter filter = GST_PI0_CUDA_PREP_FILTER_ANTIALIAS;
-  GstPi0CudaPrepNormalize normalize = GST_PI0_CUDA_PREP_NORMALIZE_PI0;
-  float mean[3] = {0.5f, 0.5f, 0.5f};
-  float std[3] = {0.5f, 0.5f, 0.5f};
-  GstPi0CudaPrepDType dtype = GST_PI0_CUDA_PREP_DTYPE_FLOAT32;
-  GstPi0CudaPrepDevice device = GST_PI0_CUDA_PREP_DEVICE_AUTO;
-  int cuda_device_id = -1;
-  guint n_threads = 0;
+  int width = DEFAULT_WIDTH, height = DEFAULT_HEIGHT;
+  GstPi0CudaPrepResize resize = DEFAULT_RESIZE;
+  GstPi0CudaPrepFilter filter = DEFAULT_FILTER;
+  GstPi0CudaPrepNormalize normalize = DEFAULT_NORMALIZE;
+  float mean[3] = {DEFAULT_MEAN, DEFAULT_MEAN, DEFAULT_MEAN};
+  float std[3] = {DEFAULT_STD, DEFAULT_STD, DEFAULT_STD};
+  GstPi0DType dtype = DEFAULT_DTYPE;
+  GstPi0Device device = DEFAULT_DEVICE;
+  int cuda_device_id = DEFAULT_CUDA_DEVICE_ID;
+  guint n_threads = DEFAULT_N_THREADS;
 };
 
-/* A pool of equally sized output blocks (host or device). Blocks outlive the element when a
- * buffer does, so each one keeps the pool alive through a shared_ptr. */
-struct BlockPool {
-  std::mutex lock;
-  size_t size = 0;
-  bool closed = false;
-  std::vector<void *> free_blocks;
-  void *(*alloc) (size_t) = nullptr;
-  void (*release) (void *) = nullptr;
-
-  ~BlockPool ()
-  {
-    for (void *b : free_blocks)
-      release (b);
-  }
-};
-
-struct Block {
-  std::shared_ptr<BlockPool> pool;
-  void *data = nullptr;
-  size_t size = 0;
-#ifdef HAVE_CUDA
-  cudaEvent_t event = nullptr; /* recorded when the block is written (device blocks) */
-#endif
-};
-
-void
-block_return (gpointer user_data)
-{
-  Block *b = static_cast<Block *> (user_data);
-  {
-    std::lock_guard<std::mutex> lk (b->pool->lock);
-    if (!b->pool->closed && b->size == b->pool->size) {
-      b->pool->free_blocks.push_back (b->data);
-      b->data = nullptr;
-    }
-  }
-  if (b->data)
-    b->pool->release (b->data);
-#ifdef HAVE_CUDA
-  if (b->event)
-    cudaEventDestroy (b->event);
-#endif
-  delete b;
-}
-
-Block *
-block_acquire (const std::shared_ptr<BlockPool> &pool, size_t size)
-{
-  void *data = nullptr;
-  {
-    std::lock_guard<std::mutex> lk (pool->lock);
-    if (pool->size != size) {
-      /* New geometry or dtype: the old blocks are freed as they come back. */
-      for (void *b : pool->free_blocks)
-        pool->release (b);
-      pool->free_blocks.clear ();
-      pool->size = size;
-    }
-    if (!pool->free_blocks.empty ()) {
-      data = pool->free_blocks.back ();
-      pool->free_blocks.pop_back ();
-    }
-  }
-  if (!data)
-    data = pool->alloc (size);
-  if (!data)
-    return nullptr;
-  Block *b = new Block;
-  b->pool = pool;
-  b->data = data;
-  b->size = size;
-  return b;
-}
-
-void *
-host_alloc (size_t n)
-{
-  /* 64-byte aligned so rows of the output can be stored with full vectors. */
-  return std::aligned_alloc (64, (n + 63) / 64 * 64);
-}
-
-void
-host_release (void *p)
-{
-  std::free (p);
-}
+/* The tensor's dtypes are the meta's, in the meta's order. */
+static_assert ((int)pi0::prep::DType::Float32 == GST_PI0_DTYPE_FLOAT32 &&
+                   (int)pi0::prep::DType::Float16 == GST_PI0_DTYPE_FLOAT16 &&
+                   (int)pi0::prep::DType::BFloat16 == GST_PI0_DTYPE_BFLOAT16,
+               "kernels/ and the tensor meta number their dtypes alike");
 
 #ifdef HAVE_CUDA
-void *
-device_alloc (size_t n)
-{
-  void *p = nullptr;
-  return cudaMalloc (&p, n) == cudaSuccess ? p : nullptr;
-}
-
-void
-device_release (void *p)
-{
-  cudaFree (p);
-}
-
-/* The driver API entry points we need, found at run time so the plugin loads (and runs on
- * the CPU) where there is no driver. */
-struct DriverApi {
-  int (*primary_retain) (void **ctx, int dev) = nullptr;
-  int (*primary_release) (int dev) = nullptr;
-  bool ok = false;
-
-  static const DriverApi &get ()
-  {
-    static DriverApi api;
-    static std::once_flag once;
-    std::call_once (once, [] {
-      void *lib = dlopen ("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-      if (!lib)
-        return;
-      api.primary_retain =
-          reinterpret_cast<int (*) (void **, int)> (dlsym (lib, "cuDevicePrimaryCtxRetain"));
-      api.primary_release =
-          reinterpret_cast<int (*) (int)> (dlsym (lib, "cuDevicePrimaryCtxRelease_v2"));
-      if (!api.primary_release)
-        api.primary_release =
-            reinterpret_cast<int (*) (int)> (dlsym (lib, "cuDevicePrimaryCtxRelease"));
-      api.ok = api.primary_retain && api.primary_release;
-    });
-    return api;
-  }
-};
-
-/* Per view: a stream, an event marking its work done, pinned staging and device input for
- * frames in system memory. */
-struct CudaView {
-  pi0::prep::CudaStream stream;
-  pi0::prep::CudaEvent done;
-  pi0::prep::CudaEvent upload_done; /* staging may be rewritten once this has fired */
-  pi0::prep::PinnedBuffer staging;
-  pi0::prep::DeviceBuffer input;
-};
-
 struct CudaState {
   int device = 0;
-  void *primary_ctx = nullptr; /* retained CUcontext */
-  std::unique_ptr<pi0::prep::CudaPrep> prep;
-  std::vector<std::unique_ptr<CudaView>> views;
-  std::shared_ptr<BlockPool> pool;
+  pi0::prep::PrimaryContext primary; /* kept while we run, shared with GStreamer's CUDA */
+  pi0::prep::CudaRunner runner;      /* goes first */
 };
 #endif
 
 struct State {
   bool use_cuda = false;
   std::unique_ptr<pi0::prep::ThreadPool> threads;
-  std::shared_ptr<BlockPool> host_pool;
+  std::shared_ptr<pi0::prep::BlockPool> host_pool;
 #ifdef HAVE_CUDA
   std::unique_ptr<CudaState> cuda;
 #endif
@@ -270,67 +151,7 @@ struct MappedView {
 bool
 to_pi0_format (GstVideoFormat f, pi0::prep::Format &out)
 {
-  switch (f) {
-    case GST_VIDEO_FORMAT_RGB:
-      out = pi0::prep::Format::RGB;
-      return true;
-    case GST_VIDEO_FORMAT_BGR:
-      out = pi0::prep::Format::BGR;
-      return true;
-    case GST_VIDEO_FORMAT_RGBx:
-      out = pi0::prep::Format::RGBx;
-      return true;
-    case GST_VIDEO_FORMAT_BGRx:
-      out = pi0::prep::Format::BGRx;
-      return true;
-    case GST_VIDEO_FORMAT_xRGB:
-      out = pi0::prep::Format::xRGB;
-      return true;
-    case GST_VIDEO_FORMAT_xBGR:
-      out = pi0::prep::Format::xBGR;
-      return true;
-    case GST_VIDEO_FORMAT_RGBA:
-      out = pi0::prep::Format::RGBA;
-      return true;
-    case GST_VIDEO_FORMAT_BGRA:
-      out = pi0::prep::Format::BGRA;
-      return true;
-    case GST_VIDEO_FORMAT_ARGB:
-      out = pi0::prep::Format::ARGB;
-      return true;
-    case GST_VIDEO_FORMAT_ABGR:
-      out = pi0::prep::Format::ABGR;
-      return true;
-    case GST_VIDEO_FORMAT_GRAY8:
-      out = pi0::prep::Format::GRAY8;
-      return true;
-    case GST_VIDEO_FORMAT_NV12:
-      out = pi0::prep::Format::NV12;
-      return true;
-    case GST_VIDEO_FORMAT_I420:
-      out = pi0::prep::Format::I420;
-      return true;
-    case GST_VIDEO_FORMAT_NV21:
-      out = pi0::prep::Format::NV21;
-      return true;
-    case GST_VIDEO_FORMAT_YV12:
-      out = pi0::prep::Format::YV12;
-      return true;
-    case GST_VIDEO_FORMAT_Y42B:
-      out = pi0::prep::Format::Y42B;
-      return true;
-    case GST_VIDEO_FORMAT_Y444:
-      out = pi0::prep::Format::Y444;
-      return true;
-    case GST_VIDEO_FORMAT_YUY2:
-      out = pi0::prep::Format::YUY2;
-      return true;
-    case GST_VIDEO_FORMAT_UYVY:
-      out = pi0::prep::Format::UYVY;
-      return true;
-    default:
-      return false;
-  }
+  return pi0::prep::format_from_name (gst_video_format_to_string (f), &out);
 }
 
 /* The frame's YUV matrix and range; when the colorimetry leaves them unknown, GStreamer's own
@@ -374,26 +195,16 @@ to_params (const Settings &s)
   }
   std::memcpy (p.mean, mean, sizeof (p.mean));
   std::memcpy (p.std, std, sizeof (p.std));
-  p.dtype = s.dtype == GST_PI0_CUDA_PREP_DTYPE_FLOAT32    ? pi0::prep::DType::Float32
-            : s.dtype == GST_PI0_CUDA_PREP_DTYPE_BFLOAT16 ? pi0::prep::DType::BFloat16
-                                                          : pi0::prep::DType::Float16;
+  p.dtype = (pi0::prep::DType)s.dtype; /* uint8 is refused when set */
   return p;
-}
-
-GstPi0DType
-to_meta_dtype (pi0::prep::DType d)
-{
-  return d == pi0::prep::DType::Float32    ? GST_PI0_DTYPE_FLOAT32
-         : d == pi0::prep::DType::BFloat16 ? GST_PI0_DTYPE_BFLOAT16
-                                           : GST_PI0_DTYPE_FLOAT16;
 }
 
 } // namespace
 
 struct GstPi0CudaPrepPrivate {
   std::mutex settings_lock;
-  Settings settings;
-  State state;
+  Settings settings; /* under settings_lock */
+  State state;       /* the streaming thread's */
   bool said_cpu = false; /* the INFO line for device=auto without a GPU, once */
 #ifdef HAVE_GST_CUDA
   GstCudaContext *gst_context = nullptr; /* shared through gst.cuda.context */
@@ -412,13 +223,10 @@ GST_ELEMENT_REGISTER_DEFINE_WITH_CODE (
     GST_DEBUG_CATEGORY_INIT (gst_pi0_cuda_prep_debug, "cudaprep", 0,
                              "Pi0 view preprocessing (resize, pad, normalize)"));
 
-#define PI0_CAPS                                                                                   \
-  GST_PI0_OBSERVATION_MEDIA_TYPE "; " GST_PI0_OBSERVATION_MEDIA_TYPE "(memory:CUDAMemory)"
-
-static GstStaticPadTemplate sink_template =
-    GST_STATIC_PAD_TEMPLATE ("sink", GST_PAD_SINK, GST_PAD_ALWAYS, GST_STATIC_CAPS (PI0_CAPS));
-static GstStaticPadTemplate src_template =
-    GST_STATIC_PAD_TEMPLATE ("src", GST_PAD_SRC, GST_PAD_ALWAYS, GST_STATIC_CAPS (PI0_CAPS));
+static GstStaticPadTemplate sink_template = GST_STATIC_PAD_TEMPLATE (
+    "sink", GST_PAD_SINK, GST_PAD_ALWAYS, GST_STATIC_CAPS (GST_PI0_OBSERVATION_CAPS));
+static GstStaticPadTemplate src_template = GST_STATIC_PAD_TEMPLATE (
+    "src", GST_PAD_SRC, GST_PAD_ALWAYS, GST_STATIC_CAPS (GST_PI0_OBSERVATION_CAPS));
 
 /* ---- enums ---- */
 
@@ -444,15 +252,6 @@ GST_PI0_DEFINE_ENUM_TYPE (gst_pi0_cuda_prep_normalize_get_type, "GstPi0CudaPrepN
                            "imagenet"},
                           {GST_PI0_CUDA_PREP_NORMALIZE_CUSTOM, "The mean and std properties",
                            "custom"})
-GST_PI0_DEFINE_ENUM_TYPE (gst_pi0_cuda_prep_device_get_type, "GstPi0CudaPrepDevice",
-                          {GST_PI0_CUDA_PREP_DEVICE_AUTO, "CUDA when usable, else CPU", "auto"},
-                          {GST_PI0_CUDA_PREP_DEVICE_CUDA, "CUDA (fail to start without a device)",
-                           "cuda"},
-                          {GST_PI0_CUDA_PREP_DEVICE_CPU, "CPU, multi-threaded", "cpu"})
-GST_PI0_DEFINE_ENUM_TYPE (gst_pi0_cuda_prep_dtype_get_type, "GstPi0CudaPrepDType",
-                          {GST_PI0_CUDA_PREP_DTYPE_FLOAT32, "float32", "float32"},
-                          {GST_PI0_CUDA_PREP_DTYPE_BFLOAT16, "bfloat16", "bfloat16"},
-                          {GST_PI0_CUDA_PREP_DTYPE_FLOAT16, "float16", "float16"})
 
 /* ---- properties ---- */
 
@@ -483,7 +282,7 @@ get_float3 (GValue *value, const float in[3])
 }
 
 /* Every property, both directions (gstpi0props.h); mean and std are float arrays. */
-static void
+static bool
 transfer (Settings &s, guint prop_id, GValue *value, bool set)
 {
   switch (prop_id) {
@@ -492,7 +291,15 @@ transfer (Settings &s, guint prop_id, GValue *value, bool set)
     GST_PI0_PROP_FIELD (PROP_RESIZE, resize, gint, enum)
     GST_PI0_PROP_FIELD (PROP_FILTER, filter, gint, enum)
     GST_PI0_PROP_FIELD (PROP_NORMALIZE, normalize, gint, enum)
-    GST_PI0_PROP_FIELD (PROP_DTYPE, dtype, gint, enum)
+    case PROP_DTYPE:
+      if (!set)
+        g_value_set_enum (value, s.dtype);
+      else if (g_value_get_enum (value) == GST_PI0_DTYPE_UINT8)
+        g_warning ("cudaprep: dtype must be float32, float16 or bfloat16 (the model input is "
+                   "normalized); keeping the previous value");
+      else
+        s.dtype = (GstPi0DType)g_value_get_enum (value);
+      return true;
     GST_PI0_PROP_FIELD (PROP_DEVICE, device, gint, enum)
     GST_PI0_PROP_FIELD (PROP_CUDA_DEVICE_ID, cuda_device_id, gint, int)
     GST_PI0_PROP_FIELD (PROP_N_THREADS, n_threads, guint, uint)
@@ -501,7 +308,7 @@ transfer (Settings &s, guint prop_id, GValue *value, bool set)
         set_float3 (value, s.mean);
       else
         get_float3 (value, s.mean);
-      break;
+      return true;
     case PROP_STD:
       if (!set) {
         get_float3 (value, s.std);
@@ -513,8 +320,9 @@ transfer (Settings &s, guint prop_id, GValue *value, bool set)
         else
           g_warning ("cudaprep: std must be > 0 for every channel; keeping the previous value");
       }
-      break;
+      return true;
   }
+  return false;
 }
 
 static void
@@ -522,56 +330,43 @@ gst_pi0_cuda_prep_set_property (GObject *object, guint prop_id, const GValue *va
                                 GParamSpec *pspec)
 {
   GstPi0CudaPrep *self = GST_PI0_CUDA_PREP (object);
-  if (prop_id == PROP_0 || prop_id > PROP_N_THREADS) {
-    G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
-    return;
-  }
   std::lock_guard<std::mutex> lk (self->priv->settings_lock);
-  transfer (self->priv->settings, prop_id, (GValue *)value, true);
+  if (!transfer (self->priv->settings, prop_id, (GValue *)value, true))
+    G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
 }
 
 static void
 gst_pi0_cuda_prep_get_property (GObject *object, guint prop_id, GValue *value, GParamSpec *pspec)
 {
   GstPi0CudaPrep *self = GST_PI0_CUDA_PREP (object);
-  if (prop_id == PROP_0 || prop_id > PROP_N_THREADS) {
-    G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
-    return;
-  }
   std::lock_guard<std::mutex> lk (self->priv->settings_lock);
-  transfer (self->priv->settings, prop_id, value, false);
+  if (!transfer (self->priv->settings, prop_id, value, false))
+    G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
 }
 
 /* ---- start / stop ---- */
 
 #ifdef HAVE_CUDA
-#define CUDA_TRY(self, call, what)                                                                 \
-  do {                                                                                             \
-    cudaError_t err_ = (call);                                                                     \
-    if (err_ != cudaSuccess) {                                                                     \
-      GST_ELEMENT_ERROR (                                                                          \
-          self, RESOURCE, FAILED,                                                                  \
-          ("CUDA error while %s: %s", what, pi0::prep::cuda_error_text (err_).c_str ()),           \
-          ("%s", #call));                                                                          \
-      return false;                                                                                \
-    }                                                                                              \
-  } while (0)
-
 static bool
 cuda_start (GstPi0CudaPrep *self, int device)
 {
   GstPi0CudaPrepPrivate *priv = self->priv;
   auto cs = std::make_unique<CudaState> ();
   cs->device = device;
-  CUDA_TRY (self, cudaSetDevice (device), "selecting the device");
+  const char *what = "";
+  const cudaError_t err = cs->runner.init (device, GST_PI0_MAX_VIEWS, &what);
+  if (err != cudaSuccess) {
+    GST_ELEMENT_ERROR (
+        self, RESOURCE, FAILED,
+        ("CUDA error while %s: %s", what, pi0::prep::cuda_error_text (err).c_str ()), (nullptr));
+    return false;
+  }
   /* cudart works in the device's primary context; keep it alive while we run and publish it,
    * so nvcodec elements allocate where our kernels (and LibTorch) can read in place. */
-  const DriverApi &drv = DriverApi::get ();
-  if (drv.ok && drv.primary_retain (&cs->primary_ctx, device) != 0)
-    cs->primary_ctx = nullptr;
+  cs->primary.retain (device);
 #ifdef HAVE_GST_CUDA
-  if (!priv->gst_context && cs->primary_ctx && gst_cuda_load_library ()) {
-    priv->gst_context = gst_cuda_context_new_wrapped ((CUcontext)cs->primary_ctx, device);
+  if (!priv->gst_context && cs->primary.get () && gst_cuda_load_library ()) {
+    priv->gst_context = gst_cuda_context_new_wrapped ((CUcontext)cs->primary.get (), device);
     if (priv->gst_context) {
       GstContext *ctx = gst_context_new_cuda_context (priv->gst_context);
       gst_element_post_message (GST_ELEMENT (self),
@@ -579,17 +374,6 @@ cuda_start (GstPi0CudaPrep *self, int device)
     }
   }
 #endif
-  cs->prep = std::make_unique<pi0::prep::CudaPrep> (GST_PI0_MAX_VIEWS);
-  for (int v = 0; v < GST_PI0_MAX_VIEWS; v++) {
-    auto cv = std::make_unique<CudaView> ();
-    CUDA_TRY (self, cv->stream.create (), "creating a stream");
-    CUDA_TRY (self, cv->done.create (), "creating an event");
-    CUDA_TRY (self, cv->upload_done.create (), "creating an event");
-    cs->views.push_back (std::move (cv));
-  }
-  cs->pool = std::make_shared<BlockPool> ();
-  cs->pool->alloc = device_alloc;
-  cs->pool->release = device_release;
   priv->state.cuda = std::move (cs);
   return true;
 }
@@ -609,7 +393,7 @@ gst_pi0_cuda_prep_start (GstBaseTransform *bt)
   st = State ();
   st.use_cuda = false;
 
-  if (s.device != GST_PI0_CUDA_PREP_DEVICE_CPU) {
+  if (s.device != GST_PI0_DEVICE_CPU) {
     std::string why;
     [[maybe_unused]] const int device = s.cuda_device_id < 0 ? 0 : s.cuda_device_id;
 #ifdef HAVE_CUDA
@@ -626,7 +410,7 @@ gst_pi0_cuda_prep_start (GstBaseTransform *bt)
     why = "this build has no CUDA support";
 #endif
     if (!st.use_cuda) {
-      if (s.device == GST_PI0_CUDA_PREP_DEVICE_CUDA) {
+      if (s.device == GST_PI0_DEVICE_CUDA) {
         GST_ELEMENT_ERROR (self, RESOURCE, NOT_FOUND,
                            ("No usable CUDA device for device=cuda (set device=auto or cpu to "
                             "use the CPU path)"),
@@ -649,9 +433,7 @@ gst_pi0_cuda_prep_start (GstBaseTransform *bt)
   const guint n_threads =
       s.n_threads ? s.n_threads : std::max (1u, std::thread::hardware_concurrency ());
   st.threads = std::make_unique<pi0::prep::ThreadPool> ((int)n_threads);
-  st.host_pool = std::make_shared<BlockPool> ();
-  st.host_pool->alloc = host_alloc;
-  st.host_pool->release = host_release;
+  st.host_pool = pi0::prep::BlockPool::host ();
   GST_DEBUG_OBJECT (self, "started on %s, %u CPU threads", st.use_cuda ? "CUDA" : "the CPU",
                     n_threads);
   return TRUE;
@@ -663,26 +445,13 @@ gst_pi0_cuda_prep_stop (GstBaseTransform *bt)
   GstPi0CudaPrep *self = GST_PI0_CUDA_PREP (bt);
   State &st = self->priv->state;
   /* Blocks still held by buffers downstream are freed when those buffers go. */
-  for (auto *pool : {st.host_pool.get ()
-#ifdef HAVE_CUDA
-                         ,
-                     st.cuda ? st.cuda->pool.get () : nullptr
-#endif
-       }) {
-    if (!pool)
-      continue;
-    std::lock_guard<std::mutex> lk (pool->lock);
-    pool->closed = true;
-  }
+  if (st.host_pool)
+    st.host_pool->close ();
 #ifdef HAVE_CUDA
   if (st.cuda) {
-    for (auto &v : st.cuda->views)
-      cudaStreamSynchronize (v->stream.get ());
-    const int dev = st.cuda->device;
-    void *ctx = st.cuda->primary_ctx;
-    st.cuda.reset ();
-    if (ctx)
-      DriverApi::get ().primary_release (dev);
+    st.cuda->runner.close ();
+    st.cuda->runner.synchronize ();
+    st.cuda.reset (); /* the runner, then the context */
   }
 #endif
   st = State ();
@@ -690,79 +459,6 @@ gst_pi0_cuda_prep_stop (GstBaseTransform *bt)
 }
 
 /* ---- the work ---- */
-
-#ifdef HAVE_CUDA
-/* Enqueues the views on their streams; returns the block holding the output (its event
- * recorded after every view), or nullptr after posting an error. */
-static Block *
-cuda_run (GstPi0CudaPrep *self, const pi0::prep::Params &p, std::vector<MappedView> &maps,
-          const std::vector<pi0::prep::Image> &imgs, const std::vector<bool> &in_device)
-{
-  CudaState &cs = *self->priv->state.cuda;
-  const int n = (int)imgs.size ();
-  const size_t vb = pi0::prep::view_bytes (p);
-  Block *blk = block_acquire (cs.pool, vb * n);
-  auto fail = [&] (const char *what, cudaError_t err) -> Block * {
-    GST_ELEMENT_ERROR (self, RESOURCE, FAILED,
-                       ("CUDA error while %s: %s", what, pi0::prep::cuda_error_text (err).c_str ()),
-                       (NULL));
-    if (blk)
-      block_return (blk);
-    return nullptr;
-  };
-  if (!blk)
-    return fail ("allocating the output", cudaErrorMemoryAllocation);
-  cudaError_t err = cudaEventCreateWithFlags (&blk->event, cudaEventDisableTiming);
-  if (err != cudaSuccess)
-    return fail ("creating the output event", err);
-
-  for (int v = 0; v < n; v++) {
-    CudaView &cv = *cs.views[v];
-    pi0::prep::Image im = imgs[v];
-    if (im.planes[0] && !in_device[v]) {
-      /* System memory: copy each plane into pinned staging and upload it on this view's
-       * stream. The previous frame's upload must be done before staging is rewritten. */
-      const GstVideoFrame &f = maps[v].frame;
-      const int np = pi0::prep::format_n_planes (im.format);
-      size_t offs[3], total = 0;
-      for (int pl = 0; pl < np; pl++) {
-        offs[pl] = total;
-        total +=
-            (pi0::prep::plane_span (im.format, im.height, pl, im.strides[pl]) + 255) / 256 * 256;
-      }
-      if ((err = cudaEventSynchronize (cv.upload_done.get ())) != cudaSuccess)
-        return fail ("waiting for the previous upload", err);
-      if ((err = cv.staging.ensure (total)) != cudaSuccess)
-        return fail ("allocating pinned staging memory", err);
-      if ((err = cv.input.ensure (total)) != cudaSuccess)
-        return fail ("allocating device input memory", err);
-      for (int pl = 0; pl < np; pl++) {
-        std::memcpy (cv.staging.data () + offs[pl], GST_VIDEO_FRAME_PLANE_DATA (&f, pl),
-                     pi0::prep::plane_span (im.format, im.height, pl, im.strides[pl]));
-        im.planes[pl] = cv.input.data () + offs[pl];
-      }
-      if ((err = cudaMemcpyAsync (cv.input.data (), cv.staging.data (), total,
-                                  cudaMemcpyHostToDevice, cv.stream.get ())) != cudaSuccess)
-        return fail ("uploading a frame", err);
-      if ((err = cudaEventRecord (cv.upload_done.get (), cv.stream.get ())) != cudaSuccess)
-        return fail ("recording an event", err);
-    }
-    if ((err = cs.prep->run_view (p, v, im, static_cast<uint8_t *> (blk->data) + v * vb,
-                                  cv.stream.get ())) != cudaSuccess)
-      return fail ("running the preprocessing kernel", err);
-    if ((err = cudaEventRecord (cv.done.get (), cv.stream.get ())) != cudaSuccess)
-      return fail ("recording an event", err);
-  }
-  /* One event for the whole tensor: view 0's stream waits for the others on the GPU. */
-  cudaStream_t s0 = cs.views[0]->stream.get ();
-  for (int v = 1; v < n; v++)
-    if ((err = cudaStreamWaitEvent (s0, cs.views[v]->done.get (), 0)) != cudaSuccess)
-      return fail ("joining the view streams", err);
-  if ((err = cudaEventRecord (blk->event, s0)) != cudaSuccess)
-    return fail ("recording the output event", err);
-  return blk;
-}
-#endif
 
 static GstFlowReturn
 gst_pi0_cuda_prep_transform_ip (GstBaseTransform *bt, GstBuffer *buf)
@@ -791,7 +487,7 @@ gst_pi0_cuda_prep_transform_ip (GstBaseTransform *bt, GstBuffer *buf)
 
   std::vector<MappedView> maps (n);
   std::vector<pi0::prep::Image> imgs (n);
-  std::vector<bool> in_device (n, false);
+  bool in_device[GST_PI0_MAX_VIEWS] = {false};
   gboolean masks[GST_PI0_MAX_VIEWS] = {FALSE};
   for (guint i = 0; i < n; i++) {
     const GstPi0View *v = gst_pi0_observation_meta_get_view (meta, i);
@@ -803,17 +499,16 @@ gst_pi0_cuda_prep_transform_ip (GstBaseTransform *bt, GstBuffer *buf)
       GST_ELEMENT_ERROR (self, STREAM, FORMAT,
                          ("View '%s' has format %s, which cudaprep does not support", v->name,
                           gst_video_format_to_string (vf)),
-                         ("supported: RGB, BGR, RGBx, BGRx, xRGB, xBGR, RGBA, BGRA, ARGB, ABGR, "
-                          "GRAY8, NV12, NV21, I420, YV12, Y42B, Y444, YUY2, UYVY"));
+                         ("supported: %s", pi0::prep::format_list ().c_str ()));
       return GST_FLOW_NOT_NEGOTIATED;
     }
     GstMapFlags flags = GST_MAP_READ;
 #ifdef HAVE_GST_CUDA
     if (st.use_cuda && v->n_mem > 0 && v->mem_index < gst_buffer_n_memory (buf)) {
       GstMemory *mem = gst_buffer_peek_memory (buf, v->mem_index);
-      if (gst_is_cuda_memory (mem) && st.cuda->primary_ctx &&
+      if (gst_is_cuda_memory (mem) && st.cuda->primary.get () &&
           gst_cuda_context_get_handle (GST_CUDA_MEMORY_CAST (mem)->context) ==
-              st.cuda->primary_ctx) {
+              st.cuda->primary.get ()) {
         /* Read in place: device pointers, no download. */
         flags = (GstMapFlags)(GST_MAP_READ | GST_MAP_CUDA);
         in_device[i] = true;
@@ -861,16 +556,23 @@ gst_pi0_cuda_prep_transform_ip (GstBaseTransform *bt, GstBuffer *buf)
   gpointer ready_event = nullptr;
 #ifdef HAVE_CUDA
   if (st.use_cuda) {
-    Block *blk = cuda_run (self, p, maps, imgs, in_device);
-    if (!blk)
+    cudaError_t err;
+    const char *what = "";
+    pi0::prep::BlockPool::Block *blk =
+        st.cuda->runner.run (p, imgs.data (), in_device, (int)n, &err, &what);
+    if (!blk) {
+      GST_ELEMENT_ERROR (
+          self, RESOURCE, FAILED,
+          ("CUDA error while %s: %s", what, pi0::prep::cuda_error_text (err).c_str ()), (NULL));
       return GST_FLOW_ERROR;
+    }
     ready_event = blk->event;
     storage = gst_pi0_tensor_storage_new (blk->data, nbytes, GST_PI0_DEVICE_CUDA, st.cuda->device,
-                                          blk, block_return);
+                                          blk, pi0::prep::BlockPool::release);
   }
 #endif
   if (!storage) {
-    Block *blk = block_acquire (st.host_pool, nbytes);
+    pi0::prep::BlockPool::Block *blk = st.host_pool->acquire (nbytes);
     if (!blk) {
       GST_ELEMENT_ERROR (self, RESOURCE, NO_SPACE_LEFT,
                          ("Could not allocate %" G_GSIZE_FORMAT " bytes for the tensor", nbytes),
@@ -878,8 +580,8 @@ gst_pi0_cuda_prep_transform_ip (GstBaseTransform *bt, GstBuffer *buf)
       return GST_FLOW_ERROR;
     }
     pi0::prep::prep_cpu (p, imgs.data (), (int)n, blk->data, st.threads.get ());
-    storage =
-        gst_pi0_tensor_storage_new (blk->data, nbytes, GST_PI0_DEVICE_CPU, 0, blk, block_return);
+    storage = gst_pi0_tensor_storage_new (blk->data, nbytes, GST_PI0_DEVICE_CPU, 0, blk,
+                                          pi0::prep::BlockPool::release);
   }
 
   /* An upstream tensor (a second cudaprep, say) would be ambiguous: ours replaces it. */
@@ -887,7 +589,7 @@ gst_pi0_cuda_prep_transform_ip (GstBaseTransform *bt, GstBuffer *buf)
     gst_buffer_remove_meta (buf, &old->meta);
   const gint64 shape[4] = {(gint64)n, 3, p.out_height, p.out_width};
   GstPi0TensorMeta *tm =
-      gst_buffer_add_pi0_tensor_meta (buf, storage, to_meta_dtype (p.dtype), 4, shape);
+      gst_buffer_add_pi0_tensor_meta (buf, storage, (GstPi0DType)p.dtype, 4, shape);
   gst_pi0_tensor_storage_unref (storage);
   if (!tm) {
     GST_ELEMENT_ERROR (self, CORE, FAILED, ("Could not attach the tensor meta"), (NULL));
@@ -895,9 +597,9 @@ gst_pi0_cuda_prep_transform_ip (GstBaseTransform *bt, GstBuffer *buf)
   }
   gst_pi0_tensor_meta_set_masks (tm, masks, n);
   tm->ready_event = ready_event;
-  tm->prepared_time = gst_pi0_element_get_running_time (GST_ELEMENT (self));
+  tm->prepared_time = gst_element_get_current_running_time (GST_ELEMENT (self));
   GST_LOG_OBJECT (self, "observation %" G_GUINT64_FORMAT ": [%u,3,%d,%d] %s on %s", meta->sequence,
-                  n, p.out_height, p.out_width, gst_pi0_dtype_to_string (to_meta_dtype (p.dtype)),
+                  n, p.out_height, p.out_width, gst_pi0_dtype_to_string ((GstPi0DType)p.dtype),
                   st.use_cuda ? "CUDA" : "CPU");
   return GST_FLOW_OK;
 }
@@ -966,13 +668,10 @@ gst_pi0_cuda_prep_class_init (GstPi0CudaPrepClass *klass)
   GObjectClass *gobject_class = G_OBJECT_CLASS (klass);
   GstElementClass *element_class = GST_ELEMENT_CLASS (klass);
   GstBaseTransformClass *bt_class = GST_BASE_TRANSFORM_CLASS (klass);
-  const GParamFlags rw = (GParamFlags)(G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS);
-  const GParamFlags playing = (GParamFlags)(rw | GST_PARAM_MUTABLE_PLAYING);
-  const GParamFlags ready = (GParamFlags)(rw | GST_PARAM_MUTABLE_READY);
 
-  gobject_class->set_property = gst_pi0_cuda_prep_set_property;
-  gobject_class->get_property = gst_pi0_cuda_prep_get_property;
-  gobject_class->finalize = gst_pi0_cuda_prep_finalize;
+  gobject_class->set_property = GST_DEBUG_FUNCPTR (gst_pi0_cuda_prep_set_property);
+  gobject_class->get_property = GST_DEBUG_FUNCPTR (gst_pi0_cuda_prep_get_property);
+  gobject_class->finalize = GST_DEBUG_FUNCPTR (gst_pi0_cuda_prep_finalize);
 
   /**
    * GstPi0CudaPrep:width:
@@ -982,7 +681,7 @@ gst_pi0_cuda_prep_class_init (GstPi0CudaPrepClass *klass)
   g_object_class_install_property (gobject_class, PROP_WIDTH,
                                    g_param_spec_int ("width", "Width",
                                                      "Width of the model input, in pixels", 1, 8192,
-                                                     kDefaultSize, playing));
+                                                     DEFAULT_WIDTH, GST_PI0_PARAM_PLAYING));
   /**
    * GstPi0CudaPrep:height:
    *
@@ -991,7 +690,7 @@ gst_pi0_cuda_prep_class_init (GstPi0CudaPrepClass *klass)
   g_object_class_install_property (gobject_class, PROP_HEIGHT,
                                    g_param_spec_int ("height", "Height",
                                                      "Height of the model input, in pixels", 1,
-                                                     8192, kDefaultSize, playing));
+                                                     8192, DEFAULT_HEIGHT, GST_PI0_PARAM_PLAYING));
   /**
    * GstPi0CudaPrep:resize:
    *
@@ -1003,8 +702,8 @@ gst_pi0_cuda_prep_class_init (GstPi0CudaPrepClass *klass)
       g_param_spec_enum ("resize", "Resize",
                          "How the view's aspect ratio is kept: pad (openpi), "
                          "stretch or crop",
-                         gst_pi0_cuda_prep_resize_get_type (), GST_PI0_CUDA_PREP_RESIZE_PAD,
-                         playing));
+                         gst_pi0_cuda_prep_resize_get_type (), DEFAULT_RESIZE,
+                         GST_PI0_PARAM_PLAYING));
   /**
    * GstPi0CudaPrep:filter:
    *
@@ -1019,8 +718,8 @@ gst_pi0_cuda_prep_class_init (GstPi0CudaPrepClass *klass)
                          "Resampling filter: antialias (PIL bilinear, openpi, "
                          "within 1 uint8 level), pil (bit-identical to PIL) or bilinear (torch "
                          "interpolate, no antialias)",
-                         gst_pi0_cuda_prep_filter_get_type (), GST_PI0_CUDA_PREP_FILTER_ANTIALIAS,
-                         playing));
+                         gst_pi0_cuda_prep_filter_get_type (), DEFAULT_FILTER,
+                         GST_PI0_PARAM_PLAYING));
   /**
    * GstPi0CudaPrep:normalize:
    *
@@ -1032,8 +731,8 @@ gst_pi0_cuda_prep_class_init (GstPi0CudaPrepClass *klass)
       g_param_spec_enum ("normalize", "Normalize",
                          "Value normalization: pi0 (x/255*2-1, as openpi), "
                          "imagenet, or custom (the mean and std properties)",
-                         gst_pi0_cuda_prep_normalize_get_type (), GST_PI0_CUDA_PREP_NORMALIZE_PI0,
-                         playing));
+                         gst_pi0_cuda_prep_normalize_get_type (), DEFAULT_NORMALIZE,
+                         GST_PI0_PARAM_PLAYING));
   /**
    * GstPi0CudaPrep:mean:
    *
@@ -1045,8 +744,8 @@ gst_pi0_cuda_prep_class_init (GstPi0CudaPrepClass *klass)
                             "Per-channel R,G,B mean in [0,1] units (normalize="
                             "custom): out = (x/255 - mean) / std",
                             g_param_spec_float ("mean-value", "Mean value", "One channel's mean",
-                                                -G_MAXFLOAT, G_MAXFLOAT, 0.5f, rw),
-                            playing));
+                                                -G_MAXFLOAT, G_MAXFLOAT, DEFAULT_MEAN, GST_PI0_PARAM_PLAYING),
+                            GST_PI0_PARAM_PLAYING));
   /**
    * GstPi0CudaPrep:std:
    *
@@ -1058,8 +757,8 @@ gst_pi0_cuda_prep_class_init (GstPi0CudaPrepClass *klass)
                             "Per-channel R,G,B standard deviation in [0,1] units, "
                             "> 0 (normalize=custom)",
                             g_param_spec_float ("std-value", "Std value", "One channel's std", 0.f,
-                                                G_MAXFLOAT, 0.5f, rw),
-                            playing));
+                                                G_MAXFLOAT, DEFAULT_STD, GST_PI0_PARAM_PLAYING),
+                            GST_PI0_PARAM_PLAYING));
   /**
    * GstPi0CudaPrep:dtype:
    *
@@ -1068,8 +767,8 @@ gst_pi0_cuda_prep_class_init (GstPi0CudaPrepClass *klass)
   g_object_class_install_property (gobject_class, PROP_DTYPE,
                                    g_param_spec_enum ("dtype", "DType",
                                                       "Element type of the model input tensor",
-                                                      gst_pi0_cuda_prep_dtype_get_type (),
-                                                      GST_PI0_CUDA_PREP_DTYPE_FLOAT32, playing));
+                                                      GST_TYPE_PI0_DTYPE, DEFAULT_DTYPE,
+                                                      GST_PI0_PARAM_PLAYING));
   /**
    * GstPi0CudaPrep:device:
    *
@@ -1081,8 +780,8 @@ gst_pi0_cuda_prep_class_init (GstPi0CudaPrepClass *klass)
       g_param_spec_enum ("device", "Device",
                          "Where to compute: auto (CUDA if usable, else CPU), "
                          "cuda or cpu",
-                         gst_pi0_cuda_prep_device_get_type (), GST_PI0_CUDA_PREP_DEVICE_AUTO,
-                         ready));
+                         GST_TYPE_PI0_DEVICE, DEFAULT_DEVICE,
+                         GST_PI0_PARAM_READY));
   /**
    * GstPi0CudaPrep:cuda-device-id:
    *
@@ -1092,7 +791,7 @@ gst_pi0_cuda_prep_class_init (GstPi0CudaPrepClass *klass)
       gobject_class, PROP_CUDA_DEVICE_ID,
       g_param_spec_int ("cuda-device-id", "CUDA device id",
                         "CUDA device ordinal (-1 = the first, or the shared context's)", -1,
-                        G_MAXINT, -1, ready));
+                        G_MAXINT, DEFAULT_CUDA_DEVICE_ID, GST_PI0_PARAM_READY));
   /**
    * GstPi0CudaPrep:n-threads:
    *
@@ -1102,7 +801,7 @@ gst_pi0_cuda_prep_class_init (GstPi0CudaPrepClass *klass)
                                    g_param_spec_uint ("n-threads", "Threads",
                                                       "Threads for the CPU path, in threads "
                                                       "(0 = one per CPU core)",
-                                                      0, 256, 0, ready));
+                                                      0, 256, DEFAULT_N_THREADS, GST_PI0_PARAM_READY));
 
   gst_element_class_add_static_pad_template (element_class, &sink_template);
   gst_element_class_add_static_pad_template (element_class, &src_template);
@@ -1110,7 +809,7 @@ gst_pi0_cuda_prep_class_init (GstPi0CudaPrepClass *klass)
       element_class, "Pi0 view preprocessing", "Filter/Converter/Video/Scaler",
       "Resizes, pads and normalizes every view of a Pi0 observation into the model input "
       "tensor (CUDA, or multi-threaded CPU)",
-      "gst-pi0 developers");
+      GST_PI0_AUTHOR);
   element_class->set_context = GST_DEBUG_FUNCPTR (gst_pi0_cuda_prep_set_context);
 
   bt_class->start = GST_DEBUG_FUNCPTR (gst_pi0_cuda_prep_start);
@@ -1123,6 +822,6 @@ gst_pi0_cuda_prep_class_init (GstPi0CudaPrepClass *klass)
   gst_type_mark_as_plugin_api (gst_pi0_cuda_prep_resize_get_type (), (GstPluginAPIFlags)0);
   gst_type_mark_as_plugin_api (gst_pi0_cuda_prep_filter_get_type (), (GstPluginAPIFlags)0);
   gst_type_mark_as_plugin_api (gst_pi0_cuda_prep_normalize_get_type (), (GstPluginAPIFlags)0);
-  gst_type_mark_as_plugin_api (gst_pi0_cuda_prep_device_get_type (), (GstPluginAPIFlags)0);
-  gst_type_mark_as_plugin_api (gst_pi0_cuda_prep_dtype_get_type (), (GstPluginAPIFlags)0);
+  gst_type_mark_as_plugin_api (GST_TYPE_PI0_DEVICE, (GstPluginAPIFlags)0);
+  gst_type_mark_as_plugin_api (GST_TYPE_PI0_DTYPE, (GstPluginAPIFlags)0);
 }

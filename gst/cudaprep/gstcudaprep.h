@@ -48,38 +48,12 @@ typedef enum {
   GST_PI0_CUDA_PREP_NORMALIZE_CUSTOM = 2,
 } GstPi0CudaPrepNormalize;
 
-/**
- * GstPi0CudaPrepDevice:
- * @GST_PI0_CUDA_PREP_DEVICE_AUTO: CUDA when a device is usable, otherwise the CPU
- * @GST_PI0_CUDA_PREP_DEVICE_CUDA: CUDA; failing to start without a usable device
- * @GST_PI0_CUDA_PREP_DEVICE_CPU: the CPU path (multi-threaded)
- */
-typedef enum {
-  GST_PI0_CUDA_PREP_DEVICE_AUTO = 0,
-  GST_PI0_CUDA_PREP_DEVICE_CUDA = 1,
-  GST_PI0_CUDA_PREP_DEVICE_CPU = 2,
-} GstPi0CudaPrepDevice;
-
-/**
- * GstPi0CudaPrepDType:
- * @GST_PI0_CUDA_PREP_DTYPE_FLOAT32: float32
- * @GST_PI0_CUDA_PREP_DTYPE_BFLOAT16: bfloat16 (round to nearest even)
- * @GST_PI0_CUDA_PREP_DTYPE_FLOAT16: IEEE float16 (round to nearest even)
- */
-typedef enum {
-  GST_PI0_CUDA_PREP_DTYPE_FLOAT32 = 0,
-  GST_PI0_CUDA_PREP_DTYPE_BFLOAT16 = 1,
-  GST_PI0_CUDA_PREP_DTYPE_FLOAT16 = 2,
-} GstPi0CudaPrepDType;
-
 #define GST_TYPE_PI0_CUDA_PREP (gst_pi0_cuda_prep_get_type ())
 G_DECLARE_FINAL_TYPE (GstPi0CudaPrep, gst_pi0_cuda_prep, GST, PI0_CUDA_PREP, GstBaseTransform)
 
 GType gst_pi0_cuda_prep_resize_get_type (void);
 GType gst_pi0_cuda_prep_filter_get_type (void);
 GType gst_pi0_cuda_prep_normalize_get_type (void);
-GType gst_pi0_cuda_prep_device_get_type (void);
-GType gst_pi0_cuda_prep_dtype_get_type (void);
 
 GST_ELEMENT_REGISTER_DECLARE (cudaprep);
 

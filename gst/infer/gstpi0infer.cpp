@@ -46,34 +46,35 @@
 #endif
 
 #include "infer/gstpi0infer.h"
+
 #include "common/gstpi0enum.h"
 #include "common/gstpi0props.h"
+#include "common/pi0clockwait.h"
+#include "common/pi0notice.h"
+#include "infer/pi0batcher.h"
 #include "infer/pi0inferrunner.h"
 
 #include <gst/pi0/pi0.h>
 
-#include "infer/pi0batcher.h"
-
 #include <algorithm>
-#include <condition_variable>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 GST_DEBUG_CATEGORY (gst_pi0_infer_debug); /* pi0inferrunner.cpp logs in it too */
 #define GST_CAT_DEFAULT gst_pi0_infer_debug
 
-/* Locking: settings_lock guards Settings. The batching wait's lock (Waiter::lock) is taken after
- * the sink pad's stream lock, never before, and is never held while running the policy or
- * pushing. The runner's stats lock is its own (pi0inferrunner.h).
+/* Locking: settings_lock guards Settings. The batching wait's lock (pi0clockwait.h) is never
+ * held while running the policy or pushing; its thread takes the sink pad's stream lock to run a
+ * partial batch. The runner's stats lock is its own (pi0inferrunner.h).
  *
  * The element is glue. Everything about the policy (opening it, reading an observation, the
  * request, running it alone or in a batch, the action meta, real-time chunking's feedback, the
- * stats) is pi0::infer::Runner's (gst/pi0inferrunner.h, over inference/'s pi0::open_policy() and
- * pi0::RtcTracker); which observations are held for a batch and when they are due is
- * pi0::Batcher's (inference/model/batcher.h). Here: properties, caps, events, the LATENCY query,
- * the clock wait for a partial batch, pushing. */
+ * stats) is its engine's, pi0::infer::Runner (pi0inferrunner.h, over inference/'s
+ * pi0::open_policy() and pi0::RtcTracker); which observations are held for a batch and when they
+ * are due is pi0::Batcher's (pi0batcher.h), and the wait for it pi0::ClockWait's (pi0clockwait.h). Here:
+ * properties, caps, events, the LATENCY query, the clock, posting the engine's notices, the
+ * done_time stamp, pushing. */
 
 using pi0::infer::Prepared;
 using pi0::infer::Settings;
@@ -105,34 +106,38 @@ enum {
   PROP_STATS,
 };
 
-#define CAPS                                                                                       \
-  GST_PI0_OBSERVATION_MEDIA_TYPE "; " GST_PI0_OBSERVATION_MEDIA_TYPE "(memory:CUDAMemory)"
-static GstStaticPadTemplate sink_template =
-    GST_STATIC_PAD_TEMPLATE ("sink", GST_PAD_SINK, GST_PAD_ALWAYS, GST_STATIC_CAPS (CAPS));
-static GstStaticPadTemplate src_template =
-    GST_STATIC_PAD_TEMPLATE ("src", GST_PAD_SRC, GST_PAD_ALWAYS, GST_STATIC_CAPS (CAPS));
+/* The defaults are the runner's Settings' (pi0inferrunner.h), which the properties fill. */
+static const Settings kDefaults;
+#define DEFAULT_MODEL nullptr
+#define DEFAULT_TOKENIZER nullptr
+#define DEFAULT_INSTRUCTION ""
+#define DEFAULT_NORM_STATS nullptr
+#define DEFAULT_NORM_MODE (kDefaults.norm_mode)
+#define DEFAULT_ACTION_DIMS (kDefaults.action_dims)
+#define DEFAULT_NUM_STEPS (kDefaults.num_steps)
+#define DEFAULT_PRECISION (kDefaults.precision)
+#define DEFAULT_DEVICE (kDefaults.device)
+#define DEFAULT_CUDA_DEVICE_ID (kDefaults.cuda_device_id)
+#define DEFAULT_SEED (kDefaults.seed)
+#define DEFAULT_REQUIRE_STATE (kDefaults.require_state)
+#define DEFAULT_RTC (kDefaults.rtc)
+#define DEFAULT_RTC_EXECUTION_HORIZON (kDefaults.rtc_execution_horizon)
+#define DEFAULT_RTC_MAX_GUIDANCE_WEIGHT (kDefaults.rtc_max_guidance_weight)
+#define DEFAULT_MAX_BATCH_SIZE (kDefaults.max_batch_size)
+#define DEFAULT_MAX_BATCH_WAIT (kDefaults.max_batch_wait)
 
-/* The wait for a partial batch (max-batch-size > 1): a thread that waits on the pipeline clock
- * until the batcher's deadline, then runs what is due. `generation` changes with every new
- * deadline (or none), so a wait that ends for a batch already run does nothing. */
-struct Waiter {
-  std::mutex lock;
-  std::condition_variable cond;
-  bool stopping = false;
-  GstClock *clock = nullptr;
-  GstClockTime deadline = GST_CLOCK_TIME_NONE; /* the batcher's, as last seen; NONE: no wait */
-  guint64 generation = 0;
-  GstClockID id = nullptr; /* the wait in progress */
-  std::thread thread;
-};
+static GstStaticPadTemplate sink_template = GST_STATIC_PAD_TEMPLATE (
+    "sink", GST_PAD_SINK, GST_PAD_ALWAYS, GST_STATIC_CAPS (GST_PI0_OBSERVATION_CAPS));
+static GstStaticPadTemplate src_template = GST_STATIC_PAD_TEMPLATE (
+    "src", GST_PAD_SRC, GST_PAD_ALWAYS, GST_STATIC_CAPS (GST_PI0_OBSERVATION_CAPS));
 
 struct GstPi0InferPrivate {
-  explicit GstPi0InferPrivate (GstElement *self) : runner (self) {}
+  explicit GstPi0InferPrivate (GstElement *self) : runner (GST_OBJECT (self)) {}
   std::mutex settings_lock;
-  Settings settings;
+  Settings settings;         /* under settings_lock */
   pi0::infer::Runner runner; /* the sink stream lock's holder's (stats: any thread) */
   Batcher batcher;           /* the sink stream lock's holder's; max-batch-size fixed at start */
-  Waiter waiter;
+  pi0::ClockWait wait;       /* for a partial batch: the batcher's deadline */
 };
 
 struct _GstPi0Infer {
@@ -149,12 +154,6 @@ GST_PI0_DEFINE_ENUM_TYPE (gst_pi0_infer_precision_get_type, "GstPi0InferPrecisio
                           {GST_PI0_INFER_PRECISION_BF16, "bf16 weights, fp32 norms and softmax",
                            "bf16"},
                           {GST_PI0_INFER_PRECISION_FP32, "fp32", "fp32"})
-
-GST_PI0_DEFINE_ENUM_TYPE (gst_pi0_infer_device_get_type, "GstPi0InferDevice",
-                          {GST_PI0_INFER_DEVICE_AUTO, "CUDA when usable, else the CPU", "auto"},
-                          {GST_PI0_INFER_DEVICE_CUDA, "CUDA (fails to start without a usable GPU)",
-                           "cuda"},
-                          {GST_PI0_INFER_DEVICE_CPU, "The CPU", "cpu"})
 
 GST_PI0_DEFINE_ENUM_TYPE (gst_pi0_infer_norm_mode_get_type, "GstPi0InferNormMode",
                           {GST_PI0_INFER_NORM_MODE_ZSCORE,
@@ -188,7 +187,6 @@ static GstFlowReturn gst_pi0_infer_transform_ip (GstBaseTransform *trans, GstBuf
 static GstFlowReturn gst_pi0_infer_submit_input_buffer (GstBaseTransform *trans,
                                                         gboolean is_discont, GstBuffer *buf);
 static GstFlowReturn gst_pi0_infer_generate_output (GstBaseTransform *trans, GstBuffer **outbuf);
-static void batch_stop (GstPi0Infer *self);
 
 static void
 gst_pi0_infer_class_init (GstPi0InferClass *klass)
@@ -196,16 +194,9 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
   auto gobject_class = G_OBJECT_CLASS (klass);
   auto element_class = GST_ELEMENT_CLASS (klass);
   auto bt_class = GST_BASE_TRANSFORM_CLASS (klass);
-  const auto rw_ready =
-      (GParamFlags)(G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS | GST_PARAM_MUTABLE_READY);
-  const auto rw_playing =
-      (GParamFlags)(G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS | GST_PARAM_MUTABLE_PLAYING);
-
-  const Settings d; /* the defaults */
-
-  gobject_class->finalize = gst_pi0_infer_finalize;
-  gobject_class->set_property = gst_pi0_infer_set_property;
-  gobject_class->get_property = gst_pi0_infer_get_property;
+  gobject_class->finalize = GST_DEBUG_FUNCPTR (gst_pi0_infer_finalize);
+  gobject_class->set_property = GST_DEBUG_FUNCPTR (gst_pi0_infer_set_property);
+  gobject_class->get_property = GST_DEBUG_FUNCPTR (gst_pi0_infer_get_property);
   auto install = [gobject_class] (guint id, GParamSpec *ps) {
     g_object_class_install_property (gobject_class, id, ps);
   };
@@ -223,13 +214,13 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
                            "Checkpoint directory, model.safetensors, TorchScript file, or "
                            "builtin:pi0-tiny (untrained demo) or builtin:pi0 (full size, random "
                            "weights, for benchmarks). Required",
-                           nullptr, rw_ready));
+                           DEFAULT_MODEL, GST_PI0_PARAM_READY));
   install (
       PROP_TOKENIZER,
       g_param_spec_string ("tokenizer", "Tokenizer",
                            "SentencePiece model (the PaliGemma tokenizer); default: the one the "
                            "checkpoint's config.json names, or the bundled one for builtin models",
-                           nullptr, rw_ready));
+                           DEFAULT_TOKENIZER, GST_PI0_PARAM_READY));
   /**
    * GstPi0Infer:instruction:
    *
@@ -238,33 +229,35 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
    */
   install (PROP_INSTRUCTION,
            g_param_spec_string ("instruction", "Instruction",
-                                "The task in words; changes apply from the next observation", "",
-                                rw_playing));
+                                "The task in words; changes apply from the next observation",
+                                DEFAULT_INSTRUCTION, GST_PI0_PARAM_PLAYING));
   install (
       PROP_NORM_STATS,
       g_param_spec_string ("norm-stats", "Norm stats",
                            "openpi norm_stats.json (or a directory holding it): normalizes the "
                            "state and unnormalizes the actions; default: none (identity)",
-                           nullptr, rw_ready));
+                           DEFAULT_NORM_STATS, GST_PI0_PARAM_READY));
   install (PROP_NORM_MODE,
            g_param_spec_enum ("norm-mode", "Norm mode", "How norm-stats are applied",
-                              GST_TYPE_PI0_INFER_NORM_MODE, d.norm_mode, rw_ready));
+                              GST_TYPE_PI0_INFER_NORM_MODE, DEFAULT_NORM_MODE, GST_PI0_PARAM_READY));
   install (PROP_ACTION_DIMS,
            g_param_spec_int ("action-dims", "Action dims",
                              "The robot's native action dimensions kept from the model's padded "
                              "ones (0 = all)",
-                             0, 1024, 0, rw_ready));
+                             0, 1024, DEFAULT_ACTION_DIMS, GST_PI0_PARAM_READY));
   install (PROP_NUM_STEPS,
            g_param_spec_int ("num-steps", "Denoising steps",
                              "Flow-matching Euler steps per chunk (native Pi0 models)", 1, 1000,
-                             d.num_steps, rw_ready));
+                             DEFAULT_NUM_STEPS, GST_PI0_PARAM_READY));
   install (PROP_PRECISION, g_param_spec_enum ("precision", "Precision",
                                               "Weight precision (fp16 breaks Pi0: not offered)",
-                                              GST_TYPE_PI0_INFER_PRECISION, d.precision, rw_ready));
+                                              GST_TYPE_PI0_INFER_PRECISION, DEFAULT_PRECISION, GST_PI0_PARAM_READY));
   install (PROP_DEVICE, g_param_spec_enum ("device", "Device", "Where the policy runs",
-                                           GST_TYPE_PI0_INFER_DEVICE, d.device, rw_ready));
+                                           GST_TYPE_PI0_DEVICE, DEFAULT_DEVICE,
+                                           GST_PI0_PARAM_READY));
   install (PROP_CUDA_DEVICE_ID, g_param_spec_int ("cuda-device-id", "CUDA device id",
-                                                  "CUDA device ordinal", 0, 64, 0, rw_ready));
+                                                  "CUDA device ordinal", 0, 64, DEFAULT_CUDA_DEVICE_ID,
+                                                  GST_PI0_PARAM_READY));
   /**
    * GstPi0Infer:seed:
    *
@@ -274,12 +267,12 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
   install (PROP_SEED,
            g_param_spec_uint64 ("seed", "Seed",
                                 "Noise seed: observation N uses seed + N (same seed, same actions)",
-                                0, G_MAXUINT64, 0, rw_playing));
+                                0, G_MAXUINT64, DEFAULT_SEED, GST_PI0_PARAM_PLAYING));
   install (PROP_REQUIRE_STATE,
            g_param_spec_boolean ("require-state", "Require state",
                                  "Give no actions for observations whose robot state is missing or "
                                  "stale (else a missing state is zeros)",
-                                 TRUE, rw_playing));
+                                 DEFAULT_REQUIRE_STATE, GST_PI0_PARAM_PLAYING));
   /**
    * GstPi0Infer:rtc:
    *
@@ -294,7 +287,7 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
            g_param_spec_enum ("rtc", "Real-time chunking",
                               "Guide each chunk toward the rest of the chunk being executed (needs "
                               "pi0actionsink downstream)",
-                              GST_TYPE_PI0_INFER_RTC, d.rtc, rw_playing));
+                              GST_TYPE_PI0_INFER_RTC, DEFAULT_RTC, GST_PI0_PARAM_PLAYING));
   /**
    * GstPi0Infer:rtc-execution-horizon:
    *
@@ -308,12 +301,12 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
       g_param_spec_uint ("rtc-execution-horizon", "RTC execution horizon",
                          "Rows s: guidance ends at row horizon - s (0 = from the clock: the rows "
                          "of the executing chunk already due at the observation)",
-                         0, 1000, 0, rw_playing));
+                         0, 1000, DEFAULT_RTC_EXECUTION_HORIZON, GST_PI0_PARAM_PLAYING));
   install (PROP_RTC_MAX_GUIDANCE_WEIGHT,
            g_param_spec_double ("rtc-max-guidance-weight", "RTC maximum guidance weight",
                                 "The clip beta of the guidance weight (the paper: 5; with "
                                 "rtc=guided-identity use 10)",
-                                0.0, 1000.0, d.rtc_max_guidance_weight, rw_playing));
+                                0.0, 1000.0, DEFAULT_RTC_MAX_GUIDANCE_WEIGHT, GST_PI0_PARAM_PLAYING));
   /**
    * GstPi0Infer:max-batch-size:
    *
@@ -328,7 +321,7 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
   install (PROP_MAX_BATCH_SIZE,
            g_param_spec_uint ("max-batch-size", "Maximum batch size",
                               "Observations run together in one forward pass (1 = each alone)", 1,
-                              64, d.max_batch_size, rw_ready));
+                              64, DEFAULT_MAX_BATCH_SIZE, GST_PI0_PARAM_READY));
   /**
    * GstPi0Infer:max-batch-wait:
    *
@@ -340,11 +333,11 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
            g_param_spec_uint64 ("max-batch-wait", "Maximum batch wait",
                                 "With max-batch-size > 1: ns the first held observation waits for "
                                 "more before a partial batch runs",
-                                0, G_MAXUINT64, d.max_batch_wait, rw_playing));
+                                0, G_MAXUINT64, DEFAULT_MAX_BATCH_WAIT, GST_PI0_PARAM_PLAYING));
   install (PROP_MODEL_ID,
            g_param_spec_string ("model-id", "Model id",
                                 "Identifies the loaded policy (set in the action meta)", nullptr,
-                                (GParamFlags)(G_PARAM_READABLE | G_PARAM_STATIC_STRINGS)));
+                                GST_PI0_PARAM_READ_ONLY));
   /**
    * GstPi0Infer:stats:
    *
@@ -362,14 +355,14 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
                "stats", "Statistics",
                "Observations, chunks, non-finite, errors, last error, inference time "
                "p50/p99 in ms",
-               GST_TYPE_STRUCTURE, (GParamFlags)(G_PARAM_READABLE | G_PARAM_STATIC_STRINGS)));
+               GST_TYPE_STRUCTURE, GST_PI0_PARAM_READ_ONLY));
 
   gst_element_class_add_static_pad_template (element_class, &sink_template);
   gst_element_class_add_static_pad_template (element_class, &src_template);
   gst_element_class_set_static_metadata (
       element_class, "Pi0 policy inference", "Filter/Analyzer/Video",
       "Runs a Pi0 policy on each observation and attaches the action chunk as metadata",
-      "gst-pi0 developers");
+      GST_PI0_AUTHOR);
 
   bt_class->start = GST_DEBUG_FUNCPTR (gst_pi0_infer_start);
   bt_class->stop = GST_DEBUG_FUNCPTR (gst_pi0_infer_stop);
@@ -384,7 +377,7 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
   bt_class->transform_ip_on_passthrough = FALSE;
 
   gst_type_mark_as_plugin_api (GST_TYPE_PI0_INFER_PRECISION, (GstPluginAPIFlags)0);
-  gst_type_mark_as_plugin_api (GST_TYPE_PI0_INFER_DEVICE, (GstPluginAPIFlags)0);
+  gst_type_mark_as_plugin_api (GST_TYPE_PI0_DEVICE, (GstPluginAPIFlags)0);
   gst_type_mark_as_plugin_api (GST_TYPE_PI0_INFER_NORM_MODE, (GstPluginAPIFlags)0);
   gst_type_mark_as_plugin_api (GST_TYPE_PI0_INFER_RTC, (GstPluginAPIFlags)0);
   GST_DEBUG_CATEGORY_INIT (gst_pi0_infer_debug, "pi0infer", 0, "Pi0 policy inference");
@@ -400,22 +393,20 @@ gst_pi0_infer_init (GstPi0Infer *self)
 static void
 gst_pi0_infer_finalize (GObject *object)
 {
-  if (GST_PI0_INFER (object)->priv->waiter.thread.joinable ()) /* stop() always runs first */
-    batch_stop (GST_PI0_INFER (object));
+  GST_PI0_INFER (object)->priv->wait.stop (); /* stop() has, unless the element never started */
   delete GST_PI0_INFER (object)->priv;
   G_OBJECT_CLASS (parent_class)->finalize (object);
 }
 
-/* Copies @value into the settings (@set) or out of them: one table for both directions. A
- * string property reads back as NULL when empty, except the instruction (""). */
-static void
+/* Copies @value into the settings (@set) or out of them: one table for both directions. */
+static bool
 transfer (Settings &s, guint prop_id, GValue *value, bool set)
 {
   switch (prop_id) {
-    GST_PI0_PROP_STRING (PROP_MODEL, model, true)
-    GST_PI0_PROP_STRING (PROP_TOKENIZER, tokenizer, true)
-    GST_PI0_PROP_STRING (PROP_INSTRUCTION, instruction, false)
-    GST_PI0_PROP_STRING (PROP_NORM_STATS, norm_stats, true)
+    GST_PI0_PROP_STRING (PROP_MODEL, model)
+    GST_PI0_PROP_STRING (PROP_TOKENIZER, tokenizer)
+    GST_PI0_PROP_STRING_OR (PROP_INSTRUCTION, instruction, DEFAULT_INSTRUCTION)
+    GST_PI0_PROP_STRING (PROP_NORM_STATS, norm_stats)
     GST_PI0_PROP_FIELD (PROP_NORM_MODE, norm_mode, gint, enum)
     GST_PI0_PROP_FIELD (PROP_ACTION_DIMS, action_dims, gint, int)
     GST_PI0_PROP_FIELD (PROP_NUM_STEPS, num_steps, gint, int)
@@ -430,18 +421,16 @@ transfer (Settings &s, guint prop_id, GValue *value, bool set)
     GST_PI0_PROP_FIELD (PROP_MAX_BATCH_SIZE, max_batch_size, guint, uint)
     GST_PI0_PROP_FIELD (PROP_MAX_BATCH_WAIT, max_batch_wait, guint64, uint64)
   }
+  return false;
 }
 
 static void
 gst_pi0_infer_set_property (GObject *object, guint prop_id, const GValue *value, GParamSpec *pspec)
 {
   auto priv = GST_PI0_INFER (object)->priv;
-  if (prop_id == PROP_0 || prop_id >= PROP_MODEL_ID) {
-    G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
-    return;
-  }
   std::lock_guard<std::mutex> lk (priv->settings_lock);
-  transfer (priv->settings, prop_id, (GValue *)value, true);
+  if (!transfer (priv->settings, prop_id, (GValue *)value, true))
+    G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
 }
 
 static void
@@ -453,11 +442,10 @@ gst_pi0_infer_get_property (GObject *object, guint prop_id, GValue *value, GPara
   } else if (prop_id == PROP_MODEL_ID) {
     const std::string id = priv->runner.model_id ();
     g_value_set_string (value, id.empty () ? nullptr : id.c_str ());
-  } else if (prop_id == PROP_0 || prop_id > PROP_STATS) {
-    G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
   } else {
     std::lock_guard<std::mutex> lk (priv->settings_lock);
-    transfer (priv->settings, prop_id, value, false);
+    if (!transfer (priv->settings, prop_id, value, false))
+      G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
   }
 }
 
@@ -489,18 +477,15 @@ unref_items (Batcher::Batch &items)
 static void
 follow_deadline (GstPi0Infer *self, GstClock *clock)
 {
-  Waiter &w = self->priv->waiter;
-  const GstClockTime deadline = self->priv->batcher.deadline ();
-  std::lock_guard<std::mutex> lk (w.lock);
-  if (deadline == w.deadline)
-    return;
-  if (clock)
-    gst_object_replace ((GstObject **)&w.clock, GST_OBJECT (clock));
-  w.deadline = deadline;
-  w.generation++;
-  if (w.id)
-    gst_clock_id_unschedule (w.id);
-  w.cond.notify_all ();
+  self->priv->wait.follow (self->priv->batcher.deadline (), clock);
+}
+
+/* The running time at which a chunk leaves: the infer stage of pi0actionsink's latency. */
+static void
+stamp_done (GstPi0Infer *self, GstBuffer *buf)
+{
+  if (GstPi0ActionMeta *am = buf ? gst_buffer_get_pi0_action_meta (buf) : nullptr)
+    am->done_time = gst_element_get_current_running_time (GST_ELEMENT (self));
 }
 
 /* Runs a due batch (pi0::run_batch: those that need the policy in one forward pass; if that
@@ -511,18 +496,21 @@ static GstFlowReturn
 run_due (GstPi0Infer *self, Batcher::Batch &due)
 {
   pi0::infer::Runner &runner = self->priv->runner;
-  const size_t n = pi0::run_batch (
-      due, [&] (const std::vector<Prepared *> &todo) { return runner.infer_together (todo); },
-      [&] (Prepared &p) { return runner.infer_one (p.buf, p); });
-  GstFlowReturn ret = n < due.size () ? GST_FLOW_ERROR : GST_FLOW_OK;
+  pi0::Notices n;
+  const size_t done = pi0::run_batch (
+      due, [&] (const std::vector<Prepared *> &todo) { return runner.infer_together (todo, n); },
+      [&] (Prepared &p) { return runner.infer_one (p.buf, p, n); });
+  GST_PI0_POST_NOTICES (self, n);
+  GstFlowReturn ret = done < due.size () ? GST_FLOW_ERROR : GST_FLOW_OK;
   GstPad *src = GST_BASE_TRANSFORM_SRC_PAD (self);
-  for (size_t i = 0; i < n; i++) {
+  for (size_t i = 0; i < done; i++) {
     Prepared &p = due[i].item;
     GstFlowReturn r = GST_FLOW_OK;
     if (p.event) {
       gst_pad_push_event (src, p.event);
       p.event = nullptr;
     } else {
+      stamp_done (self, p.buf);
       r = gst_pad_push (src, p.buf);
       p.buf = nullptr;
     }
@@ -535,47 +523,21 @@ run_due (GstPi0Infer *self, Batcher::Batch &due)
   return ret;
 }
 
-/* The wait thread: when a wait for the batcher's deadline ends with that deadline still current,
- * it runs what is due. */
+/* The wait ended at @deadline: with the stream lock, and if no observation or event came in
+ * the meantime (@generation still current), what is due runs. */
 static void
-batch_wait_loop (GstPi0Infer *self)
+batch_due (GstPi0Infer *self, GstClockTime deadline, guint64 generation)
 {
-  Waiter &w = self->priv->waiter;
   GstPad *sinkpad = GST_BASE_TRANSFORM_SINK_PAD (self);
-  std::unique_lock<std::mutex> lk (w.lock);
-  while (!w.stopping) {
-    if (!GST_CLOCK_TIME_IS_VALID (w.deadline)) {
-      w.cond.wait (lk);
-      continue;
-    }
-    const guint64 generation = w.generation;
-    const GstClockTime deadline = w.deadline;
-    GstClockID id = gst_clock_new_single_shot_id (w.clock, deadline);
-    w.id = id;
-    lk.unlock ();
-    gst_clock_id_wait (id, nullptr);
-    lk.lock ();
-    w.id = nullptr;
-    gst_clock_id_unref (id);
-    if (w.stopping || w.generation != generation)
-      continue;
-    lk.unlock ();
-    GST_PAD_STREAM_LOCK (sinkpad);
-    bool still;
-    {
-      std::lock_guard<std::mutex> g (w.lock);
-      still = !w.stopping && w.generation == generation;
-    }
-    if (still) {
-      Batcher::Batch due = self->priv->batcher.expire (deadline);
-      follow_deadline (self, nullptr);
-      GstFlowReturn r = run_due (self, due);
-      if (r != GST_FLOW_OK)
-        GST_DEBUG_OBJECT (self, "pushing a partial batch: %s", gst_flow_get_name (r));
-    }
-    GST_PAD_STREAM_UNLOCK (sinkpad);
-    lk.lock ();
+  GST_PAD_STREAM_LOCK (sinkpad);
+  if (self->priv->wait.current (generation)) {
+    Batcher::Batch due = self->priv->batcher.expire (deadline);
+    follow_deadline (self, nullptr);
+    GstFlowReturn r = run_due (self, due);
+    if (r != GST_FLOW_OK)
+      GST_DEBUG_OBJECT (self, "pushing a partial batch: %s", gst_flow_get_name (r));
   }
+  GST_PAD_STREAM_UNLOCK (sinkpad);
 }
 
 static void
@@ -584,35 +546,19 @@ batch_start (GstPi0Infer *self, guint size)
   auto priv = self->priv;
   Batcher::Batch dropped = priv->batcher.reset (size);
   unref_items (dropped);
-  {
-    std::lock_guard<std::mutex> lk (priv->waiter.lock);
-    priv->waiter.stopping = false;
-    priv->waiter.deadline = GST_CLOCK_TIME_NONE;
-  }
   if (size > 1)
-    priv->waiter.thread = std::thread (batch_wait_loop, self);
+    priv->wait.start ("pi0infer-batch", [self] (GstClockTime deadline, guint64 generation) {
+      batch_due (self, deadline, generation);
+    });
 }
 
 static void
 batch_stop (GstPi0Infer *self)
 {
   auto priv = self->priv;
-  Waiter &w = priv->waiter;
-  {
-    std::lock_guard<std::mutex> lk (w.lock);
-    w.stopping = true;
-    if (w.id)
-      gst_clock_id_unschedule (w.id);
-  }
-  w.cond.notify_all ();
-  if (w.thread.joinable ())
-    w.thread.join ();
+  priv->wait.stop ();
   Batcher::Batch dropped = priv->batcher.reset (1);
   unref_items (dropped);
-  std::lock_guard<std::mutex> lk (w.lock);
-  w.deadline = GST_CLOCK_TIME_NONE;
-  w.generation++;
-  gst_clear_object (&w.clock);
 }
 
 static GstFlowReturn
@@ -625,8 +571,11 @@ gst_pi0_infer_submit_input_buffer (GstBaseTransform *trans, gboolean is_discont,
 
   Settings s = snapshot_settings (self);
   Prepared p;
+  pi0::Notices n;
   p.buf = gst_buffer_make_writable (buf);
-  GstFlowReturn ret = priv->runner.prepare (p.buf, s, &p);
+  GstFlowReturn ret = priv->runner.prepare (
+      p.buf, s, gst_element_get_current_running_time (GST_ELEMENT (self)), &p, n);
+  GST_PI0_POST_NOTICES (self, n);
   if (ret != GST_FLOW_OK) {
     gst_buffer_unref (p.buf);
     return ret;
@@ -661,7 +610,10 @@ gst_pi0_infer_start (GstBaseTransform *trans)
 {
   auto self = GST_PI0_INFER (trans);
   Settings s = snapshot_settings (self);
-  if (!self->priv->runner.open (s))
+  pi0::Notices n;
+  const bool ok = self->priv->runner.open (s, n);
+  GST_PI0_POST_NOTICES (self, n);
+  if (!ok)
     return FALSE;
   batch_start (self, s.max_batch_size);
   return TRUE;
@@ -737,7 +689,10 @@ gst_pi0_infer_src_event (GstBaseTransform *trans, GstEvent *event)
 {
   if (GST_EVENT_TYPE (event) == GST_EVENT_CUSTOM_UPSTREAM &&
       gst_event_has_name (event, GST_PI0_EXECUTING_EVENT_NAME)) {
-    GST_PI0_INFER (trans)->priv->runner.feedback (event);
+    pi0::Notices n;
+    GST_PI0_INFER (trans)->priv->runner.feedback (
+        event, gst_element_get_current_running_time (GST_ELEMENT (trans)), n);
+    GST_PI0_POST_NOTICES (trans, n);
     gst_event_unref (event); /* ours: nothing upstream needs it */
     return TRUE;
   }
@@ -776,8 +731,12 @@ gst_pi0_infer_transform_ip (GstBaseTransform *trans, GstBuffer *buf)
   auto self = GST_PI0_INFER (trans);
   Settings s = snapshot_settings (self);
   Prepared p;
-  GstFlowReturn ret = self->priv->runner.prepare (buf, s, &p);
-  if (ret != GST_FLOW_OK || !p.infer)
-    return ret;
-  return self->priv->runner.infer_one (buf, p) ? GST_FLOW_OK : GST_FLOW_ERROR;
+  pi0::Notices n;
+  GstFlowReturn ret = self->priv->runner.prepare (
+      buf, s, gst_element_get_current_running_time (GST_ELEMENT (self)), &p, n);
+  if (ret == GST_FLOW_OK && p.infer && !self->priv->runner.infer_one (buf, p, n))
+    ret = GST_FLOW_ERROR;
+  GST_PI0_POST_NOTICES (self, n);
+  stamp_done (self, buf);
+  return ret;
 }

@@ -6,8 +6,6 @@
 #include "infer/pi0inferrunner.h"
 #include "common/pi0percentile.h"
 
-#include <gst/pi0/pi0.h>
-
 #include <ATen/ATen.h>
 
 #include <chrono>
@@ -42,9 +40,9 @@ pi0::OpenOptions
 open_options (const Settings &s)
 {
   pi0::OpenOptions o;
-  o.device = s.device == GST_PI0_INFER_DEVICE_CUDA  ? pi0::DeviceChoice::Cuda
-             : s.device == GST_PI0_INFER_DEVICE_CPU ? pi0::DeviceChoice::Cpu
-                                                    : pi0::DeviceChoice::Auto;
+  o.device = s.device == GST_PI0_DEVICE_CUDA  ? pi0::DeviceChoice::Cuda
+             : s.device == GST_PI0_DEVICE_CPU ? pi0::DeviceChoice::Cpu
+                                              : pi0::DeviceChoice::Auto;
   o.cuda_device_id = s.cuda_device_id;
   o.precision = s.precision == GST_PI0_INFER_PRECISION_BF16   ? pi0::PrecisionChoice::Bf16
                 : s.precision == GST_PI0_INFER_PRECISION_FP32 ? pi0::PrecisionChoice::Fp32
@@ -59,22 +57,23 @@ open_options (const Settings &s)
   return o;
 }
 
+/* An OpenError as the error the user can act on, in its domain. */
 void
-post_open_error (GstElement *self, const pi0::OpenError &e)
+open_error (const pi0::OpenError &e, Notices &n)
 {
   using Kind = pi0::OpenError::Kind;
   switch (e.kind ()) {
     case Kind::NotFound:
-      GST_ELEMENT_ERROR (self, RESOURCE, NOT_FOUND, ("%s", e.what ()), (nullptr));
+      n.error (GST_RESOURCE_ERROR, GST_RESOURCE_ERROR_NOT_FOUND, e.what ());
       break;
     case Kind::Settings:
-      GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS, ("%s", e.what ()), (nullptr));
+      n.error (GST_RESOURCE_ERROR, GST_RESOURCE_ERROR_SETTINGS, e.what ());
       break;
     case Kind::Unreadable:
-      GST_ELEMENT_ERROR (self, RESOURCE, OPEN_READ, ("%s", e.what ()), (nullptr));
+      n.error (GST_RESOURCE_ERROR, GST_RESOURCE_ERROR_OPEN_READ, e.what ());
       break;
     case Kind::Library:
-      GST_ELEMENT_ERROR (self, LIBRARY, INIT, ("%s", e.what ()), (nullptr));
+      n.error (GST_LIBRARY_ERROR, GST_LIBRARY_ERROR_INIT, e.what ());
       break;
   }
 }
@@ -129,14 +128,12 @@ request_images (const GstPi0TensorMeta *tm, pi0::Request *rq)
 /* Opening                                                                                     */
 
 bool
-Runner::open (const Settings &s)
+Runner::open (const Settings &s, Notices &n)
 {
-  GstElement *self = owner_;
   if (s.model.empty ()) {
-    GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS,
-                       ("No model: set model= to a checkpoint directory, a model.safetensors, a "
-                        "TorchScript file, or builtin:pi0-tiny (an untrained demo model)."),
-                       (nullptr));
+    n.error (GST_RESOURCE_ERROR, GST_RESOURCE_ERROR_SETTINGS,
+             "No model: set model= to a checkpoint directory, a model.safetensors, a TorchScript "
+             "file, or builtin:pi0-tiny (an untrained demo model).");
     return false;
   }
 
@@ -144,11 +141,11 @@ Runner::open (const Settings &s)
   try {
     policy = pi0::open_policy (s.model, open_options (s));
   } catch (const pi0::OpenError &e) {
-    post_open_error (self, e);
+    open_error (e, n);
     return false;
   } catch (const std::exception &e) {
-    GST_ELEMENT_ERROR (self, LIBRARY, INIT, ("Could not load model '%s'.", s.model.c_str ()),
-                       ("%s", e.what ()));
+    n.error (GST_LIBRARY_ERROR, GST_LIBRARY_ERROR_INIT,
+             "Could not load model '" + s.model + "'.", e.what ());
     return false;
   }
 
@@ -159,21 +156,20 @@ Runner::open (const Settings &s)
   try {
     warmed = policy->warmup ();
   } catch (const c10::Error &e) {
-    GST_ELEMENT_ERROR (self, LIBRARY, INIT,
-                       ("The model failed its warm-up run: %s", e.what_without_backtrace ()),
-                       (nullptr));
+    n.error (GST_LIBRARY_ERROR, GST_LIBRARY_ERROR_INIT,
+             std::string ("The model failed its warm-up run: ") + e.what_without_backtrace ());
     return false;
   } catch (const std::exception &e) {
-    GST_ELEMENT_ERROR (self, LIBRARY, INIT, ("The model failed its warm-up run: %s", e.what ()),
-                       (nullptr));
+    n.error (GST_LIBRARY_ERROR, GST_LIBRARY_ERROR_INIT,
+             std::string ("The model failed its warm-up run: ") + e.what ());
     return false;
   }
   double warm_ms = ms_since (t0);
   if (!warmed)
-    GST_WARNING_OBJECT (self,
+    GST_WARNING_OBJECT (log_,
                         "no warm-up run: the model does not declare num_views, image_size and "
                         "state_dim, so it first runs on the first observation");
-  GST_INFO_OBJECT (self, "loaded %s: %s (warm-up %.1f ms)", policy->model_id ().c_str (),
+  GST_INFO_OBJECT (log_, "loaded %s: %s (warm-up %.1f ms)", policy->model_id ().c_str (),
                    policy->describe ().c_str (), warm_ms);
 
   {
@@ -258,9 +254,8 @@ Runner::count_pass ()
 /* Observations                                                                                */
 
 GstFlowReturn
-Runner::prepare (GstBuffer *buf, const Settings &s, Prepared *p)
+Runner::prepare (GstBuffer *buf, const Settings &s, GstClockTime now, Prepared *p, Notices &n)
 {
-  GstElement *self = owner_;
   pi0::OpenedPolicy *policy = policy_.get ();
 
   {
@@ -268,18 +263,18 @@ Runner::prepare (GstBuffer *buf, const Settings &s, Prepared *p)
     stats_.observations++;
   }
   if (!policy) {
-    GST_ELEMENT_ERROR (self, CORE, FAILED, ("No model loaded."), (nullptr));
+    n.error (GST_CORE_ERROR, GST_CORE_ERROR_FAILED, "No model loaded.");
     return GST_FLOW_ERROR;
   }
 
   GstPi0TensorMeta *tm = gst_buffer_get_pi0_tensor_meta (buf);
   GstPi0ObservationMeta *om = gst_buffer_get_pi0_observation_meta (buf);
   if (!tm || !om) {
-    GST_ELEMENT_ERROR (self, STREAM, FORMAT,
-                       ("An observation without %s reached pi0infer: put pi0viewmux and cudaprep "
-                        "before it.",
-                        !tm ? "a model input tensor (GstPi0TensorMeta)" : "an observation meta"),
-                       ("%" GST_PTR_FORMAT, buf));
+    n.error (GST_STREAM_ERROR, GST_STREAM_ERROR_FORMAT,
+             strf ("An observation without %s reached pi0infer: put pi0viewmux and cudaprep "
+                   "before it.",
+                   !tm ? "a model input tensor (GstPi0TensorMeta)" : "an observation meta"),
+             strf ("%" GST_PTR_FORMAT, buf));
     return GST_FLOW_ERROR;
   }
 
@@ -288,14 +283,13 @@ Runner::prepare (GstBuffer *buf, const Settings &s, Prepared *p)
       (spec.image_size > 0 &&
        (tm->shape[2] != spec.image_size || tm->shape[3] != spec.image_size)) ||
       (spec.num_views > 0 && tm->shape[0] > spec.num_views) || tm->dtype == GST_PI0_DTYPE_UINT8) {
-    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
-                       ("The model takes up to %d views of 3x%dx%d float images, but the input "
-                        "tensor is [%" G_GINT64_FORMAT ",%" G_GINT64_FORMAT ",%" G_GINT64_FORMAT
-                        ",%" G_GINT64_FORMAT "] %s: set cudaprep width=%d height=%d.",
-                        spec.num_views, spec.image_size, spec.image_size, tm->shape[0],
-                        tm->shape[1], tm->shape[2], tm->shape[3],
-                        gst_pi0_dtype_to_string (tm->dtype), spec.image_size, spec.image_size),
-                       (nullptr));
+    n.error (GST_CORE_ERROR, GST_CORE_ERROR_NEGOTIATION,
+             strf ("The model takes up to %d views of 3x%dx%d float images, but the input tensor "
+                   "is [%" G_GINT64_FORMAT ",%" G_GINT64_FORMAT ",%" G_GINT64_FORMAT
+                   ",%" G_GINT64_FORMAT "] %s: set cudaprep width=%d height=%d.",
+                   spec.num_views, spec.image_size, spec.image_size, tm->shape[0], tm->shape[1],
+                   tm->shape[2], tm->shape[3], gst_pi0_dtype_to_string (tm->dtype),
+                   spec.image_size, spec.image_size));
     return GST_FLOW_NOT_NEGOTIATED;
   }
 
@@ -310,19 +304,17 @@ Runner::prepare (GstBuffer *buf, const Settings &s, Prepared *p)
     }
     if (!warned_no_state_) {
       warned_no_state_ = true;
-      GST_ELEMENT_WARNING (self, STREAM, FAILED,
-                           ("Observation %" G_GUINT64_FORMAT " has %s robot state: no actions for "
-                            "it (set require-state=false to use zeros).",
-                            om->sequence, state ? "a stale" : "no"),
-                           (nullptr));
+      n.warning (GST_STREAM_ERROR, GST_STREAM_ERROR_FAILED,
+                 strf ("Observation %" G_GUINT64_FORMAT " has %s robot state: no actions for it "
+                       "(set require-state=false to use zeros).",
+                       om->sequence, state ? "a stale" : "no"));
     }
     return GST_FLOW_OK;
   }
   if (spec.state_dim > 0 && (int)state_dim > spec.state_dim) {
-    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION,
-                       ("The robot state has %u values but the model takes at most %d.", state_dim,
-                        spec.state_dim),
-                       (nullptr));
+    n.error (GST_CORE_ERROR, GST_CORE_ERROR_NEGOTIATION,
+             strf ("The robot state has %u values but the model takes at most %d.", state_dim,
+                   spec.state_dim));
     return GST_FLOW_NOT_NEGOTIATED;
   }
 
@@ -334,36 +326,37 @@ Runner::prepare (GstBuffer *buf, const Settings &s, Prepared *p)
   }
   p->sequence = om->sequence;
   p->observation_time = om->observation_time;
-  p->instruction = s.instruction;
+  /* A server's request brings its client's prompt and seed (pi0servesrc computed it); a camera's
+   * observation N takes the instruction and seed + N. */
+  const GstPi0RequestMeta *rm = gst_buffer_get_pi0_request_meta (buf);
+  p->instruction = rm ? std::string (rm->prompt ? rm->prompt : "") : s.instruction;
   try {
     pi0::Request &rq = p->rq;
     request_images (tm, &rq);
     if (state)
       rq.state = at::from_blob ((void *)state, {(int64_t)state_dim}, at::kFloat).clone ();
-    rq.prompt = s.instruction;
-    rq.seed = s.seed + om->sequence;
+    rq.prompt = p->instruction;
+    rq.seed = rm ? rm->seed : s.seed + om->sequence;
     if (s.rtc != GST_PI0_INFER_RTC_OFF) {
       if (!policy->supports_guidance ()) {
         if (!warned_rtc_unsupported_) {
           warned_rtc_unsupported_ = true;
-          GST_ELEMENT_WARNING (self, STREAM, FAILED,
-                               ("rtc is on but this policy cannot be guided (TorchScript): "
-                                "chunks are sampled unguided."),
-                               ("%s", policy->describe ().c_str ()));
+          n.warning (GST_STREAM_ERROR, GST_STREAM_ERROR_FAILED,
+                     "rtc is on but this policy cannot be guided (TorchScript): chunks are "
+                     "sampled unguided.",
+                     policy->describe ());
         }
       } else {
         /* docs/rtc.md, "In the chain": the prefix, the delay and the horizon. */
-        p->guided = rtc_.guidance (om->observation_time, gst_pi0_element_get_running_time (self),
-                                   last_ms, s.rtc_execution_horizon, s.rtc_max_guidance_weight,
+        p->guided = rtc_.guidance (om->observation_time, now, last_ms, s.rtc_execution_horizon, s.rtc_max_guidance_weight,
                                    s.rtc == GST_PI0_INFER_RTC_GUIDED_IDENTITY, &rq.guidance);
       }
     }
   } catch (const std::exception &e) {
     record_error (e.what ());
-    GST_ELEMENT_ERROR (
-        self, STREAM, FAILED,
-        ("Inference failed on observation %" G_GUINT64_FORMAT ": %s", om->sequence, e.what ()),
-        (nullptr));
+    n.error (GST_STREAM_ERROR, GST_STREAM_ERROR_FAILED,
+             strf ("Inference failed on observation %" G_GUINT64_FORMAT ": %s", om->sequence,
+                   e.what ()));
     return GST_FLOW_ERROR;
   }
   p->infer = true;
@@ -374,9 +367,8 @@ Runner::prepare (GstBuffer *buf, const Settings &s, Prepared *p)
 /* Inference                                                                                   */
 
 bool
-Runner::infer_one (GstBuffer *buf, Prepared &p)
+Runner::infer_one (GstBuffer *buf, Prepared &p, Notices &n)
 {
-  GstElement *self = owner_;
   pi0::OpenedPolicy *policy = policy_.get ();
   auto t0 = std::chrono::steady_clock::now ();
   pi0::Response response;
@@ -387,11 +379,11 @@ Runner::infer_one (GstBuffer *buf, Prepared &p)
         response = policy->infer (p.rq);
       } catch (const pi0::Error &e) {
         /* A prefix the model refuses: this chunk unguided, said once per occurrence. */
-        GST_ELEMENT_WARNING (self, STREAM, FAILED,
-                             ("Real-time chunking failed on observation %" G_GUINT64_FORMAT
-                              ": sampled unguided.",
-                              p.sequence),
-                             ("%s", e.what ()));
+        n.warning (GST_STREAM_ERROR, GST_STREAM_ERROR_FAILED,
+                   strf ("Real-time chunking failed on observation %" G_GUINT64_FORMAT
+                         ": sampled unguided.",
+                         p.sequence),
+                   e.what ());
         p.guided = false;
         p.rq.guidance = pi0::PolicyGuidance ();
         response = policy->infer (p.rq);
@@ -401,25 +393,24 @@ Runner::infer_one (GstBuffer *buf, Prepared &p)
     }
   } catch (const c10::Error &e) {
     record_error (e.what_without_backtrace ());
-    GST_ELEMENT_ERROR (self, STREAM, FAILED,
-                       ("Inference failed on observation %" G_GUINT64_FORMAT ".", p.sequence),
-                       ("LibTorch: %s", e.what_without_backtrace ()));
+    n.error (GST_STREAM_ERROR, GST_STREAM_ERROR_FAILED,
+             strf ("Inference failed on observation %" G_GUINT64_FORMAT ".", p.sequence),
+             std::string ("LibTorch: ") + e.what_without_backtrace ());
     return false;
   } catch (const std::exception &e) {
     record_error (e.what ());
-    GST_ELEMENT_ERROR (
-        self, STREAM, FAILED,
-        ("Inference failed on observation %" G_GUINT64_FORMAT ": %s", p.sequence, e.what ()),
-        (nullptr));
+    n.error (GST_STREAM_ERROR, GST_STREAM_ERROR_FAILED,
+             strf ("Inference failed on observation %" G_GUINT64_FORMAT ": %s", p.sequence,
+                   e.what ()));
     return false;
   }
   double ms = ms_since (t0);
-  attach (buf, p, response, ms, ms);
+  attach (buf, p, response, ms, ms, n);
   return true;
 }
 
 bool
-Runner::infer_together (const std::vector<Prepared *> &todo)
+Runner::infer_together (const std::vector<Prepared *> &todo, Notices &n)
 {
   std::vector<pi0::Request> rqs;
   for (Prepared *p : todo)
@@ -430,15 +421,15 @@ Runner::infer_together (const std::vector<Prepared *> &todo)
     count_pass ();
     responses = policy_->infer (rqs);
   } catch (const std::exception &e) {
-    GST_DEBUG_OBJECT (owner_, "a batch of %zu failed (%s): each runs alone", todo.size (),
+    GST_DEBUG_OBJECT (log_, "a batch of %zu failed (%s): each runs alone", todo.size (),
                       e.what ());
     return false;
   }
   double ms = ms_since (t0);
   /* The policy's time counts once, with the first chunk. */
   for (size_t i = 0; i < todo.size (); i++)
-    attach (todo[i]->buf, *todo[i], responses[i], ms, i == 0 ? ms : 0.0);
-  GST_LOG_OBJECT (owner_, "%zu observations in one pass: %.2f ms", todo.size (), ms);
+    attach (todo[i]->buf, *todo[i], responses[i], ms, i == 0 ? ms : 0.0, n);
+  GST_LOG_OBJECT (log_, "%zu observations in one pass: %.2f ms", todo.size (), ms);
   return true;
 }
 
@@ -447,9 +438,8 @@ Runner::infer_together (const std::vector<Prepared *> &todo)
  * history. */
 void
 Runner::attach (GstBuffer *buf, Prepared &p, const pi0::Response &response, double ms,
-                double busy_ms)
+                double busy_ms, Notices &n)
 {
-  GstElement *self = owner_;
   pi0::OpenedPolicy *policy = policy_.get ();
   if (p.guided) {
     std::lock_guard<std::mutex> lk (stats_lock_);
@@ -459,10 +449,10 @@ Runner::attach (GstBuffer *buf, Prepared &p, const pi0::Response &response, doub
   }
   if (response.prompt_truncated && !warned_truncated_) {
     warned_truncated_ = true;
-    GST_ELEMENT_WARNING (self, STREAM, FAILED,
-                         ("The instruction needs more than the model's %d tokens: it was cut.",
-                          policy->prompt_length ()),
-                         ("instruction \"%s\"", p.instruction.c_str ()));
+    n.warning (GST_STREAM_ERROR, GST_STREAM_ERROR_FAILED,
+               strf ("The instruction needs more than the model's %d tokens: it was cut.",
+                     policy->prompt_length ()),
+               "instruction \"" + p.instruction + "\"");
   }
   const at::Tensor &actions = response.actions;
   GstPi0ActionMeta *am =
@@ -471,7 +461,6 @@ Runner::attach (GstBuffer *buf, Prepared &p, const pi0::Response &response, doub
   am->sequence = p.sequence;
   am->observation_time = p.observation_time;
   am->inference_time = (GstClockTime)(ms * GST_MSECOND);
-  am->done_time = gst_pi0_element_get_running_time (self);
   if (policy->untrained ())
     am->flags = (GstPi0ActionFlags)(am->flags | GST_PI0_ACTION_FLAG_UNTRAINED);
   bool finite = !(am->flags & GST_PI0_ACTION_FLAG_NON_FINITE);
@@ -487,14 +476,14 @@ Runner::attach (GstBuffer *buf, Prepared &p, const pi0::Response &response, doub
       stats_.latencies_ms.pop_front ();
   }
   if (!finite)
-    GST_WARNING_OBJECT (self, "observation %" G_GUINT64_FORMAT ": non-finite actions (flagged)",
+    GST_WARNING_OBJECT (log_, "observation %" G_GUINT64_FORMAT ": non-finite actions (flagged)",
                         p.sequence);
   else {
     /* Kept for real-time chunking: the sink may now execute it. A non-finite chunk is never
      * executed, so it is never a prefix. */
     rtc_.chunk_made (am->sequence, am->observation_time, am->horizon, am->dim, am->actions);
   }
-  GST_LOG_OBJECT (self, "observation %" G_GUINT64_FORMAT ": %ux%u actions in %.2f ms", p.sequence,
+  GST_LOG_OBJECT (log_, "observation %" G_GUINT64_FORMAT ": %ux%u actions in %.2f ms", p.sequence,
                   am->horizon, am->dim, ms);
 }
 
@@ -504,26 +493,25 @@ Runner::attach (GstBuffer *buf, Prepared &p, const pi0::Response &response, doub
 /* A pi0-executing event refused: counted, logged, and posted as a warning for the 1st, 2nd,
  * 4th, 8th... (a sink gone wrong must not flood the bus). Nothing else changes. */
 void
-Runner::ignore_feedback (const std::string &why)
+Runner::ignore_feedback (const std::string &why, Notices &n)
 {
-  guint64 n;
+  guint64 k;
   {
     std::lock_guard<std::mutex> lk (stats_lock_);
-    n = ++stats_.rtc_feedback_ignored;
+    k = ++stats_.rtc_feedback_ignored;
   }
-  GST_WARNING_OBJECT (owner_, "pi0-executing ignored: %s", why.c_str ());
-  if ((n & (n - 1)) == 0)
-    GST_ELEMENT_WARNING (
-        owner_, STREAM, FAILED,
-        ("Feedback from the sink ignored: %s (%" G_GUINT64_FORMAT " so far).", why.c_str (), n),
-        (nullptr));
+  GST_WARNING_OBJECT (log_, "pi0-executing ignored: %s", why.c_str ());
+  if ((k & (k - 1)) == 0)
+    n.warning (GST_STREAM_ERROR, GST_STREAM_ERROR_FAILED,
+               strf ("Feedback from the sink ignored: %s (%" G_GUINT64_FORMAT " so far).",
+                     why.c_str (), k));
 }
 
 /* What the sink says the robot executes. Checked before anything is kept: a malformed event, a
  * chunk this element did not make (or no longer remembers), a row beyond the chunk, a time in
  * the future of our clock: ignored with a warning. */
 void
-Runner::feedback (GstEvent *event)
+Runner::feedback (GstEvent *event, GstClockTime now, Notices &n)
 {
   guint64 chunk_id = 0, period = 0;
   guint row = 0;
@@ -532,13 +520,12 @@ Runner::feedback (GstEvent *event)
     gchar *str = gst_structure_to_string (gst_event_get_structure (event));
     std::string why = std::string ("malformed event ") + str;
     g_free (str);
-    ignore_feedback (why);
+    ignore_feedback (why, n);
     return;
   }
-  const std::string why =
-      rtc_.feedback (chunk_id, row, time, period, gst_pi0_element_get_running_time (owner_));
+  const std::string why = rtc_.feedback (chunk_id, row, time, period, now);
   if (!why.empty ()) {
-    ignore_feedback (why);
+    ignore_feedback (why, n);
     return;
   }
   std::lock_guard<std::mutex> lk (stats_lock_);

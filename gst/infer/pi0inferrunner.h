@@ -1,27 +1,32 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #pragma once
 
-/* What pi0infer does with the policy, apart from GObject: opens it (pi0::open_policy() with the
+/* pi0infer's engine (docs/design.md, "Engines"), as DeepStream's DsNvInferImpl: what the element
+ * does with the policy, apart from GObject. It opens the policy (pi0::open_policy() with the
  * element's settings, and its warm-up run), reads an observation buffer (cudaprep's
- * GstPi0TensorMeta, the GstPi0ObservationMeta's robot state), checks it against the policy,
- * builds the request (images without a copy, state, instruction, seed, real-time chunking
- * guidance from pi0::RtcTracker), runs the policy on one request or a batch, writes the chunk as
- * a GstPi0ActionMeta, takes pi0actionsink's feedback, and keeps the stats. As DeepStream's
- * DsNvInferImpl, it posts its errors and warnings, worded here, on the element it serves. The
- * element (gst/gstpi0infer.cpp) is the glue: properties, caps, events, queries, the batching
- * clock wait (pi0::Batcher decides), pushing.
+ * GstPi0TensorMeta, the GstPi0ObservationMeta's robot state, and a server's GstPi0RequestMeta:
+ * the client's prompt and seed), checks it against the policy, builds the request (images
+ * without a copy, state, instruction, seed, real-time chunking guidance from pi0::RtcTracker),
+ * runs the policy on one request or a batch, writes the chunk as a GstPi0ActionMeta, takes
+ * pi0actionsink's feedback, and keeps the stats. It includes no element header, reads no clock
+ * and posts nothing: each call takes the settings snapshot and the running time, and returns
+ * its errors and warnings, worded here, in a pi0::Notices that the element posts. The element
+ * (gstpi0infer.cpp) is the glue: properties, caps, events, queries, the batching clock wait
+ * (pi0batchwait.h; pi0::Batcher decides), the done_time stamp and pushing.
  *
  * Threads: open, prepare, infer and close belong to whoever holds the element's sink stream lock
  * (the streaming thread, or the batching wait thread); the stats and the model id are read from
  * any thread (stats_lock, never held while posting or running the policy); feedback comes on
  * upstream event threads (the tracker locks itself). */
 
-#include "infer/gstpi0infer.h"
+#include "common/pi0notice.h"
+#include "infer/gstpi0inferenums.h"
 
 #include <gst/gst.h>
+#include <gst/pi0/pi0.h>
 
-#include "model/open_policy.h"
-#include "model/rtc_tracker.h"
+#include "model/pi0openpolicy.h"
+#include "model/pi0rtctracker.h"
 
 #include <deque>
 #include <memory>
@@ -42,7 +47,7 @@ struct Settings {
   int action_dims = 0;
   int num_steps = 10;
   GstPi0InferPrecision precision = GST_PI0_INFER_PRECISION_AUTO;
-  GstPi0InferDevice device = GST_PI0_INFER_DEVICE_AUTO;
+  GstPi0Device device = GST_PI0_DEVICE_AUTO;
   int cuda_device_id = 0;
   guint64 seed = 0;
   bool require_state = true;
@@ -72,31 +77,36 @@ struct Prepared {
 class Runner
 {
 public:
-  explicit Runner (GstElement *owner) : owner_ (owner) {}
+  /* @log: the element, for the debug log only. */
+  explicit Runner (GstObject *log) : log_ (log) {}
   Runner (const Runner &) = delete;
   Runner &operator= (const Runner &) = delete;
 
   /* Opens the policy @s names and runs one blank observation through it (a broken policy fails
    * here, and the first real observation is not slow); resets the stats and the real-time
-   * chunking tracker. FALSE with an error posted (what to set, the file, the library). */
-  bool open (const Settings &s);
+   * chunking tracker. false with the error (what to set, the file, the library) in @n. */
+  bool open (const Settings &s, Notices &n);
   /* Lets the policy go (the stats and the model id stay readable). */
   void close ();
   const pi0::OpenedPolicy *policy () const { return policy_.get (); }
 
-  /* Everything before the policy runs on @buf: the checks, the state rule, the request. OK with
-   * @p->infer false: the buffer passes on without actions; an error is posted with any other
-   * return. */
-  GstFlowReturn prepare (GstBuffer *buf, const Settings &s, Prepared *p);
-  /* The policy on @p alone, its chunk onto @buf. A guidance prefix the model refuses falls back
-   * to an unguided chunk with a warning. false with the error posted. */
-  bool infer_one (GstBuffer *buf, Prepared &p);
+  /* Everything before the policy runs on @buf at running time @now: the checks, the state rule,
+   * the request (the prompt and seed of @buf's GstPi0RequestMeta when it has one, else the
+   * instruction and seed + sequence). OK with @p->infer false: the buffer passes on without
+   * actions; any other return has its error in @n. */
+  GstFlowReturn prepare (GstBuffer *buf, const Settings &s, GstClockTime now, Prepared *p,
+                         Notices &n);
+  /* The policy on @p alone, its chunk onto @buf (done_time is the element's to stamp). A
+   * guidance prefix the model refuses falls back to an unguided chunk with a warning. false
+   * with the error in @n. */
+  bool infer_one (GstBuffer *buf, Prepared &p, Notices &n);
   /* The policy on @todo (each with its buffer) in one forward pass, each chunk onto its buffer.
-   * false when the stacked pass failed (nothing attached, nothing posted): run them alone. */
-  bool infer_together (const std::vector<Prepared *> &todo);
+   * false when the stacked pass failed (nothing attached, no error): run them alone. */
+  bool infer_together (const std::vector<Prepared *> &todo, Notices &n);
 
-  /* A pi0-executing event from the sink: taken, or refused with a rate-limited warning. */
-  void feedback (GstEvent *event);
+  /* A pi0-executing event from the sink at running time @now: taken, or refused with a
+   * rate-limited warning. */
+  void feedback (GstEvent *event, GstClockTime now, Notices &n);
 
   /* The `stats` property, and the id of the policy opened last (empty before). */
   GstStructure *stats () const;
@@ -127,11 +137,11 @@ private:
   Stats snapshot () const;
   void record_error (const std::string &what);
   void count_pass ();
-  void ignore_feedback (const std::string &why);
+  void ignore_feedback (const std::string &why, Notices &n);
   void attach (GstBuffer *buf, Prepared &p, const pi0::Response &response, double ms,
-               double busy_ms);
+               double busy_ms, Notices &n);
 
-  GstElement *owner_; /* not owned: the element, for its bus, clock and log */
+  GstObject *log_; /* not owned: the element, for the debug log only */
   std::unique_ptr<pi0::OpenedPolicy> policy_;
   pi0::RtcTracker rtc_;
   bool warned_no_state_ = false, warned_truncated_ = false, warned_rtc_unsupported_ = false;

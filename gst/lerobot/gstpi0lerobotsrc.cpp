@@ -18,14 +18,17 @@
  *   ds.state ! queue ! mux.state  pi0viewmux name=mux ! cudaprep ! pi0infer ! ...
  * ]|
  *
- * The pads exist as soon as #GstPi0LeRobotSrc:location names a dataset (so a launch line can
- * link them); their data flows from PAUSED.
+ * The dataset is read when the element goes to READY: then the pads appear (sometimes pads:
+ * a launch line links them as they come, an application from `pad-added` or once READY) and
+ * #GstPi0LeRobotSrc:n-episodes is known; their data flows from PAUSED.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
 #endif
 
 #include "lerobot/gstpi0lerobotsrc.h"
+
+#include "common/gstpi0props.h"
 
 #include "pi0lerobot.h"
 
@@ -51,9 +54,16 @@ enum {
   PROP_N_EPISODES,
 };
 
+#define DEFAULT_LOCATION nullptr
+#define DEFAULT_EPISODE 0
+
+struct Settings {
+  std::string location;
+  guint episode = DEFAULT_EPISODE;
+};
+
 /* One camera: its frames are restamped k / fps, frames outside the episode dropped. */
 struct Branch {
-  GstPi0LeRobotSrc *self = nullptr;
   std::string name;
   GstPad *ghost = nullptr;
   GstElement *conv = nullptr, *filter = nullptr;
@@ -63,20 +73,31 @@ struct Branch {
   bool eos = false;
 };
 
+/* From READY: the dataset, its pads and, from PAUSED, the branches that play it. Changed by
+ * state changes only (the application thread). */
+struct State {
+  std::unique_ptr<pi0::lerobot::Reader> reader;
+  std::vector<Branch *> branches;
+  GstPad *state_pad = nullptr;
+  GstElement *state_src = nullptr;
+  bool built = false;
+};
+
 } // namespace
+
+struct GstPi0LeRobotSrcPrivate {
+  std::mutex settings_lock;
+  Settings settings; /* under settings_lock */
+  State state;
+  /* The state buffers still to give the state appsrc (its need-data callback, on the appsrc's
+   * streaming thread). */
+  std::mutex pending_lock;
+  std::vector<GstBuffer *> pending; /* under pending_lock */
+};
 
 struct _GstPi0LeRobotSrc {
   GstBin parent;
-  std::mutex *lock;
-  std::string *location;
-  guint episode;
-  std::unique_ptr<pi0::lerobot::Reader> *reader;
-  std::vector<Branch *> *branches;
-  GstPad *state_pad;
-  GstElement *state_src;
-  bool built;
-  /* The state buffers still to give the state appsrc (its need-data callback). */
-  std::vector<GstBuffer *> *pending;
+  GstPi0LeRobotSrcPrivate *priv;
 };
 
 #define gst_pi0_lerobot_src_parent_class parent_class
@@ -90,42 +111,43 @@ static GstStaticPadTemplate src_template =
 static void
 clear_pads (GstPi0LeRobotSrc *self)
 {
-  for (Branch *b : *self->branches) {
+  State &st = self->priv->state;
+  for (Branch *b : st.branches) {
     if (b->ghost)
       gst_element_remove_pad (GST_ELEMENT (self), b->ghost);
     delete b;
   }
-  self->branches->clear ();
-  if (self->state_pad)
-    gst_element_remove_pad (GST_ELEMENT (self), self->state_pad);
-  self->state_pad = nullptr;
-  self->reader->reset ();
+  st.branches.clear ();
+  if (st.state_pad)
+    gst_element_remove_pad (GST_ELEMENT (self), st.state_pad);
+  st.state_pad = nullptr;
+  st.reader.reset ();
 }
 
-/* Reads the dataset and makes one pad per camera and the state pad. */
+/* Reads the dataset at @location and makes one pad per camera and the state pad. */
 static bool
-make_pads (GstPi0LeRobotSrc *self, std::string *error)
+make_pads (GstPi0LeRobotSrc *self, const std::string &location, std::string *error)
 {
+  State &st = self->priv->state;
   clear_pads (self);
-  auto r = pi0::lerobot::Reader::open (*self->location, error);
+  auto r = pi0::lerobot::Reader::open (location, error);
   if (!r)
     return false;
   for (auto &c : r->schema ().cameras) {
     Branch *b = new Branch ();
-    b->self = self;
     const std::string prefix = "observation.images.";
     b->name = c.key.rfind (prefix, 0) == 0 ? c.key.substr (prefix.size ()) : c.key;
     b->ghost = gst_ghost_pad_new_no_target_from_template (
         b->name.c_str (), gst_element_class_get_pad_template (GST_ELEMENT_GET_CLASS (self), "%s"));
     gst_pad_set_active (b->ghost, TRUE);
     gst_element_add_pad (GST_ELEMENT (self), b->ghost);
-    self->branches->push_back (b);
+    st.branches.push_back (b);
   }
-  self->state_pad = gst_ghost_pad_new_no_target_from_template (
+  st.state_pad = gst_ghost_pad_new_no_target_from_template (
       "state", gst_element_class_get_pad_template (GST_ELEMENT_GET_CLASS (self), "%s"));
-  gst_pad_set_active (self->state_pad, TRUE);
-  gst_element_add_pad (GST_ELEMENT (self), self->state_pad);
-  *self->reader = std::move (r);
+  gst_pad_set_active (st.state_pad, TRUE);
+  gst_element_add_pad (GST_ELEMENT (self), st.state_pad);
+  st.reader = std::move (r);
   return true;
 }
 
@@ -195,13 +217,13 @@ on_decoded_pad (GstElement *decodebin, GstPad *pad, gpointer user_data)
 static void
 feed_state (GstAppSrc *src, guint length, gpointer user_data)
 {
-  GstPi0LeRobotSrc *self = GST_PI0_LEROBOT_SRC (user_data);
+  GstPi0LeRobotSrcPrivate *priv = GST_PI0_LEROBOT_SRC (user_data)->priv;
   GstBuffer *b = nullptr;
   {
-    std::lock_guard<std::mutex> g (*self->lock);
-    if (!self->pending->empty ()) {
-      b = self->pending->back ();
-      self->pending->pop_back ();
+    std::lock_guard<std::mutex> g (priv->pending_lock);
+    if (!priv->pending.empty ()) {
+      b = priv->pending.back ();
+      priv->pending.pop_back ();
     }
   }
   if (b)
@@ -213,9 +235,11 @@ feed_state (GstAppSrc *src, guint length, gpointer user_data)
 /* filesrc ! decodebin ! videoconvert ! capsfilter (RGB-family and GBR: RGB; others: as
  * decoded) -> the camera's pad. */
 static bool
-build (GstPi0LeRobotSrc *self, std::string *error)
+build (GstPi0LeRobotSrc *self, guint episode, std::string *error)
 {
-  auto &r = *self->reader;
+  GstPi0LeRobotSrcPrivate *priv = self->priv;
+  State &st = priv->state;
+  auto &r = st.reader;
   if (!r) {
     *error = "no dataset: set location";
     return false;
@@ -223,16 +247,16 @@ build (GstPi0LeRobotSrc *self, std::string *error)
   const auto &eps = r->episodes ();
   const pi0::lerobot::EpisodeInfo *ep = nullptr;
   for (auto &e : eps)
-    if (e.index == (int64_t)self->episode)
+    if (e.index == (int64_t)episode)
       ep = &e;
   if (!ep) {
-    *error = "the dataset has no episode " + std::to_string (self->episode) + " (it has " +
+    *error = "the dataset has no episode " + std::to_string (episode) + " (it has " +
              std::to_string (eps.size ()) + ")";
     return false;
   }
   const int fps = r->schema ().fps;
-  for (size_t c = 0; c < self->branches->size (); c++) {
-    Branch *b = (*self->branches)[c];
+  for (size_t c = 0; c < st.branches.size (); c++) {
+    Branch *b = st.branches[c];
     b->fps = fps;
     b->from_ts = ep->videos[c].from_ts;
     b->to_ts = ep->videos[c].to_ts;
@@ -281,27 +305,28 @@ build (GstPi0LeRobotSrc *self, std::string *error)
   if (!r->read_frames (*ep, &state, &action, &ts, error))
     return false;
   const size_t dim = r->schema ().state_names.size ();
-  self->state_src = gst_element_factory_make ("appsrc", nullptr);
+  st.state_src = gst_element_factory_make ("appsrc", nullptr);
   GstCaps *caps =
       gst_caps_new_simple (GST_PI0_STATE_MEDIA_TYPE, "dim", G_TYPE_INT, (gint)dim, nullptr);
-  g_object_set (self->state_src, "caps", caps, "format", GST_FORMAT_TIME, "max-bytes", (guint64)0,
+  g_object_set (st.state_src, "caps", caps, "format", GST_FORMAT_TIME, "max-bytes", (guint64)0,
                 nullptr);
   gst_caps_unref (caps);
-  gst_bin_add (GST_BIN (self), self->state_src);
-  GstPad *sp = gst_element_get_static_pad (self->state_src, "src");
-  gst_ghost_pad_set_target (GST_GHOST_PAD (self->state_pad), sp);
+  gst_bin_add (GST_BIN (self), st.state_src);
+  GstPad *sp = gst_element_get_static_pad (st.state_src, "src");
+  gst_ghost_pad_set_target (GST_GHOST_PAD (st.state_pad), sp);
   gst_object_unref (sp);
   for (size_t k = ts.size (); k-- > 0;) {
     GstBuffer *b = gst_buffer_new_memdup (state.data () + k * dim, dim * sizeof (float));
     GST_BUFFER_PTS (b) = gst_util_uint64_scale (k, GST_SECOND, fps);
     GST_BUFFER_DURATION (b) = gst_util_uint64_scale (k + 1, GST_SECOND, fps) - GST_BUFFER_PTS (b);
-    self->pending->push_back (b); /* reversed: the next one is at the back */
+    std::lock_guard<std::mutex> g (priv->pending_lock);
+    priv->pending.push_back (b); /* reversed: the next one is at the back */
   }
   GstAppSrcCallbacks cb = {};
   cb.need_data = feed_state;
-  gst_app_src_set_callbacks (GST_APP_SRC (self->state_src), &cb, self, nullptr);
-  gst_element_sync_state_with_parent (self->state_src);
-  self->built = true;
+  gst_app_src_set_callbacks (GST_APP_SRC (st.state_src), &cb, self, nullptr);
+  gst_element_sync_state_with_parent (st.state_src);
+  st.built = true;
   return true;
 }
 
@@ -314,54 +339,75 @@ ref_object (gconstpointer o, gpointer)
 static void
 teardown (GstPi0LeRobotSrc *self)
 {
+  GstPi0LeRobotSrcPrivate *priv = self->priv;
+  State &st = priv->state;
   GList *children = g_list_copy_deep (GST_BIN_CHILDREN (self), ref_object, nullptr);
   for (GList *l = children; l; l = l->next) {
     gst_element_set_state (GST_ELEMENT (l->data), GST_STATE_NULL);
     gst_bin_remove (GST_BIN (self), GST_ELEMENT (l->data));
   }
   g_list_free_full (children, gst_object_unref);
-  for (Branch *b : *self->branches)
+  for (Branch *b : st.branches)
     if (b->ghost)
       gst_ghost_pad_set_target (GST_GHOST_PAD (b->ghost), nullptr);
-  if (self->state_pad)
-    gst_ghost_pad_set_target (GST_GHOST_PAD (self->state_pad), nullptr);
-  self->state_src = nullptr;
-  self->built = false;
-  std::lock_guard<std::mutex> g (*self->lock);
-  for (GstBuffer *b : *self->pending)
+  if (st.state_pad)
+    gst_ghost_pad_set_target (GST_GHOST_PAD (st.state_pad), nullptr);
+  st.state_src = nullptr;
+  st.built = false;
+  std::lock_guard<std::mutex> g (priv->pending_lock);
+  for (GstBuffer *b : priv->pending)
     gst_buffer_unref (b);
-  self->pending->clear ();
+  priv->pending.clear ();
 }
 
 static GstStateChangeReturn
 gst_pi0_lerobot_src_change_state (GstElement *element, GstStateChange transition)
 {
   GstPi0LeRobotSrc *self = GST_PI0_LEROBOT_SRC (element);
+  GstPi0LeRobotSrcPrivate *priv = self->priv;
+  Settings s;
+  {
+    std::lock_guard<std::mutex> lk (priv->settings_lock);
+    s = priv->settings;
+  }
+  std::string err;
   if (transition == GST_STATE_CHANGE_NULL_TO_READY) {
-    std::string err;
-    if (!*self->reader) {
-      if (self->location->empty ()) {
-        GST_ELEMENT_ERROR (self, RESOURCE, NOT_FOUND, ("No location: set the dataset directory"),
-                           (nullptr));
-        return GST_STATE_CHANGE_FAILURE;
-      }
-      if (!make_pads (self, &err)) {
-        GST_ELEMENT_ERROR (self, RESOURCE, OPEN_READ, ("Cannot read the dataset: %s", err.c_str ()),
-                           (nullptr));
-        return GST_STATE_CHANGE_FAILURE;
-      }
-    }
-    if (!build (self, &err)) {
-      GST_ELEMENT_ERROR (self, RESOURCE, OPEN_READ, ("Cannot play the episode: %s", err.c_str ()),
+    /* The dataset is read here, never in set_property: the pads appear now. */
+    if (s.location.empty ()) {
+      GST_ELEMENT_ERROR (self, RESOURCE, NOT_FOUND, ("No location: set the dataset directory"),
                          (nullptr));
-      teardown (self);
+      return GST_STATE_CHANGE_FAILURE;
+    }
+    if (!make_pads (self, s.location, &err)) {
+      GST_ELEMENT_ERROR (self, RESOURCE, OPEN_READ, ("Cannot read the dataset: %s", err.c_str ()),
+                         (nullptr));
+      clear_pads (self);
       return GST_STATE_CHANGE_FAILURE;
     }
   }
-  GstStateChangeReturn ret = GST_ELEMENT_CLASS (parent_class)->change_state (element, transition);
-  if (transition == GST_STATE_CHANGE_READY_TO_NULL)
+  if (transition == GST_STATE_CHANGE_READY_TO_PAUSED && !build (self, s.episode, &err)) {
+    GST_ELEMENT_ERROR (self, RESOURCE, OPEN_READ, ("Cannot play the episode: %s", err.c_str ()),
+                       (nullptr));
     teardown (self);
+    return GST_STATE_CHANGE_FAILURE;
+  }
+  GstStateChangeReturn ret = GST_ELEMENT_CLASS (parent_class)->change_state (element, transition);
+  if (transition == GST_STATE_CHANGE_PAUSED_TO_READY)
+    teardown (self);
+  if (transition == GST_STATE_CHANGE_READY_TO_NULL)
+    clear_pads (self);
   return ret;
+}
+
+/* Copies @value into the settings (@set) or out of them: one table for both directions. */
+static bool
+transfer (Settings &s, guint prop_id, GValue *value, bool set)
+{
+  switch (prop_id) {
+    GST_PI0_PROP_STRING (PROP_LOCATION, location)
+    GST_PI0_PROP_FIELD (PROP_EPISODE, episode, guint, uint)
+  }
+  return false;
 }
 
 static void
@@ -369,69 +415,44 @@ gst_pi0_lerobot_src_set_property (GObject *object, guint prop_id, const GValue *
                                   GParamSpec *pspec)
 {
   GstPi0LeRobotSrc *self = GST_PI0_LEROBOT_SRC (object);
-  switch (prop_id) {
-    case PROP_LOCATION: {
-      *self->location = g_value_get_string (value) ? g_value_get_string (value) : "";
-      std::string err;
-      if (!self->location->empty () && !make_pads (self, &err))
-        GST_WARNING_OBJECT (self, "%s", err.c_str ()); /* an error again at start */
-      break;
-    }
-    case PROP_EPISODE:
-      self->episode = g_value_get_uint (value);
-      break;
-    default:
-      G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
-  }
+  std::lock_guard<std::mutex> lk (self->priv->settings_lock);
+  if (!transfer (self->priv->settings, prop_id, (GValue *)value, true))
+    G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
 }
 
 static void
 gst_pi0_lerobot_src_get_property (GObject *object, guint prop_id, GValue *value, GParamSpec *pspec)
 {
   GstPi0LeRobotSrc *self = GST_PI0_LEROBOT_SRC (object);
-  switch (prop_id) {
-    case PROP_LOCATION:
-      g_value_set_string (value, self->location->c_str ());
-      break;
-    case PROP_EPISODE:
-      g_value_set_uint (value, self->episode);
-      break;
-    case PROP_N_EPISODES:
-      g_value_set_uint (value, *self->reader ? (guint)(*self->reader)->episodes ().size () : 0);
-      break;
-    default:
-      G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
+  if (prop_id == PROP_N_EPISODES) {
+    /* Known from READY, when the dataset has been read (state changes hold the state lock). */
+    GST_STATE_LOCK (self);
+    const auto &r = self->priv->state.reader;
+    g_value_set_uint (value, r ? (guint)r->episodes ().size () : 0);
+    GST_STATE_UNLOCK (self);
+    return;
   }
+  std::lock_guard<std::mutex> lk (self->priv->settings_lock);
+  if (!transfer (self->priv->settings, prop_id, value, false))
+    G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
 }
 
 static void
 gst_pi0_lerobot_src_finalize (GObject *object)
 {
-  GstPi0LeRobotSrc *self = GST_PI0_LEROBOT_SRC (object);
-  for (Branch *b : *self->branches)
+  GstPi0LeRobotSrcPrivate *priv = GST_PI0_LEROBOT_SRC (object)->priv;
+  for (Branch *b : priv->state.branches)
     delete b;
-  delete self->branches;
-  for (GstBuffer *b : *self->pending)
+  for (GstBuffer *b : priv->pending)
     gst_buffer_unref (b);
-  delete self->pending;
-  delete self->reader;
-  delete self->location;
-  delete self->lock;
+  delete priv;
   G_OBJECT_CLASS (parent_class)->finalize (object);
 }
 
 static void
 gst_pi0_lerobot_src_init (GstPi0LeRobotSrc *self)
 {
-  self->lock = new std::mutex ();
-  self->location = new std::string ();
-  self->reader = new std::unique_ptr<pi0::lerobot::Reader> ();
-  self->branches = new std::vector<Branch *> ();
-  self->pending = new std::vector<GstBuffer *> ();
-  self->episode = 0;
-  self->state_pad = nullptr;
-  self->state_src = nullptr;
-  self->built = false;
+  self->priv = new GstPi0LeRobotSrcPrivate ();
   GST_OBJECT_FLAG_SET (self, GST_ELEMENT_FLAG_SOURCE);
 }
 
@@ -440,28 +461,31 @@ gst_pi0_lerobot_src_class_init (GstPi0LeRobotSrcClass *klass)
 {
   GObjectClass *gobject_class = G_OBJECT_CLASS (klass);
   GstElementClass *element_class = GST_ELEMENT_CLASS (klass);
-  gobject_class->set_property = gst_pi0_lerobot_src_set_property;
-  gobject_class->get_property = gst_pi0_lerobot_src_get_property;
-  gobject_class->finalize = gst_pi0_lerobot_src_finalize;
+  gobject_class->set_property = GST_DEBUG_FUNCPTR (gst_pi0_lerobot_src_set_property);
+  gobject_class->get_property = GST_DEBUG_FUNCPTR (gst_pi0_lerobot_src_get_property);
+  gobject_class->finalize = GST_DEBUG_FUNCPTR (gst_pi0_lerobot_src_finalize);
+  /**
+   * GstPi0LeRobotSrc:location:
+   *
+   * The dataset's directory, read when the element goes to READY.
+   */
   g_object_class_install_property (
       gobject_class, PROP_LOCATION,
-      g_param_spec_string (
-          "location", "Location", "The dataset's directory (LeRobotDataset v3)", nullptr,
-          (GParamFlags)(G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS | GST_PARAM_MUTABLE_READY)));
+      g_param_spec_string ("location", "Location", "The dataset's directory (LeRobotDataset v3)",
+                           DEFAULT_LOCATION, GST_PI0_PARAM_READY));
   g_object_class_install_property (
       gobject_class, PROP_EPISODE,
-      g_param_spec_uint (
-          "episode", "Episode", "Index of the episode to play", 0, G_MAXUINT, 0,
-          (GParamFlags)(G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS | GST_PARAM_MUTABLE_READY)));
+      g_param_spec_uint ("episode", "Episode", "Index of the episode to play", 0, G_MAXUINT,
+                         DEFAULT_EPISODE, GST_PI0_PARAM_READY));
   g_object_class_install_property (
       gobject_class, PROP_N_EPISODES,
-      g_param_spec_uint ("n-episodes", "Episodes", "Episodes in the dataset", 0, G_MAXUINT, 0,
-                         (GParamFlags)(G_PARAM_READABLE | G_PARAM_STATIC_STRINGS)));
+      g_param_spec_uint ("n-episodes", "Episodes", "Episodes in the dataset (known from READY)", 0,
+                         G_MAXUINT, 0, GST_PI0_PARAM_READ_ONLY));
   gst_element_class_add_static_pad_template (element_class, &src_template);
   gst_element_class_set_static_metadata (
       element_class, "Pi0 LeRobot dataset player", "Source/Video",
       "Plays an episode of a LeRobotDataset v3: its cameras and robot state, frame by frame",
-      "gst-pi0");
+      GST_PI0_AUTHOR);
   element_class->change_state = GST_DEBUG_FUNCPTR (gst_pi0_lerobot_src_change_state);
   GST_DEBUG_CATEGORY_INIT (gst_pi0_lerobot_src_debug, "pi0lerobotsrc", 0, "LeRobotDataset player");
 }

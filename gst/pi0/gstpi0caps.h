@@ -8,9 +8,21 @@
  *
  * One buffer = one observation: the view frames' memories in view order and a
  * #GstPi0ObservationMeta. Fields: `views` (int, number of views), `view-names` (string,
- * comma-separated, in view order), `framerate` (fraction, the base view's).
+ * comma-separated, in view order), `base-view` (string), `state-dim` (int, 0 without state),
+ * `framerate` (fraction, the base view's); gst_pi0_observation_caps_new() makes them.
  */
 #define GST_PI0_OBSERVATION_MEDIA_TYPE "application/x-pi0-observation"
+
+/**
+ * GST_PI0_OBSERVATION_CAPS:
+ *
+ * The caps an element that takes or gives observations in either memory writes in its pad
+ * templates: #GST_PI0_OBSERVATION_MEDIA_TYPE in system memory or in `memory:CUDAMemory`.
+ *
+ * Since: 0.3
+ */
+#define GST_PI0_OBSERVATION_CAPS                                                                   \
+  GST_PI0_OBSERVATION_MEDIA_TYPE "; " GST_PI0_OBSERVATION_MEDIA_TYPE "(memory:CUDAMemory)"
 
 /**
  * GST_PI0_STATE_MEDIA_TYPE:

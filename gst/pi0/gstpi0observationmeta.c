@@ -178,6 +178,50 @@ gst_pi0_observation_meta_add_view (GstPi0ObservationMeta *meta, const gchar *nam
 }
 
 /**
+ * gst_pi0_observation_meta_add_frame:
+ * @meta: the observation meta of @observation
+ * @observation: the observation buffer (writable)
+ * @name: the view's name, shorter than #GST_PI0_VIEW_NAME_LEN
+ * @info: the frame's layout (format, size, plane offsets and strides over @frame's memories)
+ * @frame: the frame: its memories are appended to @observation (references, no copy)
+ * @flags: flags besides #GST_PI0_VIEW_FLAG_VALID, which is always set
+ * @capture_time: the frame's running time (#GST_CLOCK_TIME_NONE when unknown)
+ *
+ * Appends a valid view holding @frame, as `pi0viewmux` makes them: the view's @pts is @frame's
+ * PTS, its memories are @frame's, after those already in @observation. Call it once per valid
+ * view, in view order; a masked view is gst_pi0_observation_meta_add_view() alone.
+ *
+ * Returns: (transfer none) (nullable): the new view, or %NULL when the meta is full.
+ *
+ * Since: 0.3
+ */
+GstPi0View *
+gst_pi0_observation_meta_add_frame (GstPi0ObservationMeta *meta, GstBuffer *observation,
+                                    const gchar *name, const GstVideoInfo *info, GstBuffer *frame,
+                                    GstPi0ViewFlags flags, GstClockTime capture_time)
+{
+  GstPi0View *v;
+
+  g_return_val_if_fail (GST_IS_BUFFER (observation), NULL);
+  g_return_val_if_fail (info != NULL, NULL);
+  g_return_val_if_fail (GST_IS_BUFFER (frame), NULL);
+  v = gst_pi0_observation_meta_add_view (meta, name);
+  if (!v)
+    return NULL;
+  v->flags = (GstPi0ViewFlags)(flags | GST_PI0_VIEW_FLAG_VALID);
+  v->info = *info;
+  v->pts = GST_BUFFER_PTS (frame);
+  v->capture_time = capture_time;
+  v->mem_index = gst_buffer_n_memory (observation);
+  v->n_mem = gst_buffer_n_memory (frame);
+  for (guint i = 0; i < v->n_mem; i++)
+    gst_buffer_append_memory (observation, gst_memory_ref (gst_buffer_peek_memory (frame, i)));
+  /* Appending memories tags a buffer for pools; an observation comes from none. */
+  GST_BUFFER_FLAG_UNSET (observation, GST_BUFFER_FLAG_TAG_MEMORY);
+  return v;
+}
+
+/**
  * gst_pi0_observation_meta_map_view:
  * @meta: the observation meta of @buffer
  * @buffer: the observation buffer
@@ -287,4 +331,42 @@ gst_pi0_observation_meta_get_state (const GstPi0ObservationMeta *meta, guint *di
   if (dim)
     *dim = meta->state ? meta->state_dim : 0;
   return meta->state;
+}
+
+/**
+ * gst_pi0_observation_caps_new:
+ * @view_names: (array length=n_views): the views, in view order
+ * @base_view: the view whose frames pace the observations
+ * @state_dim: values of the robot state (0: none)
+ * @fps_n: the base view's frame rate numerator (0/1: variable, as a server's requests)
+ * @fps_d: its denominator
+ * @cuda: whether every view's frames are in `memory:CUDAMemory`
+ *
+ * The caps of an observation stream (#GST_PI0_OBSERVATION_MEDIA_TYPE): `views`, `view-names`,
+ * `base-view`, `state-dim` and `framerate`, with the `memory:CUDAMemory` feature when @cuda.
+ *
+ * Returns: (transfer full): the caps.
+ *
+ * Since: 0.3
+ */
+GstCaps *
+gst_pi0_observation_caps_new (const gchar *const *view_names, guint n_views,
+                              const gchar *base_view, guint state_dim, gint fps_n, gint fps_d,
+                              gboolean cuda)
+{
+  GString *names = g_string_new (NULL);
+  GstCaps *caps;
+
+  g_return_val_if_fail (n_views == 0 || view_names != NULL, NULL);
+  g_return_val_if_fail (base_view != NULL, NULL);
+  for (guint v = 0; v < n_views; v++)
+    g_string_append_printf (names, "%s%s", v ? "," : "", view_names[v]);
+  caps = gst_caps_new_simple (GST_PI0_OBSERVATION_MEDIA_TYPE, "views", G_TYPE_INT, (gint)n_views,
+                              "view-names", G_TYPE_STRING, names->str, "base-view", G_TYPE_STRING,
+                              base_view, "state-dim", G_TYPE_INT, (gint)state_dim, "framerate",
+                              GST_TYPE_FRACTION, fps_n, fps_d, NULL);
+  g_string_free (names, TRUE);
+  if (cuda)
+    gst_caps_set_features (caps, 0, gst_caps_features_new ("memory:CUDAMemory", NULL));
+  return caps;
 }

@@ -119,6 +119,13 @@ GST_PI0_API gint gst_pi0_observation_meta_find_view (const GstPi0ObservationMeta
 GST_PI0_API GstPi0View *gst_pi0_observation_meta_add_view (GstPi0ObservationMeta *meta,
                                                            const gchar *name);
 
+GST_PI0_API GstPi0View *gst_pi0_observation_meta_add_frame (GstPi0ObservationMeta *meta,
+                                                            GstBuffer *observation,
+                                                            const gchar *name,
+                                                            const GstVideoInfo *info,
+                                                            GstBuffer *frame, GstPi0ViewFlags flags,
+                                                            GstClockTime capture_time);
+
 GST_PI0_API gboolean gst_pi0_observation_meta_map_view (const GstPi0ObservationMeta *meta,
                                                         GstBuffer *buffer, guint index,
                                                         GstVideoFrame *frame, GstMapFlags flags);
@@ -130,5 +137,9 @@ GST_PI0_API void gst_pi0_observation_meta_set_state (GstPi0ObservationMeta *meta
 
 GST_PI0_API const gfloat *gst_pi0_observation_meta_get_state (const GstPi0ObservationMeta *meta,
                                                               guint *dim);
+
+GST_PI0_API GstCaps *gst_pi0_observation_caps_new (const gchar *const *view_names, guint n_views,
+                                                  const gchar *base_view, guint state_dim,
+                                                  gint fps_n, gint fps_d, gboolean cuda);
 
 G_END_DECLS

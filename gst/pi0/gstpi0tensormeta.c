@@ -36,7 +36,11 @@ GstPi0TensorStorage *
 gst_pi0_tensor_storage_new (gpointer data, gsize nbytes, GstPi0Device device, gint device_id,
                             gpointer user_data, GDestroyNotify notify)
 {
-  GstPi0TensorStorage *s = g_new0 (GstPi0TensorStorage, 1);
+  GstPi0TensorStorage *s;
+
+  /* Memory is somewhere: AUTO is an element's choice, not a place. */
+  g_return_val_if_fail (device == GST_PI0_DEVICE_CPU || device == GST_PI0_DEVICE_CUDA, NULL);
+  s = g_new0 (GstPi0TensorStorage, 1);
 
   s->refcount = 1;
   s->data = data;
@@ -193,6 +197,50 @@ gst_pi0_dtype_size (GstPi0DType dtype)
       return 1;
   }
   return 0;
+}
+
+/**
+ * gst_pi0_dtype_get_type:
+ *
+ * The #GstPi0DType enum as a GType (the nicks are what gst_pi0_dtype_to_string() returns), for
+ * the elements' `dtype` properties and bindings.
+ *
+ * Since: 0.3
+ */
+GType
+gst_pi0_dtype_get_type (void)
+{
+  static gsize id = 0;
+  static const GEnumValue values[] = {
+      {GST_PI0_DTYPE_FLOAT32, "float32", "float32"},
+      {GST_PI0_DTYPE_FLOAT16, "IEEE float16 (round to nearest even)", "float16"},
+      {GST_PI0_DTYPE_BFLOAT16, "bfloat16 (round to nearest even)", "bfloat16"},
+      {GST_PI0_DTYPE_UINT8, "Unsigned 8-bit", "uint8"},
+      {0, NULL, NULL}};
+  if (g_once_init_enter (&id))
+    g_once_init_leave (&id, g_enum_register_static ("GstPi0DType", values));
+  return (GType)id;
+}
+
+/**
+ * gst_pi0_device_get_type:
+ *
+ * The #GstPi0Device enum as a GType, for the elements' `device` properties and bindings.
+ *
+ * Since: 0.3
+ */
+GType
+gst_pi0_device_get_type (void)
+{
+  static gsize id = 0;
+  static const GEnumValue values[] = {
+      {GST_PI0_DEVICE_CPU, "The CPU", "cpu"},
+      {GST_PI0_DEVICE_CUDA, "CUDA (an element fails to start without a usable device)", "cuda"},
+      {GST_PI0_DEVICE_AUTO, "CUDA when a device is usable, otherwise the CPU", "auto"},
+      {0, NULL, NULL}};
+  if (g_once_init_enter (&id))
+    g_once_init_leave (&id, g_enum_register_static ("GstPi0Device", values));
+  return (GType)id;
 }
 
 const gchar *

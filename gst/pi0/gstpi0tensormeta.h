@@ -20,15 +20,26 @@ typedef enum {
   GST_PI0_DTYPE_UINT8 = 3,
 } GstPi0DType;
 
+GST_PI0_API GType gst_pi0_dtype_get_type (void);
+#define GST_TYPE_PI0_DTYPE (gst_pi0_dtype_get_type ())
+
 /**
  * GstPi0Device:
- * @GST_PI0_DEVICE_CPU: host memory
- * @GST_PI0_DEVICE_CUDA: CUDA device memory (in the device's primary context)
+ * @GST_PI0_DEVICE_CPU: the CPU: host memory
+ * @GST_PI0_DEVICE_CUDA: a CUDA device: device memory (in the device's primary context)
+ * @GST_PI0_DEVICE_AUTO: an element's choice, never a meta's: CUDA when a device is usable,
+ *   otherwise the CPU (Since: 0.3)
+ *
+ * Where a tensor lives, and (the elements' `device` property) where an element works.
  */
 typedef enum {
   GST_PI0_DEVICE_CPU = 0,
   GST_PI0_DEVICE_CUDA = 1,
+  GST_PI0_DEVICE_AUTO = 2,
 } GstPi0Device;
+
+GST_PI0_API GType gst_pi0_device_get_type (void);
+#define GST_TYPE_PI0_DEVICE (gst_pi0_device_get_type ())
 
 #define GST_PI0_TENSOR_MAX_DIMS 8
 
@@ -43,7 +54,7 @@ typedef enum {
 typedef struct _GstPi0TensorStorage GstPi0TensorStorage;
 
 GST_PI0_API GType gst_pi0_tensor_storage_get_type (void);
-#define GST_PI0_TYPE_TENSOR_STORAGE (gst_pi0_tensor_storage_get_type ())
+#define GST_TYPE_PI0_TENSOR_STORAGE (gst_pi0_tensor_storage_get_type ())
 
 GST_PI0_API GstPi0TensorStorage *gst_pi0_tensor_storage_new (gpointer data, gsize nbytes,
                                                              GstPi0Device device, gint device_id,

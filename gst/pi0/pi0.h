@@ -9,5 +9,4 @@
 #include <gst/pi0/gstpi0tensormeta.h>
 #include <gst/pi0/gstpi0actionmeta.h>
 #include <gst/pi0/gstpi0events.h>
-#include <gst/pi0/gstpi0time.h>
 #include <gst/pi0/gstpi0requestmeta.h>

@@ -27,6 +27,8 @@
 
 #include "serve/gstpi0servesink.h"
 
+#include "common/gstpi0props.h"
+
 #include "pi0server.h"
 
 #include <gst/pi0/pi0.h>
@@ -51,6 +53,12 @@ enum {
   PROP_STATS,
 };
 
+#define DEFAULT_SERVER nullptr
+
+struct Settings {
+  std::string server; /* empty: the server named in each request */
+};
+
 struct Stats {
   guint64 replies = 0;      /* chunks handed to the server */
   guint64 no_actions = 0;   /* observations without actions: the client got an error */
@@ -60,12 +68,17 @@ struct Stats {
 
 } // namespace
 
+/* The streaming thread's. */
+struct State {
+  bool warned_not_request = false;
+};
+
 struct GstPi0ServeSinkPrivate {
   std::mutex settings_lock;
-  std::string server; /* empty: the server named in each request */
+  Settings settings; /* under settings_lock */
+  State state;
   std::mutex stats_lock;
-  Stats stats;
-  bool warned_not_request = false; /* streaming thread */
+  Stats stats; /* under stats_lock */
 };
 
 struct _GstPi0ServeSink {
@@ -77,57 +90,49 @@ struct _GstPi0ServeSink {
 G_DEFINE_TYPE (GstPi0ServeSink, gst_pi0_serve_sink, GST_TYPE_BASE_SINK);
 GST_ELEMENT_REGISTER_DEFINE (pi0servesink, "pi0servesink", GST_RANK_NONE, GST_TYPE_PI0_SERVE_SINK);
 
-#define CAPS                                                                                       \
-  GST_PI0_OBSERVATION_MEDIA_TYPE "; " GST_PI0_OBSERVATION_MEDIA_TYPE "(memory:CUDAMemory)"
-static GstStaticPadTemplate sink_template =
-    GST_STATIC_PAD_TEMPLATE ("sink", GST_PAD_SINK, GST_PAD_ALWAYS, GST_STATIC_CAPS (CAPS));
+static GstStaticPadTemplate sink_template = GST_STATIC_PAD_TEMPLATE (
+    "sink", GST_PAD_SINK, GST_PAD_ALWAYS, GST_STATIC_CAPS (GST_PI0_OBSERVATION_CAPS));
+
+/* Copies @value into the settings (@set) or out of them: one table for both directions. */
+static bool
+transfer (Settings &s, guint prop_id, GValue *value, bool set)
+{
+  switch (prop_id) {
+    GST_PI0_PROP_STRING (PROP_SERVER, server)
+  }
+  return false;
+}
 
 static void
 gst_pi0_serve_sink_set_property (GObject *object, guint prop_id, const GValue *value,
                                  GParamSpec *pspec)
 {
   auto self = GST_PI0_SERVE_SINK (object);
-  switch (prop_id) {
-    case PROP_SERVER: {
-      std::lock_guard<std::mutex> lk (self->priv->settings_lock);
-      const gchar *v = g_value_get_string (value);
-      self->priv->server = v ? v : "";
-      break;
-    }
-    default:
-      G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
-      break;
-  }
+  std::lock_guard<std::mutex> lk (self->priv->settings_lock);
+  if (!transfer (self->priv->settings, prop_id, (GValue *)value, true))
+    G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
 }
 
 static void
 gst_pi0_serve_sink_get_property (GObject *object, guint prop_id, GValue *value, GParamSpec *pspec)
 {
   auto self = GST_PI0_SERVE_SINK (object);
-  switch (prop_id) {
-    case PROP_SERVER: {
-      std::lock_guard<std::mutex> lk (self->priv->settings_lock);
-      g_value_set_string (value,
-                          self->priv->server.empty () ? nullptr : self->priv->server.c_str ());
-      break;
+  if (prop_id == PROP_STATS) {
+    Stats s;
+    {
+      std::lock_guard<std::mutex> lk (self->priv->stats_lock);
+      s = self->priv->stats;
     }
-    case PROP_STATS: {
-      Stats s;
-      {
-        std::lock_guard<std::mutex> lk (self->priv->stats_lock);
-        s = self->priv->stats;
-      }
-      g_value_take_boxed (value, gst_structure_new ("pi0servesink-stats", "replies", G_TYPE_UINT64,
-                                                    s.replies, "no-actions", G_TYPE_UINT64,
-                                                    s.no_actions, "non-finite", G_TYPE_UINT64,
-                                                    s.non_finite, "not-requests", G_TYPE_UINT64,
-                                                    s.not_requests, nullptr));
-      break;
-    }
-    default:
-      G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
-      break;
+    g_value_take_boxed (value, gst_structure_new ("pi0servesink-stats", "replies", G_TYPE_UINT64,
+                                                  s.replies, "no-actions", G_TYPE_UINT64,
+                                                  s.no_actions, "non-finite", G_TYPE_UINT64,
+                                                  s.non_finite, "not-requests", G_TYPE_UINT64,
+                                                  s.not_requests, nullptr));
+    return;
   }
+  std::lock_guard<std::mutex> lk (self->priv->settings_lock);
+  if (!transfer (self->priv->settings, prop_id, value, false))
+    G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
 }
 
 static GstFlowReturn
@@ -139,15 +144,15 @@ gst_pi0_serve_sink_render (GstBaseSink *bsink, GstBuffer *buf)
   std::string only;
   {
     std::lock_guard<std::mutex> lk (priv->settings_lock);
-    only = priv->server;
+    only = priv->settings.server;
   }
   if (!rm || (!only.empty () && only != rm->server)) {
     {
       std::lock_guard<std::mutex> lk (priv->stats_lock);
       priv->stats.not_requests++;
     }
-    if (!priv->warned_not_request) {
-      priv->warned_not_request = true;
+    if (!priv->state.warned_not_request) {
+      priv->state.warned_not_request = true;
       GST_ELEMENT_WARNING (self, STREAM, FORMAT,
                            ("An observation that %s reached pi0servesink: dropped.",
                             rm ? "came through another server" : "no client asked for"),
@@ -205,7 +210,7 @@ gst_pi0_serve_sink_start (GstBaseSink *bsink)
   auto self = GST_PI0_SERVE_SINK (bsink);
   std::lock_guard<std::mutex> lk (self->priv->stats_lock);
   self->priv->stats = Stats ();
-  self->priv->warned_not_request = false;
+  self->priv->state.warned_not_request = false;
   return TRUE;
 }
 
@@ -223,9 +228,9 @@ gst_pi0_serve_sink_class_init (GstPi0ServeSinkClass *klass)
   auto element_class = GST_ELEMENT_CLASS (klass);
   auto bsink_class = GST_BASE_SINK_CLASS (klass);
 
-  gobject_class->set_property = gst_pi0_serve_sink_set_property;
-  gobject_class->get_property = gst_pi0_serve_sink_get_property;
-  gobject_class->finalize = gst_pi0_serve_sink_finalize;
+  gobject_class->set_property = GST_DEBUG_FUNCPTR (gst_pi0_serve_sink_set_property);
+  gobject_class->get_property = GST_DEBUG_FUNCPTR (gst_pi0_serve_sink_get_property);
+  gobject_class->finalize = GST_DEBUG_FUNCPTR (gst_pi0_serve_sink_finalize);
 
   /**
    * GstPi0ServeSink:server:
@@ -239,8 +244,7 @@ gst_pi0_serve_sink_class_init (GstPi0ServeSinkClass *klass)
           "server", "Server name",
           "Answer only requests of this server (default: any, each through its "
           "own)",
-          nullptr,
-          (GParamFlags)(G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS | GST_PARAM_MUTABLE_READY)));
+          DEFAULT_SERVER, GST_PI0_PARAM_READY));
   /**
    * GstPi0ServeSink:stats:
    *
@@ -250,17 +254,16 @@ gst_pi0_serve_sink_class_init (GstPi0ServeSinkClass *klass)
   g_object_class_install_property (
       gobject_class, PROP_STATS,
       g_param_spec_boxed ("stats", "Statistics", "Replies, errors, dropped buffers",
-                          GST_TYPE_STRUCTURE,
-                          (GParamFlags)(G_PARAM_READABLE | G_PARAM_STATIC_STRINGS)));
+                          GST_TYPE_STRUCTURE, GST_PI0_PARAM_READ_ONLY));
 
   gst_element_class_add_static_pad_template (element_class, &sink_template);
   gst_element_class_set_static_metadata (
       element_class, "Pi0 policy server sink", "Sink/Network",
       "Sends each action chunk back to the robot that asked for it (openpi's protocol)",
-      "gst-pi0 <https://github.com/gst-pi0/gst-pi0>");
+      GST_PI0_AUTHOR);
 
-  bsink_class->render = gst_pi0_serve_sink_render;
-  bsink_class->start = gst_pi0_serve_sink_start;
+  bsink_class->render = GST_DEBUG_FUNCPTR (gst_pi0_serve_sink_render);
+  bsink_class->start = GST_DEBUG_FUNCPTR (gst_pi0_serve_sink_start);
 
   GST_DEBUG_CATEGORY_INIT (gst_pi0_serve_sink_debug, "pi0servesink", 0, "Pi0 policy server sink");
 }

@@ -25,9 +25,8 @@
  *
  * Each connection's requests are numbered from 0; request N is drawn with noise seed
  * #GstPi0ServeSrc:seed + N (unless the mapping reads a seed key that the client sends), so a
- * client gets the same actions whether it is alone or one of many. The observation meta's
- * sequence is that number too, which is what `pi0infer` (seed + sequence) draws its noise from
- * when it does not read the request meta.
+ * client gets the same actions whether it is alone or one of many. The prompt and the seed
+ * travel once, in the request meta, and `pi0infer` uses both per request (in a batch too).
  *
  * ## Example launch line
  * |[
@@ -42,6 +41,8 @@
 #endif
 
 #include "serve/gstpi0servesrc.h"
+
+#include "common/gstpi0props.h"
 
 #include "pi0mapping.h"
 #include "pi0server.h"
@@ -65,13 +66,6 @@ namespace
 
 namespace serve = pi0::serve;
 
-constexpr const char *kDefaultServer = "pi0serve";
-constexpr const char *kDefaultHost = "127.0.0.1";
-constexpr int kDefaultPort = 8000;
-constexpr const char *kDefaultMapping = "aloha";
-constexpr guint kDefaultMaxMessage = 16u << 20;
-constexpr int kDefaultMaxClients = 16;
-constexpr guint64 kDefaultRequestTimeout = 60 * GST_SECOND;
 
 enum {
   PROP_0,
@@ -91,36 +85,46 @@ enum {
   PROP_STATS,
 };
 
+#define DEFAULT_SERVER "pi0serve"
+#define DEFAULT_HOST "127.0.0.1"
+#define DEFAULT_PORT 8000
+#define DEFAULT_API_KEY_FILE nullptr
+#define DEFAULT_MAPPING "aloha"
+#define DEFAULT_MAX_MESSAGE_SIZE (16u << 20)
+#define DEFAULT_MAX_CLIENTS 16
+#define DEFAULT_REQUEST_TIMEOUT (60 * GST_SECOND)
+#define DEFAULT_SEED 0
+#define DEFAULT_PROMPT ""
+#define DEFAULT_METADATA "{}"
+
 struct Settings {
-  std::string server = kDefaultServer;
-  std::string host = kDefaultHost;
-  int port = kDefaultPort;
+  std::string server = DEFAULT_SERVER;
+  std::string host = DEFAULT_HOST;
+  int port = DEFAULT_PORT;
   std::string api_key;
   std::string api_key_file;
-  std::string mapping = kDefaultMapping;
-  guint max_message = kDefaultMaxMessage;
-  int max_clients = kDefaultMaxClients;
-  guint64 request_timeout = kDefaultRequestTimeout;
-  guint64 seed = 0;
-  std::string prompt;
-  std::string metadata = "{}";
+  std::string mapping = DEFAULT_MAPPING;
+  guint max_message = DEFAULT_MAX_MESSAGE_SIZE;
+  int max_clients = DEFAULT_MAX_CLIENTS;
+  guint64 request_timeout = DEFAULT_REQUEST_TIMEOUT;
+  guint64 seed = DEFAULT_SEED;
+  std::string prompt = DEFAULT_PROMPT;
+  std::string metadata = DEFAULT_METADATA;
 };
 
-/* Owned by the streaming thread between start() and stop(). */
+/* Between start() and stop(): the server, and the caps of its observations. */
 struct State {
-  bool sent_prompt = false;
-  std::string last_prompt;
+  std::shared_ptr<serve::Server> server;
+  GstCaps *caps = nullptr;
 };
 
 } // namespace
 
 struct GstPi0ServeSrcPrivate {
   std::mutex settings_lock;
-  Settings settings;
+  Settings settings; /* under settings_lock */
   std::mutex lock;
-  std::shared_ptr<serve::Server> server;
-  GstCaps *caps = nullptr;
-  State state;
+  State state; /* under lock: read by the application's threads (stats, bound-port, unlock) */
 };
 
 struct _GstPi0ServeSrc {
@@ -139,7 +143,7 @@ static std::shared_ptr<serve::Server>
 get_server (GstPi0ServeSrc *self)
 {
   std::lock_guard<std::mutex> lk (self->priv->lock);
-  return self->priv->server;
+  return self->priv->state.server;
 }
 
 static GstStructure *
@@ -156,58 +160,38 @@ make_stats (GstPi0ServeSrc *self)
       G_TYPE_UINT64, (guint64)s.peers, nullptr);
 }
 
+/* Copies @value into the settings (@set) or out of them: one table for both directions. */
+static bool
+transfer (Settings &s, guint prop_id, GValue *value, bool set)
+{
+  switch (prop_id) {
+    GST_PI0_PROP_STRING_OR (PROP_SERVER, server, DEFAULT_SERVER)
+    GST_PI0_PROP_STRING_OR (PROP_HOST, host, DEFAULT_HOST)
+    GST_PI0_PROP_FIELD (PROP_PORT, port, gint, int)
+    GST_PI0_PROP_STRING (PROP_API_KEY_FILE, api_key_file)
+    GST_PI0_PROP_STRING_OR (PROP_MAPPING, mapping, DEFAULT_MAPPING)
+    GST_PI0_PROP_FIELD (PROP_MAX_MESSAGE_SIZE, max_message, guint, uint)
+    GST_PI0_PROP_FIELD (PROP_MAX_CLIENTS, max_clients, gint, int)
+    GST_PI0_PROP_FIELD (PROP_REQUEST_TIMEOUT, request_timeout, guint64, uint64)
+    GST_PI0_PROP_FIELD (PROP_SEED, seed, guint64, uint64)
+    GST_PI0_PROP_STRING_OR (PROP_PROMPT, prompt, DEFAULT_PROMPT)
+    GST_PI0_PROP_STRING_OR (PROP_METADATA, metadata, DEFAULT_METADATA)
+    case PROP_API_KEY: /* write-only: a key must not be readable back */
+      if (set)
+        s.api_key = g_value_get_string (value) ? g_value_get_string (value) : "";
+      return true;
+  }
+  return false;
+}
+
 static void
 gst_pi0_serve_src_set_property (GObject *object, guint prop_id, const GValue *value,
                                 GParamSpec *pspec)
 {
   auto self = GST_PI0_SERVE_SRC (object);
   std::lock_guard<std::mutex> lk (self->priv->settings_lock);
-  Settings &s = self->priv->settings;
-  auto str = [&] (const char *dflt) {
-    const gchar *v = g_value_get_string (value);
-    return std::string (v ? v : dflt);
-  };
-  switch (prop_id) {
-    case PROP_SERVER:
-      s.server = str (kDefaultServer);
-      break;
-    case PROP_HOST:
-      s.host = str (kDefaultHost);
-      break;
-    case PROP_PORT:
-      s.port = g_value_get_int (value);
-      break;
-    case PROP_API_KEY:
-      s.api_key = str ("");
-      break;
-    case PROP_API_KEY_FILE:
-      s.api_key_file = str ("");
-      break;
-    case PROP_MAPPING:
-      s.mapping = str (kDefaultMapping);
-      break;
-    case PROP_MAX_MESSAGE_SIZE:
-      s.max_message = g_value_get_uint (value);
-      break;
-    case PROP_MAX_CLIENTS:
-      s.max_clients = g_value_get_int (value);
-      break;
-    case PROP_REQUEST_TIMEOUT:
-      s.request_timeout = g_value_get_uint64 (value);
-      break;
-    case PROP_SEED:
-      s.seed = g_value_get_uint64 (value);
-      break;
-    case PROP_PROMPT:
-      s.prompt = str ("");
-      break;
-    case PROP_METADATA:
-      s.metadata = str ("{}");
-      break;
-    default:
-      G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
-      break;
-  }
+  if (!transfer (self->priv->settings, prop_id, (GValue *)value, true))
+    G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
 }
 
 static void
@@ -224,45 +208,8 @@ gst_pi0_serve_src_get_property (GObject *object, guint prop_id, GValue *value, G
     return;
   }
   std::lock_guard<std::mutex> lk (self->priv->settings_lock);
-  const Settings &s = self->priv->settings;
-  switch (prop_id) {
-    case PROP_SERVER:
-      g_value_set_string (value, s.server.c_str ());
-      break;
-    case PROP_HOST:
-      g_value_set_string (value, s.host.c_str ());
-      break;
-    case PROP_PORT:
-      g_value_set_int (value, s.port);
-      break;
-    case PROP_API_KEY_FILE:
-      g_value_set_string (value, s.api_key_file.empty () ? nullptr : s.api_key_file.c_str ());
-      break;
-    case PROP_MAPPING:
-      g_value_set_string (value, s.mapping.c_str ());
-      break;
-    case PROP_MAX_MESSAGE_SIZE:
-      g_value_set_uint (value, s.max_message);
-      break;
-    case PROP_MAX_CLIENTS:
-      g_value_set_int (value, s.max_clients);
-      break;
-    case PROP_REQUEST_TIMEOUT:
-      g_value_set_uint64 (value, s.request_timeout);
-      break;
-    case PROP_SEED:
-      g_value_set_uint64 (value, s.seed);
-      break;
-    case PROP_PROMPT:
-      g_value_set_string (value, s.prompt.c_str ());
-      break;
-    case PROP_METADATA:
-      g_value_set_string (value, s.metadata.c_str ());
-      break;
-    default:
-      G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
-      break;
-  }
+  if (!transfer (self->priv->settings, prop_id, value, false))
+    G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
 }
 
 /* The key from api-key-file: its first line, surrounding whitespace removed. */
@@ -347,18 +294,14 @@ gst_pi0_serve_src_start (GstBaseSrc *bsrc)
     GST_INFO_OBJECT (self, "serving on %s:%d with mapping '%s'", s.host.c_str (), srv->port (),
                      ss.mapping.name.c_str ());
 
-    GString *names = g_string_new (nullptr);
-    for (int v = 0; v < serve::kNumViews; v++)
-      g_string_append_printf (names, "%s%s", v ? "," : "", serve::kViewNames[v]);
-    GstCaps *caps = gst_caps_new_simple (
-        GST_PI0_OBSERVATION_MEDIA_TYPE, "views", G_TYPE_INT, serve::kNumViews, "view-names",
-        G_TYPE_STRING, names->str, "base-view", G_TYPE_STRING, serve::kViewNames[0], "state-dim",
-        G_TYPE_INT, ss.mapping.state_dim, "framerate", GST_TYPE_FRACTION, 0, 1, nullptr);
-    g_string_free (names, TRUE);
+    /* Requests come when robots ask: a variable rate (0/1). */
+    GstCaps *caps = gst_pi0_observation_caps_new (pi0::kViewNames, pi0::kNumViews,
+                                                  pi0::kViewNames[0], ss.mapping.state_dim, 0, 1,
+                                                  FALSE);
     {
       std::lock_guard<std::mutex> lk (self->priv->lock);
-      self->priv->server = srv;
-      gst_caps_replace (&self->priv->caps, caps);
+      self->priv->state.server = srv;
+      gst_caps_replace (&self->priv->state.caps, caps);
     }
     gst_caps_unref (caps);
   } catch (const std::exception &e) {
@@ -366,7 +309,6 @@ gst_pi0_serve_src_start (GstBaseSrc *bsrc)
                        (nullptr));
     return FALSE;
   }
-  self->priv->state = State ();
   g_object_notify (G_OBJECT (self), "bound-port");
   return TRUE;
 }
@@ -378,8 +320,9 @@ gst_pi0_serve_src_stop (GstBaseSrc *bsrc)
   std::shared_ptr<serve::Server> srv;
   {
     std::lock_guard<std::mutex> lk (self->priv->lock);
-    srv = std::move (self->priv->server);
-    self->priv->server.reset ();
+    srv = std::move (self->priv->state.server);
+    self->priv->state.server.reset ();
+    gst_clear_caps (&self->priv->state.caps);
   }
   if (srv)
     srv->stop ();
@@ -393,8 +336,8 @@ gst_pi0_serve_src_get_caps (GstBaseSrc *bsrc, GstCaps *filter)
   GstCaps *caps = nullptr;
   {
     std::lock_guard<std::mutex> lk (self->priv->lock);
-    if (self->priv->caps)
-      caps = gst_caps_ref (self->priv->caps);
+    if (self->priv->state.caps)
+      caps = gst_caps_ref (self->priv->state.caps);
   }
   if (!caps)
     caps = gst_pad_get_pad_template_caps (GST_BASE_SRC_PAD (bsrc));
@@ -466,14 +409,15 @@ view_memory (const serve::ImageView &v, const std::shared_ptr<GBytes> &message)
 static GstBuffer *
 build_observation (GstPi0ServeSrc *self, serve::Server &srv, const serve::Request &r)
 {
-  const GstClockTime now = gst_pi0_element_get_running_time (GST_ELEMENT (self));
+  const GstClockTime now = gst_element_get_current_running_time (GST_ELEMENT (self));
   GstBuffer *buf = gst_buffer_new ();
   GstPi0ObservationMeta *om = gst_buffer_add_pi0_observation_meta (buf);
-  for (int v = 0; v < serve::kNumViews; v++) {
-    GstPi0View *view = gst_pi0_observation_meta_add_view (om, serve::kViewNames[v]);
+  for (int v = 0; v < pi0::kNumViews; v++) {
     const serve::ImageView &iv = r.obs.views[v];
-    if (!iv.present)
-      continue; /* masked: no memory, the model ignores the view */
+    if (!iv.present) {
+      gst_pi0_observation_meta_add_view (om, pi0::kViewNames[v]); /* masked: the model ignores it */
+      continue;
+    }
     GstMemory *mem = view_memory (iv, r.message);
     if (!mem) {
       gst_buffer_unref (buf);
@@ -484,26 +428,24 @@ build_observation (GstPi0ServeSrc *self, serve::Server &srv, const serve::Reques
                            (nullptr));
       return nullptr;
     }
-    gst_video_info_set_format (&view->info, GST_VIDEO_FORMAT_RGB, (guint)iv.width,
-                               (guint)iv.height);
+    GstVideoInfo info;
+    gst_video_info_set_format (&info, GST_VIDEO_FORMAT_RGB, (guint)iv.width, (guint)iv.height);
     /* Packed rows, as numpy holds them (GStreamer's default would round rows up to 4 bytes). */
-    GST_VIDEO_INFO_PLANE_STRIDE (&view->info, 0) = iv.width * 3;
-    GST_VIDEO_INFO_PLANE_OFFSET (&view->info, 0) = 0;
-    GST_VIDEO_INFO_SIZE (&view->info) = iv.size ();
-    view->flags = GST_PI0_VIEW_FLAG_VALID;
-    view->pts = now;
-    view->capture_time = now;
-    view->mem_index = gst_buffer_n_memory (buf);
-    view->n_mem = 1;
-    gst_buffer_append_memory (buf, mem);
+    GST_VIDEO_INFO_PLANE_STRIDE (&info, 0) = iv.width * 3;
+    GST_VIDEO_INFO_PLANE_OFFSET (&info, 0) = 0;
+    GST_VIDEO_INFO_SIZE (&info) = iv.size ();
+    GstBuffer *frame = gst_buffer_new ();
+    gst_buffer_append_memory (frame, mem);
+    GST_BUFFER_PTS (frame) = now;
+    gst_pi0_observation_meta_add_frame (om, buf, pi0::kViewNames[v], &info, frame,
+                                        GST_PI0_VIEW_FLAG_NONE, now);
+    gst_buffer_unref (frame);
   }
   gst_pi0_observation_meta_set_state (om, r.obs.state.data (), (guint)r.obs.state.size (), now,
                                       GST_PI0_STATE_FLAG_PRESENT);
   om->sequence = r.number;
   om->observation_time = now;
   om->muxed_time = now;
-  /* Appending memories tags a buffer for pools; ours comes from no pool. */
-  GST_BUFFER_FLAG_UNSET (buf, GST_BUFFER_FLAG_TAG_MEMORY);
 
   GstPi0RequestMeta *rm = gst_buffer_add_pi0_request_meta (buf, srv.name ().c_str (), r.client,
                                                            r.number, r.prompt.c_str (), r.seed);
@@ -533,15 +475,7 @@ gst_pi0_serve_src_create (GstPushSrc *psrc, GstBuffer **outbuf)
     buf = build_observation (self, *srv, r);
   }
 
-  /* The prompt reaches pi0infer as its instruction event, serialized just before this buffer
-   * (GstBaseSrc pushes events sent from create() ahead of the buffer): requests from different
-   * clients interleave and each keeps its own prompt. */
-  State &st = self->priv->state;
-  if (!st.sent_prompt || st.last_prompt != r.prompt) {
-    gst_element_send_event (GST_ELEMENT (self), gst_pi0_instruction_event_new (r.prompt.c_str ()));
-    st.sent_prompt = true;
-    st.last_prompt = r.prompt;
-  }
+  /* The prompt and the seed travel once, in the request meta: pi0infer uses them per request. */
   GST_LOG_OBJECT (self, "client %" G_GUINT64_FORMAT " request %" G_GUINT64_FORMAT, r.client,
                   r.number);
   *outbuf = buf;
@@ -552,9 +486,9 @@ static void
 gst_pi0_serve_src_finalize (GObject *object)
 {
   auto self = GST_PI0_SERVE_SRC (object);
-  if (self->priv->server)
-    self->priv->server->stop ();
-  gst_clear_caps (&self->priv->caps);
+  if (self->priv->state.server)
+    self->priv->state.server->stop ();
+  gst_clear_caps (&self->priv->state.caps);
   delete self->priv;
   G_OBJECT_CLASS (parent_class)->finalize (object);
 }
@@ -566,15 +500,10 @@ gst_pi0_serve_src_class_init (GstPi0ServeSrcClass *klass)
   auto element_class = GST_ELEMENT_CLASS (klass);
   auto bsrc_class = GST_BASE_SRC_CLASS (klass);
   auto psrc_class = GST_PUSH_SRC_CLASS (klass);
-  const auto rw_ready =
-      (GParamFlags)(G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS | GST_PARAM_MUTABLE_READY);
-  const auto w_ready =
-      (GParamFlags)(G_PARAM_WRITABLE | G_PARAM_STATIC_STRINGS | GST_PARAM_MUTABLE_READY);
-  const auto ro = (GParamFlags)(G_PARAM_READABLE | G_PARAM_STATIC_STRINGS);
 
-  gobject_class->set_property = gst_pi0_serve_src_set_property;
-  gobject_class->get_property = gst_pi0_serve_src_get_property;
-  gobject_class->finalize = gst_pi0_serve_src_finalize;
+  gobject_class->set_property = GST_DEBUG_FUNCPTR (gst_pi0_serve_src_set_property);
+  gobject_class->get_property = GST_DEBUG_FUNCPTR (gst_pi0_serve_src_get_property);
+  gobject_class->finalize = GST_DEBUG_FUNCPTR (gst_pi0_serve_src_finalize);
 
   /**
    * GstPi0ServeSrc:server:
@@ -585,8 +514,8 @@ gst_pi0_serve_src_class_init (GstPi0ServeSrcClass *klass)
   g_object_class_install_property (
       gobject_class, PROP_SERVER,
       g_param_spec_string ("server", "Server name",
-                           "Name of the policy server (unique per process)", kDefaultServer,
-                           rw_ready));
+                           "Name of the policy server (unique per process)", DEFAULT_SERVER,
+                           GST_PI0_PARAM_READY));
   /**
    * GstPi0ServeSrc:host:
    *
@@ -597,15 +526,15 @@ gst_pi0_serve_src_class_init (GstPi0ServeSrcClass *klass)
       gobject_class, PROP_HOST,
       g_param_spec_string ("host", "Host",
                            "Numeric address to listen on (0.0.0.0 or :: for every interface)",
-                           kDefaultHost, rw_ready));
+                           DEFAULT_HOST, GST_PI0_PARAM_READY));
   g_object_class_install_property (
       gobject_class, PROP_PORT,
       g_param_spec_int ("port", "Port", "TCP port to listen on (0: any free port, see bound-port)",
-                        0, 65535, kDefaultPort, rw_ready));
+                        0, 65535, DEFAULT_PORT, GST_PI0_PARAM_READY));
   g_object_class_install_property (
       gobject_class, PROP_BOUND_PORT,
       g_param_spec_int ("bound-port", "Bound port",
-                        "The port the server listens on (0 when not running)", 0, 65535, 0, ro));
+                        "The port the server listens on (0 when not running)", 0, 65535, 0, GST_PI0_PARAM_READ_ONLY));
   /**
    * GstPi0ServeSrc:api-key:
    *
@@ -617,12 +546,12 @@ gst_pi0_serve_src_class_init (GstPi0ServeSrcClass *klass)
       gobject_class, PROP_API_KEY,
       g_param_spec_string ("api-key", "API key",
                            "Key clients must send as 'Authorization: Api-Key <key>' (write-only)",
-                           nullptr, w_ready));
+                           nullptr, GST_PI0_PARAM_WRITE_ONLY));
   g_object_class_install_property (
       gobject_class, PROP_API_KEY_FILE,
       g_param_spec_string ("api-key-file", "API key file",
-                           "File whose first line is the API key (instead of api-key)", nullptr,
-                           rw_ready));
+                           "File whose first line is the API key (instead of api-key)",
+                           DEFAULT_API_KEY_FILE, GST_PI0_PARAM_READY));
   /**
    * GstPi0ServeSrc:mapping:
    *
@@ -633,23 +562,23 @@ gst_pi0_serve_src_class_init (GstPi0ServeSrcClass *klass)
       gobject_class, PROP_MAPPING,
       g_param_spec_string ("mapping", "Mapping",
                            "Observation keys: a preset (aloha, droid, libero) or a JSON file",
-                           kDefaultMapping, rw_ready));
+                           DEFAULT_MAPPING, GST_PI0_PARAM_READY));
   g_object_class_install_property (
       gobject_class, PROP_MAX_MESSAGE_SIZE,
       g_param_spec_uint ("max-message-size", "Max message size",
                          "Largest request in bytes; a client that sends more is disconnected",
-                         1024, 1u << 30, kDefaultMaxMessage, rw_ready));
+                         1024, 1u << 30, DEFAULT_MAX_MESSAGE_SIZE, GST_PI0_PARAM_READY));
   g_object_class_install_property (
       gobject_class, PROP_MAX_CLIENTS,
       g_param_spec_int ("max-clients", "Max clients",
                         "Clients served at once; more are refused with HTTP 503", 1, 4096,
-                        kDefaultMaxClients, rw_ready));
+                        DEFAULT_MAX_CLIENTS, GST_PI0_PARAM_READY));
   g_object_class_install_property (
       gobject_class, PROP_REQUEST_TIMEOUT,
       g_param_spec_uint64 ("request-timeout", "Request timeout",
                            "Nanoseconds after which an unanswered request gets an error (0: wait "
                            "forever)",
-                           0, G_MAXUINT64, kDefaultRequestTimeout, rw_ready));
+                           0, G_MAXUINT64, DEFAULT_REQUEST_TIMEOUT, GST_PI0_PARAM_READY));
   /**
    * GstPi0ServeSrc:seed:
    *
@@ -661,17 +590,18 @@ gst_pi0_serve_src_class_init (GstPi0ServeSrcClass *klass)
       gobject_class, PROP_SEED,
       g_param_spec_uint64 ("seed", "Seed",
                            "Noise seed: request N of each connection uses seed + N", 0,
-                           G_MAXUINT64, 0, rw_ready));
+                           G_MAXUINT64, DEFAULT_SEED, GST_PI0_PARAM_READY));
   g_object_class_install_property (
       gobject_class, PROP_PROMPT,
       g_param_spec_string ("prompt", "Default prompt",
-                           "Instruction for requests that carry no prompt", "", rw_ready));
+                           "Instruction for requests that carry no prompt", DEFAULT_PROMPT,
+                           GST_PI0_PARAM_READY));
   g_object_class_install_property (
       gobject_class, PROP_METADATA,
       g_param_spec_string ("metadata", "Metadata",
                            "JSON object sent to each client on connect (openpi's policy "
                            "metadata)",
-                           "{}", rw_ready));
+                           DEFAULT_METADATA, GST_PI0_PARAM_READY));
   /**
    * GstPi0ServeSrc:stats:
    *
@@ -682,21 +612,21 @@ gst_pi0_serve_src_class_init (GstPi0ServeSrcClass *klass)
   g_object_class_install_property (
       gobject_class, PROP_STATS,
       g_param_spec_boxed ("stats", "Statistics", "Connections, requests, replies, errors",
-                          GST_TYPE_STRUCTURE, ro));
+                          GST_TYPE_STRUCTURE, GST_PI0_PARAM_READ_ONLY));
 
   gst_element_class_add_static_pad_template (element_class, &src_template);
   gst_element_class_set_static_metadata (
       element_class, "Pi0 policy server source", "Source/Network",
       "Serves robots over openpi's websocket protocol: each request becomes an observation",
-      "gst-pi0 <https://github.com/gst-pi0/gst-pi0>");
-  element_class->change_state = gst_pi0_serve_src_change_state;
+      GST_PI0_AUTHOR);
+  element_class->change_state = GST_DEBUG_FUNCPTR (gst_pi0_serve_src_change_state);
 
-  bsrc_class->start = gst_pi0_serve_src_start;
-  bsrc_class->stop = gst_pi0_serve_src_stop;
-  bsrc_class->get_caps = gst_pi0_serve_src_get_caps;
-  bsrc_class->unlock = gst_pi0_serve_src_unlock;
-  bsrc_class->unlock_stop = gst_pi0_serve_src_unlock_stop;
-  psrc_class->create = gst_pi0_serve_src_create;
+  bsrc_class->start = GST_DEBUG_FUNCPTR (gst_pi0_serve_src_start);
+  bsrc_class->stop = GST_DEBUG_FUNCPTR (gst_pi0_serve_src_stop);
+  bsrc_class->get_caps = GST_DEBUG_FUNCPTR (gst_pi0_serve_src_get_caps);
+  bsrc_class->unlock = GST_DEBUG_FUNCPTR (gst_pi0_serve_src_unlock);
+  bsrc_class->unlock_stop = GST_DEBUG_FUNCPTR (gst_pi0_serve_src_unlock_stop);
+  psrc_class->create = GST_DEBUG_FUNCPTR (gst_pi0_serve_src_create);
 
   GST_DEBUG_CATEGORY_INIT (gst_pi0_serve_src_debug, "pi0servesrc", 0, "Pi0 policy server source");
 }

@@ -31,8 +31,11 @@
 #endif
 
 #include "viewmux/gstpi0viewmux.h"
+
 #include "common/gstpi0enum.h"
-#include "viewmux/pi0muxselect.h"
+#include "common/gstpi0props.h"
+#include "common/pi0notice.h"
+#include "viewmux/pi0muxer.h"
 
 #include <gst/pi0/pi0.h>
 #include <gst/video/video.h>
@@ -40,21 +43,25 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cstring>
 #include <mutex>
 #include <string>
 
 GST_DEBUG_CATEGORY_STATIC (gst_pi0_view_mux_debug);
 #define GST_CAT_DEFAULT gst_pi0_view_mux_debug
 
-/* The element is glue: the timing rules are pi0pairing.h's; the frames and the sample it holds,
- * their checks and the observation built from them are pi0muxinputs.h's; which queued buffers
- * they come from (selection) is pi0muxselect.h's.
+/* The element is glue over its engine, pi0::mux::Muxer (pi0muxer.h): what it holds, selection,
+ * composition and every message are the muxer's, the timing rules pi0pairing.h's. Here:
+ * properties, pads, caps, events, latency, the clock, stats and posting.
  *
  * Locking: OBJECT_LOCK (self) guards the pad table (which input has which pad). It is taken
  * before settings_lock or stats_lock, never the other way round, and settings_lock and
  * stats_lock are never held together. None of them is held while pushing, posting or
- * querying. The inputs (priv->inputs) belong to the aggregate thread; start, stop and flush run
+ * querying. The muxer (priv->muxer) belongs to the aggregate thread; start, stop and flush run
  * while that thread is stopped. */
+
+enum { VIEW_MAIN, VIEW_SIDE, VIEW_TOP };
+enum { TIMESTAMPS_RUNNING_TIME, TIMESTAMPS_PTS };
 
 #define DEFAULT_BASE_VIEW VIEW_MAIN
 #define DEFAULT_MAX_SKEW (10 * GST_MSECOND)
@@ -62,6 +69,8 @@ GST_DEBUG_CATEGORY_STATIC (gst_pi0_view_mux_debug);
 #define DEFAULT_MAX_STATE_AGE (100 * GST_MSECOND)
 #define DEFAULT_REQUIRE_ALL_VIEWS FALSE
 #define DEFAULT_FORCE_LIVE FALSE
+#define DEFAULT_MAX_WAIT G_MAXUINT64
+#define DEFAULT_TIMESTAMPS TIMESTAMPS_RUNNING_TIME
 
 static_assert (GST_CLOCK_TIME_NONE == pi0::mux::kNone, "the pairing rules use GStreamer's times");
 
@@ -78,22 +87,25 @@ enum {
   PROP_STATS
 };
 
-enum { VIEW_MAIN, VIEW_SIDE, VIEW_TOP };
-enum { TIMESTAMPS_RUNNING_TIME, TIMESTAMPS_PTS };
-
-/* Inputs are numbered 0..2 for the views (kViewNames) and STATE_INPUT for the state pad. */
+/* Inputs are numbered 0..2 for the views (pi0::kViewNames) and STATE_INPUT for the state pad. */
 constexpr int N_VIEWS = pi0::mux::kViews, STATE_INPUT = pi0::mux::kStateInput;
-#define view_names pi0::mux::kViewNames
 
-#define VIEW_CAPS                                                                                  \
-  GST_VIDEO_CAPS_MAKE (PI0_VIEW_FORMATS)                                                           \
-  "; " GST_VIDEO_CAPS_MAKE_WITH_FEATURES ("memory:CUDAMemory", PI0_VIEW_FORMATS)
 #define STATE_CAPS GST_PI0_STATE_MEDIA_TYPE ", dim = (int) [ 1, 1024 ]"
 
 static GstStaticPadTemplate src_template = GST_STATIC_PAD_TEMPLATE (
-    "src", GST_PAD_SRC, GST_PAD_ALWAYS,
-    GST_STATIC_CAPS (GST_PI0_OBSERVATION_MEDIA_TYPE "; " GST_PI0_OBSERVATION_MEDIA_TYPE
-                                                    "(memory:CUDAMemory)"));
+    "src", GST_PAD_SRC, GST_PAD_ALWAYS, GST_STATIC_CAPS (GST_PI0_OBSERVATION_CAPS));
+
+/* The caps a view pad takes: the formats kernels/ reads, in system or CUDA memory. */
+static GstCaps *
+view_caps ()
+{
+  const std::string f = pi0::mux::view_formats ();
+  const std::string raw = "video/x-raw, format = (string) " + f +
+                          ", width = " GST_VIDEO_SIZE_RANGE ", height = " GST_VIDEO_SIZE_RANGE
+                          ", framerate = " GST_VIDEO_FPS_RANGE;
+  const std::string cuda = "video/x-raw(memory:CUDAMemory)" + raw.substr (strlen ("video/x-raw"));
+  return gst_caps_from_string ((raw + "; " + cuda).c_str ());
+}
 
 /* ------------------------------------------------------------------------------------------ */
 /* The pad                                                                                     */
@@ -121,24 +133,37 @@ gst_pi0_view_mux_pad_init (GstPi0ViewMuxPad *pad)
 /* ------------------------------------------------------------------------------------------ */
 /* The element                                                                                 */
 
-struct Settings : pi0::mux::Limits {
+/* The properties (force-live is the base class's). */
+struct Settings {
   int base_view = DEFAULT_BASE_VIEW;
-  GstClockTime max_wait = GST_CLOCK_TIME_NONE;
-  bool use_pts = false; /* timestamps=pts */
+  GstClockTime max_skew = DEFAULT_MAX_SKEW;
+  GstClockTime max_staleness = DEFAULT_MAX_STALENESS;
+  GstClockTime max_state_age = DEFAULT_MAX_STATE_AGE;
+  bool require_all_views = DEFAULT_REQUIRE_ALL_VIEWS;
+  GstClockTime max_wait = DEFAULT_MAX_WAIT;
+  int timestamps = DEFAULT_TIMESTAMPS;
 
-  Settings ()
-      : Limits{DEFAULT_MAX_SKEW, DEFAULT_MAX_STALENESS, DEFAULT_MAX_STATE_AGE,
-               DEFAULT_REQUIRE_ALL_VIEWS}
+  /* What the muxer takes. */
+  pi0::mux::Settings muxer () const
   {
+    pi0::mux::Settings m;
+    m.base_view = base_view;
+    m.max_skew = max_skew;
+    m.max_staleness = max_staleness;
+    m.max_state_age = max_state_age;
+    m.require_all_views = require_all_views;
+    m.max_wait = max_wait;
+    m.use_pts = timestamps == TIMESTAMPS_PTS;
+    return m;
   }
 };
 
 struct GstPi0ViewMuxPrivate {
   std::mutex settings_lock;
-  Settings settings;
+  Settings settings; /* under settings_lock */
 
   std::mutex stats_lock;
-  pi0::mux::Counts stats;
+  pi0::mux::Counts stats; /* under stats_lock */
 
   /* OBJECT_LOCK: the pad of each input; a view stays active (masked) when its pad is released
    * while running, so downstream keeps the same views until the next stop. */
@@ -150,10 +175,7 @@ struct GstPi0ViewMuxPrivate {
    * max-wait; NONE when not live or not yet known. */
   std::atomic<GstClockTime> latency{GST_CLOCK_TIME_NONE};
 
-  pi0::mux::Inputs inputs; /* the aggregate thread's */
-  /* The aggregate thread's: the current base frame arrived after its live deadline, when the
-   * other inputs may already have been taken past it (stats: deadline-observations). */
-  bool base_late = false;
+  pi0::mux::Muxer muxer; /* the aggregate thread's */
 };
 
 struct _GstPi0ViewMux {
@@ -190,15 +212,20 @@ gst_pi0_view_mux_finalize (GObject *object)
   G_OBJECT_CLASS (parent_class)->finalize (object);
 }
 
-/* The time properties, by id. */
-static GstClockTime Settings::*
-time_field (guint id)
+/* Copies @value into the settings (@set) or out of them: one table for both directions. */
+static bool
+transfer (Settings &s, guint prop_id, GValue *value, bool set)
 {
-  return id == PROP_MAX_SKEW        ? &Settings::max_skew
-         : id == PROP_MAX_STALENESS ? &Settings::max_staleness
-         : id == PROP_MAX_STATE_AGE ? &Settings::max_state_age
-         : id == PROP_MAX_WAIT      ? &Settings::max_wait
-                                    : nullptr;
+  switch (prop_id) {
+    GST_PI0_PROP_FIELD (PROP_BASE_VIEW, base_view, gint, enum)
+    GST_PI0_PROP_FIELD (PROP_MAX_SKEW, max_skew, guint64, uint64)
+    GST_PI0_PROP_FIELD (PROP_MAX_STALENESS, max_staleness, guint64, uint64)
+    GST_PI0_PROP_FIELD (PROP_MAX_STATE_AGE, max_state_age, guint64, uint64)
+    GST_PI0_PROP_FIELD (PROP_REQUIRE_ALL_VIEWS, require_all_views, gboolean, boolean)
+    GST_PI0_PROP_FIELD (PROP_MAX_WAIT, max_wait, guint64, uint64)
+    GST_PI0_PROP_FIELD (PROP_TIMESTAMPS, timestamps, gint, enum)
+  }
+  return false;
 }
 
 static void
@@ -206,32 +233,28 @@ gst_pi0_view_mux_set_property (GObject *object, guint prop_id, const GValue *val
                                GParamSpec *pspec)
 {
   auto self = GST_PI0_VIEW_MUX (object);
-  bool skew_changed = false;
+  auto priv = self->priv;
 
   if (prop_id == PROP_FORCE_LIVE) {
     gst_aggregator_set_force_live (GST_AGGREGATOR (self), g_value_get_boolean (value));
     return;
   }
+  GstClockTime skew = GST_CLOCK_TIME_NONE;
+  bool known;
   {
-    std::lock_guard<std::mutex> lk (self->priv->settings_lock);
-    Settings &s = self->priv->settings;
-    if (auto field = time_field (prop_id)) {
-      skew_changed = prop_id == PROP_MAX_SKEW && s.max_skew != g_value_get_uint64 (value);
-      s.*field = g_value_get_uint64 (value);
-    } else if (prop_id == PROP_BASE_VIEW) {
-      s.base_view = g_value_get_enum (value);
-    } else if (prop_id == PROP_REQUIRE_ALL_VIEWS) {
-      s.require_all_views = g_value_get_boolean (value);
-    } else if (prop_id == PROP_TIMESTAMPS) {
-      s.use_pts = g_value_get_enum (value) == TIMESTAMPS_PTS;
-    } else {
-      G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
-    }
+    std::lock_guard<std::mutex> lk (priv->settings_lock);
+    const GstClockTime before = priv->settings.max_skew;
+    known = transfer (priv->settings, prop_id, (GValue *)value, true);
+    if (priv->settings.max_skew != before)
+      skew = priv->settings.max_skew;
   }
-  /* Outside every lock: the bus handler may query latency synchronously. */
-  if (skew_changed) {
-    gst_aggregator_set_latency (GST_AGGREGATOR (self), g_value_get_uint64 (value),
-                                g_value_get_uint64 (value));
+  if (!known) {
+    G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
+    return;
+  }
+  /* max-skew is our latency. Outside every lock: the bus handler may query latency at once. */
+  if (GST_CLOCK_TIME_IS_VALID (skew)) {
+    gst_aggregator_set_latency (GST_AGGREGATOR (self), skew, skew);
     gst_element_post_message (GST_ELEMENT (self), gst_message_new_latency (GST_OBJECT (self)));
   }
 }
@@ -240,15 +263,16 @@ static void
 gst_pi0_view_mux_get_property (GObject *object, guint prop_id, GValue *value, GParamSpec *pspec)
 {
   auto self = GST_PI0_VIEW_MUX (object);
+  auto priv = self->priv;
 
   if (prop_id == PROP_STATS) {
     pi0::mux::Counts c;
     {
-      std::lock_guard<std::mutex> lk (self->priv->stats_lock);
-      c = self->priv->stats;
+      std::lock_guard<std::mutex> lk (priv->stats_lock);
+      c = priv->stats;
     }
     GST_OBJECT_LOCK (self);
-    auto active = self->priv->active;
+    auto active = priv->active;
     GST_OBJECT_UNLOCK (self);
     g_value_take_boxed (value, pi0::mux::counts_structure (c, active));
     return;
@@ -257,17 +281,8 @@ gst_pi0_view_mux_get_property (GObject *object, guint prop_id, GValue *value, GP
     g_value_set_boolean (value, gst_aggregator_get_force_live (GST_AGGREGATOR (self)));
     return;
   }
-  std::lock_guard<std::mutex> lk (self->priv->settings_lock);
-  const Settings &s = self->priv->settings;
-  if (auto field = time_field (prop_id))
-    g_value_set_uint64 (value, s.*field);
-  else if (prop_id == PROP_BASE_VIEW)
-    g_value_set_enum (value, s.base_view);
-  else if (prop_id == PROP_REQUIRE_ALL_VIEWS)
-    g_value_set_boolean (value, s.require_all_views);
-  else if (prop_id == PROP_TIMESTAMPS)
-    g_value_set_enum (value, s.use_pts ? TIMESTAMPS_PTS : TIMESTAMPS_RUNNING_TIME);
-  else
+  std::lock_guard<std::mutex> lk (priv->settings_lock);
+  if (!transfer (priv->settings, prop_id, value, false))
     G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
 }
 
@@ -276,12 +291,6 @@ snapshot_settings (GstPi0ViewMux *self)
 {
   std::lock_guard<std::mutex> lk (self->priv->settings_lock);
   return self->priv->settings;
-}
-
-static pi0::mux::SelectSettings
-select_settings (const Settings &s)
-{
-  return {s.base_view, s.max_skew, s.use_pts};
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -373,7 +382,7 @@ gst_pi0_view_mux_start (GstAggregator *agg)
 {
   auto priv = GST_PI0_VIEW_MUX (agg)->priv;
 
-  priv->inputs.clear (false);
+  priv->muxer.clear (false);
   {
     std::lock_guard<std::mutex> lk (priv->stats_lock);
     priv->stats = pi0::mux::Counts ();
@@ -389,7 +398,7 @@ gst_pi0_view_mux_stop (GstAggregator *agg)
 {
   auto priv = GST_PI0_VIEW_MUX (agg)->priv;
 
-  priv->inputs.clear (false);
+  priv->muxer.clear (false);
   priv->latency.store (GST_CLOCK_TIME_NONE);
   GST_OBJECT_LOCK (agg);
   priv->running = false;
@@ -404,7 +413,7 @@ gst_pi0_view_mux_flush (GstAggregator *agg)
 {
   /* Frames from before a flushing seek must never pair with frames after it. */
   GST_DEBUG_OBJECT (agg, "flush");
-  GST_PI0_VIEW_MUX (agg)->priv->inputs.clear (true);
+  GST_PI0_VIEW_MUX (agg)->priv->muxer.clear (true);
   auto parent = GST_AGGREGATOR_CLASS (parent_class);
   return parent->flush ? parent->flush (agg) : GST_FLOW_OK;
 }
@@ -471,7 +480,7 @@ gst_pi0_view_mux_update_src_caps (GstAggregator *agg, GstCaps *downstream, GstCa
   const int base_view = snapshot_settings (self).base_view;
   PadSnapshot snap (self);
 
-  GstCaps *caps = pi0::mux::inputs_caps (snap.in, snap.active, base_view);
+  GstCaps *caps = pi0::mux::Muxer::caps (snap.in, snap.active, base_view);
   if (!caps)
     return GST_AGGREGATOR_FLOW_NEED_DATA;
   *ret = gst_caps_intersect (caps, downstream);
@@ -488,7 +497,7 @@ gst_pi0_view_mux_update_src_caps (GstAggregator *agg, GstCaps *downstream, GstCa
 /* ------------------------------------------------------------------------------------------ */
 /* Time                                                                                        */
 
-/* The running time the base class times out at, adding its latency (pi0::mux::next_time(); called
+/* The running time the base class times out at, adding its latency (Muxer::next_time(); called
  * from the aggregate thread). */
 static GstClockTime
 gst_pi0_view_mux_get_next_time (GstAggregator *agg)
@@ -497,8 +506,7 @@ gst_pi0_view_mux_get_next_time (GstAggregator *agg)
   Settings s = snapshot_settings (self);
   PadSnapshot snap (self);
   /* The latency is our record of it: the base class holds its lock while asking us. */
-  return pi0::mux::next_time (snap.in, select_settings (s), s.max_wait, self->priv->latency.load (),
-                              self->priv->inputs);
+  return self->priv->muxer.next_time (snap.in, s.muxer (), self->priv->latency.load ());
 }
 
 static gboolean
@@ -516,166 +524,47 @@ gst_pi0_view_mux_src_query (GstAggregator *agg, GstQuery *query)
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* Errors and warnings: one wording each, whichever pad and path meets them                    */
-
-/* Selection's errors, and the same ones met by aggregate() on the base view. */
-static GstFlowReturn
-post_pad_error (GstPi0ViewMux *self, const pi0::mux::PadError &e)
-{
-  if (e.kind == pi0::mux::PadError::NotNegotiated)
-    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION, ("%s", e.text ().c_str ()), (nullptr));
-  else
-    GST_ELEMENT_ERROR (self, STREAM, FORMAT, ("%s", e.text ().c_str ()), ("%s", e.debug ()));
-  return e.flow ();
-}
-
-/* What an aggregate() counted, into the stats, and the inputs' warnings (stale/recovered views,
- * refused frames and samples, with details) onto the bus. */
-static void
-report (GstPi0ViewMux *self, const pi0::mux::Counts &d, pi0::mux::Notices &notices)
-{
-  {
-    std::lock_guard<std::mutex> lk (self->priv->stats_lock);
-    self->priv->stats += d;
-  }
-  for (pi0::mux::Notice &n : notices) {
-    gst_element_message_full_with_details (GST_ELEMENT (self), GST_MESSAGE_WARNING,
-                                           GST_STREAM_ERROR, n.code, g_strdup (n.text.c_str ()),
-                                           g_strdup (n.debug.c_str ()), __FILE__, GST_FUNCTION,
-                                           __LINE__, n.details);
-    n.details = nullptr;
-  }
-  notices.clear ();
-}
-
-/* ------------------------------------------------------------------------------------------ */
-/* Selection (as GstVideoAggregator's fill_queues): each input's current frame or sample      */
-
-/* pi0::mux::select_inputs() with the clock and the latency it needs when the base view is silent
- * (@T NONE), and its error posted. */
-static GstFlowReturn
-select_inputs (GstPi0ViewMux *self, const PadSnapshot &snap, GstClockTime T, const Settings &s,
-               pi0::mux::Counts &d, pi0::mux::Notices &n, bool *complete)
-{
-  const bool silent = !GST_CLOCK_TIME_IS_VALID (T);
-  const GstClockTime now = silent ? gst_pi0_element_get_running_time (GST_ELEMENT (self)) : 0;
-  const GstClockTime latency = silent ? gst_aggregator_get_latency (GST_AGGREGATOR (self)) : 0;
-  pi0::mux::PadError e = pi0::mux::select_inputs (snap.in, T, now, latency, select_settings (s),
-                                                  self->priv->inputs, d, n, complete);
-  return e ? post_pad_error (self, e) : GST_FLOW_OK;
-}
-
-/* ------------------------------------------------------------------------------------------ */
-/* Composition (as GstVideoAggregator's aggregate_frames) and aggregation                     */
-
-/* The observation for the base frame @base_buf at @T, pushed (or dropped: require-all-views);
- * @at_deadline: live, made at the deadline before every input proved complete, or for a base
- * frame that came after its deadline. */
-static GstFlowReturn
-compose (GstPi0ViewMux *self, const PadSnapshot &snap, GstBuffer *base_buf, GstClockTime T,
-         const Settings &s, bool at_deadline, pi0::mux::Counts &d, pi0::mux::Notices &n)
-{
-  auto agg = GST_AGGREGATOR (self);
-  GstBuffer *out =
-      self->priv->inputs.compose (base_buf, T, snap.active, snap.in[STATE_INPUT].pad != nullptr, s,
-                                  gst_pi0_element_get_running_time (GST_ELEMENT (self)), d, n);
-  if (out && at_deadline)
-    d.deadline_observations++;
-  report (self, d, n);
-  if (!out) {
-    GST_LOG_OBJECT (self, "dropped the observation at %" GST_TIME_FORMAT ": a view is masked",
-                    GST_TIME_ARGS (T));
-    return GST_FLOW_OK;
-  }
-
-  GST_OBJECT_LOCK (agg->srcpad);
-  GST_AGGREGATOR_PAD (agg->srcpad)->segment.position = GST_BUFFER_PTS (out);
-  GST_OBJECT_UNLOCK (agg->srcpad);
-  gst_aggregator_selected_samples (agg, GST_BUFFER_PTS (out), GST_CLOCK_TIME_NONE,
-                                   GST_BUFFER_DURATION (out), nullptr);
-  GST_LOG_OBJECT (self, "observation at %" GST_TIME_FORMAT, GST_TIME_ARGS (T));
-  return gst_aggregator_finish_buffer (agg, out);
-}
+/* Aggregation: the muxer decides, the element counts, posts and pushes                        */
 
 static GstFlowReturn
 gst_pi0_view_mux_aggregate (GstAggregator *agg, gboolean timeout)
 {
   auto self = GST_PI0_VIEW_MUX (agg);
-  auto &in = self->priv->inputs;
-  Settings s = snapshot_settings (self);
+  auto priv = self->priv;
+  const Settings s = snapshot_settings (self);
   PadSnapshot snap (self);
   pi0::mux::Counts d;
-  pi0::mux::Notices n;
+  pi0::Notices n;
+  GstBuffer *out = nullptr;
 
-  const pi0::mux::PadFormat *base = snap.in[s.base_view].format;
-  if (!base) {
-    GST_ELEMENT_ERROR (self, CORE, PAD,
-                       ("The base view '%s' has no pad: link a source to it or set base-view.",
-                        view_names[s.base_view]),
-                       (nullptr));
-    return GST_FLOW_ERROR;
+  GstFlowReturn ret = priv->muxer.aggregate (
+      snap.in, snap.active, s.muxer (), gst_element_get_current_running_time (GST_ELEMENT (self)),
+      gst_aggregator_get_latency (agg), priv->latency.load (), timeout, &out, d, n);
+  {
+    std::lock_guard<std::mutex> lk (priv->stats_lock);
+    priv->stats += d;
   }
-  GstAggregatorPad *abase = snap.in[s.base_view].pad;
-  g_autoptr (GstBuffer) base_buf = gst_aggregator_pad_peek_buffer (abase);
-  bool complete;
-  if (!base_buf && gst_aggregator_pad_is_eos (abase)) {
-    /* The base view ended: so does the stream, whatever the other inputs do. */
-    GST_DEBUG_OBJECT (self, "base view at EOS");
-    return GST_FLOW_EOS;
-  }
-  if (!base_buf && timeout) {
-    GstFlowReturn ret = select_inputs (self, snap, GST_CLOCK_TIME_NONE, s, d, n, &complete);
-    report (self, d, n);
-    return ret == GST_FLOW_OK ? GST_AGGREGATOR_FLOW_NEED_DATA : ret;
-  }
-  if (!base_buf)
-    return GST_AGGREGATOR_FLOW_NEED_DATA;
-  if (pi0::mux::is_gap (base_buf)) {
-    gst_aggregator_pad_drop_buffer (abase);
-    return GST_FLOW_OK;
-  }
-  if (!base->negotiated ())
-    return post_pad_error (self, {pi0::mux::PadError::NotNegotiated, s.base_view});
-  const GstClockTime T = pi0::mux::buffer_time (abase, base_buf, s.use_pts);
-  if (!GST_CLOCK_TIME_IS_VALID (T))
-    return post_pad_error (self, {pi0::mux::PadError::NoTimestamp, s.base_view});
-
-  /* The base frame becomes the base view's current frame once (it stays queued while the others
-   * are waited for); a refused one paces no observation. */
-  if (base_buf != in.current (s.base_view)) {
-    if (!in.take_frame (s.base_view, true, base_buf, T, &base->info, base->cuda, s.max_skew, d,
-                        n)) {
-      gst_aggregator_pad_drop_buffer (abase);
-      report (self, d, n);
-      return GST_FLOW_OK;
-    }
-    const GstClockTime latency = self->priv->latency.load ();
-    self->priv->base_late =
-        GST_CLOCK_TIME_IS_VALID (latency) &&
-        gst_pi0_element_get_running_time (GST_ELEMENT (self)) >
-            pi0::mux::base_deadline (T, s.max_wait, latency) + latency;
-  }
-
-  /* Wait until every other input proves it has nothing more for T: for data when not live, and
-   * at most until the deadline (timeout) when live. */
-  GstFlowReturn ret = select_inputs (self, snap, T, s, d, n, &complete);
-  if (ret == GST_FLOW_OK && !complete && !timeout)
-    ret = GST_AGGREGATOR_FLOW_NEED_DATA;
-  if (ret != GST_FLOW_OK) {
-    report (self, d, n);
+  GST_PI0_POST_NOTICES (self, n);
+  if (ret != GST_FLOW_OK || !out) {
+    if (ret == GST_FLOW_OK && d.dropped_observations)
+      GST_LOG_OBJECT (self, "dropped an observation: a view is masked");
     return ret;
   }
-  gst_aggregator_pad_drop_buffer (abase);
-  return compose (self, snap, base_buf, T, s, !complete || self->priv->base_late, d, n);
+
+  /* Stamped as it leaves: the mux stage of pi0actionsink's latency. */
+  gst_buffer_get_pi0_observation_meta (out)->muxed_time =
+      gst_element_get_current_running_time (GST_ELEMENT (self));
+  GST_OBJECT_LOCK (agg->srcpad);
+  GST_AGGREGATOR_PAD (agg->srcpad)->segment.position = GST_BUFFER_PTS (out);
+  GST_OBJECT_UNLOCK (agg->srcpad);
+  gst_aggregator_selected_samples (agg, GST_BUFFER_PTS (out), GST_CLOCK_TIME_NONE,
+                                   GST_BUFFER_DURATION (out), nullptr);
+  GST_LOG_OBJECT (self, "observation at %" GST_TIME_FORMAT, GST_TIME_ARGS (GST_BUFFER_PTS (out)));
+  return gst_aggregator_finish_buffer (agg, out);
 }
 
 /* ------------------------------------------------------------------------------------------ */
 /* Class                                                                                       */
-
-#define RW_READY                                                                                   \
-  (GParamFlags) (G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS | GST_PARAM_MUTABLE_READY)
-#define RW_PLAYING                                                                                 \
-  (GParamFlags) (G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS | GST_PARAM_MUTABLE_PLAYING)
 
 static void
 gst_pi0_view_mux_class_init (GstPi0ViewMuxClass *klass)
@@ -684,9 +573,9 @@ gst_pi0_view_mux_class_init (GstPi0ViewMuxClass *klass)
   auto element_class = GST_ELEMENT_CLASS (klass);
   auto agg_class = GST_AGGREGATOR_CLASS (klass);
 
-  gobject_class->finalize = gst_pi0_view_mux_finalize;
-  gobject_class->set_property = gst_pi0_view_mux_set_property;
-  gobject_class->get_property = gst_pi0_view_mux_get_property;
+  gobject_class->finalize = GST_DEBUG_FUNCPTR (gst_pi0_view_mux_finalize);
+  gobject_class->set_property = GST_DEBUG_FUNCPTR (gst_pi0_view_mux_set_property);
+  gobject_class->get_property = GST_DEBUG_FUNCPTR (gst_pi0_view_mux_get_property);
   auto install = [gobject_class] (guint id, GParamSpec *ps) {
     g_object_class_install_property (gobject_class, id, ps);
   };
@@ -699,7 +588,7 @@ gst_pi0_view_mux_class_init (GstPi0ViewMuxClass *klass)
   install (PROP_BASE_VIEW,
            g_param_spec_enum ("base-view", "Base view",
                               "The view whose frames pace the output: one observation per frame",
-                              GST_TYPE_PI0_VIEW_MUX_VIEW, DEFAULT_BASE_VIEW, RW_READY));
+                              GST_TYPE_PI0_VIEW_MUX_VIEW, DEFAULT_BASE_VIEW, GST_PI0_PARAM_READY));
   /**
    * GstPi0ViewMux:max-skew:
    *
@@ -711,7 +600,7 @@ gst_pi0_view_mux_class_init (GstPi0ViewMuxClass *klass)
            g_param_spec_uint64 ("max-skew", "Maximum skew",
                                 "How much later than the base frame another view's frame may be "
                                 "captured and still pair with it (in nanoseconds)",
-                                0, 10 * GST_SECOND, DEFAULT_MAX_SKEW, RW_PLAYING));
+                                0, 10 * GST_SECOND, DEFAULT_MAX_SKEW, GST_PI0_PARAM_PLAYING));
   /**
    * GstPi0ViewMux:max-staleness:
    *
@@ -722,7 +611,7 @@ gst_pi0_view_mux_class_init (GstPi0ViewMuxClass *klass)
            g_param_spec_uint64 ("max-staleness", "Maximum staleness",
                                 "A view whose newest frame is older than this, relative to the "
                                 "observation, is masked (in nanoseconds)",
-                                0, G_MAXUINT64, DEFAULT_MAX_STALENESS, RW_PLAYING));
+                                0, G_MAXUINT64, DEFAULT_MAX_STALENESS, GST_PI0_PARAM_PLAYING));
   /**
    * GstPi0ViewMux:max-state-age:
    *
@@ -734,7 +623,7 @@ gst_pi0_view_mux_class_init (GstPi0ViewMuxClass *klass)
       g_param_spec_uint64 ("max-state-age", "Maximum state age",
                            "A robot state sample older than this, relative to the observation, "
                            "is flagged stale (in nanoseconds)",
-                           0, G_MAXUINT64, DEFAULT_MAX_STATE_AGE, RW_PLAYING));
+                           0, G_MAXUINT64, DEFAULT_MAX_STATE_AGE, GST_PI0_PARAM_PLAYING));
   /**
    * GstPi0ViewMux:require-all-views:
    *
@@ -745,7 +634,7 @@ gst_pi0_view_mux_class_init (GstPi0ViewMuxClass *klass)
            g_param_spec_boolean ("require-all-views", "Require all views",
                                  "Drop observations in which any view is masked instead of sending "
                                  "them with the view marked invalid",
-                                 DEFAULT_REQUIRE_ALL_VIEWS, RW_PLAYING));
+                                 DEFAULT_REQUIRE_ALL_VIEWS, GST_PI0_PARAM_PLAYING));
   /**
    * GstPi0ViewMux:force-live:
    *
@@ -756,7 +645,7 @@ gst_pi0_view_mux_class_init (GstPi0ViewMuxClass *klass)
            g_param_spec_boolean (
                "force-live", "Force live",
                "Behave as a live muxer even when no upstream source is live", DEFAULT_FORCE_LIVE,
-               (GParamFlags)(G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS | G_PARAM_CONSTRUCT_ONLY)));
+               GST_PI0_PARAM_CONSTRUCT_ONLY));
   /**
    * GstPi0ViewMux:max-wait:
    *
@@ -770,7 +659,7 @@ gst_pi0_view_mux_class_init (GstPi0ViewMuxClass *klass)
                                 "Live: the longest an observation waits after its base frame's "
                                 "capture, whatever the cameras' latency (in nanoseconds; -1 = the "
                                 "pipeline latency)",
-                                0, G_MAXUINT64, G_MAXUINT64, RW_PLAYING));
+                                0, G_MAXUINT64, DEFAULT_MAX_WAIT, GST_PI0_PARAM_PLAYING));
   /**
    * GstPi0ViewMux:timestamps:
    *
@@ -783,7 +672,7 @@ gst_pi0_view_mux_class_init (GstPi0ViewMuxClass *klass)
            g_param_spec_enum ("timestamps", "Timestamps",
                               "Pair by running-time (default) or by the buffers' pts as they are "
                               "(replaying recordings whose demuxers rebase segments)",
-                              GST_TYPE_PI0_VIEW_MUX_TIMESTAMPS, TIMESTAMPS_RUNNING_TIME, RW_READY));
+                              GST_TYPE_PI0_VIEW_MUX_TIMESTAMPS, DEFAULT_TIMESTAMPS, GST_PI0_PARAM_READY));
   /**
    * GstPi0ViewMux:stats:
    *
@@ -800,15 +689,15 @@ gst_pi0_view_mux_class_init (GstPi0ViewMuxClass *klass)
                "stats", "Statistics",
                "Counters since the last start: observations, deadline-observations, and per "
                "view frames-in, used, late, skewed, masked, dropped, invalid, backwards",
-               GST_TYPE_STRUCTURE, (GParamFlags)(G_PARAM_READABLE | G_PARAM_STATIC_STRINGS)));
+               GST_TYPE_STRUCTURE, GST_PI0_PARAM_READ_ONLY));
 
   gst_element_class_add_static_pad_template_with_gtype (element_class, &src_template,
                                                         GST_TYPE_AGGREGATOR_PAD);
   for (int i = 0; i <= N_VIEWS; i++) {
-    GstCaps *caps = gst_caps_from_string (i < N_VIEWS ? VIEW_CAPS : STATE_CAPS);
+    GstCaps *caps = i < N_VIEWS ? view_caps () : gst_caps_from_string (STATE_CAPS);
     gst_element_class_add_pad_template (
         element_class,
-        gst_pad_template_new_with_gtype (i < N_VIEWS ? view_names[i] : "state", GST_PAD_SINK,
+        gst_pad_template_new_with_gtype (i < N_VIEWS ? pi0::kViewNames[i] : "state", GST_PAD_SINK,
                                          GST_PAD_REQUEST, caps, GST_TYPE_PI0_VIEW_MUX_PAD));
     gst_caps_unref (caps);
   }
@@ -817,7 +706,7 @@ gst_pi0_view_mux_class_init (GstPi0ViewMuxClass *klass)
       element_class, "Pi0 camera view muxer", "Combiner/Video",
       "Synchronizes up to three camera views and a robot state stream into one observation "
       "per base-view frame, marking stale views instead of hiding them",
-      "gst-pi0 developers");
+      GST_PI0_AUTHOR);
 
   element_class->release_pad = GST_DEBUG_FUNCPTR (gst_pi0_view_mux_release_pad);
   agg_class->create_new_pad = GST_DEBUG_FUNCPTR (gst_pi0_view_mux_create_new_pad);

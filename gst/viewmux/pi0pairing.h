@@ -6,7 +6,9 @@
  * waiting, which frame layouts are safe to pass on, and how often the bus hears about a
  * problem. Times are nanoseconds of running time (GstClockTime's values, kNone for
  * GST_CLOCK_TIME_NONE); nothing here holds a buffer or takes a lock, so the rules are tested
- * directly (tests/test_pairing.cpp) and the element (gst/gstpi0viewmux.cpp) is the glue. */
+ * directly (tests/test_viewmux_rules.cpp) and the muxer (pi0muxer.h) applies them. */
+
+#include "pi0views.h"
 
 #include <array>
 #include <cstddef>
@@ -17,8 +19,7 @@ namespace pi0::mux
 
 using Time = uint64_t;
 constexpr Time kNone = UINT64_MAX;
-constexpr int kViews = 3;
-constexpr const char *kViewNames[kViews] = {"main", "side", "top"};
+constexpr int kViews = pi0::kNumViews; /* named pi0::kViewNames */
 
 constexpr bool
 is_valid (Time t)

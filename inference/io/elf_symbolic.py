@@ -6,7 +6,7 @@ Usage: elf_symbolic.py SRC DST
 
 DF_SYMBOLIC is what `ld -Bsymbolic` writes: the dynamic linker resolves the library's own
 references to its own definitions first, then searches the usual scopes. gst-pi0 uses it on a
-private copy of Debian's libsentencepiece (see spm_shim.cpp for why); nothing else in the file
+private copy of Debian's libsentencepiece (see pi0spmshim.cpp for why); nothing else in the file
 changes. --print-soname prints SRC's DT_SONAME: the name the copy must have to be found, next to
 the module that needs it, by the dynamic linker.
 

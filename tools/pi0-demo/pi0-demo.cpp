@@ -1,28 +1,33 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* pi0-demo: the whole gst-pi0 chain on synthetic input, with a simulated robot at the end.
  *
- * Three test cameras of different sizes, formats and rates and a synthetic 7-joint state feed
- * pi0viewmux -> cudaprep -> pi0infer (the builtin, untrained pi0-tiny) -> pi0actionsink, which
- * sends the chunks over UDP on loopback to pi0-robotsim. The top camera stalls for a while
- * mid-run (--stall-start/--stall-end), so the output shows it masked and coming back. It
- * prints observations with their first action as they go, and at the end a summary:
- * observations, chunks, what the simulated robot executed, and the latency of each stage
- * from the camera's capture to the frame leaving for the robot. */
+ * The chain is pipelines/demo.txt, the line `pipelines/run.sh demo` runs, and the robot is
+ * pipelines/robot-7dof.json: three test cameras of different sizes, formats and rates and the
+ * robot's 7-joint state over UDP feed pi0viewmux -> cudaprep -> pi0infer (the builtin,
+ * untrained pi0-tiny) -> pi0actionsink, which sends the chunks over UDP on loopback to
+ * pi0-robotsim, which publishes that state. The top camera stalls for a while mid-run
+ * (--stall-start/--stall-end), so the output shows it masked and coming back. It prints
+ * observations with their first action as they go, and at the end a summary: observations,
+ * chunks, what the simulated robot executed, and the latency of each stage from the camera's
+ * capture to the frame leaving for the robot. */
 
 #ifdef HAVE_CONFIG_H
 #include "config.h"
 #endif
 
 #include "gstpi0elements.h"
-#include "pi0-latency-table.h"
+#include "pi0latencytable.h"
+#include "pi0launchline.h"
 
-#include <gst/app/gstappsrc.h>
 #include <gst/gst.h>
 #include <gst/pi0/pi0.h>
 
-#include <glib/gstdio.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -39,7 +44,7 @@ struct Options {
   double duration = 5.0;
   double stall_start = 1.5, stall_end = 3.0;
   int print_every = 10;
-  double max_wait_ms = 20.0;
+  double max_wait_ms = NAN; /* NAN, instruction and rtc unset: the line's own values */
   bool live = true;
   gchar *instruction = nullptr;
   gchar *rtc = nullptr;
@@ -49,9 +54,9 @@ struct Demo {
   Options opt;
   GMainLoop *loop = nullptr;
   GstElement *pipeline = nullptr;
-  guint64 state_n = 0;
   guint last_mask = 0;
-  std::mutex lock; /* counters: the sink's signal comes from two threads */
+  bool timing = false; /* the --duration timer runs */
+  std::mutex lock;     /* counters: the sink's signal comes from two threads */
   guint64 chunks = 0, holds = 0, stops = 0;
 };
 
@@ -59,49 +64,63 @@ struct Demo {
 #error "pi0-demo needs pi0infer (a build with LibTorch)"
 #endif
 
-const char *PIPELINE =
-    "pi0viewmux name=mux max-staleness=200000000 max-state-age=50000000 max-wait=%" G_GUINT64_FORMAT
-    " ! "
-    "cudaprep name=prep width=32 height=32 ! queue max-size-buffers=1 leaky=downstream ! "
-    "pi0infer name=infer model=builtin:pi0-tiny action-dims=7 rtc=guided ! "
-    "pi0actionsink name=sink target=udp://127.0.0.1:%d robot-config=%s mode=chunk "
-    "max-action-age=500000000 "
-    "videotestsrc is-live=%s pattern=smpte name=cam_main ! "
-    "video/x-raw,format=RGB,width=640,height=480,framerate=30/1 ! queue ! mux.main "
-    "videotestsrc is-live=%s pattern=ball name=cam_side ! "
-    "video/x-raw,format=NV12,width=320,height=240,framerate=15/1 ! queue ! mux.side "
-    "videotestsrc is-live=%s pattern=snow name=cam_top ! "
-    "video/x-raw,format=I420,width=1280,height=720,framerate=10/1 ! queue ! mux.top "
-    "appsrc name=state is-live=%s format=time caps=application/x-pi0-state,dim=(int)7 ! "
-    "queue ! mux.state";
-
-const char *ROBOT_CONFIG = R"({
-  "joints":   ["j1", "j2", "j3", "j4", "j5", "j6", "gripper"],
-  "lower":    [-3.0, -3.0, -3.0, -3.0, -3.0, -3.0, 0.0],
-  "upper":    [ 3.0,  3.0,  3.0,  3.0,  3.0,  3.0, 1.0],
-  "max_step": [ 0.5,  0.5,  0.5,  0.5,  0.5,  0.5, 0.5],
-  "initial":  [ 0.0,  0.0,  0.0,  0.0,  0.0,  0.0, 0.0]
-}
-)";
-
-/* A 7-joint arm waving slowly: the state a robot would publish at 100 Hz. */
-void
-on_need_state (GstAppSrc *src, guint, gpointer user_data)
+/* @n distinct UDP ports on loopback that are free now, or an empty vector. The line needs the
+ * robot's port and the state's before anything starts, so they are chosen here and released:
+ * another program could take one in between, which then shows as a bind error. */
+std::vector<int>
+free_udp_ports (int n)
 {
-  auto d = static_cast<Demo *> (user_data);
-  GstClockTime t = d->state_n * 10 * GST_MSECOND;
-  if (t > (GstClockTime)((d->opt.duration + 1.0) * GST_SECOND)) {
-    gst_app_src_end_of_stream (src);
-    return;
+  std::vector<int> fds, ports;
+  for (int i = 0; i < n; i++) {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl (INADDR_LOOPBACK);
+    socklen_t len = sizeof (a);
+    const int fd = socket (AF_INET, SOCK_DGRAM, 0);
+    if (fd >= 0)
+      fds.push_back (fd);
+    if (fd >= 0 && bind (fd, (sockaddr *)&a, sizeof (a)) == 0 &&
+        getsockname (fd, (sockaddr *)&a, &len) == 0)
+      ports.push_back (ntohs (a.sin_port));
   }
-  float joints[7];
-  for (int j = 0; j < 7; j++)
-    joints[j] = (float)(0.5 * std::sin (2.0 * M_PI * 0.25 * (double)t / GST_SECOND + j));
-  GstBuffer *buf = gst_buffer_new_memdup (joints, sizeof (joints));
-  GST_BUFFER_PTS (buf) = t;
-  GST_BUFFER_DURATION (buf) = 10 * GST_MSECOND;
-  d->state_n++;
-  gst_app_src_push_buffer (src, buf);
+  /* All held until here, so that no two are the same. */
+  for (int fd : fds)
+    close (fd);
+  return (int)ports.size () == n ? ports : std::vector<int> ();
+}
+
+/* Camera @cam as the line sets it ("main 640x480 RGB 30 fps", from the caps after it), and its
+ * frame rate in @fps (0 when the line gives none). */
+std::string
+describe_camera (GstElement *cam, const char *view, double *fps)
+{
+  GstPad *src = gst_element_get_static_pad (cam, "src");
+  GstPad *peer = src ? gst_pad_get_peer (src) : nullptr;
+  GstElement *next = peer ? gst_pad_get_parent_element (peer) : nullptr;
+  GstCaps *caps = nullptr;
+  if (next && g_object_class_find_property (G_OBJECT_GET_CLASS (next), "caps"))
+    g_object_get (next, "caps", &caps, nullptr);
+  gint w = 0, h = 0, n = 0, den = 0;
+  const char *format = nullptr;
+  if (caps && !gst_caps_is_empty (caps)) {
+    const GstStructure *st = gst_caps_get_structure (caps, 0);
+    gst_structure_get_int (st, "width", &w);
+    gst_structure_get_int (st, "height", &h);
+    gst_structure_get_fraction (st, "framerate", &n, &den);
+    format = gst_structure_get_string (st, "format");
+  }
+  *fps = den > 0 ? (double)n / den : 0;
+  char text[96];
+  snprintf (text, sizeof (text), "%s %dx%d %s %g fps", view, w, h, format ? format : "?", *fps);
+  if (caps)
+    gst_caps_unref (caps);
+  if (next)
+    gst_object_unref (next);
+  if (peer)
+    gst_object_unref (peer);
+  if (src)
+    gst_object_unref (src);
+  return text;
 }
 
 /* The top camera "stalls": its frames between the two times never arrive. */
@@ -182,6 +201,15 @@ on_action (GstElement *, const gchar *kind, guint64, guint, guint, guint, GBytes
 }
 
 gboolean
+on_timeout (gpointer user_data)
+{
+  auto d = static_cast<Demo *> (user_data);
+  /* Let every element see EOS: the sink sends HOLD, the robot simulator logs it. */
+  gst_element_send_event (d->pipeline, gst_event_new_eos ());
+  return G_SOURCE_REMOVE;
+}
+
+gboolean
 on_bus (GstBus *, GstMessage *msg, gpointer user_data)
 {
   auto d = static_cast<Demo *> (user_data);
@@ -208,19 +236,22 @@ on_bus (GstBus *, GstMessage *msg, gpointer user_data)
     case GST_MESSAGE_EOS:
       g_main_loop_quit (d->loop);
       break;
+    case GST_MESSAGE_STATE_CHANGED: {
+      /* --duration counts from PLAYING: opening the model can take seconds on a busy machine,
+       * and counting those would leave a short run with no frames at all. */
+      GstState state;
+      gst_message_parse_state_changed (msg, nullptr, &state, nullptr);
+      if (d->opt.live && !d->timing && GST_MESSAGE_SRC (msg) == GST_OBJECT (d->pipeline) &&
+          state == GST_STATE_PLAYING) {
+        d->timing = true;
+        g_timeout_add ((guint)(d->opt.duration * 1000), on_timeout, d);
+      }
+      break;
+    }
     default:
       break;
   }
   return TRUE;
-}
-
-gboolean
-on_timeout (gpointer user_data)
-{
-  auto d = static_cast<Demo *> (user_data);
-  /* Let every element see EOS: the sink sends HOLD, the robot simulator logs it. */
-  gst_element_send_event (d->pipeline, gst_event_new_eos ());
-  return G_SOURCE_REMOVE;
 }
 
 void
@@ -309,39 +340,58 @@ find_robotsim (const char *argv0)
   return out;
 }
 
-/* Starts the simulator on a free UDP port; returns its port, or -1. */
-int
-start_robotsim (const std::string &bin, const std::string &config, const std::string &log,
-                GPid *pid)
+/* The simulator's process, stopped and reaped however the demo ends. */
+struct RobotSim {
+  GPid pid = 0;
+  ~RobotSim () { stop (); }
+  void stop ()
+  {
+    if (!pid)
+      return;
+    kill (pid, SIGTERM);
+    int status = 0;
+    waitpid (pid, &status, 0);
+    g_spawn_close_pid (pid);
+    pid = 0;
+  }
+};
+
+/* Starts the simulator on UDP @port, publishing its joint state to @state_port as run.sh's
+ * does; true once it listens. */
+bool
+start_robotsim (const std::string &bin, const std::string &config, int port, int state_port,
+                const std::string &log, GPid *pid)
 {
-  const gchar *argv[] = {
-      bin.c_str (), "--proto",        "udp",           "--port", "0",          "--dim",
-      "7",          "--robot-config", config.c_str (), "--log",  log.c_str (), nullptr};
+  const std::string port_arg = "--port=" + std::to_string (port),
+                    state_to = "--state-to=127.0.0.1:" + std::to_string (state_port);
+  const gchar *argv[] = {bin.c_str (),     "--proto=udp",   port_arg.c_str (), "--dim=7",
+                         "--robot-config", config.c_str (), state_to.c_str (), "--log",
+                         log.c_str (),     nullptr};
   gint out_fd = -1;
   GError *err = nullptr;
   if (!g_spawn_async_with_pipes (nullptr, (gchar **)argv, nullptr, G_SPAWN_DO_NOT_REAP_CHILD,
                                  nullptr, nullptr, pid, nullptr, &out_fd, nullptr, &err)) {
     g_printerr ("cannot start %s: %s\n", bin.c_str (), err->message);
     g_clear_error (&err);
-    return -1;
+    return false;
   }
   /* The first line says where it listens: {"event":"listening",...,"port":N}. With --log the
    * events go to the file; the listening line is also there, so read the file. */
-  int port = -1;
-  for (int i = 0; i < 500 && port < 0; i++) {
+  int listening = -1;
+  for (int i = 0; i < 500 && listening < 0; i++) {
     std::ifstream in (log);
     std::string line;
     while (std::getline (in, line)) {
       auto at = line.find ("\"port\":");
       if (line.find ("listening") != std::string::npos && at != std::string::npos)
-        port = std::atoi (line.c_str () + at + 7);
+        listening = std::atoi (line.c_str () + at + 7);
     }
-    if (port < 0)
+    if (listening < 0)
       g_usleep (10000);
   }
   if (out_fd >= 0)
     close (out_fd);
-  return port;
+  return listening == port;
 }
 
 } // namespace
@@ -361,17 +411,19 @@ main (int argc, char **argv)
        "Print every Nth observation (and each one where a view is masked or returns; default 10)",
        "N"},
       {"max-wait", 'w', 0, G_OPTION_ARG_DOUBLE, &d.opt.max_wait_ms,
-       "pi0viewmux max-wait in ms: how long an observation waits for slower cameras (default 20; "
-       "-1 = their full declared latency)",
+       "pi0viewmux max-wait in ms: how long an observation waits for slower cameras (default: "
+       "demo.txt's, 20; -1 = their full declared latency)",
        "MS"},
       {"instruction", 'i', 0, G_OPTION_ARG_STRING, &d.opt.instruction,
-       "The instruction (default \"pick up the red cube\")", "TEXT"},
+       "The instruction (default: demo.txt's, \"pick up the red cube\")", "TEXT"},
       {"rtc", 0, 0, G_OPTION_ARG_STRING, &d.opt.rtc,
-       "pi0infer's real-time chunking: guided (default; the paper's VJP), guided-identity (J = I, "
-       "as cheap as off) or off",
+       "pi0infer's real-time chunking: guided (demo.txt's default; the paper's VJP), "
+       "guided-identity (J = I, as cheap as off) or off",
        "MODE"},
       {"non-live", 0, 0, G_OPTION_ARG_NONE, &non_live,
-       "Run as fast as possible instead of in real time (no latency figures)", nullptr},
+       "Cameras not live: each makes exactly --duration s of frames, the demo ends with them, no "
+       "latency table; the robot's state still comes live, so it still runs in real time",
+       nullptr},
       {nullptr, 0, 0, G_OPTION_ARG_NONE, nullptr, nullptr, nullptr},
   };
   GError *err = nullptr;
@@ -387,8 +439,6 @@ main (int argc, char **argv)
   g_option_context_free (ctx);
   d.opt.live = !non_live;
   d.opt.print_every = std::max (d.opt.print_every, 1);
-  const char *instruction = d.opt.instruction ? d.opt.instruction : "pick up the red cube";
-
   gst_init (&argc, &argv);
   /* The elements are linked into this program, so it runs from the build tree as it is. */
   if (!gst_pi0_elements_register (nullptr)) {
@@ -396,56 +446,125 @@ main (int argc, char **argv)
     return 1;
   }
 
-  /* --rtc is checked against pi0infer's own enum before anything starts. */
-  const char *rtc = d.opt.rtc ? d.opt.rtc : "guided";
-  {
+  /* --rtc is checked against pi0infer's own enum before anything starts; without it the line's
+   * own rtc stays. */
+  if (d.opt.rtc) {
     GstElement *probe = gst_element_factory_make ("pi0infer", nullptr);
     GParamSpec *ps = g_object_class_find_property (G_OBJECT_GET_CLASS (probe), "rtc");
     GEnumClass *ec = G_ENUM_CLASS (g_type_class_ref (ps->value_type));
-    const bool known = g_enum_get_value_by_nick (ec, rtc) != nullptr;
+    const bool known = g_enum_get_value_by_nick (ec, d.opt.rtc) != nullptr;
     g_type_class_unref (ec);
     gst_object_unref (probe);
     if (!known) {
-      g_printerr ("--rtc: '%s' is not one of off, guided, guided-identity\n", rtc);
+      g_printerr ("--rtc: '%s' is not one of off, guided, guided-identity\n", d.opt.rtc);
       return 2;
     }
   }
 
-  gchar *tmp = g_dir_make_tmp ("pi0-demo-XXXXXX", nullptr);
-  std::string config = std::string (tmp) + "/robot.json",
-              robot_log = std::string (tmp) + "/robot.log";
-  g_file_set_contents (config.c_str (), ROBOT_CONFIG, -1, nullptr);
+  /* Where pipelines/demo.txt and robot-7dof.json are: $PI0_DATA_DIR, the installed data
+   * directory, then the source tree (a run from the build tree), as for pi0infer's tokenizer. */
+  std::vector<std::string> dirs = {PI0_DATADIR, PI0_SOURCE_ROOT};
+  if (const gchar *env_dir = g_getenv ("PI0_DATA_DIR"))
+    dirs.insert (dirs.begin (), env_dir);
+  std::string error, line;
+  const std::string demo_txt = pi0::tools::find_data_file ("pipelines/demo.txt", dirs, &error);
+  if (demo_txt.empty () || !pi0::tools::read_launch_line (demo_txt, &line, &error)) {
+    g_printerr ("pi0-demo: %s\n", error.c_str ());
+    return 1;
+  }
+  const std::string config = pi0::tools::find_data_file ("pipelines/robot-7dof.json", dirs, &error);
+  if (config.empty ()) {
+    g_printerr ("pi0-demo: %s\n", error.c_str ());
+    return 1;
+  }
+
   std::string robotsim = find_robotsim (argv[0]);
   if (robotsim.empty ()) {
     g_printerr ("pi0-robotsim not found next to %s or on PATH\n", argv[0]);
     return 1;
   }
-  GPid sim_pid = 0;
-  int port = start_robotsim (robotsim, config, robot_log, &sim_pid);
-  if (port <= 0) {
-    g_printerr ("pi0-robotsim did not start (see %s)\n", robot_log.c_str ());
+  const std::vector<int> ports = free_udp_ports (2);
+  if (ports.empty ()) {
+    g_printerr ("pi0-demo: no free UDP port on 127.0.0.1\n");
+    return 1;
+  }
+  const int port = ports[0], state_port = ports[1];
+
+  /* The line's variables, as run.sh's environment would give them. MAX_WAIT only with
+   * --max-wait: without it the line's default stays, as its instruction and rtc do. */
+  pi0::tools::LineVars vars = {
+      {"ROBOT_PORT", std::to_string (port)},
+      {"STATE_PORT", std::to_string (state_port)},
+      {"ROBOT_CONFIG", config},
+      {"LIVE", d.opt.live ? "true" : "false"},
+  };
+  if (!std::isnan (d.opt.max_wait_ms))
+    vars["MAX_WAIT"] = std::to_string (
+        d.opt.max_wait_ms < 0 ? G_MAXUINT64 : (guint64)(d.opt.max_wait_ms * GST_MSECOND));
+  std::string desc;
+  if (!pi0::tools::expand_line_vars (line, vars, &desc, &error)) {
+    g_printerr ("pi0-demo: %s: %s\n", demo_txt.c_str (), error.c_str ());
+    return 1;
+  }
+  d.pipeline = gst_parse_launch (desc.c_str (), &err);
+  if (err) {
+    /* A recoverable error (an unknown property) still makes a pipeline: refuse it too, it is
+     * not the chain the file says. */
+    g_printerr ("pi0-demo: %s: %s\n", demo_txt.c_str (), err->message);
+    g_clear_error (&err);
+    if (d.pipeline)
+      gst_object_unref (d.pipeline);
     return 1;
   }
 
-  const char *live = d.opt.live ? "true" : "false";
-  gchar *desc = g_strdup_printf (
-      PIPELINE, d.opt.max_wait_ms < 0 ? G_MAXUINT64 : (guint64)(d.opt.max_wait_ms * GST_MSECOND),
-      port, config.c_str (), live, live, live, live);
-  d.pipeline = gst_parse_launch (desc, &err);
-  g_free (desc);
-  if (!d.pipeline) {
-    g_printerr ("pipeline: %s\n", err ? err->message : "?");
+  /* The elements this program drives, by their names in the line. */
+  const char *names[] = {"infer", "mux", "sink", "cam_main", "cam_side", "cam_top"};
+  GstElement *el[G_N_ELEMENTS (names)] = {};
+  bool all = true;
+  for (size_t i = 0; i < G_N_ELEMENTS (names); i++) {
+    el[i] = gst_bin_get_by_name (GST_BIN (d.pipeline), names[i]);
+    if (!el[i]) {
+      g_printerr ("pi0-demo: %s has no element named '%s'\n", demo_txt.c_str (), names[i]);
+      all = false;
+    }
+  }
+  const auto unref_all = [&] () {
+    for (GstElement *e : el)
+      if (e)
+        gst_object_unref (e);
+    gst_object_unref (d.pipeline);
+  };
+  if (!all) {
+    unref_all ();
     return 1;
   }
-  GstElement *infer = gst_bin_get_by_name (GST_BIN (d.pipeline), "infer");
-  g_object_set (infer, "instruction", instruction, nullptr);
-  gst_util_set_object_arg (G_OBJECT (infer), "rtc", rtc);
+  GstElement *infer = el[0], *mux = el[1], *sink = el[2], *top = el[5];
 
-  GstElement *mux = gst_bin_get_by_name (GST_BIN (d.pipeline), "mux");
-  GstElement *sink = gst_bin_get_by_name (GST_BIN (d.pipeline), "sink");
-  GstElement *top = gst_bin_get_by_name (GST_BIN (d.pipeline), "cam_top");
-  GstElement *state = gst_bin_get_by_name (GST_BIN (d.pipeline), "state");
-  g_signal_connect (state, "need-data", G_CALLBACK (on_need_state), &d);
+  /* Only now, with the line known good, the robot: it publishes its state from the start. */
+  gchar *tmp = g_dir_make_tmp ("pi0-demo-XXXXXX", nullptr);
+  const std::string robot_log = std::string (tmp) + "/robot.log";
+  g_free (tmp);
+  RobotSim sim;
+  if (!start_robotsim (robotsim, config, port, state_port, robot_log, &sim.pid)) {
+    g_printerr ("pi0-robotsim did not start on UDP port %d (see %s)\n", port, robot_log.c_str ());
+    unref_all ();
+    return 1;
+  }
+
+  if (d.opt.instruction)
+    g_object_set (infer, "instruction", d.opt.instruction, nullptr);
+  if (d.opt.rtc)
+    gst_util_set_object_arg (G_OBJECT (infer), "rtc", d.opt.rtc);
+  /* What runs, from the element: the line's values unless an option replaced them. */
+  gchar *instruction = nullptr;
+  g_object_get (infer, "instruction", &instruction, nullptr);
+  GValue rtc_value = G_VALUE_INIT;
+  g_value_init (&rtc_value,
+                g_object_class_find_property (G_OBJECT_GET_CLASS (infer), "rtc")->value_type);
+  g_object_get_property (G_OBJECT (infer), "rtc", &rtc_value);
+  gchar *rtc = gst_value_serialize (&rtc_value);
+  g_value_unset (&rtc_value);
+
   g_signal_connect (sink, "action", G_CALLBACK (on_action), &d);
 
   GstPad *pad = gst_element_get_static_pad (infer, "src");
@@ -455,42 +574,46 @@ main (int argc, char **argv)
   gst_pad_add_probe (pad, GST_PAD_PROBE_TYPE_BUFFER, stall_probe, &d, nullptr);
   gst_object_unref (pad);
 
-  g_print ("gst-pi0 demo: 3 cameras (main 640x480 RGB 30 fps, side 320x240 NV12 15 fps, top "
-           "1280x720 I420 10 fps) + a 7-joint state at 100 Hz\n"
-           "  -> pi0viewmux -> cudaprep (CPU) -> pi0infer (builtin:pi0-tiny: UNTRAINED, random "
-           "weights; its actions mean nothing; rtc=%s)\n"
-           "  -> pi0actionsink -> udp://127.0.0.1:%d -> pi0-robotsim\n"
+  const char *views[3] = {"main", "side", "top"};
+  double fps[3];
+  std::string cameras;
+  for (int i = 0; i < 3; i++)
+    cameras += (i ? ", " : "") + describe_camera (el[3 + i], views[i], &fps[i]);
+  guint64 max_wait = 0;
+  g_object_get (mux, "max-wait", &max_wait, nullptr);
+  gchar *wait = max_wait == G_MAXUINT64 ? g_strdup ("the cameras' latency")
+                                        : g_strdup_printf ("%g ms", (double)max_wait / GST_MSECOND);
+  g_print ("gst-pi0 demo: 3 cameras (%s) + the robot's 7-joint state at 100 Hz over UDP\n"
+           "  -> pi0viewmux (waits at most %s) -> cudaprep (CPU) -> pi0infer (builtin:pi0-tiny: "
+           "UNTRAINED, random weights; its actions mean nothing; rtc=%s)\n"
+           "  -> pi0actionsink -> udp://127.0.0.1:%d -> pi0-robotsim (its state back on "
+           "udp://127.0.0.1:%d)\n"
+           "Chain: %s, robot: %s.\n"
            "Instruction: \"%s\". The top camera stalls from %.1f s to %.1f s.\n"
            "Per view: frame age at the observation (* = older than max-skew).\n\n",
-           rtc, port, instruction, d.opt.stall_start, d.opt.stall_end);
+           cameras.c_str (), wait, rtc, port, state_port, demo_txt.c_str (), config.c_str (),
+           instruction, d.opt.stall_start, d.opt.stall_end);
+  g_free (wait);
+  g_free (instruction);
+  g_free (rtc);
 
   d.loop = g_main_loop_new (nullptr, FALSE);
   GstBus *bus = gst_element_get_bus (d.pipeline);
   gst_bus_add_watch (bus, on_bus, &d);
   gst_object_unref (bus);
 
-  if (!d.opt.live) {
-    /* Non-live: the cameras stop by themselves after the same amount of stream time. */
-    int n[3] = {(int)(d.opt.duration * 30), (int)(d.opt.duration * 15), (int)(d.opt.duration * 10)};
-    const char *names[3] = {"cam_main", "cam_side", "cam_top"};
-    for (int i = 0; i < 3; i++) {
-      GstElement *src = gst_bin_get_by_name (GST_BIN (d.pipeline), names[i]);
-      g_object_set (src, "num-buffers", n[i], nullptr);
-      gst_object_unref (src);
-    }
-  } else {
-    g_timeout_add ((guint)(d.opt.duration * 1000), on_timeout, &d);
-  }
+  /* Live, on_bus starts the --duration timer once the pipeline plays. Non-live, the cameras
+   * stop by themselves after the same amount of stream time, and the muxer ends with the main
+   * one (the state's udpsrc never ends by itself). */
+  for (int i = 0; i < 3 && !d.opt.live; i++)
+    g_object_set (el[3 + i], "num-buffers", (int)(d.opt.duration * fps[i]), nullptr);
 
   gst_element_set_state (d.pipeline, GST_STATE_PLAYING);
   g_main_loop_run (d.loop);
   gst_element_set_state (d.pipeline, GST_STATE_NULL);
 
   /* Stop the robot and read what it did. */
-  kill (sim_pid, SIGTERM);
-  int status = 0;
-  waitpid (sim_pid, &status, 0);
-  g_spawn_close_pid (sim_pid);
+  sim.stop ();
 
   GstStructure *is = nullptr;
   g_object_get (infer, "stats", &is, nullptr);
@@ -519,12 +642,9 @@ main (int argc, char **argv)
   if (d.opt.live)
     print_latency (sink);
 
-  for (GstElement *e : {infer, mux, sink, top, state})
-    gst_object_unref (e);
-  gst_object_unref (d.pipeline);
+  unref_all ();
   g_main_loop_unref (d.loop);
-  g_unlink (config.c_str ());
-  g_free (tmp);
   g_free (d.opt.instruction);
+  g_free (d.opt.rtc);
   return d.chunks > 0 ? 0 : 1;
 }

@@ -24,12 +24,12 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/InferenceMode.h>
 
-#include "io/error.h"
-#include "io/safetensors.h"
-#include "io/tokenizer.h"
-#include "model/cuda_support.h"
-#include "model/pi0_model.h"
-#include "model/policy.h"
+#include "io/pi0error.h"
+#include "io/pi0safetensors.h"
+#include "io/pi0tokenizer.h"
+#include "model/pi0cudasupport.h"
+#include "model/pi0model.h"
+#include "model/pi0policy.h"
 
 namespace
 {

@@ -1,0 +1,79 @@
+/* Pi0 checkpoints on disk: config.json + model.safetensors, through inference/io. */
+#include <fstream>
+#include <sys/stat.h>
+
+#include "io/pi0checkpoint.h"
+#include "io/pi0error.h"
+#include "io/pi0safetensors.h"
+#include "model/pi0model.h"
+#include "model/pi0policy.h"
+
+namespace pi0
+{
+
+namespace
+{
+
+bool
+is_dir (const std::string &p)
+{
+  struct stat st;
+  return ::stat (p.c_str (), &st) == 0 && S_ISDIR (st.st_mode);
+}
+
+bool
+exists (const std::string &p)
+{
+  struct stat st;
+  return ::stat (p.c_str (), &st) == 0;
+}
+
+std::string
+parent_dir (const std::string &file)
+{
+  auto slash = file.find_last_of ('/');
+  return slash == std::string::npos ? "." : file.substr (0, slash);
+}
+
+} // namespace
+
+std::shared_ptr<Pi0Model>
+load_pi0_model (const std::string &path, int num_steps)
+{
+  std::string dir = is_dir (path) ? path : parent_dir (path);
+  std::string weights = is_dir (path) ? dir + "/model.safetensors" : path;
+  if (!exists (weights))
+    throw Error ("no checkpoint at '" + weights +
+                 "' (expected a directory with model.safetensors and config.json)");
+  std::string config_path = dir + "/config.json";
+  if (!exists (config_path))
+    throw Error ("checkpoint '" + weights + "' has no config.json next to it (" + config_path +
+                 "): the architecture cannot be known");
+  Pi0Config cfg = config_from_json_file (config_path);
+  if (num_steps > 0)
+    cfg.num_steps = num_steps;
+  // The file first (memory-mapped, validated): a corrupt one fails before gigabytes of
+  // parameters are allocated.
+  TensorMap tensors = load_safetensors (weights);
+  auto model = std::make_shared<Pi0Model> (cfg);
+  // Missing, unexpected or mis-shaped tensors come back as one error listing all of them.
+  load_state_dict (*model, tensors, weights);
+  return model;
+}
+
+void
+save_pi0_model (const Pi0Model &model, const std::string &dir)
+{
+  if (!is_dir (dir) && ::mkdir (dir.c_str (), 0755) != 0)
+    throw Error ("cannot create checkpoint directory '" + dir + "'");
+  TensorMap tensors;
+  for (const auto &p : model.named_parameters (true))
+    tensors[p.key ()] = p.value ().detach ().to (at::kCPU, at::kFloat);
+  save_safetensors (dir + "/model.safetensors", tensors, {{"format", "pt"}, {"writer", "gst-pi0"}});
+  std::ofstream out (dir + "/config.json", std::ios::binary | std::ios::trunc);
+  out << model.config ().to_json ();
+  if (!out)
+    throw Error ("cannot write '" + dir + "/config.json'");
+}
+
+} // namespace pi0

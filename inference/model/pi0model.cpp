@@ -1,0 +1,834 @@
+#include "model/pi0model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <c10/core/InferenceMode.h>
+#include <torch/csrc/autograd/autograd.h>
+
+#include "io/pi0error.h"
+
+namespace pi0
+{
+
+namespace layers
+{
+
+namespace
+{
+at::Tensor
+as_dtype (const at::Tensor &x, at::ScalarType t)
+{
+  return x.scalar_type () == t ? x : x.to (t);
+}
+} // namespace
+
+Linear::Linear (int64_t in, int64_t out, bool has_bias, const at::TensorOptions &opts)
+{
+  weight = register_parameter ("weight", at::empty ({out, in}, opts), false);
+  if (has_bias)
+    bias = register_parameter ("bias", at::empty ({out}, opts), false);
+}
+
+at::Tensor
+Linear::forward (const at::Tensor &x) const
+{
+  // Mixed layouts (fp32 projections next to bf16 experts) meet here: follow the weight.
+  return at::linear (as_dtype (x, weight.scalar_type ()), weight, bias);
+}
+
+LayerNorm::LayerNorm (int64_t dim, double eps_, const at::TensorOptions &opts) : eps (eps_)
+{
+  weight = register_parameter ("weight", at::empty ({dim}, opts), false);
+  bias = register_parameter ("bias", at::empty ({dim}, opts), false);
+}
+
+at::Tensor
+LayerNorm::forward (const at::Tensor &x) const
+{
+  return at::layer_norm (x.to (at::kFloat), {x.size (-1)}, weight.to (at::kFloat),
+                         bias.to (at::kFloat), eps)
+      .to (x.scalar_type ());
+}
+
+RMSNorm::RMSNorm (int64_t dim, double eps_, const at::TensorOptions &opts) : eps (eps_)
+{
+  weight = register_parameter ("weight", at::empty ({dim}, opts), false);
+}
+
+at::Tensor
+RMSNorm::forward (const at::Tensor &x) const
+{
+  at::Tensor xf = x.to (at::kFloat);
+  at::Tensor normed = xf * at::rsqrt (xf.pow (2).mean (-1, true) + eps);
+  return (normed * (weight.to (at::kFloat) + 1.0)).to (x.scalar_type ());
+}
+
+Embedding::Embedding (int64_t num, int64_t dim, const at::TensorOptions &opts)
+{
+  weight = register_parameter ("weight", at::empty ({num, dim}, opts), false);
+}
+
+Conv2d::Conv2d (int64_t in, int64_t out, int64_t kernel, const at::TensorOptions &opts)
+    : stride (kernel)
+{
+  weight = register_parameter ("weight", at::empty ({out, in, kernel, kernel}, opts), false);
+  bias = register_parameter ("bias", at::empty ({out}, opts), false);
+}
+
+SiglipAttention::SiglipAttention (const VisionConfig &c, const at::TensorOptions &opts)
+    : heads (c.num_heads)
+{
+  q_proj = register_module ("q_proj", std::make_shared<Linear> (c.width, c.width, true, opts));
+  k_proj = register_module ("k_proj", std::make_shared<Linear> (c.width, c.width, true, opts));
+  v_proj = register_module ("v_proj", std::make_shared<Linear> (c.width, c.width, true, opts));
+  out_proj = register_module ("out_proj", std::make_shared<Linear> (c.width, c.width, true, opts));
+}
+
+SiglipMLP::SiglipMLP (const VisionConfig &c, const at::TensorOptions &opts)
+{
+  fc1 = register_module ("fc1", std::make_shared<Linear> (c.width, c.mlp_dim, true, opts));
+  fc2 = register_module ("fc2", std::make_shared<Linear> (c.mlp_dim, c.width, true, opts));
+}
+
+SiglipLayer::SiglipLayer (const VisionConfig &c, const at::TensorOptions &opts)
+{
+  layer_norm1 = register_module ("layer_norm1",
+                                 std::make_shared<LayerNorm> (c.width, c.layer_norm_eps, opts));
+  self_attn = register_module ("self_attn", std::make_shared<SiglipAttention> (c, opts));
+  layer_norm2 = register_module ("layer_norm2",
+                                 std::make_shared<LayerNorm> (c.width, c.layer_norm_eps, opts));
+  mlp = register_module ("mlp", std::make_shared<SiglipMLP> (c, opts));
+}
+
+at::Tensor
+SiglipLayer::forward (const at::Tensor &x) const
+{
+  const int64_t b = x.size (0), n = x.size (1), w = x.size (2), h = self_attn->heads;
+  at::Tensor y = layer_norm1->forward (x);
+  auto split = [&] (const at::Tensor &t) {
+    return t.view ({b, n, h, w / h}).transpose (1, 2);
+  };
+  at::Tensor q = split (self_attn->q_proj->forward (y));
+  at::Tensor k = split (self_attn->k_proj->forward (y));
+  at::Tensor v = split (self_attn->v_proj->forward (y));
+  // No mask in the vision tower: every patch sees every patch.
+  at::Tensor a = at::scaled_dot_product_attention (q, k, v);
+  at::Tensor out = x + self_attn->out_proj->forward (a.transpose (1, 2).reshape ({b, n, w}));
+  at::Tensor z = layer_norm2->forward (out);
+  return out + mlp->fc2->forward (at::gelu (mlp->fc1->forward (z), "tanh"));
+}
+
+SiglipEmbeddings::SiglipEmbeddings (const VisionConfig &c, const at::TensorOptions &opts)
+{
+  patch_embedding = register_module ("patch_embedding",
+                                     std::make_shared<Conv2d> (3, c.width, c.patch_size, opts));
+  position_embedding = register_module (
+      "position_embedding", std::make_shared<Embedding> (c.num_patches (), c.width, opts));
+}
+
+SiglipVisionModel::SiglipVisionModel (const VisionConfig &c, const at::TensorOptions &opts)
+{
+  embeddings = register_module ("embeddings", std::make_shared<SiglipEmbeddings> (c, opts));
+  encoder = register_module ("encoder", std::make_shared<Container> ());
+  auto holder = encoder->register_module ("layers", std::make_shared<Container> ());
+  for (int i = 0; i < c.depth; i++)
+    layers.push_back (
+        holder->register_module (std::to_string (i), std::make_shared<SiglipLayer> (c, opts)));
+  post_layernorm = register_module ("post_layernorm",
+                                    std::make_shared<LayerNorm> (c.width, c.layer_norm_eps, opts));
+}
+
+at::Tensor
+SiglipVisionModel::forward (const at::Tensor &pixels, std::vector<at::Tensor> *hidden_states) const
+{
+  // Patch and position embeddings stay in fp32 (openpi keeps them so under bf16).
+  const auto &pe = *embeddings->patch_embedding;
+  // The stride = kernel convolution as patchify + one matmul: the same sums as the conv (weight
+  // [out, in, ky, kx] flattened in that order), no cuDNN algorithm choice (no TF32), and shape
+  // rules that stay simple to capture.
+  const int64_t n = pixels.size (0), c = pixels.size (1), p = pe.stride;
+  const int64_t gh = pixels.size (2) / p, gw = pixels.size (3) / p;
+  at::Tensor patches = pixels.to (pe.weight.scalar_type ())
+                           .reshape ({n, c, gh, p, gw, p})
+                           .permute ({0, 2, 4, 1, 3, 5})
+                           .reshape ({n, gh * gw, c * p * p});
+  at::Tensor x = at::linear (patches, pe.weight.reshape ({pe.weight.size (0), c * p * p}), pe.bias);
+  x = x + embeddings->position_embedding->weight.to (x.scalar_type ());
+  x = x.to (layers.empty () ? x.scalar_type ()
+                            : layers[0]->self_attn->q_proj->weight.scalar_type ());
+  if (hidden_states)
+    hidden_states->push_back (x);
+  for (const auto &layer : layers) {
+    x = layer->forward (x);
+    if (hidden_states)
+      hidden_states->push_back (x);
+  }
+  return post_layernorm->forward (x);
+}
+
+GemmaAttention::GemmaAttention (const GemmaConfig &c, const at::TensorOptions &opts)
+{
+  const int64_t q = int64_t (c.num_heads) * c.head_dim, kv = int64_t (c.num_kv_heads) * c.head_dim;
+  q_proj = register_module ("q_proj", std::make_shared<Linear> (c.width, q, false, opts));
+  k_proj = register_module ("k_proj", std::make_shared<Linear> (c.width, kv, false, opts));
+  v_proj = register_module ("v_proj", std::make_shared<Linear> (c.width, kv, false, opts));
+  o_proj = register_module ("o_proj", std::make_shared<Linear> (q, c.width, false, opts));
+}
+
+GemmaMLP::GemmaMLP (const GemmaConfig &c, const at::TensorOptions &opts)
+{
+  gate_proj =
+      register_module ("gate_proj", std::make_shared<Linear> (c.width, c.mlp_dim, false, opts));
+  up_proj = register_module ("up_proj", std::make_shared<Linear> (c.width, c.mlp_dim, false, opts));
+  down_proj =
+      register_module ("down_proj", std::make_shared<Linear> (c.mlp_dim, c.width, false, opts));
+}
+
+at::Tensor
+GemmaMLP::forward (const at::Tensor &x) const
+{
+  return down_proj->forward (at::gelu (gate_proj->forward (x), "tanh") * up_proj->forward (x));
+}
+
+GemmaLayer::GemmaLayer (const GemmaConfig &c, double eps, const at::TensorOptions &opts)
+{
+  self_attn = register_module ("self_attn", std::make_shared<GemmaAttention> (c, opts));
+  mlp = register_module ("mlp", std::make_shared<GemmaMLP> (c, opts));
+  input_layernorm =
+      register_module ("input_layernorm", std::make_shared<RMSNorm> (c.width, eps, opts));
+  post_attention_layernorm =
+      register_module ("post_attention_layernorm", std::make_shared<RMSNorm> (c.width, eps, opts));
+}
+
+GemmaStack::GemmaStack (const GemmaConfig &c, int64_t vocab, double eps,
+                        const at::TensorOptions &opts)
+    : cfg (c)
+{
+  if (vocab > 0)
+    embed_tokens =
+        register_module ("embed_tokens", std::make_shared<Embedding> (vocab, c.width, opts));
+  layers_holder = register_module ("layers", std::make_shared<Container> ());
+  for (int i = 0; i < c.depth; i++)
+    layers.push_back (layers_holder->register_module (std::to_string (i),
+                                                      std::make_shared<GemmaLayer> (c, eps, opts)));
+  norm = register_module ("norm", std::make_shared<RMSNorm> (c.width, eps, opts));
+}
+
+} // namespace layers
+
+/* ---- rules ---- */
+
+at::Tensor
+make_attention_mask (const at::Tensor &pad_mask, const at::Tensor &ar_mask)
+{
+  TORCH_CHECK (pad_mask.dim () == 2, "pad_mask must be [B,N]");
+  at::Tensor ar = ar_mask.to (at::kLong);
+  if (ar.dim () == 1)
+    ar = ar.unsqueeze (0).expand ({pad_mask.size (0), ar.size (0)});
+  TORCH_CHECK (ar.sizes () == pad_mask.sizes (), "ar_mask must match pad_mask");
+  at::Tensor cum = at::cumsum (ar, 1);
+  at::Tensor causal = cum.unsqueeze (1) <= cum.unsqueeze (2); // [b,i,j]: cum[j] <= cum[i]
+  at::Tensor pad = pad_mask.to (at::kBool);
+  at::Tensor valid = pad.unsqueeze (1).logical_and (pad.unsqueeze (2)); // both tokens real
+  return causal.logical_and (valid);
+}
+
+at::Tensor
+positions_from_mask (const at::Tensor &pad_mask)
+{
+  return at::cumsum (pad_mask.to (at::kLong), 1) - 1;
+}
+
+namespace
+{
+
+/* cos/sin of positions * theta^(-2k/d), [B,1,N,d/2] fp32: computed once per forward and shared by
+ * every layer and by q and k. */
+struct RopeTables {
+  at::Tensor cos, sin;
+};
+
+RopeTables
+rope_tables (const at::Tensor &positions, int64_t d, double theta)
+{
+  auto fopts = positions.options ().dtype (at::kFloat);
+  at::Tensor inv_freq =
+      at::reciprocal (at::pow (theta, at::arange (0, d, 2, fopts) / static_cast<double> (d)));
+  at::Tensor freqs = positions.to (at::kFloat).unsqueeze (-1) * inv_freq; // [B,N,d/2]
+  return {freqs.cos ().unsqueeze (1), freqs.sin ().unsqueeze (1)};
+}
+
+at::Tensor
+rotate (const at::Tensor &x, const RopeTables &t)
+{
+  const int64_t half = x.size (-1) / 2;
+  at::Tensor xf = x.to (at::kFloat);
+  at::Tensor x1 = xf.narrow (-1, 0, half), x2 = xf.narrow (-1, half, half);
+  return at::cat ({x1 * t.cos - x2 * t.sin, x2 * t.cos + x1 * t.sin}, -1);
+}
+
+} // namespace
+
+at::Tensor
+apply_rope (const at::Tensor &x, const at::Tensor &positions, double theta)
+{
+  return rotate (x, rope_tables (positions, x.size (-1), theta));
+}
+
+at::Tensor
+time_embedding (const at::Tensor &t, int64_t dim, double min_period, double max_period)
+{
+  TORCH_CHECK (dim % 2 == 0 && t.dim () == 1, "time_embedding: even dim and t [B] expected");
+  auto dopts = t.options ().dtype (at::kDouble);
+  at::Tensor fraction = at::linspace (0.0, 1.0, dim / 2, dopts);
+  at::Tensor period = min_period * at::pow (max_period / min_period, fraction);
+  at::Tensor x = (2.0 * M_PI / period).unsqueeze (0) * t.to (at::kDouble).unsqueeze (1);
+  return at::cat ({x.sin (), x.cos ()}, 1).to (at::kFloat);
+}
+
+at::Tensor
+suffix_ar_mask (int64_t horizon, const at::Device &device)
+{
+  // Built on the device from arange so that it is capturable in a CUDA graph (no host copy).
+  return at::arange (1 + horizon, at::TensorOptions ().dtype (at::kLong).device (device)) <= 1;
+}
+
+/* ---- the model ---- */
+
+Pi0Model::Pi0Model (const Pi0Config &config, const at::TensorOptions &opts_in) : cfg_ (config)
+{
+  cfg_.validate ();
+  at::TensorOptions opts = opts_in.dtype (at::kFloat);
+  device_ = opts.device ();
+  using namespace layers;
+  pwe_ = register_module ("paligemma_with_expert", std::make_shared<Container> ());
+  paligemma_ = pwe_->register_module ("paligemma", std::make_shared<Container> ());
+  paligemma_model_ = paligemma_->register_module ("model", std::make_shared<Container> ());
+  vision_tower_ =
+      paligemma_model_->register_module ("vision_tower", std::make_shared<Container> ());
+  vision_ = vision_tower_->register_module (
+      "vision_model", std::make_shared<SiglipVisionModel> (cfg_.vision, opts));
+  projector_ =
+      paligemma_model_->register_module ("multi_modal_projector", std::make_shared<Container> ());
+  projector_linear_ = projector_->register_module (
+      "linear", std::make_shared<Linear> (cfg_.vision.width, cfg_.text.width, true, opts));
+  text_ = paligemma_model_->register_module (
+      "language_model",
+      std::make_shared<GemmaStack> (cfg_.text, cfg_.vocab_size, cfg_.rms_norm_eps, opts));
+  expert_ = pwe_->register_module ("gemma_expert", std::make_shared<Container> ());
+  action_expert_ = expert_->register_module (
+      "model", std::make_shared<GemmaStack> (cfg_.expert, 0, cfg_.rms_norm_eps, opts));
+  experts_ = {text_, action_expert_};
+
+  const int64_t ew = cfg_.expert.width;
+  action_in_proj = register_module ("action_in_proj",
+                                    std::make_shared<Linear> (cfg_.action_dim, ew, true, opts));
+  action_out_proj = register_module ("action_out_proj",
+                                     std::make_shared<Linear> (ew, cfg_.action_dim, true, opts));
+  state_proj =
+      register_module ("state_proj", std::make_shared<Linear> (cfg_.state_dim, ew, true, opts));
+  action_time_mlp_in =
+      register_module ("action_time_mlp_in", std::make_shared<Linear> (2 * ew, ew, true, opts));
+  action_time_mlp_out =
+      register_module ("action_time_mlp_out", std::make_shared<Linear> (ew, ew, true, opts));
+}
+
+int64_t
+Pi0Model::num_parameters () const
+{
+  int64_t n = 0;
+  for (const auto &p : parameters ())
+    n += p.numel ();
+  return n;
+}
+
+void
+Pi0Model::init_random (uint64_t seed)
+{
+  at::NoGradGuard no_grad;
+  auto gen = at::make_generator<at::CPUGeneratorImpl> (seed);
+  auto cpu = at::TensorOptions ().dtype (at::kFloat);
+  // Values are drawn on the CPU in parameter order, so a seed gives the same weights everywhere.
+  auto fill = [&] (at::Tensor &p, at::Tensor v) {
+    if (p.device ().type () != at::kMeta)
+      p.copy_ (v);
+  };
+  auto uniform = [&] (at::IntArrayRef shape, double bound) {
+    return at::empty (shape, cpu).uniform_ (-bound, bound, gen);
+  };
+  auto normal = [&] (at::IntArrayRef shape, double std) {
+    return at::empty (shape, cpu).normal_ (0.0, std, gen);
+  };
+  for (const auto &m : modules (/*include_self=*/false)) {
+    torch::nn::Module *raw = m.get ();
+    if (auto *l = dynamic_cast<layers::Linear *> (raw)) {
+      double bound = 1.0 / std::sqrt (static_cast<double> (l->weight.size (1)));
+      fill (l->weight, uniform (l->weight.sizes (), bound));
+      if (l->bias.defined ())
+        fill (l->bias, uniform (l->bias.sizes (), 0.1 * bound));
+    } else if (auto *c = dynamic_cast<layers::Conv2d *> (raw)) {
+      double bound = 1.0 / std::sqrt (static_cast<double> (c->weight[0].numel ()));
+      fill (c->weight, uniform (c->weight.sizes (), bound));
+      fill (c->bias, uniform (c->bias.sizes (), 0.1 * bound));
+    } else if (auto *e = dynamic_cast<layers::Embedding *> (raw)) {
+      fill (e->weight, normal (e->weight.sizes (),
+                               1.0 / std::sqrt (static_cast<double> (e->weight.size (1)))));
+    } else if (auto *n = dynamic_cast<layers::LayerNorm *> (raw)) {
+      fill (n->weight, normal (n->weight.sizes (), 0.1) + 1.0);
+      fill (n->bias, normal (n->bias.sizes (), 0.02));
+    } else if (auto *r = dynamic_cast<layers::RMSNorm *> (raw)) {
+      // Non-zero scales so that the (1 + scale) rule is exercised by every test.
+      fill (r->weight, normal (r->weight.sizes (), 0.1));
+    }
+  }
+}
+
+void
+Pi0Model::set_precision (const at::Device &device, at::ScalarType dtype)
+{
+  if (dtype == at::kHalf)
+    throw Error ("float16 is not supported for Pi0: its activations overflow fp16 (TensorRT FP16 "
+                 "builds of pi0 fail "
+                 "the same way); use bfloat16 on CUDA or float32");
+  if (dtype != at::kFloat && dtype != at::kBFloat16)
+    throw Error (std::string ("unsupported model dtype ") + c10::toString (dtype) +
+                 " (use float32 or bfloat16)");
+  at::NoGradGuard no_grad;
+  for (auto &item : named_parameters ()) {
+    const std::string &name = item.key ();
+    at::Tensor &p = item.value ();
+    // The mixed-precision layout of openpi/LeRobot: norms, patch/position embeddings and the
+    // small state/action/time projections stay fp32; everything in the two Gemmas and the
+    // SigLIP blocks takes `dtype`.
+    bool keep_fp32 = name.rfind ("paligemma_with_expert.", 0) != 0 ||
+                     name.find ("norm") != std::string::npos ||
+                     name.find ("patch_embedding") != std::string::npos ||
+                     name.find ("position_embedding") != std::string::npos;
+    p.set_data (p.data ().to (device, keep_fp32 ? at::kFloat : dtype));
+  }
+  device_ = device;
+  dtype_ = dtype;
+}
+
+at::Tensor
+Pi0Model::embed_images (const at::Tensor &images) const
+{
+  TORCH_CHECK (images.dim () == 5, "images must be [B,V,3,H,W]");
+  const int64_t b = images.size (0), v = images.size (1);
+  at::Tensor feats = vision_->forward (images.flatten (0, 1));
+  feats = projector_linear_->forward (feats).to (dtype_);
+  return feats.reshape ({b, v * feats.size (1), feats.size (2)});
+}
+
+at::Tensor
+Pi0Model::embed_tokens (const at::Tensor &tokens) const
+{
+  const at::Tensor &w = text_->embed_tokens->weight;
+  // sqrt(width) applies to language embeddings only (openpi removes PaliGemma's image scaling);
+  // the factor is rounded to the weight dtype as transformers' scaled embedding does.
+  at::Tensor scale =
+      at::scalar_tensor (std::sqrt (static_cast<double> (cfg_.text.width)), w.options ());
+  return (at::embedding (w, tokens) * scale).to (dtype_);
+}
+
+PrefixEmbedding
+Pi0Model::embed_prefix (const at::Tensor &images, const at::Tensor &image_masks,
+                        const at::Tensor &tokens, const at::Tensor &token_mask) const
+{
+  const int64_t b = images.size (0), v = images.size (1), n = cfg_.vision.num_patches ();
+  at::Tensor img = embed_images (images);
+  // A masked view is still encoded (fixed shapes) but its tokens are excluded from attention and
+  // from position counting, so its content cannot reach the actions.
+  at::Tensor img_mask =
+      image_masks.to (at::kBool).unsqueeze (-1).expand ({b, v, n}).reshape ({b, v * n});
+  PrefixEmbedding p;
+  p.embeddings = at::cat ({img, embed_tokens (tokens)}, 1);
+  p.mask = at::cat ({img_mask, token_mask.to (at::kBool)}, 1);
+  return p;
+}
+
+at::Tensor
+Pi0Model::attention (const at::Tensor &q, const at::Tensor &k_in, const at::Tensor &v_in,
+                     const at::Tensor &mask) const
+{
+  const int64_t b = q.size (0), h = q.size (1), kvh = k_in.size (1), nk = k_in.size (2),
+                d = q.size (3);
+  at::Tensor k = k_in, v = v_in;
+  if (kvh != h) { // multi-query: query head i reads kv head i / (h / kvh)
+    k = k.unsqueeze (2).expand ({b, kvh, h / kvh, nk, d}).reshape ({b, h, nk, d});
+    v = v.unsqueeze (2).expand ({b, kvh, h / kvh, nk, d}).reshape ({b, h, nk, d});
+  }
+  const double scale = 1.0 / std::sqrt (static_cast<double> (d));
+  at::Tensor allowed = mask.unsqueeze (1);
+  if (attn_impl_ == AttentionImpl::Sdpa) {
+    at::Tensor bias = at::zeros (allowed.sizes (), q.options ().dtype (dtype_))
+                          .masked_fill_ (allowed.logical_not (), kMaskedLogit);
+    return at::scaled_dot_product_attention (q.to (dtype_), k.to (dtype_), v, bias, 0.0, false,
+                                             scale);
+  }
+  // Logits and softmax in fp32 whatever the weights are (openpi's preferred_element_type=f32).
+  at::Tensor logits = at::matmul (q.to (at::kFloat), k.to (at::kFloat).transpose (-1, -2)) * scale;
+  logits.masked_fill_ (allowed.logical_not (), kMaskedLogit);
+  at::Tensor probs = at::softmax (logits, -1);
+  return at::matmul (probs.to (v.scalar_type ()), v);
+}
+
+std::vector<at::Tensor>
+Pi0Model::run_layers (const std::vector<at::Tensor> &inputs, const at::Tensor &mask,
+                      const at::Tensor &positions, const PrefixCache *cache_in,
+                      PrefixCache *cache_out, std::vector<at::Tensor> *hidden_states,
+                      bool final_norm) const
+{
+  const GemmaConfig &g = cfg_.text; // heads, kv heads and head dim are shared by both experts
+  std::vector<at::Tensor> xs = inputs;
+  for (auto &x : xs)
+    if (x.defined ())
+      x = x.to (dtype_);
+  if (hidden_states)
+    for (auto &x : xs)
+      if (x.defined ())
+        hidden_states->push_back (x);
+  const RopeTables rope = rope_tables (positions, g.head_dim, cfg_.rope_theta);
+  for (int l = 0; l < g.depth; l++) {
+    std::vector<at::Tensor> qs, ks, vs;
+    std::vector<int64_t> lens;
+    for (size_t e = 0; e < xs.size (); e++) {
+      if (!xs[e].defined ())
+        continue;
+      const auto &layer = *experts_[e]->layers[l];
+      at::Tensor h = layer.input_layernorm->forward (xs[e]);
+      const int64_t b = h.size (0), n = h.size (1);
+      qs.push_back (layer.self_attn->q_proj->forward (h)
+                        .view ({b, n, g.num_heads, g.head_dim})
+                        .transpose (1, 2));
+      ks.push_back (layer.self_attn->k_proj->forward (h)
+                        .view ({b, n, g.num_kv_heads, g.head_dim})
+                        .transpose (1, 2));
+      vs.push_back (layer.self_attn->v_proj->forward (h)
+                        .view ({b, n, g.num_kv_heads, g.head_dim})
+                        .transpose (1, 2));
+      lens.push_back (n);
+    }
+    // One attention over the experts' tokens concatenated along the sequence.
+    at::Tensor q = rotate (qs.size () == 1 ? qs[0] : at::cat (qs, 2), rope);
+    at::Tensor k = rotate (ks.size () == 1 ? ks[0] : at::cat (ks, 2), rope).to (dtype_);
+    at::Tensor v = vs.size () == 1 ? vs[0] : at::cat (vs, 2);
+    if (cache_in) {
+      k = at::cat ({cache_in->keys[l], k}, 2);
+      v = at::cat ({cache_in->values[l], v}, 2);
+    }
+    if (cache_out) {
+      cache_out->keys.push_back (k);
+      cache_out->values.push_back (v);
+    }
+    at::Tensor att = attention (q, k, v, mask);
+    const int64_t b = att.size (0), nq = att.size (2);
+    att = att.transpose (1, 2).reshape ({b, nq, g.num_heads * g.head_dim});
+    int64_t offset = 0;
+    size_t i = 0;
+    for (size_t e = 0; e < xs.size (); e++) {
+      if (!xs[e].defined ())
+        continue;
+      const auto &layer = *experts_[e]->layers[l];
+      at::Tensor x =
+          xs[e] + layer.self_attn->o_proj->forward (att.narrow (1, offset, lens[i])).to (dtype_);
+      x = x + layer.mlp->forward (layer.post_attention_layernorm->forward (x)).to (dtype_);
+      xs[e] = x;
+      offset += lens[i++];
+      if (hidden_states)
+        hidden_states->push_back (x);
+    }
+  }
+  if (final_norm)
+    for (size_t e = 0; e < xs.size (); e++)
+      if (xs[e].defined ())
+        xs[e] = experts_[e]->norm->forward (xs[e]);
+  return xs;
+}
+
+PrefixCache
+Pi0Model::prefill (const PrefixEmbedding &prefix) const
+{
+  PrefixCache cache;
+  at::Tensor zeros = at::zeros ({prefix.mask.size (1)}, prefix.mask.options ().dtype (at::kLong));
+  at::Tensor mask = make_attention_mask (prefix.mask, zeros); // prefix: fully bidirectional
+  run_layers ({prefix.embeddings, at::Tensor ()}, mask, positions_from_mask (prefix.mask), nullptr,
+              &cache, nullptr, false);
+  cache.mask = prefix.mask;
+  return cache;
+}
+
+at::Tensor
+Pi0Model::embed_suffix (const at::Tensor &state, const at::Tensor &x_t, const at::Tensor &t) const
+{
+  const int64_t b = x_t.size (0), horizon = x_t.size (1), ew = cfg_.expert.width;
+  at::Tensor state_tok = state_proj->forward (state.to (at::kFloat)).unsqueeze (1);
+  at::Tensor a = action_in_proj->forward (x_t.to (at::kFloat));
+  at::Tensor te = time_embedding (t, ew, cfg_.min_period, cfg_.max_period).to (a.scalar_type ());
+  at::Tensor at_in = at::cat ({a, te.unsqueeze (1).expand ({b, horizon, ew})}, 2);
+  at::Tensor h = action_time_mlp_out->forward (at::silu (action_time_mlp_in->forward (at_in)));
+  return at::cat ({state_tok.to (h.scalar_type ()), h}, 1).to (dtype_);
+}
+
+Pi0Model::SuffixLayout
+Pi0Model::suffix_layout (const PrefixCache &cache) const
+{
+  const int64_t b = cache.mask.size (0), s = cfg_.suffix_len (), p = cache.mask.size (1);
+  at::Tensor suffix_pad = at::ones ({b, s}, cache.mask.options ());
+  at::Tensor self_mask =
+      make_attention_mask (suffix_pad, suffix_ar_mask (s - 1, cache.mask.device ()));
+  at::Tensor to_prefix = cache.mask.unsqueeze (1).expand ({b, s, p});
+  SuffixLayout layout;
+  layout.mask = at::cat ({to_prefix, self_mask}, 2);
+  // Suffix positions continue after the valid prefix tokens (padding does not advance them).
+  layout.positions = cache.mask.to (at::kLong).sum (-1, true) + positions_from_mask (suffix_pad);
+  return layout;
+}
+
+at::Tensor
+Pi0Model::denoise_step (const PrefixCache &cache, const at::Tensor &state, const at::Tensor &x_t,
+                        const at::Tensor &t) const
+{
+  return denoise_step (cache, suffix_layout (cache), state, x_t, t);
+}
+
+at::Tensor
+Pi0Model::denoise_step (const PrefixCache &cache, const SuffixLayout &layout,
+                        const at::Tensor &state, const at::Tensor &x_t, const at::Tensor &t) const
+{
+  at::Tensor suffix = embed_suffix (state, x_t, t);
+  const int64_t s = suffix.size (1);
+  TORCH_CHECK (s == layout.mask.size (1), "suffix length does not match the config's horizon");
+  at::Tensor out = run_layers ({at::Tensor (), suffix}, layout.mask, layout.positions, &cache,
+                               nullptr, nullptr, true)[1];
+  return action_out_proj->forward (out.narrow (1, 1, s - 1).to (at::kFloat));
+}
+
+at::Tensor
+Pi0Model::velocity_full_sequence (const PrefixEmbedding &prefix, const at::Tensor &state,
+                                  const at::Tensor &x_t, const at::Tensor &t) const
+{
+  at::Tensor suffix = embed_suffix (state, x_t, t);
+  const int64_t b = suffix.size (0), s = suffix.size (1), p = prefix.mask.size (1);
+  at::Tensor pad = at::cat ({prefix.mask, at::ones ({b, s}, prefix.mask.options ())}, 1);
+  at::Tensor ar = at::cat ({at::zeros ({p}, prefix.mask.options ().dtype (at::kBool)),
+                            suffix_ar_mask (s - 1, suffix.device ())});
+  at::Tensor mask = make_attention_mask (pad, ar);
+  auto outs = run_layers ({prefix.embeddings, suffix}, mask, positions_from_mask (pad), nullptr,
+                          nullptr, nullptr, true);
+  return action_out_proj->forward (outs[1].narrow (1, 1, s - 1).to (at::kFloat));
+}
+
+void
+Pi0Model::denoise_loop (const PrefixCache &cache, const at::Tensor &state, at::Tensor &x) const
+{
+  const int64_t b = x.size (0);
+  const double dt = -1.0 / cfg_.num_steps;
+  const SuffixLayout layout = suffix_layout (cache); // the same for every step
+  for (int step = 0; step < cfg_.num_steps; step++) {
+    // t = 1 + step * dt as LeRobot computes it (not by accumulation), so t hits 0.1 exactly.
+    const double time = 1.0 + step * dt;
+    at::Tensor t = at::full ({b}, static_cast<float> (time), x.options ().dtype (at::kFloat));
+    x.add_ (denoise_step (cache, layout, state, x, t), dt);
+  }
+}
+
+at::Tensor
+Pi0Model::sample_actions (const at::Tensor &images, const at::Tensor &image_masks,
+                          const at::Tensor &tokens, const at::Tensor &token_mask,
+                          const at::Tensor &state, const at::Tensor &noise) const
+{
+  PrefixCache cache = prefill (embed_prefix (images, image_masks, tokens, token_mask));
+  at::Tensor x = noise.to (at::kFloat).clone ();
+  denoise_loop (cache, state, x);
+  return x;
+}
+
+/* ---- real-time chunking ---- */
+
+at::Tensor
+rtc_prefix_weights (int64_t delay, int64_t end, int64_t horizon, RtcSchedule schedule)
+{
+  if (horizon < 0 || end < 0 || end > horizon)
+    throw Error ("RTC: the mask's end (" + std::to_string (end) + ") must be within [0, horizon " +
+                 std::to_string (horizon) + "]");
+  if (delay < 0)
+    throw Error ("RTC: the delay must be >= 0, got " + std::to_string (delay));
+  const int64_t start = std::min (delay, end); // the mask's end wins over the delay
+  at::Tensor w = at::zeros ({horizon}, at::kFloat);
+  switch (schedule) {
+    case RtcSchedule::Zeros:
+      w.narrow (0, 0, start).fill_ (1.0);
+      break;
+    case RtcSchedule::Ones:
+      w.narrow (0, 0, end).fill_ (1.0);
+      break;
+    case RtcSchedule::Linear:
+    case RtcSchedule::Exp: {
+      w.narrow (0, 0, start).fill_ (1.0);
+      const int64_t n = end - start;
+      if (n > 0) {
+        // c_i = (end - i) / (end - start + 1) for start <= i < end: the interior points of a
+        // descent from 1 to 0, taken from linspace as LeRobot does so that the floats agree.
+        at::Tensor c = at::linspace (1.0, 0.0, n + 2, at::kFloat).narrow (0, 1, n);
+        if (schedule == RtcSchedule::Exp)
+          c = c * at::expm1 (c).div (M_E - 1.0);
+        w.narrow (0, start, n).copy_ (c);
+      }
+      break;
+    }
+  }
+  return w;
+}
+
+float
+rtc_guidance_weight (double t, double max_guidance_weight)
+{
+  // float32 throughout, in LeRobot's order, so that the parity goldens agree to the last bit;
+  // tau is the paper's time. (1 - tau) / tau is +inf at tau = 0 (pi0's first step): the clip.
+  const float beta = static_cast<float> (max_guidance_weight);
+  const float tau = static_cast<float> (1.0 - t);
+  const float one_minus = 1.0f - tau;
+  const float sq = one_minus * one_minus;
+  const float inv_r2 = (sq + tau * tau) / sq;
+  float c = one_minus / tau;
+  if (std::isinf (c) && c > 0)
+    c = beta;
+  float g = c * inv_r2;
+  if (std::isnan (g))
+    g = 0.0f; // tau = 1 (t = 0, never a step): 0 * inf
+  else if (std::isinf (g) && g > 0)
+    g = beta;
+  return std::min (g, beta);
+}
+
+namespace
+{
+
+/* The validated guidance of one call: the prefix padded to [B, horizon, action_dim] and the
+ * mask [1, horizon, 1], both fp32 on the model's device. */
+struct RtcPlan {
+  at::Tensor target, weights;
+};
+
+RtcPlan
+plan_rtc (const RtcGuidance &rtc, const at::Tensor &x)
+{
+  const int64_t b = x.size (0), h = x.size (1), a = x.size (2);
+  at::Tensor p = rtc.prefix;
+  if (p.dim () == 2)
+    p = p.unsqueeze (0);
+  if (p.dim () != 3 || !at::isFloatingType (p.scalar_type ()))
+    throw Error ("RTC: the prefix must be float [B,R,A] or [R,A], got " +
+                 std::string (c10::toString (p.scalar_type ())) + " with " +
+                 std::to_string (rtc.prefix.dim ()) + " dims");
+  if (p.size (0) != b && p.size (0) != 1)
+    throw Error ("RTC: the prefix has batch " + std::to_string (p.size (0)) + ", the noise " +
+                 std::to_string (b));
+  if (p.size (1) > h || p.size (2) > a)
+    throw Error ("RTC: the prefix [" + std::to_string (p.size (1)) + ", " +
+                 std::to_string (p.size (2)) + "] is larger than the chunk [" + std::to_string (h) +
+                 ", " + std::to_string (a) + "]");
+  if (rtc.execution_horizon < 0 || rtc.execution_horizon > h)
+    throw Error ("RTC: the execution horizon must be within [0, " + std::to_string (h) + "], got " +
+                 std::to_string (rtc.execution_horizon));
+  if (rtc.delay < 0 || rtc.delay > h)
+    throw Error ("RTC: the delay must be within [0, " + std::to_string (h) + "], got " +
+                 std::to_string (rtc.delay));
+  if (!(rtc.max_guidance_weight >= 0.0) || std::isinf (rtc.max_guidance_weight))
+    throw Error ("RTC: the maximum guidance weight must be finite and >= 0, got " +
+                 std::to_string (rtc.max_guidance_weight));
+  // A non-finite prefix is refused rather than guided toward: 0 * NaN would spread it over every
+  // row (the mask's zeros included), and a clamp would hide a broken upstream.
+  if (!at::isfinite (p).all ().item<bool> ())
+    throw Error ("RTC: the prefix (the executing chunk's remaining actions) has non-finite values");
+  RtcPlan plan;
+  plan.target = at::zeros ({b, h, a}, x.options ().dtype (at::kFloat));
+  plan.target.narrow (1, 0, p.size (1))
+      .narrow (2, 0, p.size (2))
+      .copy_ (p.to (at::kFloat).expand ({b, p.size (1), p.size (2)}));
+  const int64_t end = std::min (h - rtc.execution_horizon, p.size (1));
+  plan.weights =
+      rtc_prefix_weights (rtc.delay, end, h, rtc.schedule).to (x.device ()).view ({1, h, 1});
+  return plan;
+}
+
+} // namespace
+
+void
+Pi0Model::denoise_loop_guided (const PrefixCache &cache, const at::Tensor &state, at::Tensor &x,
+                               const RtcGuidance &rtc) const
+{
+  if (!rtc.prefix.defined ()) {
+    denoise_loop (cache, state, x);
+    return;
+  }
+  TORCH_CHECK (x.dim () == 3, "x must be [B,H,A]");
+  const RtcPlan plan = plan_rtc (rtc, x);
+  const int64_t b = x.size (0);
+  const double dt = -1.0 / cfg_.num_steps;
+  const bool vjp = rtc.jacobian == RtcJacobian::Vjp;
+
+  // Vjp records the suffix pass with autograd on, whatever the caller's mode; what it saves for
+  // the backward must not be inference tensors (the Policy runs under InferenceMode). None is:
+  // the cached K/V enter through cat and the masks through logical_not (which save nothing), and
+  // the error below is built off the graph. Tested (RtcTiny.SameUnderInferenceModeAndOutside).
+  const SuffixLayout layout = suffix_layout (cache);
+
+  for (int step = 0; step < cfg_.num_steps; step++) {
+    const double time = 1.0 + step * dt; // as denoise_loop
+    const float g = rtc_guidance_weight (time, rtc.max_guidance_weight);
+    at::Tensor guided;
+    if (vjp) {
+      c10::InferenceMode normal (false);
+      at::AutoGradMode grad (true);
+      at::Tensor xg = x.clone ().requires_grad_ (true);
+      at::Tensor t = at::full ({b}, static_cast<float> (time), xg.options ().dtype (at::kFloat));
+      at::Tensor v = denoise_step (cache, layout, state, xg, t);
+      at::Tensor x1 = xg - time * v; // the data estimate, a function of x through v
+      // The error is a constant of the backward pass (LeRobot's grad_outputs): built off the
+      // graph, so that the (possibly inference-mode) target and mask are never saved for it.
+      at::Tensor err = (plan.target - x1.detach ()) * plan.weights;
+      // J^T err with J = dx1/dx = I - t dv/dx: one backward pass through the action expert.
+      at::Tensor correction = torch::autograd::grad ({x1}, {xg}, {err})[0];
+      guided = v.detach () - g * correction;
+    } else {
+      at::Tensor t = at::full ({b}, static_cast<float> (time), x.options ().dtype (at::kFloat));
+      at::Tensor v = denoise_step (cache, layout, state, x, t);
+      at::Tensor x1 = x - time * v;
+      guided = v - g * ((plan.target - x1) * plan.weights);
+    }
+    // No nan_to_num: a non-finite velocity must reach the actions, where the sink refuses them.
+    x.add_ (guided, dt);
+  }
+}
+
+at::Tensor
+Pi0Model::sample_actions_guided (const at::Tensor &images, const at::Tensor &image_masks,
+                                 const at::Tensor &tokens, const at::Tensor &token_mask,
+                                 const at::Tensor &state, const at::Tensor &noise,
+                                 const RtcGuidance &rtc) const
+{
+  PrefixCache cache = prefill (embed_prefix (images, image_masks, tokens, token_mask));
+  at::Tensor x = noise.to (at::kFloat).clone ();
+  denoise_loop_guided (cache, state, x, rtc);
+  return x;
+}
+
+std::vector<at::Tensor>
+Pi0Model::gemma_hidden_states (int which, const at::Tensor &x, const at::Tensor &mask,
+                               const at::Tensor &positions) const
+{
+  TORCH_CHECK (which == 0 || which == 1, "expert index must be 0 or 1");
+  std::vector<at::Tensor> inputs (2);
+  inputs[which] = x;
+  std::vector<at::Tensor> hs;
+  auto out = run_layers (inputs, mask, positions, nullptr, nullptr, &hs, true);
+  hs.push_back (out[which]);
+  return hs;
+}
+
+} // namespace pi0
