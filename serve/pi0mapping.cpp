@@ -2,10 +2,12 @@
 #include "pi0mapping.h"
 
 #include "pi0json.h"
+#include "pi0transformnames.h"
 
 #include <algorithm>
 #include <iterator>
 #include <set>
+#include <utility>
 
 namespace pi0::serve
 {
@@ -13,17 +15,17 @@ namespace pi0::serve
 namespace
 {
 
-/* openpi's examples (examples/aloha_real, examples/droid, examples/libero and
- * examples/simple_client), keys as their clients send them. ALOHA's wrist cameras may be
- * missing (openpi masks them), its fourth camera `cam_low` is not a Pi0 input. */
-struct Preset {
-  const char *name;
-  const char *json;
-};
-
-const Preset kPresets[] = {
-    {"aloha", R"({
-  "name": "aloha",
+/* openpi's examples (examples/aloha_real, examples/aloha_sim, examples/droid, examples/libero
+ * and examples/simple_client), keys as their clients send them. ALOHA's wrist cameras may be
+ * missing (openpi masks them), its fourth camera `cam_low` is not a Pi0 input. The transforms
+ * and default prompts are those of openpi's configs (src/openpi/training/config.py: pi0_aloha,
+ * pi0_aloha_towel, ..., pi0_droid, pi0_libero; tests/test_serve_codec.cpp checks them against
+ * what tests/parity/make_openpi_transforms_golden.py read there). */
+std::string
+aloha (const std::string &name, const std::string &transforms, const std::string &prompt)
+{
+  return R"({
+  "name": ")" + name + R"(",
   "views": {"main": ["images", "cam_high"], "side": ["images", "cam_left_wrist"],
             "top": ["images", "cam_right_wrist"]},
   "optional_views": ["side", "top"],
@@ -31,28 +33,44 @@ const Preset kPresets[] = {
   "state_dim": 14,
   "prompt": "prompt",
   "action_dim": 14,
-  "ignore": [["images", "cam_low"]]
+  "ignore": [["images", "cam_low"]],
+  "transforms": ")" + transforms + "\"" +
+         (prompt.empty () ? "" : ",\n  \"default_prompt\": \"" + prompt + "\"") + "\n}\n";
 }
-)"},
-    {"droid", R"({
+
+const std::vector<std::pair<std::string, std::string>> &
+presets ()
+{
+  static const std::vector<std::pair<std::string, std::string>> kPresets = {
+      {"aloha", aloha ("aloha", "aloha", "")},
+      {"droid", R"({
   "name": "droid",
   "views": {"main": "observation/exterior_image_1_left", "side": "observation/wrist_image_left"},
   "state": ["observation/joint_position", "observation/gripper_position"],
   "state_dim": 8,
   "prompt": "prompt",
-  "action_dim": 8
+  "action_dim": 8,
+  "transforms": "droid"
 }
 )"},
-    {"libero", R"({
+      {"libero", R"({
   "name": "libero",
   "views": {"main": "observation/image", "side": "observation/wrist_image"},
   "state": ["observation/state"],
   "state_dim": 8,
   "prompt": "prompt",
-  "action_dim": 7
+  "action_dim": 7,
+  "transforms": "libero"
 }
 )"},
-};
+      {"aloha_towel", aloha ("aloha_towel", "aloha", "fold the towel")},
+      {"aloha_tupperware",
+       aloha ("aloha_tupperware", "aloha", "open the tupperware and put the food on the plate")},
+      {"aloha_pen_uncap", aloha ("aloha_pen_uncap", "aloha", "uncap the pen")},
+      {"aloha_sim", aloha ("aloha_sim", "aloha_sim", "Transfer cube")},
+  };
+  return kPresets;
+}
 
 constexpr int kMaxDepth = 4;
 constexpr int kMaxDim = 4096;
@@ -124,17 +142,17 @@ std::vector<std::string>
 mapping_presets ()
 {
   std::vector<std::string> out;
-  for (const auto &p : kPresets)
-    out.push_back (p.name);
+  for (const auto &p : presets ())
+    out.push_back (p.first);
   return out;
 }
 
 std::string
 mapping_preset_json (const std::string &name)
 {
-  for (const auto &p : kPresets)
-    if (name == p.name)
-      return p.json;
+  for (const auto &p : presets ())
+    if (name == p.first)
+      return p.second;
   return {};
 }
 
@@ -148,9 +166,9 @@ parse_mapping (const std::string &json_text, const std::string &source, std::str
     fail (error, source, "a mapping is a JSON object");
     return std::nullopt;
   }
-  static const std::set<std::string> known = {"name",   "views",     "optional_views",
-                                               "state",  "state_dim", "prompt",
-                                               "seed",   "action_dim", "ignore"};
+  static const std::set<std::string> known = {
+      "name",   "views",      "optional_views", "state",      "state_dim",     "prompt",
+      "seed",   "action_dim", "ignore",         "transforms", "default_prompt"};
   for (auto it = doc->begin (); it != doc->end (); ++it)
     if (!known.count (it.key ())) {
       fail (error, source, "unknown field \"" + it.key () + "\"");
@@ -237,6 +255,28 @@ parse_mapping (const std::string &json_text, const std::string &source, std::str
     return std::nullopt;
   if (doc->contains ("seed") && !read_path ((*doc)["seed"], "seed", source, &m.seed, error))
     return std::nullopt;
+  if (doc->contains ("transforms")) {
+    const auto &t = (*doc)["transforms"];
+    std::string names;
+    for (const char *n : kTransformNames)
+      names += (names.empty () ? "" : ", ") + std::string (n);
+    if (!t.is_string () || std::find (std::begin (kTransformNames), std::end (kTransformNames),
+                                      t.get<std::string> ()) == std::end (kTransformNames)) {
+      fail (error, source,
+            "\"transforms\" must be one of " + names + " (the checkpoint's openpi transforms)");
+      return std::nullopt;
+    }
+    m.transforms = t.get<std::string> ();
+  }
+  if (doc->contains ("default_prompt")) {
+    const auto &d = (*doc)["default_prompt"];
+    if (!d.is_string () || d.get<std::string> ().empty () ||
+        d.get<std::string> ().find ('\0') != std::string::npos) {
+      fail (error, source, "\"default_prompt\" must be a non-empty string without NUL");
+      return std::nullopt;
+    }
+    m.default_prompt = d.get<std::string> ();
+  }
   if (doc->contains ("ignore")) {
     if (!(*doc)["ignore"].is_array ()) {
       fail (error, source, "\"ignore\" must be an array of key paths");

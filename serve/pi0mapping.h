@@ -16,13 +16,21 @@
  *     "state_dim": 14,
  *     "prompt": "prompt",
  *     "action_dim": 14,
- *     "ignore": [["images", "cam_low"]]
+ *     "ignore": [["images", "cam_low"]],
+ *     "transforms": "aloha"
  *   }
  *
  * A key path is a string (a key of the observation) or an array of strings (nested keys:
  * `["images", "cam_high"]` is observation["images"]["cam_high"]). "state" is an array of key
  * paths whose values are concatenated in order (DROID: joints, then gripper). Keys a request
  * sends that the mapping does not name are refused, unless listed in "ignore".
+ *
+ * The presets are openpi's inference configs (pi0_aloha, pi0_droid, pi0_libero, and the ALOHA
+ * checkpoints that differ: pi0_aloha_towel, pi0_aloha_tupperware, pi0_aloha_pen_uncap,
+ * pi0_aloha_sim), each with the robot transforms its checkpoint needs ("transforms": the name
+ * pi0infer's `transforms` takes, common/pi0transformnames.h) and openpi's default prompt where
+ * the config has one ("default_prompt": what a request without a prompt gets; without one such
+ * a request is refused, as openpi refuses it).
  *
  * Errors follow common/'s convention: false or an empty optional plus a message. */
 
@@ -50,9 +58,12 @@ struct Mapping {
   KeyPath seed;                           /* empty: requests carry no seed */
   int action_dim = 0;                     /* columns of the chunk sent back (0: all) */
   std::vector<KeyPath> ignore;            /* accepted and dropped */
+  std::string transforms = "none";        /* the checkpoint's robot transforms, for pi0infer */
+  std::string default_prompt;             /* empty: none (requests must carry a prompt) */
 };
 
-/* "aloha", "droid", "libero". */
+/* "aloha", "droid", "libero", then the ALOHA checkpoints that differ: "aloha_towel",
+ * "aloha_tupperware", "aloha_pen_uncap", "aloha_sim" (openpi's config names without "pi0_"). */
 std::vector<std::string> mapping_presets ();
 
 /* The JSON text of a preset (what `pi0-serve --print-mapping NAME` prints), or "". */

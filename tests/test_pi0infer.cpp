@@ -487,6 +487,49 @@ TEST (Pi0Infer, TorchScriptExceptionIsAnElementErrorAndNaNIsFlagged)
   EXPECT_NE (t.find ("view"), std::string::npos) << t;
 }
 
+/* A served request whose inference fails fails alone (issue 23): the observation passes on
+ * without actions, its request meta says why, a warning instead of an error, and the next
+ * request is served. The same failure without a request meta still stops the stream (the test
+ * above). */
+TEST (Pi0Infer, AServedRequestThatFailsFailsAloneAndTheNextIsServed)
+{
+  TempDir dir;
+  std::string pt = write_scripted_policy (dir.path);
+  Infer inf (make_infer (pt, "tokenizer", tiny_tokenizer ().c_str (), nullptr));
+  auto request = [] (guint64 n, float state0) {
+    GstBuffer *b = with_state (make_observation (n, 2), state0);
+    gst_buffer_add_pi0_request_meta (b, "test", 1, n, "p", 0);
+    return b;
+  };
+  ASSERT_EQ (gst_harness_push (inf.h.get (), request (1, 1000.f)), GST_FLOW_OK)
+      << "the stream goes on";
+  BufferPtr failed (gst_harness_pull (inf.h.get ()));
+  ASSERT_NE (failed, nullptr);
+  EXPECT_EQ (gst_buffer_get_pi0_action_meta (failed.get ()), nullptr);
+  GstPi0RequestMeta *rm = gst_buffer_get_pi0_request_meta (failed.get ());
+  ASSERT_NE (rm, nullptr);
+  ASSERT_NE (rm->error, nullptr);
+  EXPECT_NE (std::string (rm->error).find ("Inference failed on observation 1"), std::string::npos)
+      << rm->error;
+  MessagePtr w =
+      pop_message (inf.bus.get (), (GstMessageType)(GST_MESSAGE_WARNING | GST_MESSAGE_ERROR));
+  ASSERT_NE (w, nullptr);
+  EXPECT_EQ (GST_MESSAGE_TYPE (w.get ()), GST_MESSAGE_WARNING) << "no error on the bus";
+  EXPECT_NE (message_text (w.get ()).find ("Inference failed"), std::string::npos);
+
+  GstFlowReturn r;
+  std::vector<float> a = inf.run (request (2, 0.25f), nullptr, &r);
+  EXPECT_EQ (r, GST_FLOW_OK);
+  ASSERT_EQ (a.size (), 80u) << "the next request is served";
+  EXPECT_FLOAT_EQ (a[0], 0.25f);
+  GstStructure *st = nullptr;
+  g_object_get (inf.element.get (), "stats", &st, nullptr);
+  guint64 failed_requests = 0;
+  gst_structure_get_uint64 (st, "failed-requests", &failed_requests);
+  gst_structure_free (st);
+  EXPECT_EQ (failed_requests, 1u);
+}
+
 namespace
 {
 
@@ -713,6 +756,40 @@ TEST (Pi0InferBatch, ANaNObservationDoesNotPoisonTheOthers)
 }
 
 /* EOS with a partial batch runs it: the held buffers leave with their chunks before the EOS. */
+
+/* A batch with one request whose inference fails (a policy that raises): the stacked pass fails,
+ * each runs alone, and only that request fails; the three others get their chunks, in order, and
+ * the element keeps going. */
+TEST (Pi0InferBatch, OneFailingRequestFailsOnlyItself)
+{
+  TempDir dir;
+  std::string pt = write_scripted_policy (dir.path);
+  Infer four (make_infer (pt, "tokenizer", tiny_tokenizer ().c_str (), "max-batch-size", 4u,
+                          "max-batch-wait", (guint64)3600 * GST_SECOND, nullptr));
+  std::vector<Item> items;
+  for (guint64 seq = 1; seq <= 4; seq++) {
+    GstBuffer *b = with_state (make_observation (seq, 300 + seq), seq == 3 ? 1000.f : 0.5f * seq);
+    gst_buffer_add_pi0_request_meta (b, "test", seq, 0, "p", seq);
+    items.push_back (Item{b, nullptr});
+  }
+  std::vector<BufferPtr> got = push_all (four, items, 4);
+  for (size_t i = 0; i < 4; i++) {
+    ASSERT_NE (got[i], nullptr) << i;
+    EXPECT_EQ (gst_buffer_get_pi0_observation_meta (got[i].get ())->sequence, i + 1) << "in order";
+    GstPi0RequestMeta *rm = gst_buffer_get_pi0_request_meta (got[i].get ());
+    std::vector<float> a = actions_of (got[i].get ());
+    if (i == 2) {
+      EXPECT_TRUE (a.empty ());
+      EXPECT_NE (rm->error, nullptr);
+    } else {
+      ASSERT_EQ (a.size (), 80u) << i;
+      EXPECT_FLOAT_EQ (a[0], 0.5f * (i + 1));
+      EXPECT_EQ (rm->error, nullptr);
+    }
+  }
+  EXPECT_EQ (pop_message (four.bus.get (), GST_MESSAGE_ERROR), nullptr);
+}
+
 TEST (Pi0InferBatch, EosRunsAPartialBatchBeforeItself)
 {
   Infer four (make_infer ("builtin:pi0-tiny", "max-batch-size", 4u, "max-batch-wait",

@@ -84,6 +84,20 @@ Notices::has_error () const
                       [] (const Notice &n) { return n.type == GST_MESSAGE_ERROR; });
 }
 
+std::string
+Notices::demote_errors ()
+{
+  std::string first;
+  for (Notice &x : items_) {
+    if (x.type != GST_MESSAGE_ERROR)
+      continue;
+    if (first.empty ())
+      first = x.text;
+    x.type = GST_MESSAGE_WARNING;
+  }
+  return first;
+}
+
 void
 Notices::splice (Notices &other)
 {

@@ -53,6 +53,9 @@ public:
   size_t size () const { return items_.size (); }
   bool has_error () const;
   const std::vector<Notice> &items () const { return items_; }
+  /* The errors become warnings: the element decided that the failure is not the stream's (a
+   * served request's own). Returns the first error's text ("" when there was none). */
+  std::string demote_errors ();
   /* Appends @other's notices (emptying it). */
   void splice (Notices &other);
   /* Gives the notices away, in order (the element posts them). */

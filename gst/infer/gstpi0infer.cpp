@@ -102,6 +102,7 @@ enum {
   PROP_RTC_MAX_GUIDANCE_WEIGHT,
   PROP_MAX_BATCH_SIZE,
   PROP_MAX_BATCH_WAIT,
+  PROP_TRANSFORMS,
   PROP_MODEL_ID,
   PROP_STATS,
 };
@@ -125,6 +126,7 @@ static const Settings kDefaults;
 #define DEFAULT_RTC_MAX_GUIDANCE_WEIGHT (kDefaults.rtc_max_guidance_weight)
 #define DEFAULT_MAX_BATCH_SIZE (kDefaults.max_batch_size)
 #define DEFAULT_MAX_BATCH_WAIT (kDefaults.max_batch_wait)
+#define DEFAULT_TRANSFORMS (kDefaults.transforms.c_str ())
 
 static GstStaticPadTemplate sink_template = GST_STATIC_PAD_TEMPLATE (
     "sink", GST_PAD_SINK, GST_PAD_ALWAYS, GST_STATIC_CAPS (GST_PI0_OBSERVATION_CAPS));
@@ -334,6 +336,22 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
                                 "With max-batch-size > 1: ns the first held observation waits for "
                                 "more before a partial batch runs",
                                 0, G_MAXUINT64, DEFAULT_MAX_BATCH_WAIT, GST_PI0_PARAM_PLAYING));
+  /**
+   * GstPi0Infer:transforms:
+   *
+   * openpi's robot transforms of the checkpoint's training config, applied around the norm
+   * stats as openpi applies them (the state before normalization, the actions after): `aloha`
+   * (pi0_aloha, pi0_aloha_towel, pi0_aloha_tupperware, pi0_aloha_pen_uncap: pi's joint signs and
+   * gripper angles, delta joint actions), `aloha_sim` (pi0_aloha_sim: the same with absolute
+   * actions), `libero` (pi0_libero: delta arm actions, 7 dims), `droid` (pi0_droid: 8 dims) or
+   * `none`. An openpi checkpoint without its transforms makes wrong actions. With transforms,
+   * #GstPi0Infer:action-dims is theirs. Unknown names fail at start (docs/checkpoints.md).
+   */
+  install (PROP_TRANSFORMS,
+           g_param_spec_string ("transforms", "Transforms",
+                                "openpi's robot transforms of the checkpoint: aloha, aloha_sim, "
+                                "libero, droid or none",
+                                DEFAULT_TRANSFORMS, GST_PI0_PARAM_READY));
   install (PROP_MODEL_ID,
            g_param_spec_string ("model-id", "Model id",
                                 "Identifies the loaded policy (set in the action meta)", nullptr,
@@ -348,7 +366,9 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
    * `rtc-feedback` (pi0-executing events taken), `rtc-feedback-ignored` (refused: malformed,
    * unknown chunk, from the future, row out of range; each with a warning), `rtc-delay` and
    * `rtc-prefix-rows` (of the last guided chunk); `forward-passes` (policy calls: one per
-   * observation, or one per batch with #GstPi0Infer:max-batch-size above 1).
+   * observation, or one per batch with #GstPi0Infer:max-batch-size above 1); `failed-requests`
+   * (served requests whose inference failed: each passes on without actions and its client is
+   * told why, while the stream goes on).
    */
   install (PROP_STATS,
            g_param_spec_boxed (
@@ -420,6 +440,7 @@ transfer (Settings &s, guint prop_id, GValue *value, bool set)
     GST_PI0_PROP_FIELD (PROP_RTC_MAX_GUIDANCE_WEIGHT, rtc_max_guidance_weight, gdouble, double)
     GST_PI0_PROP_FIELD (PROP_MAX_BATCH_SIZE, max_batch_size, guint, uint)
     GST_PI0_PROP_FIELD (PROP_MAX_BATCH_WAIT, max_batch_wait, guint64, uint64)
+    GST_PI0_PROP_STRING_OR (PROP_TRANSFORMS, transforms, DEFAULT_TRANSFORMS)
   }
   return false;
 }
@@ -480,6 +501,27 @@ follow_deadline (GstPi0Infer *self, GstClock *clock)
   self->priv->wait.follow (self->priv->batcher.deadline (), clock);
 }
 
+/* A served request fails alone (docs/elements/pi0infer.md, "Errors"): its observation passes on
+ * without actions, its request meta says why (pi0servesink answers its client with that), and
+ * the error becomes a warning (the 1st, 2nd, 4th... of them: a client sending bad requests must
+ * not flood the bus), so the server goes on serving every other robot. An observation no client
+ * asked for is not a request: false, and its error stops the stream as before. */
+static bool
+fail_request_alone (GstPi0Infer *self, GstBuffer *buf, pi0::Notices &n)
+{
+  GstPi0RequestMeta *rm = buf ? gst_buffer_get_pi0_request_meta (buf) : nullptr;
+  if (!rm)
+    return false;
+  const std::string why = n.demote_errors ();
+  gst_pi0_request_meta_set_error (rm, why.c_str ());
+  const guint64 k = self->priv->runner.count_failed_request ();
+  GST_INFO_OBJECT (self, "client %" G_GUINT64_FORMAT " request %" G_GUINT64_FORMAT " failed: %s",
+                   rm->client_id, rm->request_id, why.c_str ());
+  if ((k & (k - 1)) != 0)
+    n.clear ();
+  return true;
+}
+
 /* The running time at which a chunk leaves: the infer stage of pi0actionsink's latency. */
 static void
 stamp_done (GstPi0Infer *self, GstBuffer *buf)
@@ -499,7 +541,9 @@ run_due (GstPi0Infer *self, Batcher::Batch &due)
   pi0::Notices n;
   const size_t done = pi0::run_batch (
       due, [&] (const std::vector<Prepared *> &todo) { return runner.infer_together (todo, n); },
-      [&] (Prepared &p) { return runner.infer_one (p.buf, p, n); });
+      [&] (Prepared &p) {
+        return runner.infer_one (p.buf, p, n) || fail_request_alone (self, p.buf, n);
+      });
   GST_PI0_POST_NOTICES (self, n);
   GstFlowReturn ret = done < due.size () ? GST_FLOW_ERROR : GST_FLOW_OK;
   GstPad *src = GST_BASE_TRANSFORM_SRC_PAD (self);
@@ -575,6 +619,10 @@ gst_pi0_infer_submit_input_buffer (GstBaseTransform *trans, gboolean is_discont,
   p.buf = gst_buffer_make_writable (buf);
   GstFlowReturn ret = priv->runner.prepare (
       p.buf, s, gst_element_get_current_running_time (GST_ELEMENT (self)), &p, n);
+  if (ret == GST_FLOW_ERROR && fail_request_alone (self, p.buf, n)) {
+    p.infer = false; /* passes on in its place, without actions */
+    ret = GST_FLOW_OK;
+  }
   GST_PI0_POST_NOTICES (self, n);
   if (ret != GST_FLOW_OK) {
     gst_buffer_unref (p.buf);
@@ -736,6 +784,8 @@ gst_pi0_infer_transform_ip (GstBaseTransform *trans, GstBuffer *buf)
       buf, s, gst_element_get_current_running_time (GST_ELEMENT (self)), &p, n);
   if (ret == GST_FLOW_OK && p.infer && !self->priv->runner.infer_one (buf, p, n))
     ret = GST_FLOW_ERROR;
+  if (ret == GST_FLOW_ERROR && fail_request_alone (self, buf, n))
+    ret = GST_FLOW_OK;
   GST_PI0_POST_NOTICES (self, n);
   stamp_done (self, buf);
   return ret;

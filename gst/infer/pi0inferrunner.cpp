@@ -54,6 +54,7 @@ open_options (const Settings &s)
   o.norm_mode = s.norm_mode == GST_PI0_INFER_NORM_MODE_QUANTILE ? pi0::NormMode::Quantile
                                                                 : pi0::NormMode::ZScore;
   o.action_dims = s.action_dims;
+  o.transforms = s.transforms;
   return o;
 }
 
@@ -216,7 +217,7 @@ Runner::stats () const
       G_TYPE_UINT64, s.rtc_guided, "rtc-feedback", G_TYPE_UINT64, s.rtc_feedback,
       "rtc-feedback-ignored", G_TYPE_UINT64, s.rtc_feedback_ignored, "rtc-delay", G_TYPE_UINT64,
       s.rtc_delay, "rtc-prefix-rows", G_TYPE_UINT64, s.rtc_prefix_rows, "forward-passes",
-      G_TYPE_UINT64, s.passes, nullptr);
+      G_TYPE_UINT64, s.passes, "failed-requests", G_TYPE_UINT64, s.failed_requests, nullptr);
 }
 
 std::string
@@ -241,6 +242,13 @@ Runner::record_error (const std::string &what)
   std::lock_guard<std::mutex> lk (stats_lock_);
   stats_.errors++;
   stats_.last_error = what;
+}
+
+guint64
+Runner::count_failed_request ()
+{
+  std::lock_guard<std::mutex> lk (stats_lock_);
+  return ++stats_.failed_requests;
 }
 
 void

@@ -56,6 +56,7 @@ struct Settings {
   double rtc_max_guidance_weight = 5.0;
   guint max_batch_size = 1;
   guint64 max_batch_wait = 5 * GST_MSECOND;
+  std::string transforms = "none"; /* openpi's robot transforms (model/pi0transforms.h) */
 };
 
 /* The inference times the stats keep (p50/p99 over these). */
@@ -104,6 +105,10 @@ public:
    * false when the stacked pass failed (nothing attached, no error): run them alone. */
   bool infer_together (const std::vector<Prepared *> &todo, Notices &n);
 
+  /* A served request failed alone (the element keeps the stream going): counted; returns how
+   * many so far. */
+  guint64 count_failed_request ();
+
   /* A pi0-executing event from the sink at running time @now: taken, or refused with a
    * rate-limited warning. */
   void feedback (GstEvent *event, GstClockTime now, Notices &n);
@@ -132,6 +137,7 @@ private:
     guint64 rtc_delay = 0;            /* delay in rows of the last guided chunk */
     guint64 rtc_prefix_rows = 0;      /* rows of the executing chunk it was guided toward */
     guint64 passes = 0;               /* policy calls: one per observation, or per batch */
+    guint64 failed_requests = 0;      /* served requests that failed alone: their client told */
   };
 
   Stats snapshot () const;

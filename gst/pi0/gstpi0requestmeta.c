@@ -33,6 +33,7 @@ gst_pi0_request_meta_init (GstMeta *meta, gpointer params, GstBuffer *buffer)
   m->seed = 0;
   m->flags = GST_PI0_REQUEST_FLAG_NONE;
   m->received_time = GST_CLOCK_TIME_NONE;
+  m->error = NULL;
   return TRUE;
 }
 
@@ -43,6 +44,7 @@ gst_pi0_request_meta_free (GstMeta *meta, GstBuffer *buffer)
 
   g_clear_pointer (&m->server, g_free);
   g_clear_pointer (&m->prompt, g_free);
+  g_clear_pointer (&m->error, g_free);
 }
 
 static gboolean
@@ -61,6 +63,7 @@ gst_pi0_request_meta_transform (GstBuffer *dest, GstMeta *meta, GstBuffer *buffe
   dst->version = src->version;
   dst->flags = src->flags;
   dst->received_time = src->received_time;
+  gst_pi0_request_meta_set_error (dst, src->error);
   return TRUE;
 }
 
@@ -110,4 +113,23 @@ gst_buffer_add_pi0_request_meta (GstBuffer *buffer, const gchar *server, guint64
   m->prompt = g_strdup (prompt ? prompt : "");
   m->seed = seed;
   return m;
+}
+
+/**
+ * gst_pi0_request_meta_set_error:
+ * @meta: a request meta
+ * @error: (nullable): why the request got no actions (copied; made valid UTF-8), or %NULL
+ *
+ * Records that the request failed, and why: `pi0servesink` answers its client with this
+ * instead of actions.
+ *
+ * Since: 0.3
+ */
+void
+gst_pi0_request_meta_set_error (GstPi0RequestMeta *meta, const gchar *error)
+{
+  g_return_if_fail (meta != NULL);
+  g_clear_pointer (&meta->error, g_free);
+  if (error)
+    meta->error = g_utf8_make_valid (error, -1);
 }

@@ -31,6 +31,9 @@ typedef struct _GstPi0RequestMeta GstPi0RequestMeta;
  * @flags: #GstPi0RequestFlags
  * @received_time: running time at which the request arrived (#GST_CLOCK_TIME_NONE without a
  *   clock)
+ * @error: why no actions were made for this request (owned, UTF-8; %NULL when none): set with
+ *   gst_pi0_request_meta_set_error() by the element that failed it, sent to the client by
+ *   `pi0servesink`. Since: 0.3
  *
  * One observation that a remote client asked about (`pi0servesrc`): who to answer and what
  * that client's request alone says, so that observations from different robots can share a
@@ -49,8 +52,9 @@ struct _GstPi0RequestMeta {
   guint64 seed;
   GstPi0RequestFlags flags;
   GstClockTime received_time;
+  gchar *error;
   /*< private >*/
-  gpointer _gst_reserved[GST_PADDING_LARGE];
+  gpointer _gst_reserved[GST_PADDING_LARGE - 1];
 };
 
 GST_PI0_API GType gst_pi0_request_meta_api_get_type (void);
@@ -67,5 +71,7 @@ GST_PI0_API GstPi0RequestMeta *gst_buffer_add_pi0_request_meta (GstBuffer *buffe
                                                                 guint64 client_id,
                                                                 guint64 request_id,
                                                                 const gchar *prompt, guint64 seed);
+
+GST_PI0_API void gst_pi0_request_meta_set_error (GstPi0RequestMeta *meta, const gchar *error);
 
 G_END_DECLS

@@ -173,7 +173,8 @@ gst_pi0_serve_sink_render (GstBaseSink *bsink, GstBuffer *buf)
     GST_INFO_OBJECT (self, "client %" G_GUINT64_FORMAT " request %" G_GUINT64_FORMAT ": no actions",
                      rm->client_id, rm->request_id);
     srv->fail (rm->client_id, rm->request_id,
-               "the policy gave no actions for this observation (see the server's log)");
+               rm->error ? std::string ("the policy failed on this request: ") + rm->error
+                         : "the policy gave no actions for this observation (see the server's log)");
     return GST_FLOW_OK;
   }
   if (!gst_pi0_action_meta_check_finite (am)) {

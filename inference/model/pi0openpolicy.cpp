@@ -1,4 +1,5 @@
-/* open_policy() and OpenedPolicy: URI resolution, tokenizer and norm stats, the request path. */
+/* open_policy() and OpenedPolicy: URI resolution, tokenizer, norm stats and transforms, the
+ * request path. */
 #include "model/pi0openpolicy.h"
 
 #include <sys/stat.h>
@@ -171,12 +172,26 @@ open_policy (const std::string &uri, const OpenOptions &o)
     p->norm_mode_ = o.norm_mode;
   }
 
+  try {
+    p->transforms_ = Transforms::by_name (o.transforms);
+  } catch (const Error &e) {
+    throw OpenError (Kind::Settings, e.what ());
+  }
+  const Transforms &t = p->transforms_;
   const int model_dims = p->policy_->spec ().action_dim;
-  if (o.action_dims < 0 || (model_dims > 0 && o.action_dims > model_dims))
+  if (!t.none () && o.action_dims != 0 && o.action_dims != t.action_dims ())
     throw OpenError (Kind::Settings, "action-dims=" + std::to_string (o.action_dims) +
+                                         ", but transforms '" + t.name () + "' make " +
+                                         std::to_string (t.action_dims ()) +
+                                         " (leave action-dims at 0).");
+  const int want = t.none () ? o.action_dims : t.action_dims ();
+  if (want < 0 || (model_dims > 0 && want > model_dims))
+    throw OpenError (Kind::Settings, (t.none () ? "action-dims=" + std::to_string (want)
+                                                : "transforms '" + t.name () + "' need " +
+                                                      std::to_string (want) + " action dims") +
                                          ", but the model only makes " +
                                          std::to_string (model_dims) + ".");
-  p->action_dims_ = o.action_dims > 0 ? o.action_dims : model_dims;
+  p->action_dims_ = want > 0 ? want : model_dims;
   p->prompt_length_ = o.prompt_length > 0 ? o.prompt_length : 48;
   try {
     p->stream_ = std::make_unique<OwnStream> (po.device);
@@ -219,11 +234,30 @@ OpenedPolicy::describe () const
   return policy_->describe () + ", tokenizer " + tokenizer_.path () +
          (norm_ ? std::string (", norm stats ") + norm_->source () + " (" +
                       norm_mode_name (norm_mode_) + ")"
-                : std::string (", no norm stats"));
+                : std::string (", no norm stats")) +
+         (transforms_.none () ? std::string () : ", transforms " + transforms_.name ());
 }
 
+namespace
+{
+
+std::vector<double>
+to_doubles (const at::Tensor &t)
+{
+  at::Tensor c = t.to (at::kCPU, at::kDouble).contiguous ();
+  return std::vector<double> (c.data_ptr<double> (), c.data_ptr<double> () + c.numel ());
+}
+
+at::Tensor
+from_doubles (const std::vector<double> &v, at::IntArrayRef shape)
+{
+  return at::tensor (v, at::kDouble).reshape (shape);
+}
+
+} // namespace
+
 PolicyInput
-OpenedPolicy::prepare (const Request &r, bool *truncated)
+OpenedPolicy::prepare (const Request &r, bool *truncated, at::Tensor *model_state)
 {
   const PolicySpec &spec = policy_->spec ();
   PolicyInput in;
@@ -257,7 +291,14 @@ OpenedPolicy::prepare (const Request &r, bool *truncated)
   in.token_mask = cached->second.mask;
   *truncated = cached->second.truncated;
 
-  if (r.state.defined ()) {
+  if (!transforms_.none ()) {
+    /* openpi's order: the robot's transforms, then Normalize, in float64 as numpy does. */
+    at::Tensor st = r.state.defined () ? r.state.to (at::kCPU, at::kDouble).reshape ({-1})
+                                       : at::zeros ({transforms_.state_dims ()}, at::kDouble);
+    *model_state = from_doubles (transforms_.state_in (to_doubles (st)), {st.numel ()});
+    in.state = (norm_ ? norm_->normalize_state (*model_state, norm_mode_) : *model_state)
+                   .to (at::kFloat);
+  } else if (r.state.defined ()) {
     at::Tensor st = r.state.to (at::kFloat);
     in.state = norm_ ? norm_->normalize_state (st, norm_mode_).to (at::kFloat) : st;
   } else {
@@ -269,15 +310,21 @@ OpenedPolicy::prepare (const Request &r, bool *truncated)
     const at::Tensor &p = r.guidance.prefix;
     if (!policy_->supports_guidance ())
       throw Error ("real-time chunking is not supported by this policy: " + policy_->describe ());
+    const bool exact = !transforms_.none ();
     if (p.dim () != 2 || p.size (0) < 1 || p.size (0) > spec.horizon || p.size (1) < 1 ||
-        p.size (1) > action_dims_)
+        p.size (1) > action_dims_ || (exact && p.size (1) != action_dims_))
       throw Error ("RTC prefix must be float [R<=" + std::to_string (spec.horizon) +
-                   ", d<=" + std::to_string (action_dims_) + "]");
+                   (exact ? ", d=" : ", d<=") + std::to_string (action_dims_) + "]");
     at::Tensor y = p.to (at::kCPU, at::kFloat);
     if (!at::isfinite (y).all ().item<bool> ())
       throw Error ("RTC prefix has non-finite values");
+    if (exact) /* robot units to the model's side: the output transforms' inverse */
+      y = from_doubles (transforms_.actions_in (to_doubles (y), (int)y.size (0),
+                                                (int)y.size (1), to_doubles (*model_state)),
+                        {y.size (0), y.size (1)});
     if (norm_)
       y = norm_->normalize_actions (y, norm_mode_).to (at::kFloat);
+    y = y.to (at::kFloat);
     if (y.size (1) < spec.action_dim)
       y = at::constant_pad_nd (y, {0, spec.action_dim - y.size (1)}, 0.0);
     in.guidance = r.guidance;
@@ -291,12 +338,27 @@ OpenedPolicy::infer (const std::vector<Request> &batch)
 {
   StreamScope on_stream (stream_.get ());
   std::vector<PolicyInput> inputs;
+  std::vector<at::Tensor> model_states (batch.size ());
   std::vector<Response> out (batch.size ());
   inputs.reserve (batch.size ());
   for (size_t i = 0; i < batch.size (); i++)
-    inputs.push_back (prepare (batch[i], &out[i].prompt_truncated));
+    inputs.push_back (prepare (batch[i], &out[i].prompt_truncated, &model_states[i]));
   std::vector<at::Tensor> raw = policy_->infer_batch (inputs);
   for (size_t i = 0; i < batch.size (); i++) {
+    if (!transforms_.none ()) {
+      /* Unnormalize, then the robot's transforms, in float64 (openpi's numpy), float32 at the
+       * end. */
+      at::Tensor r = raw[i].to (at::kCPU, at::kDouble);
+      at::Tensor a = norm_ ? norm_->unnormalize_actions (r, norm_mode_, action_dims_)
+                           : r.narrow (1, 0, action_dims_);
+      const int rows = (int)a.size (0), cols = (int)a.size (1);
+      out[i].actions = from_doubles (transforms_.actions_out (to_doubles (a), rows, cols,
+                                                              to_doubles (model_states[i])),
+                                     {rows, action_dims_})
+                           .to (at::kFloat)
+                           .contiguous ();
+      continue;
+    }
     at::Tensor a = norm_ ? norm_->unnormalize_actions (raw[i], norm_mode_, action_dims_)
                          : raw[i].narrow (1, 0, action_dims_);
     out[i].actions = a.to (at::kFloat).contiguous ();
@@ -319,9 +381,12 @@ OpenedPolicy::warmup ()
   Request r;
   r.images = at::zeros ({s.num_views, 3, s.image_size, s.image_size});
   r.image_masks = at::ones ({s.num_views}, at::kBool);
-  /* A state the norm stats accept: at most their length (the robot's), at most the model's. */
+  /* A state the norm stats accept: at most their length (the robot's), at most the model's;
+   * with transforms, the robot's they are written for. */
   const int64_t state_dim =
-      norm_ ? std::min<int64_t> (norm_->state ().dim (), s.state_dim) : s.state_dim;
+      !transforms_.none () ? transforms_.state_dims ()
+      : norm_              ? std::min<int64_t> (norm_->state ().dim (), s.state_dim)
+                           : s.state_dim;
   r.state = at::zeros ({state_dim});
   r.noise = at::zeros ({s.horizon, s.action_dim});
   infer (r);

@@ -31,6 +31,7 @@
 #include "io/pi0normstats.h"
 #include "io/pi0tokenizer.h"
 #include "model/pi0policy.h"
+#include "model/pi0transforms.h"
 
 namespace pi0
 {
@@ -55,8 +56,13 @@ struct OpenOptions {
   /* openpi norm_stats.json (or its directory); empty: none (actions stay normalized). */
   std::string norm_stats;
   NormMode norm_mode = NormMode::ZScore;
-  /* The robot's native action dims kept from the model's padded ones; 0 = all. */
+  /* The robot's native action dims kept from the model's padded ones; 0 = all (with
+   * transforms: theirs, which any other value must equal). */
   int action_dims = 0;
+  /* openpi's robot transforms of the checkpoint's training config (model/pi0transforms.h):
+   * "aloha", "aloha_sim", "libero", "droid"; empty or "none": none. Applied around the norm
+   * stats in openpi's order (the state before Normalize, the actions after Unnormalize). */
+  std::string transforms;
   /* Prompt length in tokens when the model does not declare one (TorchScript). */
   int prompt_length = 48;
 };
@@ -86,15 +92,16 @@ struct Request {
   at::Tensor images;
   at::Tensor image_masks;      // bool [V]; undefined = all real
   void *ready_event = nullptr; // a cudaEvent_t the policy's stream waits on (no CPU wait)
-  /* Float [S] in robot units: normalized with the norm stats, zero-padded to the model's
-   * state size. Undefined: a zero state, used as is. */
+  /* Float [S] in robot units: through the transforms, normalized with the norm stats,
+   * zero-padded to the model's state size. Undefined: a zero state (used as is; with
+   * transforms, transforms().state_dims() zeros in robot units). */
   at::Tensor state;
   std::string prompt; // the instruction in words; tokenized once per distinct prompt
   uint64_t seed = 0;  // the flow-matching noise is drawn from this seed...
   at::Tensor noise;   // ...unless given: float [horizon, model action_dim] (tests, parity)
   /* Real-time chunking (docs/rtc.md): guidance.prefix in robot units, float [R, d] with
-   * R <= horizon and d <= action_dims(), finite; normalised with the norm stats and zero-padded
-   * here. Undefined: plain sampling. Needs supports_guidance() (else pi0::Error). */
+   * R <= horizon and d <= action_dims() (with transforms d = action_dims()), finite; through
+   * the transforms' inverse, normalised with the norm stats and zero-padded here. Undefined: plain sampling. Needs supports_guidance() (else pi0::Error). */
   PolicyGuidance guidance;
 };
 
@@ -131,19 +138,23 @@ public:
   bool untrained () const { return untrained_; }
   const Tokenizer &tokenizer () const { return tokenizer_; }
   bool has_norm_stats () const { return norm_ != nullptr; }
+  const Transforms &transforms () const { return transforms_; }
   c10::Device device () const;
-  /* One line: backend, model, device, dtype, tokenizer. */
+  /* One line: backend, model, device, dtype, tokenizer, norm stats, transforms. */
   std::string describe () const;
 
 private:
   friend std::unique_ptr<OpenedPolicy> open_policy (const std::string &, const OpenOptions &);
   OpenedPolicy ();
-  PolicyInput prepare (const Request &r, bool *truncated);
+  /* @model_state: with transforms, the state they made (float64), which the actions' way back
+   * adds to the deltas. */
+  PolicyInput prepare (const Request &r, bool *truncated, at::Tensor *model_state);
 
   std::unique_ptr<Policy> policy_;
   Tokenizer tokenizer_;
   std::unique_ptr<NormStats> norm_;
   NormMode norm_mode_ = NormMode::ZScore;
+  Transforms transforms_;
   std::string model_id_;
   bool untrained_ = false;
   int action_dims_ = 0;
