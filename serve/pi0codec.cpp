@@ -402,10 +402,12 @@ private:
         s += (i ? "," : "") + std::to_string (a.shape[i]);
       return s + "]";
     };
-    if (a.scalar || std::string (a.dtype->name) != "|u1" || a.shape.size () != 3 ||
+    const std::string dt = a.dtype->name;
+    const bool is_float = dt == "<f4" || dt == "<f8";
+    if (a.scalar || (dt != "|u1" && !is_float) || a.shape.size () != 3 ||
         (a.shape[0] != 3 && a.shape[2] != 3))
-      return fail (w + ": an image must be uint8 [H,W,3] or [3,H,W]; got " + a.dtype->name + " " +
-                   (a.scalar ? std::string ("scalar") : shape_text ()));
+      return fail (w + ": an image must be uint8 [H,W,3] or [3,H,W] (or float32/float64 in [0, 1]); got " +
+                   dt + " " + (a.scalar ? std::string ("scalar") : shape_text ()));
     out->chw = a.shape[0] == 3;
     const uint64_t h = out->chw ? a.shape[1] : a.shape[0];
     const uint64_t wd = out->chw ? a.shape[2] : a.shape[1];
@@ -416,8 +418,30 @@ private:
                    std::to_string (lim_.max_image_side));
     out->present = true;
     out->data = a.data;
+    if (is_float && !float_pixels (a, w, out))
+      return false;
     out->width = (int)wd;
     out->height = (int)h;
+    return true;
+  }
+
+  /* openpi's _parse_image: (255 * image).astype(np.uint8), the product in the image's own
+   * float type, then truncated. Values outside [0, 1] (where numpy's cast to uint8 is undefined)
+   * and non-finite ones are refused. */
+  bool float_pixels (const Array &a, const std::string &w, ImageView *out)
+  {
+    const uint64_t n = a.count ();
+    auto px = std::make_shared<std::vector<uint8_t>> (n);
+    for (uint64_t i = 0; i < n; i++) {
+      const double x = element (a, i);
+      if (!(x >= 0.0 && x <= 1.0))
+        return fail (w + ": a float image must hold values in [0, 1] (openpi converts it as " +
+                     "255 * image to uint8); value " + std::to_string (i) + " is " +
+                     std::to_string (x));
+      (*px)[i] = a.dtype->size == 4 ? (uint8_t)(255.0f * (float)x) : (uint8_t)(255.0 * x);
+    }
+    out->owned = px;
+    out->data = px->data ();
     return true;
   }
 
@@ -474,6 +498,8 @@ private:
     if (s.size () > lim_.max_prompt)
       return fail (where (path) + ": the prompt is longer than " +
                    std::to_string (lim_.max_prompt) + " bytes");
+    if (s.find ('\0') != std::string::npos)
+      return fail (where (path) + ": the prompt contains a NUL character (U+0000)");
     if (!valid_utf8 (s))
       return fail (where (path) + ": the prompt is not valid UTF-8");
     out_->prompt = s;

@@ -19,6 +19,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -33,10 +34,13 @@ struct DecodeLimits {
 };
 
 /* One camera view: uint8 RGB, HWC ([H,W,3]) or CHW ([3,H,W]; openpi's rule: a first dimension
- * of 3 means channels first). The pixels point into the decoded message. */
+ * of 3 means channels first). The pixels point into the decoded message, or, for a float image
+ * (float32/float64 in [0, 1], which openpi's policies convert as (255 * image).astype(uint8)),
+ * into `owned`, which holds that conversion. */
 struct ImageView {
   bool present = false;
   const uint8_t *data = nullptr;
+  std::shared_ptr<std::vector<uint8_t>> owned;
   int width = 0, height = 0;
   bool chw = false;
   size_t size () const { return (size_t)width * height * 3; }

@@ -7,6 +7,8 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 
+#include <cmath>
+#include <algorithm>
 #include <future>
 #include <map>
 
@@ -30,9 +32,6 @@ byte_budget (size_t max_message)
 {
   return (gint64)max_message + (gint64)(max_message / 8) + (64 << 10);
 }
-
-/* Extra TCP connections beyond the websocket sessions: health probes, handshakes. */
-constexpr int kPeerSlack = 8;
 
 const char *kErrorCloseReason = "Internal server error. Traceback included in previous frame.";
 
@@ -172,6 +171,25 @@ same_secret (const std::string &a, const std::string &b)
   return diff == 0;
 }
 
+/* An Origin header that names the host the request was sent to ("http://10.0.0.5:8000" with
+ * "Host: 10.0.0.5:8000"): what websocket-client sends by default. A web page of another site
+ * sends its own origin, which does not match. */
+bool
+same_origin (const char *origin, const char *host)
+{
+  if (!host || !*host)
+    return false;
+  std::string o = origin;
+  for (const char *scheme : {"http://", "https://", "ws://", "wss://"})
+    if (o.rfind (scheme, 0) == 0) {
+      o = o.substr (strlen (scheme));
+      if (!o.empty () && o.back () == '/')
+        o.pop_back ();
+      return g_ascii_strcasecmp (o.c_str (), host) == 0;
+    }
+  return false;
+}
+
 double
 ms_since (gint64 then_us, gint64 now_us)
 {
@@ -190,6 +208,9 @@ struct Server::Impl {
     GSource *handshake_timer = nullptr;
     void *weak_tag = nullptr; /* the Tag of io's weak reference */
     bool upgraded = false;
+    bool linger = false;  /* sent a close frame of its own (1009): drain before closing */
+    bool evicted = false; /* closed to make room; forgotten when soup lets go of it */
+    gint64 accepted_us = 0;
   };
 
   struct Conn {
@@ -201,8 +222,10 @@ struct Server::Impl {
     uint64_t current = 0;
     gint64 received_us = 0, dispatched_us = 0, cycle_start_us = 0;
     double prev_total_ms = -1;
-    std::deque<std::pair<GBytes *, gint64>> waiting; /* a request sent ahead, its arrival */
-    gulong sig_message = 0, sig_closed = 0;
+    std::deque<std::pair<GBytes *, gint64>> waiting; /* requests sent ahead, their arrival */
+    size_t waiting_bytes = 0;
+    gint64 heard_us = 0; /* the last message or pong */
+    gulong sig_message = 0, sig_closed = 0, sig_pong = 0, sig_error = 0;
   };
 
   /* Signal and source user data: the Impl plus what the callback is about. */
@@ -225,6 +248,7 @@ struct Server::Impl {
   std::map<uint64_t, Conn> conns;
   uint64_t next_conn = 1;
   bool shutting_down = false;
+  bool draining = false; /* drain(): answer what was sent, then close each session */
   int port = 0;
 
   template <typename F> void bump (F f)
@@ -232,7 +256,7 @@ struct Server::Impl {
     std::lock_guard<std::mutex> lk (server->lock_);
     f (server->stats_);
     server->stats_.open = conns.size ();
-    server->stats_.peers = peers.size ();
+    server->stats_.peers = peers.size () + lingering.size ();
   }
 
   bool open (std::string *error)
@@ -249,6 +273,7 @@ struct Server::Impl {
     GSocketAddress *sa = g_inet_socket_address_new (addr, (guint16)cfg.port);
     g_object_unref (addr);
     service = g_socket_service_new ();
+    g_socket_listener_set_backlog (G_SOCKET_LISTENER (service), cfg.listen_backlog);
     GSocketAddress *effective = nullptr;
     GError *err = nullptr;
     gboolean ok =
@@ -269,6 +294,10 @@ struct Server::Impl {
     soup_server_add_handler (soup, nullptr, on_request, this, nullptr);
     soup_server_add_websocket_handler (soup, nullptr, nullptr, nullptr, on_websocket, this,
                                        nullptr);
+    /* No permessage-deflate: libsoup would inflate a message before its size is checked (1 MiB
+     * on the wire, GBs in memory). openpi's server runs with compression=None too; a client
+     * that offers it is answered without it and sends plain frames. */
+    soup_server_remove_websocket_extension (soup, SOUP_TYPE_WEBSOCKET_EXTENSION_DEFLATE);
     g_signal_connect (service, "incoming", G_CALLBACK (on_incoming), this);
     g_socket_service_start (service);
 
@@ -283,10 +312,11 @@ struct Server::Impl {
   static gboolean on_incoming (GSocketService *, GSocketConnection *tcp, GObject *, gpointer data)
   {
     auto self = static_cast<Impl *> (data);
-    if (self->shutting_down || (int)self->peers.size () >= self->cfg.max_clients + kPeerSlack) {
+    if (self->shutting_down) {
       self->bump ([] (ServerStats &s) { s.refused++; });
       return TRUE; /* not kept: closed when GIO drops it */
     }
+    self->make_room ();
     GSocket *sock = g_socket_connection_get_socket (tcp);
     /* Small answers must leave at once, not wait for Nagle. */
     g_socket_set_option (sock, IPPROTO_TCP, TCP_NODELAY, 1, nullptr);
@@ -298,6 +328,7 @@ struct Server::Impl {
       return TRUE;
     }
     Peer p;
+    p.accepted_us = g_get_monotonic_time ();
     p.tcp = G_SOCKET_CONNECTION (g_object_ref (tcp));
     p.in = limited_input_stream_new (g_io_stream_get_input_stream (G_IO_STREAM (tcp)),
                                      byte_budget (self->cfg.max_message));
@@ -324,6 +355,32 @@ struct Server::Impl {
     return TRUE;
   }
 
+  /* Before a new peer: when max_pending peers are not sessions, the oldest of them is closed
+   * (a silent socket, a slow handshake, a probe kept alive). Sessions are not counted and never
+   * closed here; they are bounded by max_clients when they ask to upgrade. */
+  void make_room ()
+  {
+    int pending = 0;
+    Peer *oldest = nullptr;
+    for (auto &kv : peers) {
+      Peer &p = kv.second;
+      if (p.upgraded || p.evicted)
+        continue;
+      pending++;
+      if (!oldest || p.accepted_us < oldest->accepted_us)
+        oldest = &p;
+    }
+    /* Room for every session's handshake at once (robots reconnecting together), then
+     * max_pending more; only a peer pending for a second or more is closed for a new one (a
+     * robot's handshake takes milliseconds); a burst younger than that is kept whole. */
+    if (pending < cfg.max_pending + cfg.max_clients || !oldest ||
+        g_get_monotonic_time () - oldest->accepted_us < G_USEC_PER_SEC)
+      return;
+    oldest->evicted = true;
+    g_io_stream_close (G_IO_STREAM (oldest->tcp), nullptr, nullptr);
+    bump ([] (ServerStats &s) { s.evicted++; });
+  }
+
   static void on_io_gone (gpointer data, GObject *)
   {
     auto tag = static_cast<Tag *> (data);
@@ -342,10 +399,87 @@ struct Server::Impl {
       g_source_destroy (p.handshake_timer);
       g_source_unref (p.handshake_timer);
     }
-    g_io_stream_close (G_IO_STREAM (p.tcp), nullptr, nullptr);
-    g_object_unref (p.tcp);
+    if (p.linger)
+      linger (p.tcp); /* takes the reference */
+    else {
+      g_io_stream_close (G_IO_STREAM (p.tcp), nullptr, nullptr);
+      g_object_unref (p.tcp);
+    }
     g_object_unref (key);
     bump ([] (ServerStats &) {});
+  }
+
+  /* ---- Lingering close ---- */
+
+  /* A peer that was sent a close frame while it was still sending (an oversized message):
+   * closing its socket now would answer its next bytes with a reset, and a reset makes its
+   * system drop the close frame unread. So the socket's sending side is already shut (the
+   * close frame, then FIN) and what still arrives is read and dropped until the peer closes,
+   * for at most kLingerS seconds and kLingerBytes bytes. */
+  struct Lingering {
+    GSocketConnection *tcp;
+    GSource *source;
+    gint64 deadline_us;
+    size_t left;
+  };
+  static constexpr double kLingerS = 5;
+  static constexpr size_t kLingerBytes = 64u << 20;
+  std::vector<Lingering *> lingering;
+
+  void linger (GSocketConnection *tcp)
+  {
+    GSocket *sock = g_socket_connection_get_socket (tcp);
+    auto *l = new Lingering{tcp, g_socket_create_source (sock, G_IO_IN, nullptr),
+                            g_get_monotonic_time () + (gint64)(kLingerS * G_USEC_PER_SEC),
+                            kLingerBytes};
+    g_source_set_callback (l->source, (GSourceFunc)(void (*) ())on_linger_readable,
+                           new std::pair<Impl *, Lingering *> (this, l),
+                           [] (gpointer d) { delete static_cast<std::pair<Impl *, Lingering *> *> (d); });
+    g_source_attach (l->source, g_main_context_get_thread_default ());
+    lingering.push_back (l);
+    bump ([] (ServerStats &) {});
+  }
+
+  static gboolean on_linger_readable (GSocket *sock, GIOCondition, gpointer data)
+  {
+    auto *d = static_cast<std::pair<Impl *, Lingering *> *> (data);
+    Lingering *l = d->second;
+    char scratch[16384];
+    for (;;) {
+      GError *err = nullptr;
+      const gssize n = g_socket_receive (sock, scratch, sizeof scratch, nullptr, &err);
+      const bool again = n < 0 && g_error_matches (err, G_IO_ERROR, G_IO_ERROR_WOULD_BLOCK);
+      g_clear_error (&err);
+      if (again && g_get_monotonic_time () < l->deadline_us)
+        return G_SOURCE_CONTINUE;
+      if (n <= 0 || (size_t)n >= l->left || g_get_monotonic_time () >= l->deadline_us) {
+        d->first->end_linger (l);
+        return G_SOURCE_REMOVE;
+      }
+      l->left -= (size_t)n;
+    }
+  }
+
+  void end_linger (Lingering *l)
+  {
+    lingering.erase (std::find (lingering.begin (), lingering.end (), l));
+    g_source_destroy (l->source);
+    g_source_unref (l->source);
+    g_io_stream_close (G_IO_STREAM (l->tcp), nullptr, nullptr);
+    g_object_unref (l->tcp);
+    delete l;
+    bump ([] (ServerStats &) {});
+  }
+
+  /* Peers that send nothing more are not read again: on_tick ends them at their deadline. */
+  void end_late_lingers (gint64 now)
+  {
+    std::vector<Lingering *> late;
+    for (Lingering *l : lingering)
+      if (now >= l->deadline_us)
+        late.push_back (l);
+    for (Lingering *l : late)
+      end_linger (l);
   }
 
   static gboolean on_handshake_timeout (gpointer data)
@@ -372,7 +506,8 @@ struct Server::Impl {
       soup_server_message_set_status (msg, SOUP_STATUS_METHOD_NOT_ALLOWED, nullptr);
       return;
     }
-    const bool ready = self->server->ready_.load () && !self->shutting_down;
+    const bool ready =
+        self->server->ready_.load () && !self->shutting_down && !self->draining;
     soup_server_message_set_status (msg, ready ? SOUP_STATUS_OK : SOUP_STATUS_SERVICE_UNAVAILABLE,
                                     nullptr);
     const char *body = ready ? "OK\n" : "not ready\n";
@@ -391,10 +526,12 @@ struct Server::Impl {
   {
     auto self = static_cast<Impl *> (data);
     SoupMessageHeaders *h = soup_server_message_get_request_headers (msg);
-    if (soup_message_headers_get_one (h, "Origin")) {
+    const char *origin = soup_message_headers_get_one (h, "Origin");
+    if (origin && !same_origin (origin, soup_message_headers_get_one (h, "Host"))) {
       self->bump ([] (ServerStats &s) { s.refused++; });
       refuse (msg, SOUP_STATUS_FORBIDDEN,
-              "requests from web pages (with an Origin header) are refused\n");
+              "requests from web pages of other sites (an Origin header that does not name "
+              "this host) are refused\n");
       return;
     }
     if (!self->cfg.api_key.empty ()) {
@@ -408,10 +545,12 @@ struct Server::Impl {
         return;
       }
     }
-    if (self->shutting_down || (int)self->conns.size () >= self->cfg.max_clients) {
+    if (self->shutting_down || self->draining ||
+        (int)self->conns.size () >= self->cfg.max_clients) {
       self->bump ([] (ServerStats &s) { s.refused++; });
       refuse (msg, SOUP_STATUS_SERVICE_UNAVAILABLE,
               self->shutting_down ? "the server is stopping\n"
+              : self->draining    ? "the server is draining: connect to another replica\n"
                                   : "the server has as many clients as it takes (max-clients)\n");
       return;
     }
@@ -434,8 +573,10 @@ struct Server::Impl {
       pit->second.in->budget = byte_budget (self->cfg.max_message);
     }
     soup_websocket_connection_set_max_incoming_payload_size (ws, self->cfg.max_message);
-    /* Pings find a vanished robot (no FIN) once a write fails. */
-    soup_websocket_connection_set_keepalive_interval (ws, 20);
+    /* Pings find a vanished robot (no FIN) once a write fails, and a hung one (TCP alive, no
+     * pongs) by the pong timeout (on_tick). */
+    soup_websocket_connection_set_keepalive_interval (
+        ws, (guint)std::max (1.0, std::round (self->cfg.keepalive_s)));
     auto tag_destroy = [] (gpointer t, GClosure *) { delete static_cast<Tag *> (t); };
     c.sig_message = g_signal_connect_data (ws, "message", G_CALLBACK (on_message),
                                            new Tag{self, c.id, nullptr}, tag_destroy,
@@ -443,7 +584,14 @@ struct Server::Impl {
     c.sig_closed = g_signal_connect_data (ws, "closed", G_CALLBACK (on_closed),
                                           new Tag{self, c.id, nullptr}, tag_destroy,
                                           (GConnectFlags)0);
+    c.sig_pong = g_signal_connect_data (ws, "pong", G_CALLBACK (on_pong),
+                                        new Tag{self, c.id, nullptr}, tag_destroy,
+                                        (GConnectFlags)0);
+    c.sig_error = g_signal_connect_data (ws, "error", G_CALLBACK (on_error),
+                                         new Tag{self, c.id, nullptr}, tag_destroy,
+                                         (GConnectFlags)0);
     c.cycle_start_us = g_get_monotonic_time ();
+    c.heard_us = c.cycle_start_us;
     const uint64_t id = c.id;
     self->conns[id] = c;
     self->bump ([] (ServerStats &s) { s.connections++; });
@@ -458,6 +606,7 @@ struct Server::Impl {
     if (it == self->conns.end ())
       return;
     Conn &c = it->second;
+    c.heard_us = g_get_monotonic_time ();
     if (c.peer) {
       auto pit = self->peers.find (c.peer);
       if (pit != self->peers.end ())
@@ -470,13 +619,24 @@ struct Server::Impl {
                             "msgpack_numpy), not text");
       return;
     }
+    if (self->draining && !c.in_flight) {
+      self->close_going_away (c);
+      return;
+    }
     if (c.in_flight) {
-      /* openpi's clients wait for each answer; one request ahead is tolerated. */
-      if (!c.waiting.empty ()) {
-        self->error_close (c, "more than one request sent ahead of its answer");
+      /* Requests sent ahead wait their turn and are answered in order, as openpi answers them;
+       * within max_ahead of them, and within one message's size in all (the memory a client
+       * may hold here). */
+      const size_t size = g_bytes_get_size (message);
+      if ((int)c.waiting.size () >= self->cfg.max_ahead ||
+          c.waiting_bytes + size > self->cfg.max_message) {
+        self->error_close (c, "more than " + std::to_string (self->cfg.max_ahead) +
+                                  " requests (or one message's size) sent ahead of their "
+                                  "answers");
         return;
       }
       c.waiting.emplace_back (g_bytes_ref (message), g_get_monotonic_time ());
+      c.waiting_bytes += size;
       return;
     }
     try {
@@ -519,6 +679,7 @@ struct Server::Impl {
     for (auto &w : c.waiting)
       g_bytes_unref (w.first);
     c.waiting.clear ();
+    c.waiting_bytes = 0;
     server->purge_client (c.id);
     bump ([] (ServerStats &s) { s.errors++; });
     gchar *valid = g_utf8_make_valid (text.c_str (), (gssize)text.size ());
@@ -527,6 +688,47 @@ struct Server::Impl {
       soup_websocket_connection_close (c.ws, SOUP_WEBSOCKET_CLOSE_SERVER_ERROR, kErrorCloseReason);
     }
     g_free (valid);
+  }
+
+  static void on_pong (SoupWebsocketConnection *, GBytes *, gpointer data)
+  {
+    auto tag = static_cast<Tag *> (data);
+    auto it = tag->impl->conns.find (tag->id);
+    if (it != tag->impl->conns.end ())
+      it->second.heard_us = g_get_monotonic_time ();
+  }
+
+  /* A message over the limit: libsoup (a frame bigger than max_message) and our byte budget (a
+   * message in many fragments) both drop the TCP connection without a close frame. Before they
+   * do, this writes one with 1009 (message too big) and the limit, as websockets sends it, to the
+   * socket itself: libsoup's output is stopped with the input. If libsoup was in the middle of a
+   * frame (a full send buffer), the client sees a broken frame instead: it is going anyway. */
+  static void on_error (SoupWebsocketConnection *, GError *error, gpointer data)
+  {
+    auto tag = static_cast<Tag *> (data);
+    Impl *self = tag->impl;
+    const bool too_big = (error->domain == SOUP_WEBSOCKET_ERROR &&
+                          error->code == SOUP_WEBSOCKET_CLOSE_TOO_BIG) ||
+                         g_error_matches (error, G_IO_ERROR, G_IO_ERROR_MESSAGE_TOO_LARGE);
+    auto it = self->conns.find (tag->id);
+    if (!too_big || it == self->conns.end () || !it->second.peer)
+      return;
+    auto pit = self->peers.find (it->second.peer);
+    if (pit == self->peers.end ())
+      return;
+    const std::string reason =
+        "message over the server's limit of " + std::to_string (self->cfg.max_message) + " bytes";
+    std::string frame;
+    frame += (char)0x88; /* FIN, close */
+    frame += (char)(2 + reason.size ()); /* < 126: no extended length, unmasked (server) */
+    frame += (char)(SOUP_WEBSOCKET_CLOSE_TOO_BIG >> 8);
+    frame += (char)(SOUP_WEBSOCKET_CLOSE_TOO_BIG & 0xff);
+    frame += reason;
+    GSocket *sock = g_socket_connection_get_socket (pit->second.tcp);
+    g_socket_send (sock, frame.data (), frame.size (), nullptr, nullptr);
+    g_socket_shutdown (sock, FALSE, TRUE, nullptr); /* FIN after it; reading goes on */
+    pit->second.linger = true;
+    self->bump ([] (ServerStats &s) { s.errors++; });
   }
 
   static void on_closed (SoupWebsocketConnection *, gpointer data)
@@ -548,6 +750,8 @@ struct Server::Impl {
     /* The tags go with the handlers (their destroy notify). */
     g_signal_handler_disconnect (c.ws, c.sig_message);
     g_signal_handler_disconnect (c.ws, c.sig_closed);
+    g_signal_handler_disconnect (c.ws, c.sig_pong);
+    g_signal_handler_disconnect (c.ws, c.sig_error);
     g_object_unref (c.ws);
     bump ([] (ServerStats &) {});
     maybe_quit ();
@@ -594,17 +798,80 @@ struct Server::Impl {
     if (!c.waiting.empty ()) {
       auto next = c.waiting.front ();
       c.waiting.pop_front ();
+      c.waiting_bytes -= g_bytes_get_size (next.first);
       dispatch (c, next.first, next.second);
       g_bytes_unref (next.first);
+    } else if (draining) {
+      close_going_away (c);
+    }
+  }
+
+  /* ---- Drain ---- */
+
+  void close_going_away (Conn &c)
+  {
+    if (c.closing)
+      return;
+    c.closing = true;
+    if (soup_websocket_connection_get_state (c.ws) == SOUP_WEBSOCKET_STATE_OPEN)
+      soup_websocket_connection_close (c.ws, SOUP_WEBSOCKET_CLOSE_GOING_AWAY,
+                                       "the server is draining: reconnect");
+  }
+
+  void begin_drain ()
+  {
+    if (draining || shutting_down)
+      return;
+    draining = true;
+    bump ([] (ServerStats &s) { s.draining = true; });
+    /* New robots find the port closed (or, behind a Service, another replica). */
+    g_socket_service_stop (service);
+    g_socket_listener_close (G_SOCKET_LISTENER (service));
+    for (auto &kv : conns)
+      if (!kv.second.in_flight && kv.second.waiting.empty ())
+        close_going_away (kv.second);
+    for (auto &kv : peers)
+      if (!kv.second.upgraded)
+        g_io_stream_close (G_IO_STREAM (kv.second.tcp), nullptr, nullptr);
+  }
+
+  /* Sessions that have sent nothing, not even a pong, for a ping interval and the pong
+   * timeout: closed as websockets closes them (1011, "keepalive ping timeout"). */
+  void close_hung (gint64 now)
+  {
+    if (cfg.pong_timeout_s <= 0)
+      return;
+    const gint64 limit =
+        (gint64)((std::max (1.0, std::round (cfg.keepalive_s)) + cfg.pong_timeout_s) * 1e6);
+    for (auto &kv : conns) {
+      Conn &c = kv.second;
+      if (c.closing || now - c.heard_us <= limit)
+        continue;
+      c.closing = true;
+      c.in_flight = false;
+      server->purge_client (c.id);
+      bump ([] (ServerStats &s) { s.hung++; });
+      if (soup_websocket_connection_get_state (c.ws) == SOUP_WEBSOCKET_STATE_OPEN)
+        soup_websocket_connection_close (c.ws, SOUP_WEBSOCKET_CLOSE_SERVER_ERROR,
+                                         "keepalive ping timeout");
+      /* A peer that answers no ping answers no close either: libsoup closes the stream after
+       * its close timeout; this does not wait for that. */
+      if (c.peer) {
+        auto pit = peers.find (c.peer);
+        if (pit != peers.end ())
+          g_io_stream_close (G_IO_STREAM (pit->second.tcp), nullptr, nullptr);
+      }
     }
   }
 
   static gboolean on_tick (gpointer data)
   {
     auto self = static_cast<Impl *> (data);
+    const gint64 now = g_get_monotonic_time ();
+    self->close_hung (now);
+    self->end_late_lingers (now);
     if (self->cfg.request_timeout_s <= 0)
       return G_SOURCE_CONTINUE;
-    const gint64 now = g_get_monotonic_time ();
     const gint64 limit = (gint64)(self->cfg.request_timeout_s * 1e6);
     std::vector<uint64_t> late;
     for (auto &kv : self->conns)
@@ -666,6 +933,8 @@ struct Server::Impl {
         g_bytes_unref (w.first);
       g_signal_handler_disconnect (c.ws, c.sig_message);
       g_signal_handler_disconnect (c.ws, c.sig_closed);
+      g_signal_handler_disconnect (c.ws, c.sig_pong);
+      g_signal_handler_disconnect (c.ws, c.sig_error);
       g_object_unref (c.ws);
     }
     conns.clear ();
@@ -696,6 +965,8 @@ struct Server::Impl {
       delete tag;
       forget_peer (key);
     }
+    while (!lingering.empty ())
+      end_linger (lingering.back ());
   }
 };
 
@@ -787,6 +1058,33 @@ Server::start (const ServerSettings &settings, std::string *error)
 }
 
 void
+Server::drain ()
+{
+  std::lock_guard<std::mutex> sl (start_lock_);
+  if (!running_.load ())
+    return;
+  on_server_thread ([] (Impl &impl) { impl.begin_drain (); });
+}
+
+void
+Server::on_server_thread (void (*fn) (Impl &))
+{
+  struct Call {
+    Server *server;
+    void (*fn) (Impl &);
+  };
+  g_main_context_invoke_full (
+      context_, G_PRIORITY_DEFAULT,
+      [] (gpointer d) -> gboolean {
+        auto c = static_cast<Call *> (d);
+        if (c->server->impl_)
+          c->fn (*c->server->impl_);
+        return G_SOURCE_REMOVE;
+      },
+      new Call{this, fn}, [] (gpointer d) { delete static_cast<Call *> (d); });
+}
+
+void
 Server::stop ()
 {
   std::lock_guard<std::mutex> sl (start_lock_);
@@ -798,15 +1096,7 @@ Server::stop ()
     queue_.clear ();
   }
   cond_.notify_all ();
-  g_main_context_invoke (
-      context_,
-      [] (gpointer d) -> gboolean {
-        auto self = static_cast<Server *> (d);
-        if (self->impl_)
-          self->impl_->begin_shutdown ();
-        return G_SOURCE_REMOVE;
-      },
-      this);
+  on_server_thread ([] (Impl &impl) { impl.begin_shutdown (); });
   thread_.join ();
   {
     std::lock_guard<std::mutex> lk (lock_);

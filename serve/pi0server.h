@@ -25,8 +25,13 @@
  * too, which catches a message split into many small fragments), send msgpack that is deeper,
  * longer or of other types than an observation can be (pi0codec), connect more than
  * max_clients times, keep a connection in the handshake for longer than handshake_timeout,
- * queue more than one request ahead of its answer, or reach the server from a web page (requests
- * carrying an Origin header are refused: browsers always send one, robots' clients do not).
+ * lock robots out with sockets that never finish a handshake (at most max_pending of those, the
+ * oldest closed first), hold a session while answering no pings (pong_timeout), queue more than
+ * max_ahead requests ahead of their answers (those within it are answered in order, as openpi
+ * answers them), negotiate compression (permessage-deflate is refused, as openpi's server runs
+ * with compression=None: the size limit holds on the wire), or reach the server from a web page
+ * of another site (an Origin header must name the host the request is for, which is what
+ * websocket-client sends by default; a browser on another site sends its own).
  *
  * Threads: the server runs its own GLib main context in its own thread (so it works in
  * gst-launch-1.0, without the application's main loop). pop(), reply(), fail(), set_ready()
@@ -57,7 +62,19 @@ struct ServerSettings {
   std::string api_key;            /* empty: no key required */
   size_t max_message = 16u << 20; /* bytes per websocket message */
   int max_clients = 16;           /* websocket sessions at once */
+  /* A TCP peer that has not become a websocket session by then is closed. */
   double handshake_timeout_s = 10;
+  /* TCP peers that are not (yet) sessions (handshakes, health probes, refused requests) kept
+   * beyond max_clients of them. When there are more, the oldest (pending for a second at least)
+   * is closed to make room: silent or slow sockets cannot lock robots out, and sessions are
+   * never closed for them. */
+  int max_pending = 256;
+  int listen_backlog = 1024;  /* connections the kernel queues before accept (GLib's: 10) */
+  int max_ahead = 16;         /* requests a client may send before their answers */
+  double keepalive_s = 20;    /* a ping every this many seconds (websockets' ping_interval) */
+  /* A session that sends nothing, not even a pong, for keepalive_s + this is closed (1011),
+   * as websockets' ping_timeout closes it: a hung robot does not hold its session forever. */
+  double pong_timeout_s = 20;
   double request_timeout_s = 60; /* no answer from the pipeline: error to the client (0: none) */
   Mapping mapping;
   DecodeLimits limits; /* max_message is set from the field above */
@@ -93,7 +110,10 @@ struct ServerStats {
   uint64_t dropped = 0;          /* answers for clients that had gone */
   uint64_t timeouts = 0;         /* requests the pipeline did not answer in time */
   uint64_t queued = 0;           /* requests waiting for pop() now */
-  uint64_t peers = 0;            /* TCP connections now (sessions, handshakes, probes) */
+  uint64_t peers = 0;            /* TCP connections now (sessions, handshakes, probes, closing) */
+  uint64_t evicted = 0;          /* peers that were not sessions, closed to make room */
+  uint64_t hung = 0;             /* sessions closed for answering no ping (pong timeout) */
+  bool draining = false;         /* drain() was called */
 };
 
 class Server
@@ -112,6 +132,13 @@ public:
   /* Closes every connection (code 1001, going away), stops listening, joins the thread. Requests
    * not yet answered are dropped. Safe to call twice. */
   void stop ();
+  /* Graceful drain (SIGTERM in pi0-serve, a Kubernetes rollout): stops listening, /healthz
+   * answers 503 and new upgrades 503 ("the server is draining"); each session is answered what it
+   * has sent (the request in flight and those sent ahead), then closed with 1001 (going away),
+   * so its robot reconnects to another replica. A request that arrives on an idle session during
+   * the drain is not taken: that session is closed with 1001 at once. stats().open says when
+   * every session has gone; stop() then ends what is left. Any thread; twice is fine. */
+  void drain ();
   bool running () const { return running_.load (); }
   int port () const { return port_.load (); }
   const std::string &name () const { return name_; }
@@ -141,6 +168,8 @@ private:
   void push_request (Request &&r);
   void purge_client (uint64_t client);
   void post_outcome (uint64_t client, uint64_t number, Reply *reply, std::string *error);
+  /* Runs @fn with the server thread's state, on that thread (skipped once it has gone). */
+  void on_server_thread (void (*fn) (Impl &));
   friend struct Impl;
 
   const std::string name_;

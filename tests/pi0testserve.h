@@ -47,12 +47,12 @@ struct ClientRun {
   std::string out; /* stdout and stderr */
 };
 
-/* Runs `openpi_clients.py CASE --port PORT ARGS...`; ok when it exits 0. */
+/* Runs `SCRIPT CASE --port PORT ARGS...` (a client script in tests/serve/); ok when it exits 0. */
 inline ClientRun
-run_clients (const std::string &case_name, int port, const std::vector<std::string> &args)
+run_script (const std::string &script, const std::string &case_name, int port,
+            const std::vector<std::string> &args)
 {
-  std::vector<std::string> argv = {venv_python (),
-                                   serve_source_root () + "/tests/serve/openpi_clients.py",
+  std::vector<std::string> argv = {venv_python (), serve_source_root () + "/tests/serve/" + script,
                                    case_name, "--port", std::to_string (port)};
   argv.insert (argv.end (), args.begin (), args.end ());
   std::vector<gchar *> cargv;
@@ -74,6 +74,20 @@ run_clients (const std::string &case_name, int port, const std::vector<std::stri
   g_free (out);
   g_free (err);
   return r;
+}
+
+/* openpi_clients.py: the robots that openpi-client makes. */
+inline ClientRun
+run_clients (const std::string &case_name, int port, const std::vector<std::string> &args)
+{
+  return run_script ("openpi_clients.py", case_name, port, args);
+}
+
+/* fleet_clients.py: what fleets do to a server (compression, pipelining, lock-out, hangs). */
+inline ClientRun
+run_fleet (const std::string &case_name, int port, const std::vector<std::string> &args)
+{
+  return run_script ("fleet_clients.py", case_name, port, args);
 }
 
 /* Open file descriptors of this process. */

@@ -5,7 +5,10 @@
  * must refuse with a clear message. The Python client itself is exercised in test_serve_server. */
 
 #include "pi0codec.h"
+#include "pi0json.h"
 #include "pi0mapping.h"
+
+#include <glib.h>
 
 #include <gtest/gtest.h>
 #include <msgpack.hpp>
@@ -154,6 +157,32 @@ TEST (Mapping, PresetsParseAndMatchOpenpisExamples)
   EXPECT_EQ (l.action_dim, 7);
 }
 
+/* Each preset carries the robot transforms and the default prompt of the openpi config it is
+ * for, as tests/parity/make_openpi_transforms_golden.py read them from openpi's
+ * training/config.py (the "configs" of the committed golden). */
+TEST (Mapping, PresetsCarryOpenpisTransformsAndDefaultPrompts)
+{
+  std::string err;
+  const char *root = g_getenv ("PI0_SOURCE_ROOT");
+  auto golden = pi0::json::load_strict (
+      std::string (root ? root : ".") + "/tests/parity/openpi_transforms/golden.json", &err);
+  ASSERT_TRUE (golden) << err;
+  int checked = 0;
+  for (const auto &c : (*golden)["configs"]) {
+    const std::string config = c["name"].get<std::string> ();
+    SCOPED_TRACE (config);
+    ASSERT_EQ (config.rfind ("pi0_", 0), 0u);
+    Mapping m = preset (config.substr (4).c_str ()); /* pi0_aloha_towel: the preset aloha_towel */
+    EXPECT_EQ (m.transforms, c["transforms"].get<std::string> ());
+    EXPECT_EQ (m.default_prompt,
+               c["default_prompt"].is_null () ? "" : c["default_prompt"].get<std::string> ());
+    checked++;
+  }
+  EXPECT_EQ (checked, 7);
+  std::vector<std::string> names = mapping_presets ();
+  EXPECT_EQ (names.size (), 7u) << "a preset without its openpi config in the goldens";
+}
+
 TEST (Mapping, BadMappingsAreRefusedWithTheReason)
 {
   struct Case {
@@ -172,6 +201,10 @@ TEST (Mapping, BadMappingsAreRefusedWithTheReason)
        "always required"},
       {R"({"views": {"main": "a", "main": "b"}, "state": ["s"], "state_dim": 2})", "more than once"},
       {R"([1, 2])", "JSON object"},
+      {R"({"views": {"main": "a"}, "state": ["s"], "state_dim": 2, "transforms": "bridge"})",
+       "\"transforms\" must be one of none, aloha"},
+      {R"({"views": {"main": "a"}, "state": ["s"], "state_dim": 2, "default_prompt": ""})",
+       "default_prompt"},
   };
   for (const auto &c : cases) {
     std::string err;
@@ -394,16 +427,25 @@ TEST (Codec, WrongKeysShapesAndSizesAreRefusedNamingTheKey)
          ndarray (p, "<f8", {14}, s.data (), 13 * 8);
        },
        2, "bytes of data for 14 values"},
-      /* images: float, 2-D, 4 channels, empty, a list */
+      /* images: float outside [0, 1], float16, 2-D, 4 channels, empty, a list */
       {[&] (Packer &p) {
          str (p, "images");
          p.pack_map (1);
          str (p, "cam_high");
-         float f[12] = {};
+         float f[12] = {0, 0.5f, 1.5f};
          ndarray (p, "<f4", {2, 2, 3}, f, sizeof f);
          state_ok (p);
        },
-       2, "uint8 [H,W,3] or [3,H,W]"},
+       2, "in [0, 1]"},
+      {[&] (Packer &p) {
+         str (p, "images");
+         p.pack_map (1);
+         str (p, "cam_high");
+         uint16_t f[12] = {};
+         ndarray (p, "<f2", {2, 2, 3}, f, sizeof f);
+         state_ok (p);
+       },
+       2, "uint8 [H,W,3] or [3,H,W] (or float32/float64 in [0, 1])"},
       {[&] (Packer &p) {
          str (p, "images");
          p.pack_map (1);
@@ -482,7 +524,7 @@ TEST (Codec, WrongKeysShapesAndSizesAreRefusedNamingTheKey)
          str (p, "prompt");
          str (p, std::string ("a\0b", 3));
        },
-       3, "UTF-8"},
+       3, "a NUL character"},
       /* a malformed ndarray: missing the shape, an extra key, a negative size */
       {[&] (Packer &p) {
          images_ok (p);

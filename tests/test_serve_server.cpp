@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <iostream>
 #include <thread>
 #include <unistd.h>
@@ -272,6 +273,220 @@ TEST_F (PolicyServer, MaxClientsAreServedAndTheNextIsRefused)
     EXPECT_GE (srv->stats ().refused, 1u);
   }
   srv->stop ();
+}
+
+/* ---- What fleets do (issue 23): tests/serve/fleet_clients.py ---- */
+
+/* A client offering permessage-deflate (websockets' default) is served without it, and a
+ * compressed frame (a deflate bomb: 64 MiB in ~64 KiB) is refused before anything inflates
+ * it; the server goes on. */
+TEST_F (PolicyServer, CompressionIsNeverNegotiatedAndACompressedFrameIsRefused)
+{
+  auto srv = Server::get ("deflate");
+  std::string err;
+  ASSERT_TRUE (srv->start (settings ("aloha", 1 << 20), &err)) << err;
+  {
+    StandIn policy (*srv);
+    auto r = run_fleet ("deflate", srv->port (), {});
+    EXPECT_TRUE (r.ok) << r.out;
+    EXPECT_TRUE (all_gone (*srv));
+    EXPECT_EQ (srv->stats ().replies, 1u);
+  }
+  srv->stop ();
+}
+
+/* Three requests sent before any answer are answered in order, each as a waiting client's. */
+TEST_F (PolicyServer, RequestsSentAheadAreAnsweredInOrder)
+{
+  auto srv = Server::get ("ahead");
+  std::string err;
+  ASSERT_TRUE (srv->start (settings ("aloha"), &err)) << err;
+  {
+    StandIn policy (*srv);
+    auto r = run_fleet ("ahead", srv->port (), {});
+    EXPECT_TRUE (r.ok) << r.out;
+    EXPECT_TRUE (all_gone (*srv));
+    EXPECT_EQ (srv->stats ().replies, 6u);
+    EXPECT_EQ (srv->stats ().errors, 0u);
+  }
+  srv->stop ();
+}
+
+/* Over the size limit, whole or in fragments: close 1009 with a reason. */
+TEST_F (PolicyServer, AnOversizedMessageGetsClose1009)
+{
+  const size_t max_message = 64 << 10;
+  auto srv = Server::get ("oversize");
+  std::string err;
+  ASSERT_TRUE (srv->start (settings ("aloha", max_message), &err)) << err;
+  auto r = run_fleet ("oversize", srv->port (), {"--max-message", std::to_string (max_message)});
+  EXPECT_TRUE (r.ok) << r.out;
+  EXPECT_TRUE (all_gone (*srv));
+  srv->stop ();
+}
+
+/* websocket-client's default Origin (the host itself) is served; other sites get 403. */
+TEST_F (PolicyServer, AnOriginNamingThisHostIsServedOthersAreRefused)
+{
+  auto srv = Server::get ("origin");
+  std::string err;
+  ASSERT_TRUE (srv->start (settings ("aloha"), &err)) << err;
+  {
+    StandIn policy (*srv);
+    auto r = run_fleet ("origin", srv->port (), {});
+    EXPECT_TRUE (r.ok) << r.out;
+    EXPECT_TRUE (all_gone (*srv));
+    EXPECT_EQ (srv->stats ().refused, 3u);
+  }
+  srv->stop ();
+}
+
+/* 40 silent or slowloris sockets, reopened as they are cut, against room for 4 + max_clients
+ * pending peers: the robot gets in every one of 20 times, with or without an API key. */
+TEST_F (PolicyServer, SilentSocketsCannotLockRobotsOut)
+{
+  for (const char *key : {"", "fleet-key"}) {
+    SCOPED_TRACE (*key ? "with an API key" : "without a key");
+    auto srv = Server::get (std::string ("lockout") + key);
+    ServerSettings s = settings ("aloha");
+    s.max_clients = 4;
+    s.max_pending = 4;
+    s.api_key = key;
+    std::string err;
+    ASSERT_TRUE (srv->start (s, &err)) << err;
+    {
+      StandIn policy (*srv);
+      std::vector<std::string> args = {"--silent", "40"};
+      if (*key)
+        args.insert (args.end (), {"--api-key", key});
+      auto r = run_fleet ("lockout", srv->port (), args);
+      EXPECT_TRUE (r.ok) << r.out;
+      EXPECT_TRUE (all_gone (*srv));
+      EXPECT_EQ (srv->stats ().replies, 20u);
+      EXPECT_GT (srv->stats ().evicted, 0u) << r.out;
+    }
+    srv->stop ();
+  }
+}
+
+/* A robot that upgrades and then answers nothing (no pongs) is closed after a ping interval and
+ * the pong timeout (1 s each here; 20 s each by default, as websockets). */
+TEST_F (PolicyServer, AHungRobotIsClosedByThePongTimeout)
+{
+  auto srv = Server::get ("hung");
+  ServerSettings s = settings ("aloha");
+  s.keepalive_s = 1;
+  s.pong_timeout_s = 1;
+  std::string err;
+  ASSERT_TRUE (srv->start (s, &err)) << err;
+  auto r = run_fleet ("hung", srv->port (), {"--hang", "4"});
+  EXPECT_TRUE (r.ok) << r.out;
+  EXPECT_TRUE (all_gone (*srv));
+  EXPECT_EQ (srv->stats ().hung, 1u);
+  srv->stop ();
+}
+
+/* Float images in [0, 1] are served as openpi converts them; out of range, or a NUL in the
+ * prompt, is refused with its reason. */
+TEST_F (PolicyServer, FloatImagesAreConvertedAsOpenpiConvertsThem)
+{
+  auto srv = Server::get ("inputs");
+  std::string err;
+  ASSERT_TRUE (srv->start (settings ("aloha"), &err)) << err;
+  {
+    StandIn policy (*srv);
+    auto r = run_fleet ("inputs", srv->port (), {});
+    EXPECT_TRUE (r.ok) << r.out;
+    EXPECT_TRUE (all_gone (*srv));
+    EXPECT_EQ (srv->stats ().replies, 2u);
+    EXPECT_EQ (srv->stats ().errors, 2u);
+  }
+  srv->stop ();
+}
+
+/* drain() while a request is in flight: it is answered, then its session closes with 1001; an
+ * idle session closes at once; the port is closed to new robots. */
+TEST_F (PolicyServer, DrainAnswersWhatWasSentThenClosesEachSession)
+{
+  auto srv = Server::get ("drain");
+  std::string err;
+  ASSERT_TRUE (srv->start (settings ("aloha"), &err)) << err;
+  std::thread policy ([&] {
+    Request r;
+    if (srv->pop (&r) != Server::Pop::kRequest)
+      return;
+    srv->drain ();
+    g_usleep (500 * 1000); /* the answer comes after the drain began */
+    srv->reply (r.client, r.number, stand_in_policy (r));
+  });
+  auto r = run_fleet ("drain", srv->port (), {});
+  policy.join ();
+  EXPECT_TRUE (r.ok) << r.out;
+  EXPECT_TRUE (all_gone (*srv));
+  ServerStats st = srv->stats ();
+  EXPECT_TRUE (st.draining);
+  EXPECT_EQ (st.replies, 1u);
+  EXPECT_EQ (st.dropped, 0u);
+  srv->stop ();
+}
+
+/* docs/serve.md's reconnect recipe (fleet_clients.py "reconnect") across a rolling restart:
+ * the server drains and stops after the robot's fifth answer, another takes its port, and every
+ * one of the robot's 15 requests is answered. */
+TEST_F (PolicyServer, TheReconnectRecipeRidesARollingRestart)
+{
+  auto first = Server::get ("rolling-1");
+  std::string err;
+  ASSERT_TRUE (first->start (settings ("aloha"), &err)) << err;
+  const int port = first->port ();
+  ClientRun r;
+  std::thread robot ([&] { r = run_fleet ("reconnect", port, {"--requests", "15"}); });
+  auto second = Server::get ("rolling-2");
+  {
+    StandIn policy (*first);
+    for (int i = 0; i < 600 && first->stats ().replies < 5; i++)
+      g_usleep (50000);
+    first->drain ();
+    all_gone (*first);
+  }
+  first->stop ();
+  ServerSettings s = settings ("aloha");
+  s.port = port;
+  ASSERT_TRUE (second->start (s, &err)) << err;
+  {
+    StandIn policy (*second);
+    robot.join ();
+    EXPECT_TRUE (all_gone (*second));
+  }
+  EXPECT_TRUE (r.ok) << r.out;
+  EXPECT_GE (first->stats ().replies, 5u);
+  EXPECT_GE (second->stats ().replies, 1u);
+  second->stop ();
+}
+
+/* The kernel queues a burst of robots reconnecting at once: the listen backlog is the
+ * setting's, not GLib's 10 (`ss` shows a listening socket's backlog as its Send-Q). */
+TEST_F (PolicyServer, TheListenBacklogTakesABurstOfRobots)
+{
+  auto srv = Server::get ("backlog");
+  std::string err;
+  ASSERT_TRUE (srv->start (settings ("aloha"), &err)) << err;
+  const std::string cmd =
+      "ss -ltnH 'sport = :" + std::to_string (srv->port ()) + "' 2>/dev/null";
+  gchar *out = nullptr;
+  gint status = 1;
+  const bool ran = g_spawn_command_line_sync (("sh -c \"" + cmd + "\"").c_str (), &out, nullptr,
+                                              &status, nullptr);
+  std::string text = out ? out : "";
+  g_free (out);
+  srv->stop ();
+  if (!ran || text.empty ())
+    GTEST_SKIP () << "no ss (iproute2) to read the backlog with";
+  /* State, Recv-Q, Send-Q (the backlog), local address, peer. */
+  char state[32] = {0};
+  unsigned recv_q = 0, send_q = 0;
+  ASSERT_EQ (sscanf (text.c_str (), "%31s %u %u", state, &recv_q, &send_q), 3) << text;
+  EXPECT_GE (send_q, 1024u) << text;
 }
 
 TEST (PolicyServerSettings, BadSettingsAreClearErrors)

@@ -12,8 +12,13 @@
  * the chain `pi0servesink` sends each chunk back to the client that asked.
  *
  * The mapping (#GstPi0ServeSrc:mapping) says which observation keys are which camera, the
- * state and the prompt: the presets `aloha`, `droid` and `libero` follow openpi's examples; a
- * JSON file describes any other robot (docs/serve.md). Images are uint8, HWC or CHW, of any
+ * state and the prompt: the presets `aloha`, `droid` and `libero` (and `aloha_towel`,
+ * `aloha_tupperware`, `aloha_pen_uncap`, `aloha_sim`) follow openpi's configs; a JSON file
+ * describes any other robot (docs/serve.md). A request without a prompt gets
+ * #GstPi0ServeSrc:prompt, else the mapping's default prompt; with neither it is refused, as
+ * openpi refuses it. The mapping also names the robot transforms of the checkpoint it is for,
+ * which are `pi0infer`'s to apply (its `transforms` property: `pi0-serve` sets it from the
+ * mapping). Images are uint8, HWC or CHW, of any
  * size. Keys the mapping does not know, malformed msgpack, numpy dtypes outside a numeric
  * whitelist, a non-finite state or a message over #GstPi0ServeSrc:max-message-size get that
  * client an error (openpi's way: a text message, then the connection closes) and never reach
@@ -157,7 +162,18 @@ make_stats (GstPi0ServeSrc *self)
       G_TYPE_UINT64, (guint64)s.requests, "replies", G_TYPE_UINT64, (guint64)s.replies, "errors",
       G_TYPE_UINT64, (guint64)s.errors, "dropped", G_TYPE_UINT64, (guint64)s.dropped, "timeouts",
       G_TYPE_UINT64, (guint64)s.timeouts, "queued", G_TYPE_UINT64, (guint64)s.queued, "peers",
-      G_TYPE_UINT64, (guint64)s.peers, nullptr);
+      G_TYPE_UINT64, (guint64)s.peers, "evicted", G_TYPE_UINT64, (guint64)s.evicted, "hung",
+      G_TYPE_UINT64, (guint64)s.hung, "draining", G_TYPE_BOOLEAN, (gboolean)s.draining, nullptr);
+}
+
+/* The "drain" action signal (serve::Server::drain()). */
+static void
+gst_pi0_serve_src_drain (GstPi0ServeSrc *self)
+{
+  if (auto srv = get_server (self)) {
+    GST_INFO_OBJECT (self, "draining: answering what was sent, then closing each session");
+    srv->drain ();
+  }
 }
 
 /* Copies @value into the settings (@set) or out of them: one table for both directions. */
@@ -276,7 +292,16 @@ gst_pi0_serve_src_start (GstBaseSrc *bsrc)
     ss.max_clients = s.max_clients;
     ss.request_timeout_s = (double)s.request_timeout / GST_SECOND;
     ss.seed = s.seed;
-    ss.default_prompt = s.prompt;
+    /* openpi's InjectDefaultPrompt: the server's own default first (openpi's serve_policy.py
+     * --default_prompt), then the config's. */
+    ss.default_prompt = !s.prompt.empty () ? s.prompt : mapping->default_prompt;
+    if (mapping->prompt.empty () && ss.default_prompt.empty ()) {
+      GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS,
+                         ("Mapping '%s' reads no prompt and has no default prompt: set prompt=.",
+                          mapping->name.c_str ()),
+                         (nullptr));
+      return FALSE;
+    }
     ss.metadata_json = s.metadata;
     if (!g_utf8_validate (s.prompt.c_str (), -1, nullptr)) {
       GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS, ("prompt is not valid UTF-8."), (nullptr));
@@ -380,12 +405,18 @@ gst_pi0_serve_src_change_state (GstElement *element, GstStateChange transition)
   return ret;
 }
 
-/* One view's pixels as a memory: HWC is wrapped in place (the message stays alive as long as the
- * memory), CHW is transposed to HWC (cudaprep reads packed RGB). */
+/* One view's pixels as a memory: HWC is wrapped in place (the message, or a float image's
+ * conversion, stays alive as long as the memory), CHW is transposed to HWC (cudaprep reads
+ * packed RGB). */
 static GstMemory *
 view_memory (const serve::ImageView &v, const std::shared_ptr<GBytes> &message)
 {
   const gsize size = v.size ();
+  if (!v.chw && v.owned) /* a float image, converted: its pixels live as long as the memory */
+    return gst_memory_new_wrapped (
+        GST_MEMORY_FLAG_READONLY, (gpointer)v.data, size, 0, size,
+        new std::shared_ptr<std::vector<uint8_t>> (v.owned),
+        [] (gpointer p) { delete static_cast<std::shared_ptr<std::vector<uint8_t>> *> (p); });
   if (!v.chw) {
     return gst_memory_new_wrapped (GST_MEMORY_FLAG_READONLY, (gpointer)v.data, size, 0, size,
                                    g_bytes_ref (message.get ()), (GDestroyNotify)g_bytes_unref);
@@ -472,6 +503,15 @@ gst_pi0_serve_src_create (GstPushSrc *psrc, GstBuffer **outbuf)
   while (!buf) {
     if (srv->pop (&r) != serve::Server::Pop::kRequest)
       return GST_FLOW_FLUSHING;
+    if (!r.obs.prompt && srv->settings ().default_prompt.empty ()) {
+      /* openpi refuses it too ("Prompt is required") unless its config has a default. */
+      const serve::Mapping &m = srv->settings ().mapping;
+      srv->fail (r.client, r.number,
+                 "invalid observation: no prompt: send one under '" +
+                     serve::key_path_text (m.prompt) + "' (mapping '" + m.name +
+                     "' has no default prompt, and none was given to the server)");
+      continue;
+    }
     buf = build_observation (self, *srv, r);
   }
 
@@ -556,7 +596,8 @@ gst_pi0_serve_src_class_init (GstPi0ServeSrcClass *klass)
    * GstPi0ServeSrc:mapping:
    *
    * Which observation keys are which view, the state and the prompt: `aloha`, `droid`,
-   * `libero` (openpi's examples), or the path of a JSON mapping file (docs/serve.md).
+   * `libero`, `aloha_towel`, `aloha_tupperware`, `aloha_pen_uncap`, `aloha_sim` (openpi's
+   * configs), or the path of a JSON mapping file (docs/serve.md).
    */
   g_object_class_install_property (
       gobject_class, PROP_MAPPING,
@@ -594,8 +635,9 @@ gst_pi0_serve_src_class_init (GstPi0ServeSrcClass *klass)
   g_object_class_install_property (
       gobject_class, PROP_PROMPT,
       g_param_spec_string ("prompt", "Default prompt",
-                           "Instruction for requests that carry no prompt", DEFAULT_PROMPT,
-                           GST_PI0_PARAM_READY));
+                           "Instruction for requests that carry no prompt (default: the "
+                           "mapping's default_prompt; with neither, they are refused)",
+                           DEFAULT_PROMPT, GST_PI0_PARAM_READY));
   g_object_class_install_property (
       gobject_class, PROP_METADATA,
       g_param_spec_string ("metadata", "Metadata",
@@ -607,12 +649,27 @@ gst_pi0_serve_src_class_init (GstPi0ServeSrcClass *klass)
    *
    * `connections` (sessions opened), `open`, `refused` (key, origin, capacity), `requests`,
    * `replies`, `errors` (sent to clients), `dropped` (answers for clients that had gone),
-   * `timeouts`, `queued` (waiting for the pipeline), `peers` (TCP connections now).
+   * `timeouts`, `queued` (waiting for the pipeline), `peers` (TCP connections now), `evicted`
+   * (peers that were not sessions, closed to make room for new ones), `hung` (sessions closed
+   * for answering no ping), `draining` (after the `drain` signal).
    */
   g_object_class_install_property (
       gobject_class, PROP_STATS,
       g_param_spec_boxed ("stats", "Statistics", "Connections, requests, replies, errors",
                           GST_TYPE_STRUCTURE, GST_PI0_PARAM_READ_ONLY));
+
+  /**
+   * GstPi0ServeSrc::drain:
+   *
+   * Action signal: drain the server gracefully (what `pi0-serve` does on SIGTERM, for a rolling
+   * restart). It stops listening, `/healthz` and new upgrades answer 503, each session gets the
+   * answers to what it has sent and is then closed with 1001 (going away), so its robot
+   * reconnects elsewhere. The pipeline keeps running: stop it once the `open` stat is 0.
+   */
+  g_signal_new_class_handler ("drain", G_TYPE_FROM_CLASS (klass),
+                              (GSignalFlags)(G_SIGNAL_RUN_LAST | G_SIGNAL_ACTION),
+                              G_CALLBACK (gst_pi0_serve_src_drain), nullptr, nullptr, nullptr,
+                              G_TYPE_NONE, 0);
 
   gst_element_class_add_static_pad_template (element_class, &src_template);
   gst_element_class_set_static_metadata (

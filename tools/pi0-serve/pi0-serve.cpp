@@ -11,36 +11,50 @@
  *   # on the robot:
  *   WebsocketClientPolicy(host="gpu-host", port=8000).infer(observation)["actions"]
  *
- * Exit status: 0 after a signal, 1 when the pipeline fails, 2 for bad usage. */
+ * SIGTERM drains (no new robots; what was sent is answered; then each session closes with 1001,
+ * at most --drain-timeout seconds), SIGINT or a second SIGTERM stops at once.
+ *
+ * Exit status: 0 after a signal, 1 when the pipeline fails, 2 for bad usage (every option is
+ * checked before anything starts). */
 
 #ifdef HAVE_CONFIG_H
 #include "config.h"
 #endif
 
 #include "gstpi0elements.h"
+#include "pi0json.h"
 #include "pi0mapping.h"
+#include "pi0transformnames.h"
 
 #include <gst/gst.h>
 #include <gst/pi0/pi0.h>
 
 #include <glib-unix.h>
 
+#include <cmath>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 namespace
 {
+
+/* An integer option not given (every property's default applies). */
+constexpr gint kUnset = G_MININT;
+/* --request-timeout's largest value in seconds (its nanoseconds fit in 64 bits many times). */
+constexpr double kMaxTimeoutS = 1e6;
 
 struct Options {
   gchar *model = nullptr, *tokenizer = nullptr, *norm_stats = nullptr, *norm_mode = nullptr;
   gchar *device = nullptr, *precision = nullptr;
   gchar *mapping = nullptr, *host = nullptr, *api_key_file = nullptr, *metadata = nullptr;
-  gchar *prompt = nullptr, *print_mapping = nullptr, *server = nullptr;
-  gint port = 8000, image_size = 0, num_steps = 0, max_clients = 16, cuda_device_id = 0;
+  gchar *prompt = nullptr, *print_mapping = nullptr, *server = nullptr, *transforms = nullptr;
+  gint port = 8000, image_size = kUnset, num_steps = kUnset, max_clients = 16;
+  gint cuda_device_id = kUnset;
   gint batch_size = 1;
   gdouble max_wait_ms = 5;
   gint64 seed = 0, max_message = 16 << 20;
-  gdouble request_timeout = 60, stats_interval = 0;
+  gdouble request_timeout = 60, stats_interval = 0, drain_timeout = 30;
   gboolean print_pipeline = FALSE;
 };
 
@@ -48,6 +62,9 @@ struct Run {
   GMainLoop *loop = nullptr;
   GstElement *pipe = nullptr, *src = nullptr, *sink = nullptr;
   int status = 0;
+  bool draining = false;
+  double drain_timeout_s = 30;
+  gint64 drain_deadline_us = 0;
 };
 
 gboolean
@@ -56,6 +73,55 @@ on_signal (gpointer data)
   auto run = static_cast<Run *> (data);
   g_printerr ("pi0-serve: stopping\n");
   g_main_loop_quit (run->loop);
+  return G_SOURCE_CONTINUE;
+}
+
+guint64
+stat_of (GstElement *src, const char *field)
+{
+  GstStructure *s = nullptr;
+  g_object_get (src, "stats", &s, nullptr);
+  guint64 v = 0;
+  if (s) {
+    gst_structure_get_uint64 (s, field, &v);
+    gst_structure_free (s);
+  }
+  return v;
+}
+
+gboolean
+on_drain_tick (gpointer data)
+{
+  auto run = static_cast<Run *> (data);
+  const guint64 open = stat_of (run->src, "open");
+  if (open == 0 || g_get_monotonic_time () >= run->drain_deadline_us) {
+    if (open > 0)
+      g_printerr ("pi0-serve: %" G_GUINT64_FORMAT " sessions still open after --drain-timeout\n",
+                  open);
+    else
+      g_printerr ("pi0-serve: drained\n");
+    g_main_loop_quit (run->loop);
+    return G_SOURCE_REMOVE;
+  }
+  return G_SOURCE_CONTINUE;
+}
+
+/* SIGTERM (Kubernetes stops a pod with it): drain first. No new robots, every request already
+ * sent is answered, each session is then closed with 1001; the pipeline stops once none is
+ * left, or after --drain-timeout. A second SIGTERM stops at once, as SIGINT does. */
+gboolean
+on_term (gpointer data)
+{
+  auto run = static_cast<Run *> (data);
+  if (run->draining || run->drain_timeout_s <= 0)
+    return on_signal (data);
+  run->draining = true;
+  run->drain_deadline_us =
+      g_get_monotonic_time () + (gint64)(run->drain_timeout_s * G_USEC_PER_SEC);
+  g_printerr ("pi0-serve: draining (SIGTERM): answering what robots have sent, then closing "
+              "their sessions (again to stop now)\n");
+  g_signal_emit_by_name (run->src, "drain");
+  g_timeout_add (50, on_drain_tick, run);
   return G_SOURCE_CONTINUE;
 }
 
@@ -109,16 +175,155 @@ on_stats_tick (gpointer data)
   return G_SOURCE_CONTINUE;
 }
 
-/* Sets @prop on @e from a string as gst-launch would, so enums take their nicks. */
-bool
-set_from_string (GstElement *e, const char *prop, const char *value)
+std::string
+preset_names ()
 {
-  if (!g_object_class_find_property (G_OBJECT_GET_CLASS (e), prop)) {
-    g_printerr ("pi0-serve: %s has no property %s\n", GST_ELEMENT_NAME (e), prop);
+  std::string r;
+  for (const auto &n : pi0::serve::mapping_presets ())
+    r += (r.empty () ? "" : ", ") + n;
+  return r;
+}
+
+std::string
+transform_names ()
+{
+  std::string r;
+  for (const char *n : pi0::kTransformNames)
+    r += (r.empty () ? "" : ", ") + std::string (n);
+  return r;
+}
+
+bool
+is_transform_name (const std::string &name)
+{
+  for (const char *n : pi0::kTransformNames)
+    if (name == n)
+      return true;
+  return false;
+}
+
+/* What pi0-serve set on one element, in order: the --print-pipeline line is made from it, so
+ * that line is the server it runs. */
+struct Element {
+  GstElement *e;
+  std::vector<std::pair<std::string, std::string>> props;
+};
+
+std::string
+range_text (GParamSpec *p)
+{
+  auto span = [] (auto lo, auto hi) { return std::to_string (lo) + ".." + std::to_string (hi); };
+  if (G_IS_PARAM_SPEC_INT (p))
+    return span (G_PARAM_SPEC_INT (p)->minimum, G_PARAM_SPEC_INT (p)->maximum);
+  if (G_IS_PARAM_SPEC_UINT (p))
+    return span (G_PARAM_SPEC_UINT (p)->minimum, G_PARAM_SPEC_UINT (p)->maximum);
+  if (G_IS_PARAM_SPEC_INT64 (p))
+    return span (G_PARAM_SPEC_INT64 (p)->minimum, G_PARAM_SPEC_INT64 (p)->maximum);
+  if (G_IS_PARAM_SPEC_UINT64 (p))
+    return span (G_PARAM_SPEC_UINT64 (p)->minimum, G_PARAM_SPEC_UINT64 (p)->maximum);
+  if (G_IS_PARAM_SPEC_DOUBLE (p)) {
+    gchar *t = g_strdup_printf ("%g..%g", G_PARAM_SPEC_DOUBLE (p)->minimum,
+                                G_PARAM_SPEC_DOUBLE (p)->maximum);
+    std::string r = t;
+    g_free (t);
+    return r;
+  }
+  if (G_IS_PARAM_SPEC_ENUM (p)) {
+    std::string r;
+    GEnumClass *k = G_PARAM_SPEC_ENUM (p)->enum_class;
+    for (guint i = 0; i < k->n_values; i++)
+      r += (r.empty () ? "" : ", ") + std::string (k->values[i].value_nick);
+    return "one of " + r;
+  }
+  return g_type_name (p->value_type);
+}
+
+/* Sets @prop of @el from @value as gst-launch-1.0 would read it, and records it for the
+ * launch line. A value the property does not take (an unknown enum nick, out of its range,
+ * not a number) is @option's usage error: false, with the message printed. Nothing is
+ * clamped or replaced by a default. */
+bool
+set_checked (Element &el, const char *prop, const std::string &value, const char *option)
+{
+  GParamSpec *p = g_object_class_find_property (G_OBJECT_GET_CLASS (el.e), prop);
+  if (!p) {
+    g_printerr ("pi0-serve: %s has no property %s\n", GST_ELEMENT_NAME (el.e), prop);
     return false;
   }
-  gst_util_set_object_arg (G_OBJECT (e), prop, value);
+  GValue v = G_VALUE_INIT;
+  g_value_init (&v, p->value_type);
+  bool ok = gst_value_deserialize (&v, value.c_str ());
+  if (ok && (G_IS_PARAM_SPEC_DOUBLE (p) && !std::isfinite (g_value_get_double (&v))))
+    ok = false;
+  if (ok && g_param_value_validate (p, &v)) /* true: it had to change the value */
+    ok = false;
+  if (!ok) {
+    g_printerr ("pi0-serve: %s '%s' is not valid (%s)\n", option, value.c_str (),
+                range_text (p).c_str ());
+    g_value_unset (&v);
+    return false;
+  }
+  g_object_set_property (G_OBJECT (el.e), prop, &v);
+  g_value_unset (&v);
+  el.props.emplace_back (prop, value);
   return true;
+}
+
+bool
+set_checked (Element &el, const char *prop, gint64 value, const char *option)
+{
+  return set_checked (el, prop, std::to_string (value), option);
+}
+
+/* An option that may be absent (nullptr: the property keeps its default). */
+bool
+set_given (Element &el, const char *prop, const char *value, const char *option)
+{
+  return !value || set_checked (el, prop, std::string (value), option);
+}
+
+/* A gst-launch-1.0 argument that a POSIX shell gives back unchanged. */
+std::string
+shell_word (const std::string &w)
+{
+  if (w.find_first_not_of ("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+                           "=:._/-+,") == std::string::npos)
+    return w;
+  gchar *q = g_shell_quote (w.c_str ());
+  std::string r = q;
+  g_free (q);
+  return r;
+}
+
+/* A property value as gst-launch-1.0's parser reads it back: quoted when it holds more than
+ * plain characters (a prompt with spaces, JSON metadata). */
+std::string
+launch_value (const std::string &v)
+{
+  if (!v.empty () &&
+      v.find_first_not_of ("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+                           ":._/-+") == std::string::npos)
+    return v;
+  std::string q = "\"";
+  for (char c : v) {
+    if (c == '"' || c == '\\')
+      q += '\\';
+    q += c;
+  }
+  return q + "\"";
+}
+
+std::string
+launch_line (const std::vector<Element> &chain)
+{
+  std::string line = "gst-launch-1.0";
+  for (size_t i = 0; i < chain.size (); i++) {
+    line += (i ? " ! " : " ") +
+            std::string (GST_OBJECT_NAME (gst_element_get_factory (chain[i].e)));
+    for (const auto &[k, v] : chain[i].props)
+      line += " " + shell_word (k + "=" + launch_value (v));
+  }
+  return line;
 }
 
 } // namespace
@@ -133,7 +338,13 @@ main (int argc, char **argv)
        "weights, for trying it out)",
        "MODEL"},
       {"mapping", 0, 0, G_OPTION_ARG_STRING, &o.mapping,
-       "Observation keys: aloha, droid, libero or a JSON mapping file (default aloha)", "MAPPING"},
+       "Observation keys: a preset (openpi's configs: aloha, droid, libero, aloha_towel, "
+       "aloha_tupperware, aloha_pen_uncap, aloha_sim) or a JSON mapping file (default aloha)",
+       "MAPPING"},
+      {"transforms", 0, 0, G_OPTION_ARG_STRING, &o.transforms,
+       "openpi's robot transforms of the checkpoint (aloha, aloha_sim, libero, droid, none; "
+       "default: the mapping's, which is what openpi's config for that checkpoint applies)",
+       "NAME"},
       {"host", 0, 0, G_OPTION_ARG_STRING, &o.host,
        "Numeric address to listen on (default 127.0.0.1; 0.0.0.0 for the network)", "ADDR"},
       {"port", 'p', 0, G_OPTION_ARG_INT, &o.port, "TCP port (default 8000; 0: any free one)",
@@ -159,7 +370,9 @@ main (int argc, char **argv)
        "(default 5; pi0infer max-batch-wait)",
        "MS"},
       {"seed", 0, 0, G_OPTION_ARG_INT64, &o.seed,
-       "Noise seed: request N of each connection uses seed + N", "SEED"},
+       "Noise seed: request N of each connection uses seed + N (unless the mapping reads the "
+       "request's own seed)",
+       "SEED"},
       {"prompt", 0, 0, G_OPTION_ARG_STRING, &o.prompt, "Instruction for requests without one",
        "TEXT"},
       {"max-clients", 0, 0, G_OPTION_ARG_INT, &o.max_clients, "Clients at once (default 16)", "N"},
@@ -171,6 +384,10 @@ main (int argc, char **argv)
        "JSON object sent to each client on connect", "JSON"},
       {"server-name", 0, 0, G_OPTION_ARG_STRING, &o.server, "Name of the server (default pi0serve)",
        "NAME"},
+      {"drain-timeout", 0, 0, G_OPTION_ARG_DOUBLE, &o.drain_timeout,
+       "On SIGTERM: seconds to answer what robots have sent before stopping (default 30; 0: stop "
+       "at once, as on SIGINT)",
+       "S"},
       {"stats-interval", 0, 0, G_OPTION_ARG_DOUBLE, &o.stats_interval,
        "Print the counters every S seconds (default: only at the end)", "S"},
       {"print-mapping", 0, 0, G_OPTION_ARG_STRING, &o.print_mapping,
@@ -195,25 +412,66 @@ main (int argc, char **argv)
   if (o.print_mapping) {
     const std::string json = pi0::serve::mapping_preset_json (o.print_mapping);
     if (json.empty ()) {
-      g_printerr ("pi0-serve: no preset mapping '%s' (aloha, droid, libero)\n", o.print_mapping);
+      g_printerr ("pi0-serve: no preset mapping '%s' (%s)\n", o.print_mapping,
+                  preset_names ().c_str ());
       return 2;
     }
     fputs (json.c_str (), stdout);
     return 0;
   }
+
+  /* Every option is checked before anything starts: a bad one is exit 2 naming it, never a
+   * warning and a default. First those that no element range says enough about. */
   if (!o.model) {
     g_printerr ("pi0-serve: --model is required (a checkpoint, or builtin:pi0-tiny to try it)\n");
     return 2;
   }
-  if (o.max_message < 1024 || o.max_message > (1 << 30) || o.port < 0 || o.port > 65535 ||
-      o.seed < 0 || o.request_timeout < 0 || o.batch_size < 1 || o.batch_size > 64 ||
-      !(o.max_wait_ms >= 0 && o.max_wait_ms <= 60000)) {
-    g_printerr ("pi0-serve: --max-message-size must be 1 KiB..1 GiB, --port 0..65535, --seed and "
-                "--request-timeout not negative, --batch-size 1..64, --max-wait-ms 0..60000\n");
+  auto usage = [] (const char *what) {
+    g_printerr ("pi0-serve: %s\n", what);
+    return 2;
+  };
+  if (o.port < 0 || o.port > 65535)
+    return usage ("--port must be 0..65535");
+  if (o.max_message < 1024 || o.max_message > (1 << 30))
+    return usage ("--max-message-size must be 1 KiB..1 GiB (1024..1073741824)");
+  if (o.seed < 0)
+    return usage ("--seed must not be negative");
+  if (!(o.request_timeout >= 0 && o.request_timeout <= kMaxTimeoutS))
+    return usage ("--request-timeout must be 0..1000000 seconds (0: never)");
+  if (o.batch_size < 1 || o.batch_size > 64)
+    return usage ("--batch-size must be 1..64");
+  if (!(o.max_wait_ms >= 0 && o.max_wait_ms <= 60000))
+    return usage ("--max-wait-ms must be 0..60000");
+  if (!(o.drain_timeout >= 0 && o.drain_timeout <= 3600))
+    return usage ("--drain-timeout must be 0..3600 seconds");
+  if (!(o.stats_interval >= 0 && o.stats_interval <= 86400))
+    return usage ("--stats-interval must be 0..86400 seconds");
+  if (o.image_size != kUnset && (o.image_size < 8 || o.image_size > 4096))
+    return usage ("--image-size must be 8..4096 pixels");
+  /* The mapping, read as pi0servesrc will read it: its transforms are the default of
+   * --transforms. */
+  std::string error;
+  const auto mapping = pi0::serve::load_mapping (o.mapping ? o.mapping : "aloha", &error);
+  if (!mapping) {
+    g_printerr ("pi0-serve: --mapping: %s\n", error.c_str ());
     return 2;
   }
-  const int size =
-      o.image_size > 0 ? o.image_size : (g_str_equal (o.model, "builtin:pi0-tiny") ? 32 : 224);
+  const std::string transforms = o.transforms ? o.transforms : mapping->transforms;
+  if (!is_transform_name (transforms)) {
+    g_printerr ("pi0-serve: --transforms '%s' is not one of %s\n", transforms.c_str (),
+                transform_names ().c_str ());
+    return 2;
+  }
+  if (o.prompt && (!g_utf8_validate (o.prompt, -1, nullptr) || !*o.prompt))
+    return usage ("--prompt must be non-empty UTF-8");
+  if (o.metadata) {
+    auto v = pi0::json::parse_strict (o.metadata, "--metadata", &error);
+    if (!v || !v->is_object ()) {
+      g_printerr ("pi0-serve: --metadata must be a JSON object%s%s\n", v ? "" : ": ",
+                  v ? "" : error.c_str ());
+      return 2;
+    }
+  }
 
   if (!gst_pi0_elements_register (nullptr)) {
     g_printerr ("pi0-serve: could not register the gst-pi0 elements\n");
@@ -234,56 +492,55 @@ main (int argc, char **argv)
   gst_bin_add_many (GST_BIN (run.pipe), run.src, prep, queue, infer, run.sink, nullptr);
   gst_element_link_many (run.src, prep, queue, infer, run.sink, nullptr);
 
-  g_object_set (run.src, "port", o.port, "max-clients", o.max_clients, "max-message-size",
-                (guint)o.max_message, "seed", (guint64)o.seed, "request-timeout",
-                (guint64)(o.request_timeout * GST_SECOND), nullptr);
-  if (o.mapping)
-    g_object_set (run.src, "mapping", o.mapping, nullptr);
-  if (o.host)
-    g_object_set (run.src, "host", o.host, nullptr);
-  if (o.api_key_file)
-    g_object_set (run.src, "api-key-file", o.api_key_file, nullptr);
-  if (o.metadata)
-    g_object_set (run.src, "metadata", o.metadata, nullptr);
-  if (o.prompt)
-    g_object_set (run.src, "prompt", o.prompt, nullptr);
-  if (o.server)
-    g_object_set (run.src, "server", o.server, nullptr);
-  g_object_set (prep, "width", size, "height", size, nullptr);
+  /* Then each element's own ranges and names (enum nicks), through one setter that records
+   * what it set: --print-pipeline prints exactly that. */
+  std::vector<Element> chain = {{run.src, {}}, {prep, {}}, {queue, {}}, {infer, {}},
+                                {run.sink, {}}};
+  Element &src = chain[0], &pre = chain[1], &q = chain[2], &inf = chain[3];
+  const int size = o.image_size != kUnset ? o.image_size
+                                          : (g_str_equal (o.model, "builtin:pi0-tiny") ? 32 : 224);
+  bool ok = set_checked (src, "mapping", o.mapping ? o.mapping : "aloha", "--mapping") &&
+            set_checked (src, "host", o.host ? o.host : "127.0.0.1", "--host") &&
+            set_checked (src, "port", o.port, "--port") &&
+            set_checked (src, "max-clients", o.max_clients, "--max-clients") &&
+            set_checked (src, "max-message-size", o.max_message, "--max-message-size") &&
+            set_checked (src, "request-timeout",
+                         (gint64)std::llround (o.request_timeout * GST_SECOND),
+                         "--request-timeout") &&
+            set_checked (src, "seed", o.seed, "--seed");
+  ok = ok && set_given (src, "api-key-file", o.api_key_file, "--api-key-file") &&
+       set_given (src, "metadata", o.metadata, "--metadata") &&
+       set_given (src, "prompt", o.prompt, "--prompt") &&
+       set_given (src, "server", o.server, "--server-name");
+  ok = ok && set_checked (pre, "width", size, "--image-size") &&
+       set_checked (pre, "height", size, "--image-size");
   /* Requests wait here while the policy runs, not in the network thread. */
-  g_object_set (queue, "max-size-buffers", 64u, "max-size-bytes", 0u, "max-size-time", (guint64)0,
-                nullptr);
-  bool ok = set_from_string (infer, "model", o.model);
-  if (o.tokenizer)
-    ok = ok && set_from_string (infer, "tokenizer", o.tokenizer);
-  if (o.norm_stats)
-    ok = ok && set_from_string (infer, "norm-stats", o.norm_stats);
-  if (o.norm_mode)
-    ok = ok && set_from_string (infer, "norm-mode", o.norm_mode);
-  if (o.device)
-    ok = ok && set_from_string (infer, "device", o.device);
-  if (o.precision)
-    ok = ok && set_from_string (infer, "precision", o.precision);
-  if (o.num_steps > 0)
-    g_object_set (infer, "num-steps", o.num_steps, nullptr);
-  g_object_set (infer, "cuda-device-id", o.cuda_device_id, nullptr);
-  const guint64 max_wait_ns = (guint64)(o.max_wait_ms * GST_MSECOND);
-  g_object_set (infer, "max-batch-size", (guint)o.batch_size, "max-batch-wait", max_wait_ns,
-                nullptr);
-  if (!ok)
+  ok = ok && set_checked (q, "max-size-buffers", 64, "queue") &&
+       set_checked (q, "max-size-bytes", 0, "queue") &&
+       set_checked (q, "max-size-time", 0, "queue");
+  ok = ok && set_checked (inf, "model", o.model, "--model") &&
+       set_given (inf, "tokenizer", o.tokenizer, "--tokenizer") &&
+       set_given (inf, "norm-stats", o.norm_stats, "--norm-stats") &&
+       set_given (inf, "norm-mode", o.norm_mode, "--norm-mode") &&
+       set_given (inf, "device", o.device, "--device");
+  if (ok && o.cuda_device_id != kUnset)
+    ok = set_checked (inf, "cuda-device-id", o.cuda_device_id, "--cuda-device-id");
+  ok = ok && set_given (inf, "precision", o.precision, "--precision");
+  if (ok && o.num_steps != kUnset)
+    ok = set_checked (inf, "num-steps", o.num_steps, "--num-steps");
+  if (ok && transforms != "none")
+    ok = set_checked (inf, "transforms", transforms, "--transforms");
+  if (ok && o.batch_size > 1)
+    ok = set_checked (inf, "max-batch-size", o.batch_size, "--batch-size") &&
+         set_checked (inf, "max-batch-wait", (gint64)std::llround (o.max_wait_ms * GST_MSECOND),
+                      "--max-wait-ms");
+  if (!ok) {
+    gst_object_unref (run.pipe);
     return 2;
+  }
 
   if (o.print_pipeline) {
-    const std::string batching = o.batch_size > 1
-                                     ? " max-batch-size=" + std::to_string (o.batch_size) +
-                                           " max-batch-wait=" + std::to_string (max_wait_ns)
-                                     : std::string ();
-    g_print ("gst-launch-1.0 pi0servesrc mapping=%s host=%s port=%d%s ! cudaprep width=%d "
-             "height=%d ! queue max-size-buffers=64 ! pi0infer model=%s%s%s%s ! pi0servesink\n",
-             o.mapping ? o.mapping : "aloha", o.host ? o.host : "127.0.0.1", o.port,
-             o.api_key_file ? (std::string (" api-key-file=") + o.api_key_file).c_str () : "", size,
-             size, o.model, o.norm_stats ? " norm-stats=" : "", o.norm_stats ? o.norm_stats : "",
-             batching.c_str ());
+    g_print ("%s\n", launch_line (chain).c_str ());
     gst_object_unref (run.pipe);
     return 0;
   }
@@ -293,7 +550,8 @@ main (int argc, char **argv)
   gst_bus_add_watch (bus, on_bus, &run);
   gst_object_unref (bus);
   g_unix_signal_add (SIGINT, on_signal, &run);
-  g_unix_signal_add (SIGTERM, on_signal, &run);
+  run.drain_timeout_s = o.drain_timeout;
+  g_unix_signal_add (SIGTERM, on_term, &run);
   if (o.stats_interval > 0)
     g_timeout_add ((guint)(o.stats_interval * 1000), on_stats_tick, &run);
 
@@ -309,8 +567,10 @@ main (int argc, char **argv)
   }
   int port = 0;
   g_object_get (run.src, "bound-port", &port, nullptr);
-  g_print ("pi0-serve: serving %s on ws://%s:%d (mapping %s), /healthz for readiness\n", o.model,
-           o.host ? o.host : "127.0.0.1", port, o.mapping ? o.mapping : "aloha");
+  g_print ("pi0-serve: serving %s on ws://%s:%d (mapping %s, transforms %s), /healthz for "
+           "readiness\n",
+           o.model, o.host ? o.host : "127.0.0.1", port, o.mapping ? o.mapping : "aloha",
+           transforms.c_str ());
   fflush (stdout);
   g_main_loop_run (run.loop);
 
