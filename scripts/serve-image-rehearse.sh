@@ -40,6 +40,20 @@ mount_into() { # ROOT: /proc, /dev, /sys as a container has them
     mounted+=("$1/$d")
   done
   cp /etc/resolv.conf "$1/etc/resolv.conf"
+  # This machine's network may pass TLS through a proxy with its own CA (as a container build
+  # here would need it too): its local CAs go into the root's trust store, which
+  # ca-certificates builds when serve-image.sh installs it, and pip is pointed at that store.
+  if ls /usr/local/share/ca-certificates/*.crt >/dev/null 2>&1; then
+    mkdir -p "$1/usr/local/share/ca-certificates"
+    cp /usr/local/share/ca-certificates/*.crt "$1/usr/local/share/ca-certificates/"
+  fi
+}
+# A stage's commands, in a clean environment as a container build has it.
+in_root() { # ROOT COMMAND...
+  local root=$1
+  shift
+  chroot "$root" env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    HOME=/root LANG=C.UTF-8 PIP_CERT=/etc/ssl/certs/ca-certificates.crt JOBS="$jobs" "$@"
 }
 
 mkdir -p "$work"
@@ -55,19 +69,19 @@ cp -a "$work/base" "$work/build-root"
 mkdir -p "$work/build-root/src"
 git -C "$src" archive HEAD | tar -x -C "$work/build-root/src"
 mount_into "$work/build-root"
-chroot "$work/build-root" env JOBS="$jobs" bash /src/scripts/serve-image.sh build /src /opt/gst-pi0
+in_root "$work/build-root" bash /src/scripts/serve-image.sh build /src /opt/gst-pi0
 say "build stage done: /opt/gst-pi0 is $(du -sh "$work/build-root/opt/gst-pi0" | cut -f1)"
 
 say "runtime stage: another copy of the bare root, /opt/gst-pi0 only"
 cp -a "$work/base" "$work/runtime-root"
 cp -a "$work/build-root/opt/gst-pi0" "$work/runtime-root/opt/"
 mount_into "$work/runtime-root"
-chroot "$work/runtime-root" bash /opt/gst-pi0/share/gst-pi0/serve-image.sh runtime /opt/gst-pi0
+in_root "$work/runtime-root" bash /opt/gst-pi0/share/gst-pi0/serve-image.sh runtime /opt/gst-pi0
 [ ! -e "$work/runtime-root/usr/bin/gcc" ] || { echo "FAIL: the runtime root has a compiler"; exit 1; }
 
 say "pi0-serve in the runtime root as nobody, openpi-client outside"
 log=$work/serve.log
-chroot --userspec=65534:65534 "$work/runtime-root" env HOME=/tmp \
+chroot --userspec=65534:65534 "$work/runtime-root" env -i HOME=/tmp \
   /opt/gst-pi0/bin/pi0-serve --model builtin:pi0-tiny --port "$port" >"$log" 2>&1 &
 server_pid=$!
 for _ in $(seq 1 600); do

@@ -46,11 +46,15 @@ case "$stage" in
     ;;
   runtime)
     prefix=${2:?PREFIX}
-    # What pi0-serve and the plugin link (LibTorch comes from PREFIX/venv through its rpath).
+    # What pi0-serve and the plugin link, besides what PREFIX holds.
     apt_install ca-certificates libgstreamer1.0-0 libgstreamer-plugins-base1.0-0 \
       libgstreamer-plugins-bad1.0-0 libsentencepiece0 libsoup-3.0-0 libgomp1
-    # The project's own shared library (libgstpi0) is under PREFIX.
-    dirname "$(find "$prefix/lib" -name 'libgstpi0*.so*' | head -1)" > /etc/ld.so.conf.d/gst-pi0.conf
+    # The project's own shared library (libgstpi0) and LibTorch (the torch wheel's lib/) are
+    # under PREFIX: meson's install drops the build's rpaths, so the loader is told.
+    {
+      dirname "$(find "$prefix/lib" -name 'libgstpi0*.so*' | head -1)"
+      dirname "$(find "$prefix/venv" -name 'libtorch_cpu.so' | head -1)"
+    } > /etc/ld.so.conf.d/gst-pi0.conf
     ldconfig
     # Proof at build time: every library pi0-serve needs is found.
     if ldd "$prefix/bin/pi0-serve" | grep 'not found'; then
