@@ -574,8 +574,8 @@ main (int argc, char **argv)
   fflush (stdout);
   g_main_loop_run (run.loop);
 
+  print_stats (&run); /* while the server still has them: stopped, it has no counters */
   gst_element_set_state (run.pipe, GST_STATE_NULL);
-  print_stats (&run);
   gst_object_unref (run.pipe);
   g_main_loop_unref (run.loop);
   return run.status;
