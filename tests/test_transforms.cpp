@@ -109,8 +109,9 @@ TEST (Transforms, TheGoldensComeFromOpenpiAndCoverEverySetAndConfig)
     EXPECT_TRUE (golden ()["openpi_files"].contains (f)) << f;
   /* Every name but none has goldens, and every config maps to a name we implement. */
   for (const char *name : pi0::kTransformNames) {
-    if (std::string (name) != "none")
+    if (std::string (name) != "none") {
       EXPECT_TRUE (golden ()["sets"].contains (name)) << name;
+    }
   }
   for (const auto &c : golden ()["configs"])
     EXPECT_NO_THROW (pi0::Transforms::by_name (c["transforms"].get<std::string> ()))

@@ -487,7 +487,7 @@ gst_pi0_cuda_prep_transform_ip (GstBaseTransform *bt, GstBuffer *buf)
 
   std::vector<MappedView> maps (n);
   std::vector<pi0::prep::Image> imgs (n);
-  bool in_device[GST_PI0_MAX_VIEWS] = {false};
+  [[maybe_unused]] bool in_device[GST_PI0_MAX_VIEWS] = {false}; /* read only with GstCuda */
   gboolean masks[GST_PI0_MAX_VIEWS] = {FALSE};
   for (guint i = 0; i < n; i++) {
     const GstPi0View *v = gst_pi0_observation_meta_get_view (meta, i);
