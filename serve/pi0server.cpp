@@ -575,21 +575,17 @@ struct Server::Impl {
     soup_websocket_connection_set_max_incoming_payload_size (ws, self->cfg.max_message);
     /* Pings find a vanished robot (no FIN) once a write fails, and a hung one (TCP alive, no
      * pongs) by the pong timeout (on_tick). */
-    soup_websocket_connection_set_keepalive_interval (
-        ws, (guint)std::max (1.0, std::round (self->cfg.keepalive_s)));
-    auto tag_destroy = [] (gpointer t, GClosure *) { delete static_cast<Tag *> (t); };
-    c.sig_message = g_signal_connect_data (ws, "message", G_CALLBACK (on_message),
-                                           new Tag{self, c.id, nullptr}, tag_destroy,
-                                           (GConnectFlags)0);
-    c.sig_closed = g_signal_connect_data (ws, "closed", G_CALLBACK (on_closed),
-                                          new Tag{self, c.id, nullptr}, tag_destroy,
-                                          (GConnectFlags)0);
-    c.sig_pong = g_signal_connect_data (ws, "pong", G_CALLBACK (on_pong),
-                                        new Tag{self, c.id, nullptr}, tag_destroy,
-                                        (GConnectFlags)0);
-    c.sig_error = g_signal_connect_data (ws, "error", G_CALLBACK (on_error),
-                                         new Tag{self, c.id, nullptr}, tag_destroy,
-                                         (GConnectFlags)0);
+    soup_websocket_connection_set_keepalive_interval (ws, self->keepalive_interval_s ());
+    /* Each handler holds a Tag of this session, freed with the handler. */
+    auto on = [&] (const char *signal, GCallback cb) {
+      return g_signal_connect_data (
+          ws, signal, cb, new Tag{self, c.id, nullptr},
+          [] (gpointer t, GClosure *) { delete static_cast<Tag *> (t); }, (GConnectFlags)0);
+    };
+    c.sig_message = on ("message", G_CALLBACK (on_message));
+    c.sig_closed = on ("closed", G_CALLBACK (on_closed));
+    c.sig_pong = on ("pong", G_CALLBACK (on_pong));
+    c.sig_error = on ("error", G_CALLBACK (on_error));
     c.cycle_start_us = g_get_monotonic_time ();
     c.heard_us = c.cycle_start_us;
     const uint64_t id = c.id;
@@ -690,6 +686,20 @@ struct Server::Impl {
     g_free (valid);
   }
 
+  /* The session's handlers (their Tags go with them) and its reference to the websocket. */
+  static void release_ws (Conn &c)
+  {
+    for (gulong id : {c.sig_message, c.sig_closed, c.sig_pong, c.sig_error})
+      g_signal_handler_disconnect (c.ws, id);
+    g_object_unref (c.ws);
+  }
+
+  /* libsoup pings in whole seconds, at least one. */
+  guint keepalive_interval_s () const
+  {
+    return (guint)std::max (1.0, std::round (cfg.keepalive_s));
+  }
+
   static void on_pong (SoupWebsocketConnection *, GBytes *, gpointer data)
   {
     auto tag = static_cast<Tag *> (data);
@@ -748,11 +758,7 @@ struct Server::Impl {
     for (auto &w : c.waiting)
       g_bytes_unref (w.first);
     /* The tags go with the handlers (their destroy notify). */
-    g_signal_handler_disconnect (c.ws, c.sig_message);
-    g_signal_handler_disconnect (c.ws, c.sig_closed);
-    g_signal_handler_disconnect (c.ws, c.sig_pong);
-    g_signal_handler_disconnect (c.ws, c.sig_error);
-    g_object_unref (c.ws);
+    release_ws (c);
     bump ([] (ServerStats &) {});
     maybe_quit ();
   }
@@ -841,8 +847,7 @@ struct Server::Impl {
   {
     if (cfg.pong_timeout_s <= 0)
       return;
-    const gint64 limit =
-        (gint64)((std::max (1.0, std::round (cfg.keepalive_s)) + cfg.pong_timeout_s) * 1e6);
+    const gint64 limit = (gint64)((keepalive_interval_s () + cfg.pong_timeout_s) * 1e6);
     for (auto &kv : conns) {
       Conn &c = kv.second;
       if (c.closing || now - c.heard_us <= limit)
@@ -931,11 +936,7 @@ struct Server::Impl {
       Conn &c = kv.second;
       for (auto &w : c.waiting)
         g_bytes_unref (w.first);
-      g_signal_handler_disconnect (c.ws, c.sig_message);
-      g_signal_handler_disconnect (c.ws, c.sig_closed);
-      g_signal_handler_disconnect (c.ws, c.sig_pong);
-      g_signal_handler_disconnect (c.ws, c.sig_error);
-      g_object_unref (c.ws);
+      release_ws (c);
     }
     conns.clear ();
     if (tick) {
