@@ -488,48 +488,203 @@ struct Row {
   std::vector<Stats> stats; /* per feature_keys() */
 };
 
+/* A whole number in [lo, hi] at @v (an integer, or a float with no fraction), or false with a
+ * message naming @what: hostile files give messages, never exceptions or huge allocations. */
+bool
+whole_number (const pi0::json::Value &v, int64_t lo, int64_t hi, const std::string &what,
+              int64_t *out, std::string *error)
+{
+  double d = 0;
+  if (v.is_number_integer ()) {
+    const int64_t i = v.is_number_unsigned () && v.get<uint64_t> () > (uint64_t)INT64_MAX
+                          ? INT64_MAX
+                          : v.get<int64_t> ();
+    d = (double)i;
+    if (i >= lo && i <= hi) {
+      *out = i;
+      return true;
+    }
+  } else if (v.is_number_float ()) {
+    d = v.get<double> ();
+    if (std::isfinite (d) && d == std::floor (d) && d >= (double)lo && d <= (double)hi) {
+      *out = (int64_t)d;
+      return true;
+    }
+    if (std::isfinite (d) && d != std::floor (d))
+      return fail (error, what + " is " + v.dump () + ", not a whole number");
+  } else {
+    return fail (error, what + " is " + v.dump () + ", not a number");
+  }
+  return fail (error, what + " is " + v.dump () + ", outside " + std::to_string (lo) + ".." +
+                          std::to_string (hi));
+}
+
+/* Bounds of what a dataset may declare (far beyond any robot's, far below what would exhaust
+ * memory): a vector feature's size, a camera's side, fps, episodes and frames. */
+constexpr int64_t kMaxDim = 4096;
+constexpr int64_t kMaxSide = 16384;
+constexpr int64_t kMaxFps = 1000;
+constexpr int64_t kMaxCount = (int64_t)1 << 40;
+
 bool
 parse_features (const pi0::json::Value &info, Schema *s, std::string *error)
 {
-  if (!info.contains ("features") || !info["features"].is_object ())
+  if (!info.is_object () || !info.contains ("features") || !info["features"].is_object ())
     return fail (error, "info.json has no features");
   for (auto it = info["features"].begin (); it != info["features"].end (); ++it) {
     const auto &f = it.value ();
-    const std::string dtype = f.value ("dtype", "");
+    const std::string name = "info.json: feature '" + it.key () + "'";
+    if (!f.is_object ())
+      return fail (error, name + " is not an object");
+    const std::string dtype =
+        f.contains ("dtype") && f["dtype"].is_string () ? f["dtype"].get<std::string> () : "";
+    const bool shaped = f.contains ("shape") && f["shape"].is_array ();
     if (dtype == "video" || dtype == "image") {
       if (dtype == "image")
-        return fail (error, "feature '" + it.key () +
-                                "' is stored as images; only video datasets are supported");
+        return fail (error, name + " is stored as images; only video datasets are supported");
       Camera c;
       c.key = it.key ();
-      if (!f.contains ("shape") || f["shape"].size () != 3)
-        return fail (error, "feature '" + it.key () + "' has no [height, width, channels] shape");
-      c.height = f["shape"][0].get<int> ();
-      c.width = f["shape"][1].get<int> ();
+      if (!shaped || f["shape"].size () != 3)
+        return fail (error, name + " has no [height, width, channels] shape");
+      /* LeRobot writes [height, width, channels]; datasets converted from older versions may
+       * say [channels, height, width] in their names. */
+      int hi = 0, wi = 1, ci = 2;
+      if (f.contains ("names") && f["names"].is_array () && f["names"].size () == 3 &&
+          f["names"][0].is_string () && f["names"][0].get<std::string> ().rfind ("channel", 0) == 0) {
+        ci = 0;
+        hi = 1;
+        wi = 2;
+      }
+      int64_t h, w, ch;
+      if (!whole_number (f["shape"][hi], 1, kMaxSide, name + " height", &h, error) ||
+          !whole_number (f["shape"][wi], 1, kMaxSide, name + " width", &w, error) ||
+          !whole_number (f["shape"][ci], 1, 4, name + " channels", &ch, error))
+        return false;
+      if (ch != 3)
+        return fail (error, name + " has " + std::to_string (ch) +
+                                " channels; only RGB (3-channel) cameras are played");
+      c.height = (int)h;
+      c.width = (int)w;
       if (f.contains ("info") && f["info"].is_object ()) {
-        c.codec = f["info"].value ("video.codec", "");
-        c.pix_fmt = f["info"].value ("video.pix_fmt", "");
+        const auto &vi = f["info"];
+        if (vi.contains ("video.codec") && vi["video.codec"].is_string ())
+          c.codec = vi["video.codec"].get<std::string> ();
+        else
+          c.codec = "";
+        if (vi.contains ("video.pix_fmt") && vi["video.pix_fmt"].is_string ())
+          c.pix_fmt = vi["video.pix_fmt"].get<std::string> ();
       }
       s->cameras.push_back (c);
     } else if (it.key () == "observation.state" || it.key () == "action") {
-      if (!f.contains ("shape") || f["shape"].size () != 1)
-        return fail (error, "feature '" + it.key () + "' is not a vector");
-      const int n = f["shape"][0].get<int> ();
+      if (!shaped || f["shape"].size () != 1)
+        return fail (error, name + " is not a vector (its shape is not [n])");
+      int64_t n;
+      if (!whole_number (f["shape"][0], 1, kMaxDim, name + " size", &n, error))
+        return false;
       std::vector<std::string> names;
       if (f.contains ("names") && f["names"].is_array ())
         for (auto &nm : f["names"])
           names.push_back (nm.is_string () ? nm.get<std::string> () : "");
-      names.resize (n);
+      names.resize ((size_t)n);
       (it.key () == "action" ? s->action_names : s->state_names) = names;
     }
   }
-  s->fps = info.value ("fps", 0);
+  if (!info.contains ("fps"))
+    return fail (error, "info.json has no fps");
+  int64_t fps;
+  if (!whole_number (info["fps"], 1, kMaxFps, "info.json: fps", &fps, error))
+    return false;
+  s->fps = (int)fps;
   if (info.contains ("robot_type") && info["robot_type"].is_string ())
     s->robot_type = info["robot_type"].get<std::string> ();
-  if (s->fps <= 0)
-    return fail (error, "info.json has no positive fps");
   if (s->state_names.empty () || s->action_names.empty ())
     return fail (error, "the dataset has no observation.state or action feature");
+  return true;
+}
+
+/* A string list cell (list or large_list of string or large_string), or false. */
+bool
+strings_at (const std::shared_ptr<arrow::Array> &a, int64_t row, std::vector<std::string> *out)
+{
+  std::shared_ptr<arrow::Array> values;
+  int64_t b = 0, e = 0;
+  if (a->IsNull (row))
+    return true;
+  if (a->type_id () == arrow::Type::LIST) {
+    auto l = std::static_pointer_cast<arrow::ListArray> (a);
+    b = l->value_offset (row);
+    e = l->value_offset (row + 1);
+    values = l->values ();
+  } else if (a->type_id () == arrow::Type::LARGE_LIST) {
+    auto l = std::static_pointer_cast<arrow::LargeListArray> (a);
+    b = l->value_offset (row);
+    e = l->value_offset (row + 1);
+    values = l->values ();
+  } else {
+    return false;
+  }
+  for (int64_t i = b; i < e; i++) {
+    if (values->type_id () == arrow::Type::STRING)
+      out->push_back (std::static_pointer_cast<arrow::StringArray> (values)->GetString (i));
+    else if (values->type_id () == arrow::Type::LARGE_STRING)
+      out->push_back (std::static_pointer_cast<arrow::LargeStringArray> (values)->GetString (i));
+    else
+      return false;
+  }
+  return true;
+}
+
+/* A string cell (string or large_string), or false. */
+bool
+string_at (const std::shared_ptr<arrow::Array> &a, int64_t row, std::string *out)
+{
+  if (a->IsNull (row))
+    return false;
+  if (a->type_id () == arrow::Type::STRING)
+    *out = std::static_pointer_cast<arrow::StringArray> (a)->GetString (row);
+  else if (a->type_id () == arrow::Type::LARGE_STRING)
+    *out = std::static_pointer_cast<arrow::LargeStringArray> (a)->GetString (row);
+  else
+    return false;
+  return true;
+}
+
+/* An episode row that cannot be played as it says: negative or inconsistent indices, video
+ * windows that are not finite, reversed, or too short for the episode's frames. */
+bool
+check_row (const Row &row, const Schema &schema, const fs::path &file, std::string *error)
+{
+  const EpisodeInfo &e = row.info;
+  const std::string where = file.string () + ": episode " + std::to_string (e.index);
+  if (e.index < 0 || e.index > kMaxCount)
+    return fail (error, file.string () + ": episode_index " + std::to_string (e.index) +
+                            " is out of range");
+  if (e.length < 1 || e.length > kMaxCount)
+    return fail (error, where + ": length " + std::to_string (e.length) + " is out of range");
+  if (e.from < 0 || e.to != e.from + e.length)
+    return fail (error, where + ": dataset_from_index " + std::to_string (e.from) +
+                            " and dataset_to_index " + std::to_string (e.to) +
+                            " do not span its length " + std::to_string (e.length));
+  for (int64_t v : {e.data_chunk, e.data_file, row.meta_chunk, row.meta_file})
+    if (v < 0 || v >= kChunksSize * kChunksSize)
+      return fail (error, where + ": a chunk or file index is out of range");
+  for (size_t c = 0; c < e.videos.size (); c++) {
+    const auto &v = e.videos[c];
+    const std::string key = "videos/" + schema.cameras[c].key;
+    if (v.chunk < 0 || v.file < 0 || v.chunk >= kChunksSize || v.file >= kChunksSize * kChunksSize)
+      return fail (error, where + ": " + key + " chunk or file index is out of range");
+    if (!std::isfinite (v.from_ts) || !std::isfinite (v.to_ts) || v.from_ts < 0)
+      return fail (error, where + ": " + key + "/from_timestamp and to_timestamp must be finite and "
+                                                "not negative");
+    if (v.to_ts <= v.from_ts)
+      return fail (error, where + ": " + key + "/to_timestamp is not after from_timestamp");
+    /* LeRobot's window is the episode's duration: it must hold the frames (a frame and a
+     * half of slack for rounding). */
+    if ((v.to_ts - v.from_ts) * schema.fps < (double)e.length - 1.5)
+      return fail (error, where + ": " + key + " spans " + std::to_string (v.to_ts - v.from_ts) +
+                              " s, too short for its " + std::to_string (e.length) +
+                              " frames at " + std::to_string (schema.fps) + " fps");
+  }
   return true;
 }
 
@@ -587,12 +742,11 @@ read_episode_rows (const fs::path &root, const Schema &schema, std::vector<Row> 
       if (!ok)
         return fail (error, file.string () + ": row " + std::to_string (r) +
                                 " has a missing or mistyped value");
-      if (tasks->type_id () == arrow::Type::LIST) {
-        auto l = std::static_pointer_cast<arrow::ListArray> (tasks);
-        auto sv = std::static_pointer_cast<arrow::StringArray> (l->values ());
-        for (int64_t i = l->value_offset (r); i < l->value_offset (r + 1); i++)
-          e.tasks.push_back (sv->GetString (i));
-      }
+      if (!strings_at (tasks, r, &e.tasks))
+        return fail (error, file.string () + ": 'tasks' of row " + std::to_string (r) +
+                                " is not a list of strings");
+      if (!check_row (row, schema, file, error))
+        return false;
       /* Per-episode stats (absent columns leave them empty: the dataset stats are then
        * taken from stats.json as it is). */
       for (auto &k : keys) {
@@ -630,16 +784,48 @@ read_tasks (const fs::path &root, std::vector<std::string> *tasks, std::string *
   auto idx = column (t, "task_index", p, error), txt = column (t, "task", p, error);
   if (!idx || !txt)
     return false;
-  if (txt->type_id () != arrow::Type::STRING)
-    return fail (error, p.string () + ": column 'task' is not a string");
-  auto sv = std::static_pointer_cast<arrow::StringArray> (txt);
   tasks->assign (t->num_rows (), "");
   for (int64_t r = 0; r < t->num_rows (); r++) {
     int64_t i;
     if (!int64_at (idx, r, &i) || i < 0 || i >= t->num_rows ())
       return fail (error, p.string () + ": task_index is not 0..N-1");
-    (*tasks)[i] = sv->GetString (r);
+    if (!string_at (txt, r, &(*tasks)[i]))
+      return fail (error, p.string () + ": column 'task' is not a string");
   }
+  return true;
+}
+
+/* info.json's total_episodes, checked against the rows: every episode it counts has a row
+ * (rows beyond it are a crash's uncommitted episodes, which are not played). */
+bool
+committed_episodes (const pi0::json::Value &info, const std::vector<Row> &rows,
+                    int64_t *committed, std::string *error)
+{
+  if (!info.contains ("total_episodes"))
+    return fail (error, "info.json has no total_episodes");
+  if (!whole_number (info["total_episodes"], 0, kMaxCount, "info.json: total_episodes", committed,
+                     error))
+    return false;
+  std::set<int64_t> seen;
+  int64_t frames = 0;
+  for (auto &row : rows) {
+    if (row.info.index >= *committed)
+      continue;
+    if (!seen.insert (row.info.index).second)
+      return fail (error, "meta/episodes has episode " + std::to_string (row.info.index) +
+                              " twice");
+    frames += row.info.length;
+  }
+  if ((int64_t)seen.size () != *committed)
+    return fail (error, "info.json: total_episodes is " + std::to_string (*committed) +
+                            ", meta/episodes has " + std::to_string (seen.size ()) + " of them");
+  int64_t total = 0;
+  if (info.contains ("total_frames") &&
+      whole_number (info["total_frames"], 0, kMaxCount, "info.json: total_frames", &total,
+                    nullptr) &&
+      total != frames)
+    return fail (error, "info.json: total_frames is " + std::to_string (total) +
+                            ", the episodes' lengths add up to " + std::to_string (frames));
   return true;
 }
 
@@ -945,15 +1131,53 @@ public:
   }
 
   /* Opening an existing dataset: what info.json counts is the dataset; the rest goes. */
+  /* The files the committed episodes live in: every data file exists and holds exactly their
+   * rows (from its footer), every video exists. Appending to a dataset that fails this would
+   * bury the damage under new episodes. */
+  bool check_committed_files (std::string *error)
+  {
+    std::map<int64_t, int64_t> rows_in; /* data file -> committed rows in it */
+    for (auto &r : rows) {
+      rows_in[flat_index (r.info.data_chunk, r.info.data_file)] += r.info.length;
+      for (size_t c = 0; c < r.info.videos.size (); c++) {
+        const fs::path v =
+            root / "videos" / schema.cameras[c].key /
+            (chunk_file (flat_index (r.info.videos[c].chunk, r.info.videos[c].file)) + ".mp4");
+        if (!fs::is_regular_file (v, ec_))
+          return fail (error, "episode " + std::to_string (r.info.index) + ": its video " +
+                                  v.string () + " is missing");
+      }
+    }
+    for (auto &kv : rows_in) {
+      const fs::path d = root / "data" / (chunk_file (kv.first) + ".parquet");
+      if (!fs::is_regular_file (d, ec_))
+        return fail (error, "the data file " + d.string () + " is missing");
+      int64_t n = -1;
+      try {
+        n = parquet::ParquetFileReader::OpenFile (d.string ())->metadata ()->num_rows ();
+      } catch (const std::exception &e) {
+        return fail (error, d.string () + " is not a readable Parquet file: " + e.what ());
+      }
+      if (n != kv.second)
+        return fail (error, d.string () + " holds " + std::to_string (n) +
+                                " frames, meta/episodes gives its episodes " +
+                                std::to_string (kv.second));
+    }
+    return true;
+  }
+
   bool load_existing (std::string *error)
   {
     std::string err;
     auto info = pi0::json::load_strict ((root / "meta" / "info.json").string (), &err);
     if (!info)
       return fail (error, err);
-    if (info->value ("codebase_version", "") != "v3.0")
+    const pi0::json::Value version = info->is_object () && info->contains ("codebase_version")
+                                         ? (*info)["codebase_version"]
+                                         : pi0::json::Value ();
+    if (version != "v3.0")
       return fail (error, root.string () + " is not a LeRobotDataset v3.0 (codebase_version " +
-                              info->value ("codebase_version", "?") + ")");
+                              version.dump () + ")");
     Schema have;
     if (!parse_features (*info, &have, error))
       return false;
@@ -969,7 +1193,7 @@ public:
         return fail (error,
                      "the dataset in " + root.string () + " has no feature '" + it.key () + "'");
       if (have_f[it.key ()]["shape"] != pi0::json::Value::parse (it.value ()["shape"].dump ()) ||
-          have_f[it.key ()].value ("dtype", "") != it.value ()["dtype"].get<std::string> ())
+          have_f[it.key ()]["dtype"] != it.value ()["dtype"].get<std::string> ())
         return fail (error, "feature '" + it.key () + "' differs: the dataset has " +
                                 have_f[it.key ()].dump () + ", the stream " + it.value ().dump ());
     }
@@ -978,18 +1202,20 @@ public:
         return fail (error,
                      "the dataset has feature '" + it.key () + "', which the stream does not give");
     /* Keep the dataset's own camera order and names, as info.json lists them. */
-    const int64_t committed = info->value ("total_episodes", (int64_t)0);
     std::vector<Row> all;
     if (!read_episode_rows (root, schema, &all, error))
       return false;
     std::sort (all.begin (), all.end (),
                [] (const Row &a, const Row &b) { return a.info.index < b.info.index; });
+    int64_t committed = 0;
+    std::string why;
+    if (!committed_episodes (*info, all, &committed, &why))
+      return fail (error, "cannot append to " + root.string () + ": " + why);
     std::vector<Row> stale;
     for (auto &r : all)
       (r.info.index < committed ? rows : stale).push_back (r);
-    if ((int64_t)rows.size () != committed)
-      return fail (error, root.string () + ": info.json counts " + std::to_string (committed) +
-                              " episodes, meta/episodes has " + std::to_string (rows.size ()));
+    if (!check_committed_files (&why))
+      return fail (error, "cannot append to " + root.string () + ": " + why);
     if (!read_tasks (root, &tasks, error))
       return false;
     frames = rows.empty () ? 0 : rows.back ().info.to;
@@ -1055,6 +1281,21 @@ public:
 
 std::unique_ptr<Writer>
 Writer::open (const std::string &root_dir, const Schema &schema, bool append, std::string *error)
+{
+  /* As Reader::open: a damaged dataset gives a message, never an exception. */
+  try {
+    return open_checked (root_dir, schema, append, error);
+  } catch (const std::bad_alloc &) {
+    fail (error, "cannot open the dataset in " + root_dir + ": out of memory");
+  } catch (const std::exception &e) {
+    fail (error, "cannot open the dataset in " + root_dir + ": " + e.what ());
+  }
+  return nullptr;
+}
+
+std::unique_ptr<Writer>
+Writer::open_checked (const std::string &root_dir, const Schema &schema, bool append,
+                      std::string *error)
 {
   auto w = std::make_unique<WriterImpl> ();
   w->root = root_dir;
@@ -1171,9 +1412,15 @@ public:
         action->insert (action->end (), v.begin (), v.end ());
         if (!double_at (ts, o.second, &t0))
           return fail (error, p.string () + ": timestamp missing");
+        if (!std::isfinite (t0) || t0 < 0 ||
+            (!timestamp->empty () && !(t0 > timestamp->back ())))
+          return fail (error, p.string () + ": the timestamps of episode " +
+                                  std::to_string (ep.index) + " are not finite and increasing");
         timestamp->push_back (t0);
       }
       return true;
+    } catch (const std::bad_alloc &) {
+      return fail (error, "cannot read the episode: out of memory");
     } catch (const std::exception &e) {
       return fail (error, std::string ("cannot read the episode: ") + e.what ());
     }
@@ -1182,8 +1429,24 @@ public:
 
 } // namespace
 
+
 std::unique_ptr<Reader>
 Reader::open (const std::string &root_dir, std::string *error)
+{
+  /* Every check below gives a message; this is the last line, so that no file can abort the
+   * process that reads it. */
+  try {
+    return open_checked (root_dir, error);
+  } catch (const std::bad_alloc &) {
+    fail (error, "cannot read the dataset in " + root_dir + ": out of memory");
+  } catch (const std::exception &e) {
+    fail (error, "cannot read the dataset in " + root_dir + ": " + e.what ());
+  }
+  return nullptr;
+}
+
+std::unique_ptr<Reader>
+Reader::open_checked (const std::string &root_dir, std::string *error)
 {
   auto r = std::make_unique<ReaderImpl> ();
   r->root = root_dir;
@@ -1193,14 +1456,19 @@ Reader::open (const std::string &root_dir, std::string *error)
     fail (error, err);
     return nullptr;
   }
-  if (info->value ("codebase_version", "") != "v3.0") {
+  auto text = [&] (const char *key) {
+    return info->is_object () && info->contains (key) && (*info)[key].is_string ()
+               ? (*info)[key].get<std::string> ()
+               : std::string ();
+  };
+  if (text ("codebase_version") != "v3.0") {
     fail (error, root_dir + " is not a LeRobotDataset v3.0");
     return nullptr;
   }
   if (!parse_features (*info, &r->schema_, error))
     return nullptr;
-  const std::string dp = info->value ("data_path", "");
-  const std::string vp = info->value ("video_path", "");
+  const std::string dp = text ("data_path");
+  const std::string vp = text ("video_path");
   if (dp != "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet" ||
       vp != "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4") {
     fail (error, root_dir + ": unsupported data_path or video_path template");
@@ -1209,7 +1477,9 @@ Reader::open (const std::string &root_dir, std::string *error)
   std::vector<Row> rows;
   if (!read_episode_rows (r->root, r->schema_, &rows, error))
     return nullptr;
-  const int64_t committed = info->value ("total_episodes", (int64_t)0);
+  int64_t committed = 0;
+  if (!committed_episodes (*info, rows, &committed, error))
+    return nullptr;
   for (auto &row : rows)
     if (row.info.index < committed)
       r->episodes_.push_back (row.info);

@@ -101,6 +101,10 @@ public:
   virtual bool commit (const Episode &ep, std::string *error) = 0;
   /* Drops the episode in progress (its partial videos). */
   virtual void discard () = 0;
+
+private:
+  static std::unique_ptr<Writer> open_checked (const std::string &root, const Schema &schema,
+                                               bool append, std::string *error);
 };
 
 struct EpisodeInfo {
@@ -127,6 +131,9 @@ public:
   virtual bool read_frames (const EpisodeInfo &ep, std::vector<float> *state,
                             std::vector<float> *action, std::vector<double> *timestamp,
                             std::string *error) = 0;
+
+private:
+  static std::unique_ptr<Reader> open_checked (const std::string &root, std::string *error);
 };
 
 } // namespace pi0::lerobot

@@ -9,6 +9,6 @@ bash scripts/setup.sh
 [ -x /usr/local/cuda/bin/nvcc ] && export PATH="/usr/local/cuda/bin:$PATH"
 
 if [ ! -f "$BUILD/build.ninja" ]; then
-  meson setup "$BUILD" -Dpython="$PWD/.venv/bin/python"
+  meson setup "$BUILD" -Dpython="$PWD/.venv/bin/python" -Ddebuginfo=lines
 fi
 ninja -C "$BUILD"

@@ -597,6 +597,49 @@ TEST (Pi0LeRobotSrc, TheDatasetIsReadAtReadyNotWhenLocationIsSet)
   gst_element_set_state (pipe.get (), GST_STATE_NULL);
 }
 
+/* Datasets the real lerobot wrote (LeRobotDataset.create + add_frame + save_episode: every
+ * episode of a camera in one MP4, H.264 and LeRobot's default AV1): every episode plays, each
+ * of its frames byte for byte the frame LeRobot's decoder selects for it, and its state rows. */
+TEST (Pi0LeRobotSrc, PlaysEveryEpisodeOfDatasetsLeRobotWrote)
+{
+  const std::string py = lerobot_python ();
+  if (py.empty () && g_getenv ("PI0_CI") != nullptr)
+    FAIL () << "no .lerobot-venv: CI must play datasets the real lerobot wrote";
+  if (py.empty ())
+    GTEST_SKIP () << "no .lerobot-venv (scripts/setup.sh makes it with Python 3.12)";
+  Dir dir;
+  const std::string tool = source_root () + "/tests/lerobot/lerobot_made.py";
+  for (const char *codec : {"h264", "libsvtav1"}) {
+    SCOPED_TRACE (codec);
+    const std::string root = dir.path + "/" + codec;
+    std::string out;
+    ASSERT_EQ (run ({py, tool, "make", root, "--codec", codec, "--lengths", "7,12,9"}, &out,
+                    python_env (dir.path)),
+               0)
+        << out;
+    for (guint e = 0; e < 3; e++) {
+      SCOPED_TRACE (e);
+      const std::string dump = dir.path + "/" + codec + "-played/" + std::to_string (e);
+      fs::create_directories (dump);
+      GError *err = nullptr;
+      const std::string line =
+          "pi0lerobotsrc name=ds location=" + root + " episode=" + std::to_string (e) +
+          " ds.main ! video/x-raw,format=I420 ! filesink location=" + dump +
+          "/main.yuv ds.state ! filesink location=" + dump + "/state.f32";
+      ElementPtr pipe (gst_parse_launch (line.c_str (), &err));
+      ASSERT_EQ (err, nullptr) << err->message;
+      ASSERT_EQ (gst_element_set_state (pipe.get (), GST_STATE_PLAYING),
+                 GST_STATE_CHANGE_ASYNC);
+      EXPECT_EQ (run_to_eos (pipe.get (), 60), "") << "every episode ends, the last and the others";
+      gst_element_set_state (pipe.get (), GST_STATE_NULL);
+    }
+    EXPECT_EQ (run ({py, tool, "check", root, dir.path + "/" + codec + "-played"}, &out,
+                    python_env (dir.path)),
+               0)
+        << out;
+  }
+}
+
 /* Record two lossless episodes from the demo chain, load them with lerobot, replay one. */
 TEST (Pi0LeRobotSinkRecord, TwoEpisodesLoadInLeRobotAndReplayGivesTheLiveActions)
 {

@@ -36,6 +36,7 @@
 #include <gst/pi0/pi0.h>
 #include <gst/video/video.h>
 
+#include <cmath>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -62,15 +63,23 @@ struct Settings {
   guint episode = DEFAULT_EPISODE;
 };
 
-/* One camera: its frames are restamped k / fps, frames outside the episode dropped. */
+/* One camera. Its file may hold many episodes (LeRobot concatenates them): frame k of the
+ * episode is the file's frame want[k], counted in presentation order from the file's first
+ * frame, as LeRobot's decoder (torchcodec) indexes it: round((from_timestamp + timestamp_k) *
+ * fps). The file is decoded from its start; frames outside the episode are dropped, those in it
+ * restamped k / fps. */
 struct Branch {
   std::string name;
+  GstElement *owner = nullptr;
   GstPad *ghost = nullptr;
   GstElement *conv = nullptr, *filter = nullptr;
-  double from_ts = 0, to_ts = 0;
   int fps = 30;
-  guint64 next = 0, length = 0;
-  bool eos = false;
+  std::vector<int64_t> want; /* file frame index of each episode frame, increasing */
+  size_t next = 0;           /* the next episode frame to give */
+  GstClockTime origin = GST_CLOCK_TIME_NONE; /* PTS of the file's first frame */
+  guint64 decoded = 0;
+  guint64 missing = 0; /* episode frames the file does not have */
+  enum { PLAYING, SENDING_EOS, DONE } phase = PLAYING;
 };
 
 /* From READY: the dataset, its pads and, from PAUSED, the branches that play it. Changed by
@@ -151,31 +160,67 @@ make_pads (GstPi0LeRobotSrc *self, const std::string &location, std::string *err
   return true;
 }
 
+/* Ends the branch: EOS downstream now, and upstream is told to stop (the rest of the file is
+ * not decoded). */
+static void
+finish_branch (Branch *b, GstPad *pad)
+{
+  b->phase = Branch::SENDING_EOS;
+  gst_pad_push_event (pad, gst_event_new_eos ());
+  b->phase = Branch::DONE;
+}
+
 static GstPadProbeReturn
 restamp (GstPad *pad, GstPadProbeInfo *info, gpointer user_data)
 {
   Branch *b = (Branch *)user_data;
   if (info->type & GST_PAD_PROBE_TYPE_BUFFER) {
     GstBuffer *buf = GST_PAD_PROBE_INFO_BUFFER (info);
-    if (b->eos)
-      return GST_PAD_PROBE_DROP;
-    if (!GST_BUFFER_PTS_IS_VALID (buf))
-      return GST_PAD_PROBE_DROP;
-    const double t = (double)GST_BUFFER_PTS (buf) / GST_SECOND;
-    const double half = 0.5 / b->fps;
-    if (t < b->from_ts - half)
-      return GST_PAD_PROBE_DROP;
-    if (t >= b->to_ts - half || b->next >= b->length) {
-      b->eos = true;
-      gst_pad_push_event (pad, gst_event_new_eos ());
-      return GST_PAD_PROBE_DROP;
+    if (b->phase != Branch::PLAYING) {
+      gst_buffer_unref (buf);
+      GST_PAD_PROBE_INFO_DATA (info) = nullptr;
+      GST_PAD_PROBE_INFO_FLOW_RETURN (info) = GST_FLOW_EOS;
+      return GST_PAD_PROBE_HANDLED;
     }
+    /* The frame's index in the file: from its PTS against the first frame's (a frame the
+     * decoder could not give leaves a hole, not a shift), or its count without a PTS. */
+    int64_t idx = (int64_t)b->decoded++;
+    if (GST_BUFFER_PTS_IS_VALID (buf)) {
+      if (!GST_CLOCK_TIME_IS_VALID (b->origin))
+        b->origin = GST_BUFFER_PTS (buf);
+      const double dt = ((double)GST_BUFFER_PTS (buf) - (double)b->origin) / GST_SECOND;
+      idx = (int64_t)std::llround (dt * b->fps);
+    }
+    GST_LOG_OBJECT (b->owner, "camera %s: file frame %" G_GINT64_FORMAT " (pts %" GST_TIME_FORMAT
+                    "), next episode frame %" G_GSIZE_FORMAT,
+                    b->name.c_str (), idx, GST_TIME_ARGS (GST_BUFFER_PTS (buf)), b->next);
+    while (b->next < b->want.size () && b->want[b->next] < idx) {
+      /* The first hole is posted; later ones only counted (in the debug log). */
+      if (b->missing++ == 0)
+        GST_ELEMENT_WARNING (b->owner, STREAM, DECODE,
+                             ("The video of camera %s lacks frame %" G_GSIZE_FORMAT
+                              " of the episode: the frames around it keep their times",
+                              b->name.c_str (), b->next),
+                             ("file frame %" G_GINT64_FORMAT " never came", b->want[b->next]));
+      GST_DEBUG_OBJECT (b->owner, "camera %s: no frame %" G_GSIZE_FORMAT, b->name.c_str (),
+                        b->next);
+      b->next++;
+    }
+    if (b->next >= b->want.size ()) {
+      finish_branch (b, pad);
+      gst_buffer_unref (buf);
+      GST_PAD_PROBE_INFO_DATA (info) = nullptr;
+      GST_PAD_PROBE_INFO_FLOW_RETURN (info) = GST_FLOW_EOS;
+      return GST_PAD_PROBE_HANDLED;
+    }
+    if (idx < b->want[b->next])
+      return GST_PAD_PROBE_DROP; /* before the episode (or between its frames) */
+    const guint64 k = b->next++;
     buf = gst_buffer_make_writable (buf);
-    GST_BUFFER_PTS (buf) = gst_util_uint64_scale (b->next, GST_SECOND, b->fps);
+    GST_BUFFER_PTS (buf) = gst_util_uint64_scale (k, GST_SECOND, b->fps);
     GST_BUFFER_DTS (buf) = GST_CLOCK_TIME_NONE;
     GST_BUFFER_DURATION (buf) =
-        gst_util_uint64_scale (b->next + 1, GST_SECOND, b->fps) - GST_BUFFER_PTS (buf);
-    b->next++;
+        gst_util_uint64_scale (k + 1, GST_SECOND, b->fps) - GST_BUFFER_PTS (buf);
     GST_PAD_PROBE_INFO_DATA (info) = buf;
     return GST_PAD_PROBE_OK;
   }
@@ -189,8 +234,34 @@ restamp (GstPad *pad, GstPadProbeInfo *info, gpointer user_data)
       gst_event_set_seqnum (ne, gst_event_get_seqnum (ev));
       gst_event_unref (ev);
       GST_PAD_PROBE_INFO_DATA (info) = ne;
-    } else if (GST_EVENT_TYPE (ev) == GST_EVENT_EOS && b->eos) {
-      return GST_PAD_PROBE_DROP; /* already sent */
+    } else if (GST_EVENT_TYPE (ev) == GST_EVENT_CAPS) {
+      /* A file at another rate than info.json's fps would be indexed wrongly: refuse it. */
+      GstCaps *caps;
+      gst_event_parse_caps (ev, &caps);
+      gint n = 0, d = 1;
+      const GstStructure *st = gst_caps_get_structure (caps, 0);
+      if (st && gst_structure_get_fraction (st, "framerate", &n, &d) && n > 0 && d > 0 &&
+          std::fabs ((double)n / d - b->fps) > 0.01 * b->fps) {
+        GST_ELEMENT_ERROR (b->owner, STREAM, FORMAT,
+                           ("The video of camera %s is at %.3f fps, info.json says %d",
+                            b->name.c_str (), (double)n / d, b->fps),
+                           (nullptr));
+        b->phase = Branch::DONE;
+        return GST_PAD_PROBE_DROP;
+      }
+    } else if (GST_EVENT_TYPE (ev) == GST_EVENT_EOS) {
+      if (b->phase == Branch::DONE)
+        return GST_PAD_PROBE_DROP; /* already ended */
+      if (b->phase == Branch::PLAYING && b->next < b->want.size ()) {
+        /* The file ended inside the episode. */
+        b->missing += b->want.size () - b->next;
+        GST_ELEMENT_WARNING (b->owner, STREAM, DECODE,
+                             ("The video of camera %s ends %" G_GSIZE_FORMAT
+                              " frames before the episode does",
+                              b->name.c_str (), b->want.size () - b->next),
+                             (nullptr));
+        b->next = b->want.size ();
+      }
     }
   }
   return GST_PAD_PROBE_OK;
@@ -255,14 +326,30 @@ build (GstPi0LeRobotSrc *self, guint episode, std::string *error)
     return false;
   }
   const int fps = r->schema ().fps;
+  /* The state (and the frames' timestamps, which say which video frames are the episode's). */
+  std::vector<float> state, action;
+  std::vector<double> ts;
+  if (!r->read_frames (*ep, &state, &action, &ts, error))
+    return false;
   for (size_t c = 0; c < st.branches.size (); c++) {
     Branch *b = st.branches[c];
+    b->owner = GST_ELEMENT (self);
     b->fps = fps;
-    b->from_ts = ep->videos[c].from_ts;
-    b->to_ts = ep->videos[c].to_ts;
-    b->length = (guint64)ep->length;
+    b->want.clear ();
+    for (double t : ts)
+      b->want.push_back ((int64_t)std::llround ((ep->videos[c].from_ts + t) * fps));
+    for (size_t k = 1; k < b->want.size (); k++)
+      if (b->want[k] <= b->want[k - 1]) {
+        *error = "frames " + std::to_string (k - 1) + " and " + std::to_string (k) +
+                 " of the episode are the same video frame of camera " + b->name +
+                 ": its timestamps are closer than a frame at " + std::to_string (fps) + " fps";
+        return false;
+      }
     b->next = 0;
-    b->eos = false;
+    b->origin = GST_CLOCK_TIME_NONE;
+    b->decoded = 0;
+    b->missing = 0;
+    b->phase = Branch::PLAYING;
     GstElement *src = gst_element_factory_make ("filesrc", nullptr);
     GstElement *dec = gst_element_factory_make ("decodebin", nullptr);
     b->conv = gst_element_factory_make ("videoconvert", nullptr);
@@ -296,14 +383,14 @@ build (GstPi0LeRobotSrc *self, guint episode, std::string *error)
         restamp, b, nullptr);
     gst_ghost_pad_set_target (GST_GHOST_PAD (b->ghost), out);
     gst_object_unref (out);
+    /* Active before anything streams into it: the element's own activation comes only after
+     * this (in the parent class's READY to PAUSED), and a push into an inactive ghost pad is
+     * refused as flushing, which stops a source for good. */
+    gst_pad_set_active (b->ghost, TRUE);
     for (GstElement *e : {src, dec, b->conv, b->filter})
       gst_element_sync_state_with_parent (e);
   }
   /* The state: every frame's observation.state, k / fps. */
-  std::vector<float> state, action;
-  std::vector<double> ts;
-  if (!r->read_frames (*ep, &state, &action, &ts, error))
-    return false;
   const size_t dim = r->schema ().state_names.size ();
   st.state_src = gst_element_factory_make ("appsrc", nullptr);
   GstCaps *caps =
@@ -315,6 +402,7 @@ build (GstPi0LeRobotSrc *self, guint episode, std::string *error)
   GstPad *sp = gst_element_get_static_pad (st.state_src, "src");
   gst_ghost_pad_set_target (GST_GHOST_PAD (st.state_pad), sp);
   gst_object_unref (sp);
+  gst_pad_set_active (st.state_pad, TRUE); /* as the cameras' */
   for (size_t k = ts.size (); k-- > 0;) {
     GstBuffer *b = gst_buffer_new_memdup (state.data () + k * dim, dim * sizeof (float));
     GST_BUFFER_PTS (b) = gst_util_uint64_scale (k, GST_SECOND, fps);
