@@ -640,6 +640,65 @@ TEST (Pi0LeRobotSrc, PlaysEveryEpisodeOfDatasetsLeRobotWrote)
   }
 }
 
+/* A lossy recording of several episodes (EPISODE_LENGTH) with a moving 720p camera: its frames
+ * keep the quality the element promises (the quantizer, not a bitrate ceiling, sets it), and
+ * LeRobot's aggregate_datasets, merge_datasets and lerobot-edit-dataset merge it with a copy of
+ * itself, frames intact (tests/lerobot/merge_and_quality.py). */
+TEST (Pi0LeRobotSinkRecord, LossyEpisodesKeepTheirQualityAndLeRobotMergesThem)
+{
+  const std::string py = lerobot_python ();
+  if (py.empty () && g_getenv ("PI0_CI") != nullptr)
+    FAIL () << "no .lerobot-venv: CI must merge the recording with the real lerobot";
+  if (py.empty ())
+    GTEST_SKIP () << "no .lerobot-venv (scripts/setup.sh makes it with Python 3.12)";
+  Dir dir;
+  auto vars = robot_vars (dir.path);
+  vars["EPISODE_LENGTH"] = "8";
+  vars["TOP_PATTERN"] = "smpte";
+  vars["TOP_SPEED"] = "24";
+  vars["TOP_FPS"] = "30";
+  Seen seen;
+  seen.dump_dir = dir.path;
+  {
+    SimProc sim;
+    ASSERT_TRUE (start_robot (sim, vars, dir.path + "/robot.jsonl"));
+    ElementPtr pipe (launch_line ("record-lerobot", vars));
+    ASSERT_NE (pipe, nullptr);
+    ObjectPtr<GstElement> rec (by_name (pipe.get (), "dataset"));
+    ObjectPtr<GstPad> rp (gst_element_get_static_pad (rec.get (), "sink"));
+    gst_pad_add_probe (
+        rp.get (),
+        (GstPadProbeType)(GST_PAD_PROBE_TYPE_BUFFER | GST_PAD_PROBE_TYPE_EVENT_DOWNSTREAM),
+        on_recorder_pad, &seen, nullptr);
+    ASSERT_NE (gst_element_set_state (pipe.get (), GST_STATE_PLAYING), GST_STATE_CHANGE_FAILURE);
+    /* The episodes split by length, which the probe does not see: one run of frames. */
+    ASSERT_EQ (wait_for (
+                   pipe.get (), [&] { return seen.frames_in (0) >= 36; }, 120),
+               "");
+    gst_element_send_event (pipe.get (), gst_event_new_eos ());
+    EXPECT_EQ (run_to_eos (pipe.get (), 120), "");
+    EXPECT_GE (stat (rec.get (), "episodes"), 4u);
+    gst_element_set_state (pipe.get (), GST_STATE_NULL);
+  }
+  std::ostringstream o;
+  o << "{\"fps\":30,\"min_psnr\":40,\"dumps\":[";
+  for (size_t i = 0; i < seen.dumps.size (); i++)
+    o << (i ? "," : "") << seen.dumps[i];
+  o << "]}";
+  const std::string expect = dir.path + "/expect.json";
+  std::ofstream (expect) << o.str ();
+  fs::create_directories (dir.path + "/work");
+  std::string out;
+  EXPECT_EQ (run ({py, source_root () + "/tests/lerobot/merge_and_quality.py",
+                   dir.path + "/lerobot", expect, dir.path + "/work"},
+                  &out, python_env (dir.path)),
+             0)
+      << out;
+  const size_t q = out.find ("quality:");
+  if (q != std::string::npos)
+    std::printf ("%s\n", out.substr (q, out.find ('\n', q) - q).c_str ());
+}
+
 /* Record two lossless episodes from the demo chain, load them with lerobot, replay one. */
 TEST (Pi0LeRobotSinkRecord, TwoEpisodesLoadInLeRobotAndReplayGivesTheLiveActions)
 {

@@ -179,7 +179,10 @@ CameraEncoder::start (const EncoderSettings &s, const GstVideoInfo &view, int fp
       g_object_set (enc, "quantizer", 0u, nullptr);
     } else {
       gst_util_set_object_arg (G_OBJECT (enc), "pass", "qual");
-      g_object_set (enc, "quantizer", std::min (s.quantizer, 50u), nullptr);
+      /* Constant quality: x264enc takes its bitrate (2048 kbit/s by default) as the VBV
+       * ceiling of pass=qual, which held a 720p camera to 25-28 dB. The ceiling goes to the
+       * property's maximum, so the quantizer alone sets the quality. */
+      g_object_set (enc, "quantizer", std::min (s.quantizer, 50u), "bitrate", 2048000u, nullptr);
     }
     if (gbr_)
       g_object_set (enc, "insert-vui", FALSE, "option-string", "colormatrix=GBR", nullptr);
@@ -195,6 +198,13 @@ CameraEncoder::start (const EncoderSettings &s, const GstVideoInfo &view, int fp
     if (g_object_class_find_property (k, "qp-const"))
       g_object_set (enc, "qp-const", (gint)std::min (s.quantizer, 51u), nullptr);
   }
+  /* The track's time base as FFmpeg's muxer chooses it (1/fps doubled until at least 1/10000;
+   * 1/15360 at 30 fps, what LeRobot's files have): FFmpeg keeps it when LeRobot's tools
+   * concatenate our files, where mp4mux's own (100 x fps) was rewritten and then mis-offset. */
+  guint timescale = (guint)std::max (fps, 1);
+  while (timescale < 10000)
+    timescale *= 2;
+  g_object_set (mux, "trak-timescale", timescale, nullptr);
   g_object_set (sink, "location", path.c_str (), "async", FALSE, nullptr);
   gst_bin_add_many (GST_BIN (pipeline_), src, enc, parse, mux, sink, nullptr);
   bool linked;
