@@ -13,6 +13,7 @@
  * - The same line in a gst-launch-1.0 killed mid-episode: the finished episodes load; appending
  *   afterwards cleans up and the dataset loads with one more episode. */
 
+#include "pi0json.h"
 #include "pi0lerobot.h"
 #include "pi0testsink.h"
 #include "pi0testgst.h"
@@ -638,6 +639,81 @@ TEST (Pi0LeRobotSrc, PlaysEveryEpisodeOfDatasetsLeRobotWrote)
                0)
         << out;
   }
+}
+
+/* Damaged and hostile copies of a dataset LeRobot wrote (tests/lerobot/hostile_datasets.py):
+ * each gives an element error naming what is wrong, or plays to its end where it is valid or
+ * merely short; never an abort (the test process would die), never a hang (bounded waits).
+ * Then append=true onto damaged datasets is refused, naming the damage. */
+TEST (Pi0LeRobotSrc, HostileDatasetsGiveErrorsNamingTheFieldNeverAbortsOrHangs)
+{
+  const std::string py = lerobot_python ();
+  if (py.empty () && g_getenv ("PI0_CI") != nullptr)
+    FAIL () << "no .lerobot-venv: CI must make the hostile datasets from a LeRobot one";
+  if (py.empty ())
+    GTEST_SKIP () << "no .lerobot-venv (scripts/setup.sh makes it with Python 3.12)";
+  Dir dir;
+  const std::string good = dir.path + "/good", cases_dir = dir.path + "/cases";
+  std::string out;
+  ASSERT_EQ (run ({py, source_root () + "/tests/lerobot/lerobot_made.py", "make", good}, &out,
+                  python_env (dir.path)),
+             0)
+      << out;
+  ASSERT_EQ (run ({py, source_root () + "/tests/lerobot/hostile_datasets.py", good, cases_dir},
+                  &out, python_env (dir.path)),
+             0)
+      << out;
+  std::string err;
+  auto cases = pi0::json::load_strict (cases_dir + "/cases.json", &err);
+  ASSERT_TRUE (cases) << err;
+  ASSERT_GE (cases->size (), 20u);
+  for (auto &c : *cases) {
+    const std::string name = c["name"].get<std::string> ();
+    const std::string expect = c["expect"].get<std::string> ();
+    SCOPED_TRACE (name);
+    GError *gerr = nullptr;
+    const std::string line = "pi0lerobotsrc name=ds location=" + cases_dir + "/" + name +
+                             " episode=" + std::to_string (c["episode"].get<int> ()) +
+                             " ds.main ! fakesink ds.state ! fakesink";
+    ElementPtr pipe (gst_parse_launch (line.c_str (), &gerr));
+    ASSERT_EQ (gerr, nullptr) << gerr->message;
+    std::string result;
+    if (gst_element_set_state (pipe.get (), GST_STATE_PLAYING) == GST_STATE_CHANGE_FAILURE) {
+      ObjectPtr<GstBus> bus (gst_element_get_bus (pipe.get ()));
+      MessagePtr m (gst_bus_pop_filtered (bus.get (), GST_MESSAGE_ERROR));
+      result = m ? message_text (m.get ()) : "the state change failed with no error posted";
+    } else {
+      result = run_to_eos (pipe.get (), 30);
+    }
+    gst_element_set_state (pipe.get (), GST_STATE_NULL);
+    if (expect.empty ())
+      EXPECT_EQ (result, "") << "plays to its end";
+    else
+      EXPECT_NE (result.find (expect), std::string::npos)
+          << "expected an error with: " << expect << "\ngot: " << result;
+  }
+
+  /* Appending onto damage. The stream's schema is the undamaged dataset's. */
+  auto r = pi0::lerobot::Reader::open (good, &err);
+  ASSERT_TRUE (r) << err;
+  const pi0::lerobot::Schema schema = r->schema ();
+  for (auto kv : std::vector<std::pair<std::string, std::string>>{
+           {"data-missing", "is missing"},
+           {"video-missing", "is missing"},
+           {"length-wrong", "do not span its length"},
+           {"total-frames-wrong", "total_frames is 99"},
+           {"state-shape-1e12", "outside 1..4096"},
+           {"fps-string", "not a number"}}) {
+    SCOPED_TRACE (kv.first);
+    err.clear ();
+    auto w = pi0::lerobot::Writer::open (cases_dir + "/" + kv.first, schema, true, &err);
+    EXPECT_EQ (w, nullptr);
+    EXPECT_NE (err.find (kv.second), std::string::npos) << err;
+    EXPECT_EQ (err.find ("vector::"), std::string::npos) << err;
+  }
+  /* And the undamaged one is appended to. */
+  err.clear ();
+  EXPECT_NE (pi0::lerobot::Writer::open (good, schema, true, &err), nullptr) << err;
 }
 
 /* A lossy recording of several episodes (EPISODE_LENGTH) with a moving 720p camera: its frames
