@@ -286,6 +286,13 @@ features_json (const Schema &s)
     info["video.fps"] = s.fps;
     info["video.channels"] = 3;
     info["has_audio"] = false;
+    /* The encoder keys LeRobot 0.6.1's writer adds (VIDEO_ENCODER_INFO_FIELD_NAMES). */
+    info["video.g"] = c.gop > 0 ? OJson (c.gop) : OJson (nullptr);
+    info["video.crf"] = c.crf >= 0 ? OJson (c.crf) : OJson (nullptr);
+    info["video.preset"] = c.preset.empty () ? OJson (nullptr) : OJson (c.preset);
+    info["video.fast_decode"] = 0;
+    info["video.video_backend"] = "pyav";
+    info["video.extra_options"] = OJson::object ();
     info["is_depth_map"] = false;
     v["info"] = info;
     f[c.key] = v;

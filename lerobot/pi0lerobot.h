@@ -64,6 +64,10 @@ struct Camera {
   int width = 0, height = 0;
   std::string codec = "h264"; /* FFmpeg's name, as LeRobot's info.json carries it */
   std::string pix_fmt;        /* "yuv420p", "gbrp", ... */
+  /* The encoder's settings as LeRobot 0.6.1 records them (video.g, video.crf, video.preset):
+   * 0 / -1 / empty write null. */
+  int gop = 0, crf = -1;
+  std::string preset;
 };
 
 struct Schema {

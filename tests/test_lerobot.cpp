@@ -716,6 +716,146 @@ TEST (Pi0LeRobotSrc, HostileDatasetsGiveErrorsNamingTheFieldNeverAbortsOrHangs)
   EXPECT_NE (pi0::lerobot::Writer::open (good, schema, true, &err), nullptr) << err;
 }
 
+/* Drops the base camera's frames 4..7 (by PTS): a 133 ms hole in the recorded timeline. */
+static GstPadProbeReturn
+drop_four_frames (GstPad *, GstPadProbeInfo *info, gpointer)
+{
+  GstBuffer *b = GST_PAD_PROBE_INFO_BUFFER (info);
+  const GstClockTime t = GST_BUFFER_PTS (b), period = GST_SECOND / 30;
+  return t + period / 2 >= 4 * period && t + period / 2 < 8 * period ? GST_PAD_PROBE_DROP
+                                                                     : GST_PAD_PROBE_OK;
+}
+
+/* A gap inside an episode is counted and posted with its place however far the skip warnings
+ * have gone, and gap-action chooses: keep (one episode, closed up) or split (two episodes, each
+ * with a true timeline). The episode is replayed from a dataset LeRobot wrote. */
+TEST (Pi0LeRobotSink, AGapIsCountedPostedAndKeptOrSplitAsAsked)
+{
+  const std::string py = lerobot_python ();
+  if (py.empty () && g_getenv ("PI0_CI") != nullptr)
+    FAIL () << "no .lerobot-venv: CI must make the dataset with the real lerobot";
+  if (py.empty ())
+    GTEST_SKIP () << "no .lerobot-venv (scripts/setup.sh makes it with Python 3.12)";
+  Dir dir;
+  const std::string good = dir.path + "/good";
+  std::string out;
+  ASSERT_EQ (run ({py, source_root () + "/tests/lerobot/lerobot_made.py", "make", good}, &out,
+                  python_env (dir.path)),
+             0)
+      << out;
+  for (const char *action : {"keep", "split"}) {
+    SCOPED_TRACE (action);
+    const std::string rec = dir.path + "/rec-" + action;
+    const std::string line =
+        "pi0lerobotsrc name=ds location=" + good +
+        " episode=1 ds.main ! identity name=cut ! queue ! mux.main ds.state ! queue ! mux.state "
+        "pi0viewmux name=mux ! pi0lerobotsink name=rec action-sink=robot location=" +
+        rec + " gap-action=" + action +
+        " fakesrc num-buffers=0 ! pi0actionsink name=robot allow-unlimited=true "
+        "target=file:///dev/null";
+    GError *err = nullptr;
+    ElementPtr pipe (gst_parse_launch (line.c_str (), &err));
+    ASSERT_EQ (err, nullptr) << err->message;
+    ObjectPtr<GstElement> cut (by_name (pipe.get (), "cut")), sink (by_name (pipe.get (), "rec"));
+    ObjectPtr<GstPad> cp (gst_element_get_static_pad (cut.get (), "src"));
+    gst_pad_add_probe (cp.get (), GST_PAD_PROBE_TYPE_BUFFER, drop_four_frames, nullptr, nullptr);
+    ObjectPtr<GstBus> bus (gst_element_get_bus (pipe.get ()));
+    ASSERT_NE (gst_element_set_state (pipe.get (), GST_STATE_PLAYING), GST_STATE_CHANGE_FAILURE);
+    const GstStructure *gap = nullptr;
+    MessagePtr gap_msg;
+    MessagePtr m;
+    for (;;) {
+      m.reset (gst_bus_timed_pop_filtered (
+          bus.get (), 60 * GST_SECOND,
+          (GstMessageType)(GST_MESSAGE_ERROR | GST_MESSAGE_EOS | GST_MESSAGE_WARNING)));
+      if (!m || GST_MESSAGE_TYPE (m.get ()) != GST_MESSAGE_WARNING)
+        break;
+      const GstStructure *d = nullptr;
+      gst_message_parse_warning_details (m.get (), &d);
+      if (d && gst_structure_has_name (d, "pi0lerobotsink-gap")) {
+        gap = d;
+        gap_msg = std::move (m);
+      }
+    }
+    ASSERT_NE (m, nullptr) << "no EOS";
+    EXPECT_EQ (GST_MESSAGE_TYPE (m.get ()), GST_MESSAGE_EOS) << message_text (m.get ());
+    EXPECT_EQ (stat (sink.get (), "gaps"), 1u);
+    gst_element_set_state (pipe.get (), GST_STATE_NULL);
+    ASSERT_NE (gap, nullptr) << "the gap was not posted";
+    guint64 frame = 0, ms = 0;
+    EXPECT_TRUE (gst_structure_get_uint64 (gap, "frame", &frame));
+    EXPECT_TRUE (gst_structure_get_uint64 (gap, "gap-ms", &ms));
+    EXPECT_EQ (frame, 4u);
+    EXPECT_NEAR ((double)ms, 166.0, 1.0) << "frame 3 to frame 8";
+    std::string e;
+    auto r = pi0::lerobot::Reader::open (rec, &e);
+    ASSERT_TRUE (r) << e;
+    std::vector<int64_t> lengths;
+    for (auto &ep : r->episodes ())
+      lengths.push_back (ep.length);
+    if (std::string (action) == "keep")
+      EXPECT_EQ (lengths, (std::vector<int64_t>{8}));
+    else
+      EXPECT_EQ (lengths, (std::vector<int64_t>{4, 4}));
+  }
+}
+
+/* A recording that cannot be written (here: a location under /proc) stops only the recording
+ * by default: a warning, and the pipeline plays to its end; fail-pipeline=true makes it an
+ * error that stops the pipeline. */
+TEST (Pi0LeRobotSink, ARecordingFailureStopsTheRecordingNotThePipelineUnlessAsked)
+{
+  const std::string py = lerobot_python ();
+  if (py.empty () && g_getenv ("PI0_CI") != nullptr)
+    FAIL () << "no .lerobot-venv: CI must make the dataset with the real lerobot";
+  if (py.empty ())
+    GTEST_SKIP () << "no .lerobot-venv (scripts/setup.sh makes it with Python 3.12)";
+  Dir dir;
+  const std::string good = dir.path + "/good";
+  std::string out;
+  ASSERT_EQ (run ({py, source_root () + "/tests/lerobot/lerobot_made.py", "make", good}, &out,
+                  python_env (dir.path)),
+             0)
+      << out;
+  for (int fail = 0; fail < 2; fail++) {
+    SCOPED_TRACE (fail);
+    const std::string line =
+        "pi0lerobotsrc name=ds location=" + good +
+        " episode=1 ds.main ! queue ! mux.main ds.state ! queue ! mux.state "
+        "pi0viewmux name=mux ! pi0lerobotsink name=rec action-sink=robot "
+        "location=/proc/pi0-not-writable/ds fail-pipeline=" +
+        (fail ? "true" : "false") +
+        " fakesrc num-buffers=0 ! pi0actionsink name=robot allow-unlimited=true "
+        "target=file:///dev/null";
+    GError *err = nullptr;
+    ElementPtr pipe (gst_parse_launch (line.c_str (), &err));
+    ASSERT_EQ (err, nullptr) << err->message;
+    ObjectPtr<GstBus> bus (gst_element_get_bus (pipe.get ()));
+    ASSERT_NE (gst_element_set_state (pipe.get (), GST_STATE_PLAYING), GST_STATE_CHANGE_FAILURE);
+    std::string warning;
+    MessagePtr m;
+    for (;;) {
+      m.reset (gst_bus_timed_pop_filtered (
+          bus.get (), 60 * GST_SECOND,
+          (GstMessageType)(GST_MESSAGE_ERROR | GST_MESSAGE_EOS | GST_MESSAGE_WARNING)));
+      if (!m || GST_MESSAGE_TYPE (m.get ()) != GST_MESSAGE_WARNING)
+        break;
+      if (message_text (m.get ()).find ("Recording stopped") != std::string::npos)
+        warning = message_text (m.get ());
+    }
+    ASSERT_NE (m, nullptr) << "neither EOS nor an error";
+    gst_element_set_state (pipe.get (), GST_STATE_NULL);
+    if (fail) {
+      EXPECT_EQ (GST_MESSAGE_TYPE (m.get ()), GST_MESSAGE_ERROR);
+      EXPECT_NE (message_text (m.get ()).find ("/proc/pi0-not-writable"), std::string::npos)
+          << message_text (m.get ());
+    } else {
+      EXPECT_EQ (GST_MESSAGE_TYPE (m.get ()), GST_MESSAGE_EOS) << message_text (m.get ());
+      EXPECT_NE (warning.find ("/proc/pi0-not-writable"), std::string::npos) << warning;
+    }
+  }
+}
+
 /* A lossy recording of several episodes (EPISODE_LENGTH) with a moving 720p camera: its frames
  * keep the quality the element promises (the quantizer, not a bitrate ceiling, sets it), and
  * LeRobot's aggregate_datasets, merge_datasets and lerobot-edit-dataset merge it with a copy of

@@ -78,6 +78,8 @@ enum {
   PROP_AUTO_START,
   PROP_ROBOT_TYPE,
   PROP_EPISODE_LENGTH,
+  PROP_GAP_ACTION,
+  PROP_FAIL_PIPELINE,
   PROP_STATS,
 };
 
@@ -93,6 +95,8 @@ enum {
 #define DEFAULT_AUTO_START TRUE
 #define DEFAULT_ROBOT_TYPE nullptr
 #define DEFAULT_EPISODE_LENGTH 0
+#define DEFAULT_GAP_ACTION GST_PI0_LEROBOT_GAP_KEEP
+#define DEFAULT_FAIL_PIPELINE FALSE
 
 struct Settings {
   std::string location;
@@ -107,6 +111,8 @@ struct Settings {
   bool auto_start = DEFAULT_AUTO_START;
   std::string robot_type;
   guint episode_length = DEFAULT_EPISODE_LENGTH;
+  GstPi0LeRobotGapAction gap_action = DEFAULT_GAP_ACTION;
+  bool fail_pipeline = DEFAULT_FAIL_PIPELINE;
 
   pi0::record::Settings recorder () const
   {
@@ -121,6 +127,7 @@ struct Settings {
     r.auto_start = auto_start;
     r.robot_type = robot_type;
     r.episode_length = episode_length;
+    r.split_at_gaps = gap_action == GST_PI0_LEROBOT_GAP_SPLIT;
     return r;
   }
 };
@@ -136,6 +143,8 @@ struct State {
   gulong action_handler = 0;
   guint fps = 0;                 /* the fps property, at start */
   std::set<guint32> seen_seqnums; /* episode events taken (they come once per camera) */
+  bool fail_pipeline = false;     /* the property, at start */
+  bool failed = false;            /* recording stopped by a failure: the rest is dropped */
 };
 
 } // namespace
@@ -163,6 +172,16 @@ GST_PI0_DEFINE_ENUM_TYPE (gst_pi0_lerobot_encoder_get_type, "GstPi0LeRobotEncode
                           {GST_PI0_LEROBOT_ENCODER_X264, "x264enc (CPU)", "x264"},
                           {GST_PI0_LEROBOT_ENCODER_NVH264, "nvh264enc (NVIDIA NVENC)", "nvh264"})
 
+GST_PI0_DEFINE_ENUM_TYPE (gst_pi0_lerobot_gap_action_get_type, "GstPi0LeRobotGapAction",
+                          {GST_PI0_LEROBOT_GAP_KEEP,
+                           "Keep the frames in the episode (its timeline closes the gap); "
+                           "each gap is posted as a warning with its place",
+                           "keep"},
+                          {GST_PI0_LEROBOT_GAP_SPLIT,
+                           "End the episode before the gap and start the next with the frame "
+                           "after it (same task)",
+                           "split"})
+
 static GstStaticPadTemplate sink_template = GST_STATIC_PAD_TEMPLATE (
     "sink", GST_PAD_SINK, GST_PAD_ALWAYS, GST_STATIC_CAPS (GST_PI0_OBSERVATION_MEDIA_TYPE));
 
@@ -180,10 +199,34 @@ on_action (GstElement *sink, const gchar *kind, guint64 chunk_id, guint step_ind
                                 len, steps, dim);
 }
 
+/* A recording failure (a full disk, an encoder that fails, a camera that changes shape) with
+ * fail-pipeline=false: the recorder's error becomes a warning, recording stops (what it left
+ * half-written is discarded, committed episodes stay), and the rest of the pipeline, the robot's
+ * control among it, goes on. */
+static GstFlowReturn
+recording_failed (GstPi0LeRobotSink *self, GstFlowReturn ret, pi0::Notices &n)
+{
+  State &st = self->priv->state;
+  if (ret != GST_FLOW_ERROR || st.fail_pipeline)
+    return ret;
+  const std::string why = n.demote_errors ();
+  st.failed = true;
+  pi0::Notices stop;
+  self->priv->recorder.finish (true, stop);
+  stop.demote_errors ();
+  n.splice (stop);
+  n.warning (GST_RESOURCE_ERROR, GST_RESOURCE_ERROR_WRITE,
+             "Recording stopped: " + why + "; the rest of the pipeline goes on (fail-pipeline "
+             "is false), nothing more is recorded until the element restarts");
+  return GST_FLOW_OK;
+}
+
 static GstFlowReturn
 gst_pi0_lerobot_sink_render (GstBaseSink *bsink, GstBuffer *buf)
 {
   GstPi0LeRobotSink *self = GST_PI0_LEROBOT_SINK (bsink);
+  if (self->priv->state.failed)
+    return GST_FLOW_OK;
   pi0::Notices n;
   GstFlowReturn ret;
   try {
@@ -192,6 +235,7 @@ gst_pi0_lerobot_sink_render (GstBaseSink *bsink, GstBuffer *buf)
     n.error (GST_LIBRARY_ERROR, GST_LIBRARY_ERROR_FAILED, e.what ());
     ret = GST_FLOW_ERROR;
   }
+  ret = recording_failed (self, ret, n);
   GST_PI0_POST_NOTICES (self, n);
   return ret;
 }
@@ -214,8 +258,10 @@ gst_pi0_lerobot_sink_event (GstBaseSink *bsink, GstEvent *event)
         seen.erase (seen.begin ());
       priv->recorder.episode_event (action == GST_PI0_EPISODE_START, text, n);
     }
-  } else if (GST_EVENT_TYPE (event) == GST_EVENT_EOS) {
+  } else if (GST_EVENT_TYPE (event) == GST_EVENT_EOS && !priv->state.failed) {
     priv->recorder.finish (false, n);
+    if (n.has_error ())
+      recording_failed (self, GST_FLOW_ERROR, n);
   }
   GST_PI0_POST_NOTICES (self, n);
   return GST_BASE_SINK_CLASS (parent_class)->event (bsink, event);
@@ -311,6 +357,7 @@ gst_pi0_lerobot_sink_start (GstBaseSink *bsink)
   priv->recorder.start (s.recorder (), robot);
   priv->state = State ();
   priv->state.fps = s.fps;
+  priv->state.fail_pipeline = s.fail_pipeline;
   priv->state.action_sink = as;
   priv->state.action_handler = g_signal_connect (as, "action", G_CALLBACK (on_action), self);
   return TRUE;
@@ -376,6 +423,8 @@ transfer (Settings &s, guint prop_id, GValue *value, bool set)
     GST_PI0_PROP_FIELD (PROP_AUTO_START, auto_start, gboolean, boolean)
     GST_PI0_PROP_STRING_OR (PROP_ROBOT_TYPE, robot_type, "")
     GST_PI0_PROP_FIELD (PROP_EPISODE_LENGTH, episode_length, guint, uint)
+    GST_PI0_PROP_FIELD (PROP_GAP_ACTION, gap_action, gint, enum)
+    GST_PI0_PROP_FIELD (PROP_FAIL_PIPELINE, fail_pipeline, gboolean, boolean)
   }
   return false;
 }
@@ -501,6 +550,36 @@ gst_pi0_lerobot_sink_class_init (GstPi0LeRobotSinkClass *klass)
                          "End an episode after this many frames and start the next (0: episodes "
                          "end only by event, EOS or stop)",
                          0, G_MAXUINT, DEFAULT_EPISODE_LENGTH, GST_PI0_PARAM_READY));
+  /**
+   * GstPi0LeRobotSink:gap-action:
+   *
+   * What a gap does: a recorded frame more than 1.5 periods after the previous one (a stalled
+   * camera, skipped observations). LeRobot's timeline is k / fps, so a kept gap is a transition
+   * that never happened; every gap is counted (`stats` gaps) and posted as a warning whose
+   * details say where (episode, frame, gap-ms) whatever the action.
+   */
+  g_object_class_install_property (
+      gobject_class, PROP_GAP_ACTION,
+      g_param_spec_enum ("gap-action", "Gap action",
+                         "What a frame more than 1.5 periods after the previous one does",
+                         gst_pi0_lerobot_gap_action_get_type (), DEFAULT_GAP_ACTION,
+                         GST_PI0_PARAM_READY));
+  /**
+   * GstPi0LeRobotSink:fail-pipeline:
+   *
+   * What a failure to record does once the recording has started (a full disk, an encoder that
+   * fails, a camera that changes shape). By default the recorder is a bystander of the robot's
+   * control: it posts a warning, keeps the episodes already committed (the one in progress is
+   * saved when it still can be, discarded otherwise: nothing half-written stays) and records
+   * nothing more, while the pipeline goes on. true: the failure is an error that stops the pipeline. Configuration errors (no
+   * location, no action sink, a fractional rate) are errors either way.
+   */
+  g_object_class_install_property (
+      gobject_class, PROP_FAIL_PIPELINE,
+      g_param_spec_boolean ("fail-pipeline", "Fail pipeline",
+                            "A recording failure stops the pipeline (true) or only the recording, "
+                            "with a warning (false: the robot's control goes on)",
+                            DEFAULT_FAIL_PIPELINE, GST_PI0_PARAM_READY));
   g_object_class_install_property (
       gobject_class, PROP_STATS,
       g_param_spec_boxed ("stats", "Stats",

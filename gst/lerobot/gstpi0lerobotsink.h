@@ -14,8 +14,15 @@ typedef enum {
   GST_PI0_LEROBOT_ENCODER_NVH264 = 2,
 } GstPi0LeRobotEncoder;
 
+/* What a gap in an episode's frames does (pi0lerobotsink's gap-action). */
+typedef enum {
+  GST_PI0_LEROBOT_GAP_KEEP = 0,
+  GST_PI0_LEROBOT_GAP_SPLIT = 1,
+} GstPi0LeRobotGapAction;
+
 GType gst_pi0_lerobot_encoder_get_type (void);
 #define GST_TYPE_PI0_LEROBOT_ENCODER (gst_pi0_lerobot_encoder_get_type ())
+GType gst_pi0_lerobot_gap_action_get_type (void);
 
 GST_ELEMENT_REGISTER_DECLARE (pi0lerobotsink);
 

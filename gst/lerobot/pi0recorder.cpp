@@ -207,6 +207,11 @@ Recorder::open_dataset (const GstPi0ObservationMeta *meta, std::string *error)
       *error = err;
       return false;
     }
+    /* The encoder settings in LeRobot's terms (what its writer would use to add episodes of
+     * the same kind): x264's quantizer is its CRF (0 with lossless: x264's lossless mode). */
+    c.gop = (int)s_.encoder.gop;
+    c.crf = s_.encoder.lossless ? 0 : (int)s_.encoder.quantizer;
+    c.preset = enc == "x264enc" ? "superfast" : "";
     schema_.cameras.push_back (c);
   }
   state_dim_ = meta->state_dim;
@@ -305,19 +310,38 @@ Recorder::observation (GstBuffer *buf, Notices &n)
     warn ("observation " + std::to_string (meta->sequence) + " not recorded: " + why, n);
     return GST_FLOW_OK;
   }
-  const guint64 index = frames_.size ();
-  /* The dataset's clock is k / fps: a base frame missing upstream (or an observation skipped
-   * above) closes up in it. Said, and counted. */
-  if (index > 0 && GST_CLOCK_TIME_IS_VALID (meta->observation_time) &&
+  /* The dataset's clock is k / fps: a base frame missing upstream (or observations skipped
+   * above) would close up in it, a transition that never happened. Every gap is counted and
+   * posted (not through warn(): skipped observations before it must not hide it), with where
+   * it is; gap-action=split ends the episode there. */
+  if (!frames_.empty () && GST_CLOCK_TIME_IS_VALID (meta->observation_time) &&
       GST_CLOCK_TIME_IS_VALID (frames_.back ().t) &&
+      meta->observation_time > frames_.back ().t &&
       (meta->observation_time - frames_.back ().t) * 2 * fps_ > 3 * GST_SECOND) {
     c_.gaps++;
-    warn ("observation " + std::to_string (meta->sequence) + " comes " +
-              std::to_string ((meta->observation_time - frames_.back ().t) / 1000000) +
-              " ms after the previous frame recorded; the dataset's timeline (k / fps) closes "
-              "the gap",
-          n);
+    const guint64 gap_ms = (meta->observation_time - frames_.back ().t) / GST_MSECOND;
+    const guint64 episode = writer_->next_episode (), frame = frames_.size ();
+    n.warning (GST_STREAM_ERROR, GST_STREAM_ERROR_FAILED,
+               "A gap of " + std::to_string (gap_ms) + " ms before frame " +
+                   std::to_string (frame) + " of episode " + std::to_string (episode) +
+                   (s_.split_at_gaps ? ": the episode ends there"
+                                     : ": kept, the dataset's timeline (k / fps) closes it"),
+               "observation " + std::to_string (meta->sequence),
+               gst_structure_new ("pi0lerobotsink-gap", "episode", G_TYPE_UINT64, episode,
+                                  "frame", G_TYPE_UINT64, frame, "gap-ms", G_TYPE_UINT64, gap_ms,
+                                  "split", G_TYPE_BOOLEAN, (gboolean)s_.split_at_gaps, nullptr));
+    if (s_.split_at_gaps) {
+      if (!end_episode (&err)) {
+        n.error (GST_RESOURCE_ERROR, GST_RESOURCE_ERROR_WRITE, "Cannot save the episode: " + err);
+        return GST_FLOW_ERROR;
+      }
+      if (!begin_episode (meta, &err)) {
+        n.error (GST_LIBRARY_ERROR, GST_LIBRARY_ERROR_INIT, "Cannot start an episode: " + err);
+        return GST_FLOW_ERROR;
+      }
+    }
   }
+  const guint64 index = frames_.size ();
   for (guint v = 0; v < n_views_; v++) {
     if (!encoders_[v]->push (buf, meta, v, index, &err)) {
       n.error (GST_LIBRARY_ERROR, GST_LIBRARY_ERROR_ENCODE,

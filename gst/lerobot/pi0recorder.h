@@ -41,6 +41,7 @@ struct Settings {
   bool auto_start = true;
   std::string robot_type;
   unsigned episode_length = 0; /* 0: episodes end only by event, EOS or stop */
+  bool split_at_gaps = false;  /* a gap ends the episode (else: kept, closed up) */
 };
 
 /* What the action sink says about the robot. */

@@ -8,6 +8,8 @@ EXPECT.json (tests/test_lerobot.cpp): {"fps", "min_psnr", "dumps": [{episode: 0,
 view, format, width, height, file}]}: camera frames as the recorder received them, k counted
 over the whole recording (the dataset's index).
 
+0. info.json carries the encoder keys LeRobot writes (video.g, video.crf, ...), in values
+   LeRobot's RGBEncoderConfig accepts.
 1. Quality: every dumped I420 frame against the same frame decoded from the MP4 (PyAV, plane
    for plane): the luma PSNR of each must be at least min_psnr.
 2. Merging: a copy of the dataset is merged with the dataset by aggregate_datasets,
@@ -128,9 +130,27 @@ def merging(root, work):
         same_frames(load("local/edited", out), [a, b])
 
 
+def encoder_keys(root):
+    """info.json says how each camera was encoded, with the keys LeRobot 0.6.1's writer adds, in
+    values LeRobot's own encoder configuration accepts."""
+    from lerobot.configs.video import VIDEO_ENCODER_INFO_KEYS, RGBEncoderConfig
+
+    info = json.load(open(Path(root) / "meta" / "info.json"))
+    for key, f in info["features"].items():
+        if f.get("dtype") != "video":
+            continue
+        missing = sorted(VIDEO_ENCODER_INFO_KEYS - set(f["info"]))
+        check(not missing, f"{key}: info lacks {missing}")
+        try:
+            RGBEncoderConfig.from_video_info(f["info"])
+        except Exception as ex:  # noqa: BLE001
+            check(False, f"{key}: LeRobot refuses its encoder info: {ex}")
+
+
 def main():
     root, expect, work = sys.argv[1], sys.argv[2], sys.argv[3]
     exp = json.load(open(expect))
+    encoder_keys(root)
     quality(root, exp)
     merging(root, work)
     print(f"{len(failures)} failures")
