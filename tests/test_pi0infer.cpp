@@ -8,7 +8,6 @@
 #include <glib/gstdio.h>
 #include <gst/pi0/pi0.h>
 #include <gtest/gtest.h>
-#include <torch/script.h>
 
 #include <dlfcn.h>
 #include <sys/wait.h>
@@ -184,32 +183,18 @@ start_error (GstElement *e)
   return m;
 }
 
-/* A TorchScript policy defined here: actions = state[0] everywhere (+ 0 * noise), a LibTorch
- * exception (an impossible view) when state[0] > 100, NaN when state[0] == 7. (Not `assert`:
- * LibTorch 2.11 deadlocks in GetEventSampledHandler when a scripted assert fires.) */
+/* The TorchScript policies of tests/scripted_policies.py (scripted by .venv's torch, whose
+ * LibTorch the build links: this file needs no LibTorch headers) in @dir: policy.pt (actions =
+ * state[0] everywhere, a LibTorch exception when state[0] > 100, NaN when state[0] == 7) and
+ * raises.pt (always raises). Returns policy.pt's path; "" when they could not be made. */
 std::string
 write_scripted_policy (const std::string &dir)
 {
-  std::string path = dir + "/policy.pt";
-  torch::jit::Module mod ("ScriptedPolicy");
-  mod.register_attribute ("horizon", c10::IntType::get (), 10);
-  mod.register_attribute ("action_dim", c10::IntType::get (), 8);
-  mod.register_attribute ("num_views", c10::IntType::get (), 3);
-  mod.register_attribute ("image_size", c10::IntType::get (), TINY);
-  mod.register_attribute ("max_tokens", c10::IntType::get (), 48);
-  mod.register_attribute ("state_dim", c10::IntType::get (), 32);
-  mod.define (R"JIT(
-def forward(self, images: Tensor, image_masks: Tensor, tokens: Tensor, token_mask: Tensor,
-            state: Tensor, noise: Tensor) -> Tensor:
-    out = noise * 0.0 + state[:, 0].view(1, 1, 1)
-    if bool(state[0, 0] > 100.0):
-        out = out.view(7, -1)
-    if bool(state[0, 0] == 7.0):
-        out = out / 0.0 * 0.0
-    return out
-)JIT");
-  mod.save (path);
-  return path;
+  const std::string cmd = source_root () + "/.venv/bin/python " + source_root () +
+                          "/tests/scripted_policies.py " + dir;
+  if (std::system (cmd.c_str ()) != 0)
+    return "";
+  return dir + "/policy.pt";
 }
 
 /* A random pi0-tiny checkpoint in @dir, written by `pi0-model init` with the tiny tokenizer. */
@@ -460,6 +445,7 @@ TEST (Pi0Infer, TorchScriptExceptionIsAnElementErrorAndNaNIsFlagged)
 {
   TempDir dir;
   std::string pt = write_scripted_policy (dir.path);
+  ASSERT_NE (pt, "") << "tests/scripted_policies.py failed";
   Infer inf (make_infer (pt, "tokenizer", tiny_tokenizer ().c_str (), nullptr));
   std::vector<float> a = inf.run (with_state (make_observation (1, 2), 0.25f));
   ASSERT_EQ (a.size (), 10u * 8u);
@@ -495,6 +481,7 @@ TEST (Pi0Infer, AServedRequestThatFailsFailsAloneAndTheNextIsServed)
 {
   TempDir dir;
   std::string pt = write_scripted_policy (dir.path);
+  ASSERT_NE (pt, "") << "tests/scripted_policies.py failed";
   Infer inf (make_infer (pt, "tokenizer", tiny_tokenizer ().c_str (), nullptr));
   auto request = [] (guint64 n, float state0) {
     GstBuffer *b = with_state (make_observation (n, 2), state0);
@@ -764,6 +751,7 @@ TEST (Pi0InferBatch, OneFailingRequestFailsOnlyItself)
 {
   TempDir dir;
   std::string pt = write_scripted_policy (dir.path);
+  ASSERT_NE (pt, "") << "tests/scripted_policies.py failed";
   Infer four (make_infer (pt, "tokenizer", tiny_tokenizer ().c_str (), "max-batch-size", 4u,
                           "max-batch-wait", (guint64)3600 * GST_SECOND, nullptr));
   std::vector<Item> items;
@@ -993,19 +981,8 @@ TEST (Pi0Infer, NormStatsBeyondFloat32AreRefusedAtStart)
 TEST (Pi0Infer, TorchScriptPolicyThatAlwaysRaisesFailsAtStart)
 {
   TempDir dir;
+  ASSERT_NE (write_scripted_policy (dir.path), "");
   std::string path = dir.path + "/raises.pt";
-  torch::jit::Module mod ("AlwaysRaises");
-  mod.register_attribute ("horizon", c10::IntType::get (), 10);
-  mod.register_attribute ("action_dim", c10::IntType::get (), 8);
-  mod.register_attribute ("num_views", c10::IntType::get (), 3);
-  mod.register_attribute ("image_size", c10::IntType::get (), TINY);
-  mod.register_attribute ("state_dim", c10::IntType::get (), 32);
-  mod.define (R"JIT(
-def forward(self, images: Tensor, image_masks: Tensor, tokens: Tensor, token_mask: Tensor,
-            state: Tensor, noise: Tensor) -> Tensor:
-    return noise.view(7, -1)
-)JIT");
-  mod.save (path);
   MessagePtr m = start_error (make_infer (path, "tokenizer", tiny_tokenizer ().c_str (), nullptr));
   ASSERT_NE (m, nullptr);
   GError *err = nullptr;
@@ -1278,6 +1255,7 @@ TEST (Pi0InferRtc, TorchScriptPolicyStaysUnguidedWithAWarning)
 {
   TempDir dir;
   std::string pt = write_scripted_policy (dir.path);
+  ASSERT_NE (pt, "") << "tests/scripted_policies.py failed";
   Infer inf (make_infer (pt, "tokenizer", tiny_tokenizer ().c_str (), "rtc", 1, nullptr));
   gst_harness_set_time (inf.h.get (), kRtcNow);
   ASSERT_FALSE (inf.run (make_observation (1, 11)).empty ());
