@@ -501,18 +501,16 @@ bool
 whole_number (const pi0::json::Value &v, int64_t lo, int64_t hi, const std::string &what,
               int64_t *out, std::string *error)
 {
-  double d = 0;
   if (v.is_number_integer ()) {
     const int64_t i = v.is_number_unsigned () && v.get<uint64_t> () > (uint64_t)INT64_MAX
                           ? INT64_MAX
                           : v.get<int64_t> ();
-    d = (double)i;
     if (i >= lo && i <= hi) {
       *out = i;
       return true;
     }
   } else if (v.is_number_float ()) {
-    d = v.get<double> ();
+    const double d = v.get<double> ();
     if (std::isfinite (d) && d == std::floor (d) && d >= (double)lo && d <= (double)hi) {
       *out = (int64_t)d;
       return true;
