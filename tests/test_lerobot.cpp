@@ -598,6 +598,21 @@ TEST (Pi0LeRobotSrc, TheDatasetIsReadAtReadyNotWhenLocationIsSet)
   gst_element_set_state (pipe.get (), GST_STATE_NULL);
 }
 
+/* A dataset written by the real lerobot at @root (tests/lerobot/lerobot_made.py make, with
+ * @args: codec, lengths), its caches in @dir. */
+static testing::AssertionResult
+lerobot_made (const std::string &py, const std::string &dir, const std::string &root,
+              const std::vector<std::string> &args = {})
+{
+  std::vector<std::string> argv = {py, source_root () + "/tests/lerobot/lerobot_made.py", "make",
+                                   root};
+  argv.insert (argv.end (), args.begin (), args.end ());
+  std::string out;
+  if (run (argv, &out, python_env (dir)) != 0)
+    return testing::AssertionFailure () << out;
+  return testing::AssertionSuccess ();
+}
+
 /* Datasets the real lerobot wrote (LeRobotDataset.create + add_frame + save_episode: every
  * episode of a camera in one MP4, H.264 and LeRobot's default AV1): every episode plays, each
  * of its frames byte for byte the frame LeRobot's decoder selects for it, and its state rows. */
@@ -614,10 +629,7 @@ TEST (Pi0LeRobotSrc, PlaysEveryEpisodeOfDatasetsLeRobotWrote)
     SCOPED_TRACE (codec);
     const std::string root = dir.path + "/" + codec;
     std::string out;
-    ASSERT_EQ (run ({py, tool, "make", root, "--codec", codec, "--lengths", "7,12,9"}, &out,
-                    python_env (dir.path)),
-               0)
-        << out;
+    ASSERT_TRUE (lerobot_made (py, dir.path, root, {"--codec", codec, "--lengths", "7,12,9"}));
     for (guint e = 0; e < 3; e++) {
       SCOPED_TRACE (e);
       const std::string dump = dir.path + "/" + codec + "-played/" + std::to_string (e);
@@ -655,10 +667,7 @@ TEST (Pi0LeRobotSrc, HostileDatasetsGiveErrorsNamingTheFieldNeverAbortsOrHangs)
   Dir dir;
   const std::string good = dir.path + "/good", cases_dir = dir.path + "/cases";
   std::string out;
-  ASSERT_EQ (run ({py, source_root () + "/tests/lerobot/lerobot_made.py", "make", good}, &out,
-                  python_env (dir.path)),
-             0)
-      << out;
+  ASSERT_TRUE (lerobot_made (py, dir.path, good));
   ASSERT_EQ (run ({py, source_root () + "/tests/lerobot/hostile_datasets.py", good, cases_dir},
                   &out, python_env (dir.path)),
              0)
@@ -738,11 +747,7 @@ TEST (Pi0LeRobotSink, AGapIsCountedPostedAndKeptOrSplitAsAsked)
     GTEST_SKIP () << "no .lerobot-venv (scripts/setup.sh makes it with Python 3.12)";
   Dir dir;
   const std::string good = dir.path + "/good";
-  std::string out;
-  ASSERT_EQ (run ({py, source_root () + "/tests/lerobot/lerobot_made.py", "make", good}, &out,
-                  python_env (dir.path)),
-             0)
-      << out;
+  ASSERT_TRUE (lerobot_made (py, dir.path, good));
   for (const char *action : {"keep", "split"}) {
     SCOPED_TRACE (action);
     const std::string rec = dir.path + "/rec-" + action;
@@ -812,11 +817,7 @@ TEST (Pi0LeRobotSink, ARecordingFailureStopsTheRecordingNotThePipelineUnlessAske
     GTEST_SKIP () << "no .lerobot-venv (scripts/setup.sh makes it with Python 3.12)";
   Dir dir;
   const std::string good = dir.path + "/good";
-  std::string out;
-  ASSERT_EQ (run ({py, source_root () + "/tests/lerobot/lerobot_made.py", "make", good}, &out,
-                  python_env (dir.path)),
-             0)
-      << out;
+  ASSERT_TRUE (lerobot_made (py, dir.path, good));
   for (int fail = 0; fail < 2; fail++) {
     SCOPED_TRACE (fail);
     const std::string line =
