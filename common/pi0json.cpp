@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #include "pi0json.h"
 
+#include "pi0file.h"
+
 #include <cmath>
-#include <fstream>
 #include <limits>
 #include <set>
-#include <sstream>
 
 namespace pi0::json
 {
@@ -29,34 +29,79 @@ escape_pointer (const std::string &s)
   return out;
 }
 
+/* The deepest nesting of arrays and objects in @text, scanning outside strings only; stops
+ * counting (returns past @limit) as soon as @limit is passed. Linear time, no allocation. */
+size_t
+nesting_depth (const std::string &text, size_t limit, size_t *where)
+{
+  size_t depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (size_t i = 0; i < text.size (); i++) {
+    const char c = text[i];
+    if (in_string) {
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > deepest) {
+        deepest = depth;
+        if (deepest > limit) {
+          *where = i;
+          return deepest;
+        }
+      }
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      depth--;
+    }
+  }
+  return deepest;
+}
+
 } // namespace
 
 std::optional<Value>
 parse_strict (const std::string &text, const std::string &source, std::string *error)
 {
-  /* One entry per open object or array: the keys seen so far (objects) and the path to it. The
-   * callback sees keys before their values, so the path of a value is known when it starts. */
+  /* Depth first: nlohmann parses deep nesting iteratively, but what is built from it (and
+   * every reader walking it) is not meant for a thousand levels. */
+  size_t where = 0;
+  if (nesting_depth (text, kMaxNesting, &where) > kMaxNesting) {
+    if (error)
+      *error = source + ": arrays and objects nested more than " + std::to_string (kMaxNesting) +
+               " deep (at byte " + std::to_string (where) + "); refusing the file";
+    return std::nullopt;
+  }
+  /* One entry per open object or array: the keys seen so far (objects) and where it is in its
+   * parent. The path of the object with a duplicate key is built from these only then, so the
+   * memory is linear in the text whatever its shape. */
   struct Open {
     bool object;
     std::set<std::string> keys;
-    std::string path;
     std::string last_key;
     size_t index = 0;
   };
   std::vector<Open> open;
   std::string duplicate, duplicate_at;
-  auto child_path = [&] () -> std::string {
-    if (open.empty ())
-      return "";
-    const Open &o = open.back ();
-    return o.path + "/" + (o.object ? escape_pointer (o.last_key) : std::to_string (o.index));
+  auto path_of_top = [&] () {
+    std::string path;
+    for (size_t i = 0; i + 1 < open.size (); i++)
+      path += "/" + (open[i].object ? escape_pointer (open[i].last_key)
+                                    : std::to_string (open[i].index));
+    return path.empty () ? std::string ("/") : path;
   };
   auto callback = [&] (int, Value::parse_event_t ev, Value &parsed) {
     using E = Value::parse_event_t;
     switch (ev) {
       case E::object_start:
       case E::array_start:
-        open.push_back (Open{ev == E::object_start, {}, child_path ()});
+        open.push_back (Open{ev == E::object_start, {}, {}});
         break;
       case E::object_end:
       case E::array_end:
@@ -71,7 +116,7 @@ parse_strict (const std::string &text, const std::string &source, std::string *e
           o.last_key = parsed.get<std::string> ();
           if (!o.keys.insert (o.last_key).second && duplicate.empty ()) {
             duplicate = o.last_key;
-            duplicate_at = o.path.empty () ? "/" : o.path;
+            duplicate_at = path_of_top ();
           }
         }
         break;
@@ -105,22 +150,12 @@ parse_strict (const std::string &text, const std::string &source, std::string *e
 }
 
 std::optional<Value>
-load_strict (const std::string &path, std::string *error)
+load_strict (const std::string &path, std::string *error, size_t max_bytes)
 {
-  std::ifstream in (path, std::ios::binary);
-  if (!in) {
-    if (error)
-      *error = path + ": cannot open the file";
+  std::string text;
+  if (!read_regular_file (path, max_bytes, &text, error))
     return std::nullopt;
-  }
-  std::ostringstream ss;
-  ss << in.rdbuf ();
-  if (in.bad ()) {
-    if (error)
-      *error = path + ": cannot read the file";
-    return std::nullopt;
-  }
-  return parse_strict (ss.str (), path, error);
+  return parse_strict (text, path, error);
 }
 
 bool

@@ -10,8 +10,11 @@
  * empty optional) with a message; inference/ turns it into a pi0::Error, protocol/ returns it
  * to its own caller. No GLib, no GStreamer. */
 
+#include "pi0file.h"
+
 #include <nlohmann/json.hpp>
 
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <vector>
@@ -21,13 +24,19 @@ namespace pi0::json
 
 using Value = nlohmann::json;
 
+/* The deepest nesting of arrays and objects a file may have. The project's files need five
+ * levels (LeRobot's image statistics); a deeper file is refused before it is parsed. */
+constexpr size_t kMaxNesting = 64;
+
 /* Parses @text. On failure returns nothing and sets *@error to "<source>: <what>", e.g.
  * "robot.json: the same object has the key 'max_step' more than once (at /limits)". */
 std::optional<Value> parse_strict (const std::string &text, const std::string &source,
                                    std::string *error);
 
-/* Reads and parses a file; a missing or unreadable file is an error naming it. */
-std::optional<Value> load_strict (const std::string &path, std::string *error);
+/* Reads (pi0::read_regular_file: a regular file of at most @max_bytes, never blocking on a
+ * FIFO) and parses a file; a missing, unreadable or oversized file is an error naming it. */
+std::optional<Value> load_strict (const std::string &path, std::string *error,
+                                  size_t max_bytes = kMaxConfigFileBytes);
 
 /* One number as a float32: it must be a JSON number, finite and within float32's range (1e39
  * would become infinity). On failure *@error says why, prefixed with @what. */

@@ -146,15 +146,14 @@ parse_robot_config (const std::string &text, RobotConfig *out, std::string *erro
 bool
 load_robot_config (const std::string &path, RobotConfig *out, std::string *error)
 {
-  std::ifstream in (path, std::ios::binary);
-  std::ostringstream text;
-  if (!(in && (text << in.rdbuf ()) && !in.bad ())) {
+  /* A robot configuration is a few kB: 1 MiB is room for 10,000 joints. */
+  std::string text, err;
+  if (!read_regular_file (path, size_t (1) << 20, &text, &err)) {
     if (error)
-      *error = "cannot read robot config " + path + ": " + std::strerror (errno);
+      *error = "cannot read robot config " + err;
     return false;
   }
-  std::string err;
-  if (!parse_robot_config (text.str (), out, &err)) {
+  if (!parse_robot_config (text, out, &err)) {
     if (error)
       *error = "robot config " + path + ": " + err;
     return false;

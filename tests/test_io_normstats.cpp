@@ -1,6 +1,7 @@
 // openpi norm_stats.json: z-score and quantile formulas against numpy (tests/io_oracle.py),
 // round trips, and malformed files.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <nlohmann/json.hpp>
 
 #include "io/pi0error.h"
@@ -176,7 +177,13 @@ TEST (NormStats, MalformedFilesAreClearErrors)
     expect_error ([&] { pi0::NormStats::load (path); }, all);
   }
   expect_error ([&] { pi0::NormStats::load (dir.file ("absent.json")); },
-                {"absent.json", "cannot open"});
+                {"absent.json", "cannot open", "No such file or directory"});
+  // Issue 25: a FIFO with no writer blocked the start; /dev/zero read until killed.
+  ASSERT_EQ (mkfifo (dir.file ("fifo.json").c_str (), 0600), 0);
+  expect_error ([&] { pi0::NormStats::load (dir.file ("fifo.json")); },
+                {"cannot read norm stats", "fifo.json: is a FIFO, not a regular file"});
+  expect_error ([&] { pi0::NormStats::load ("/dev/zero"); },
+                {"cannot read norm stats /dev/zero: is a character device"});
 }
 
 TEST (NormStats, MisuseIsAClearError)

@@ -4,6 +4,7 @@
 #include <random>
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <nlohmann/json.hpp>
 
 #include "io/pi0error.h"
@@ -353,6 +354,21 @@ TEST (Safetensors, MissingFileAndDirectoryAreClearErrors)
   expect_error ([&] { pi0::load_safetensors (dir.file ("nope.safetensors")); },
                 {dir.file ("nope.safetensors"), "cannot open", "No such file"});
   expect_error ([&] { pi0::load_safetensors (dir.path ().string ()); }, {"not a regular file"});
+  // Issue 25: a FIFO with no writer blocked the start forever.
+  ASSERT_EQ (mkfifo (dir.file ("fifo.safetensors").c_str (), 0600), 0);
+  expect_error ([&] { pi0::load_safetensors (dir.file ("fifo.safetensors")); },
+                {"fifo.safetensors", "not a regular file"});
+}
+
+/* Issue 25: a 60 kB header of nested arrays (the format allows 100 MB) cost 878 MB. */
+TEST (Safetensors, DeeplyNestedHeaderIsRefusedWithoutGrowingMemory)
+{
+  TempDir dir;
+  const std::string header =
+      "{\"__metadata__\":{},\"a\":" + std::string (60000, '[') + std::string (60000, ']') + "}";
+  std::ofstream (dir.file ("deep.safetensors"), std::ios::binary) << raw_file (header, "");
+  expect_error ([&] { pi0::load_safetensors (dir.file ("deep.safetensors")); },
+                {"deep.safetensors", "nested more than 64 deep"});
 }
 
 TEST (Safetensors, MisalignedDataIsCopiedNotMisread)

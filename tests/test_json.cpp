@@ -5,6 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sys/stat.h>
 
 using namespace pi0::json;
 
@@ -65,4 +68,95 @@ TEST (Json, FloatsMustBeFiniteAndFitFloat32)
   EXPECT_FALSE (to_float_array (*v, "\"v\"", &out, &err));
   EXPECT_NE (err.find ("\"v\"[0]"), std::string::npos) << err;
   EXPECT_EQ (out, std::vector<float>{7.0f}) << "left untouched on failure";
+}
+
+/* Issue 25: a 40 kB file of "[[[...]]]" cost pi0-robotsim 464 MB (a path string per open
+ * level). Nesting is bounded before parsing, and a duplicate key deep down is still named with
+ * its path. */
+TEST (Json, DeepNestingIsRefusedBeforeItIsParsed)
+{
+  std::string err;
+  const std::string deep = std::string (200000, '[') + std::string (200000, ']');
+  EXPECT_FALSE (parse_strict (deep, "deep.json", &err));
+  EXPECT_NE (err.find ("deep.json: arrays and objects nested more than 64 deep (at byte 64)"),
+             std::string::npos)
+      << err;
+  /* Objects count too; brackets inside strings do not. */
+  std::string objs;
+  for (int i = 0; i < 65; i++)
+    objs += "{\"a\":";
+  objs += "1" + std::string (65, '}');
+  EXPECT_FALSE (parse_strict (objs, "o.json", &err));
+  EXPECT_NE (err.find ("nested more than 64 deep"), std::string::npos) << err;
+  const std::string in_string = "{\"k\":\"" + std::string (1000, '[') + "\"}";
+  EXPECT_TRUE (parse_strict (in_string, "s.json", &err)) << err;
+  /* 64 levels are fine, and a duplicate at depth 64 is named by its whole path. */
+  std::string ok, path;
+  for (int i = 0; i < 63; i++) {
+    ok += "{\"k" + std::to_string (i) + "\":";
+    path += "/k" + std::to_string (i);
+  }
+  ok += "{\"d\":1,\"d\":2}" + std::string (63, '}');
+  EXPECT_FALSE (parse_strict (ok, "ok.json", &err));
+  EXPECT_NE (err.find ("the key 'd' more than once (at " + path + ")"), std::string::npos) << err;
+  /* An escaped quote does not end a string. */
+  EXPECT_TRUE (parse_strict ("[\"\\\"[[[[\"]", "e.json", &err)) << err;
+}
+
+namespace
+{
+
+struct TempDir {
+  std::string path;
+  TempDir ()
+  {
+    char t[] = "/tmp/pi0-json-XXXXXX";
+    path = mkdtemp (t);
+  }
+  ~TempDir () { std::filesystem::remove_all (path); }
+};
+
+void
+write (const std::string &path, const std::string &text)
+{
+  std::ofstream (path, std::ios::binary) << text;
+}
+
+} // namespace
+
+/* Issue 25: robot-config=/dev/zero read until killed; a FIFO with no writer blocked the start
+ * forever; "cannot read robot config empty.json: Success". Only regular files are read, up to
+ * a cap, and the reason is the real one. */
+TEST (ReadRegularFile, RefusesWhatIsNotASmallRegularFileWithTheRealReason)
+{
+  TempDir d;
+  std::string text, err;
+  EXPECT_FALSE (pi0::read_regular_file ("/dev/zero", 1 << 20, &text, &err));
+  EXPECT_EQ (err, "/dev/zero: is a character device, not a regular file");
+  EXPECT_FALSE (pi0::read_regular_file (d.path, 1 << 20, &text, &err));
+  EXPECT_EQ (err, d.path + ": is a directory, not a regular file");
+  const std::string fifo = d.path + "/fifo";
+  ASSERT_EQ (mkfifo (fifo.c_str (), 0600), 0);
+  EXPECT_FALSE (pi0::read_regular_file (fifo, 1 << 20, &text, &err)) << "returned, not blocked";
+  EXPECT_EQ (err, fifo + ": is a FIFO, not a regular file");
+  EXPECT_FALSE (pi0::is_regular_file (fifo, &err));
+  EXPECT_EQ (err, fifo + ": is a FIFO, not a regular file");
+  EXPECT_FALSE (pi0::read_regular_file (d.path + "/none.json", 1 << 20, &text, &err));
+  EXPECT_EQ (err, d.path + "/none.json: cannot open: No such file or directory");
+  write (d.path + "/big.json", std::string (2000, ' '));
+  EXPECT_FALSE (pi0::read_regular_file (d.path + "/big.json", 1000, &text, &err));
+  EXPECT_EQ (err, d.path + "/big.json: 2000 bytes is more than the 1000 this file may have");
+  write (d.path + "/empty.json", "");
+  text = "x";
+  EXPECT_TRUE (pi0::read_regular_file (d.path + "/empty.json", 1000, &text, &err)) << err;
+  EXPECT_EQ (text, "");
+  write (d.path + "/ok.json", "{\"a\": 1}");
+  EXPECT_TRUE (pi0::read_regular_file (d.path + "/ok.json", 1000, &text, &err)) << err;
+  EXPECT_EQ (text, "{\"a\": 1}");
+  EXPECT_TRUE (pi0::is_regular_file (d.path + "/ok.json", &err));
+  /* load_strict reads through it. */
+  EXPECT_FALSE (load_strict (fifo, &err));
+  EXPECT_EQ (err, fifo + ": is a FIFO, not a regular file");
+  EXPECT_FALSE (load_strict (d.path + "/empty.json", &err));
+  EXPECT_EQ (err.rfind (d.path + "/empty.json: not valid JSON: ", 0), 0u) << err;
 }

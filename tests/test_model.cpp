@@ -1,7 +1,9 @@
 /* The native Pi0 on the CPU with pi0-tiny: shapes, the mask/position/time rules held directly,
  * cached prefix == full sequence, masked views, seeds, save/load, bad checkpoints, precision. */
 #include <cmath>
+#include <filesystem>
 #include <fstream>
+#include <sys/stat.h>
 
 #include <c10/core/InferenceMode.h>
 #include <torch/script.h>
@@ -123,6 +125,76 @@ TEST (ModelConfig, JsonRoundTripAndForeignLayouts)
   } catch (const pi0::Error &e) {
     EXPECT_NE (std::string (e.what ()).find ("share attention"), std::string::npos) << e.what ();
   }
+}
+
+/* Issue 25: a config.json with depth 1e9 passed validation and the module tree was built from
+ * it; image sizes that overflow int ("prefix length: -1179869136") passed too; a FIFO or
+ * /dev/zero as config.json blocked or read forever. Every dimension and product is bounded
+ * before anything is sized from it. */
+TEST (ModelConfig, HostileSizesAndFilesAreRefusedBeforeAnythingIsBuilt)
+{
+  auto refused = [] (const std::string &json, const std::string &says) {
+    try {
+      pi0::config_from_json (json, "cfg.json");
+      ADD_FAILURE () << json << " accepted";
+    } catch (const pi0::Error &e) {
+      EXPECT_NE (std::string (e.what ()).find (says), std::string::npos) << json << ": "
+                                                                         << e.what ();
+    }
+  };
+  refused (R"({"gst_pi0": {"text": {"depth": 1000000000}, "expert": {"depth": 1000000000}}})",
+           "Gemma depth is 1000000000, at most 1024");
+  refused (R"({"gst_pi0": {"vision": {"image_size": 4096, "patch_size": 1}, "num_views": 64}})",
+           "the prefix length (views x patches + tokens) is 1073741872, at most 1048576");
+  refused (R"({"image_resolution": [100002, 100002]})", "vision image_size is 100002, at most 4096");
+  refused (R"({"chunk_size": 1000000})", "horizon is 1000000, at most 65536");
+  refused (R"({"gst_pi0": {"vocab_size": 100000000}})", "vocab_size is 100000000");
+  refused (R"({"gst_pi0": {"text": {"depth": 1024, "width": 65536},
+                           "expert": {"depth": 1024, "width": 65536}}})",
+           "parameters, more than the 2^38 this loader accepts");
+  /* The describe() text of a valid config never shows a negative length. */
+  EXPECT_EQ (pi0::config_by_name ("pi0").describe ().find ("-"), std::string::npos);
+
+  char dir[] = "/tmp/pi0-cfg-XXXXXX";
+  ASSERT_TRUE (mkdtemp (dir));
+  const std::string fifo = std::string (dir) + "/config.json";
+  ASSERT_EQ (mkfifo (fifo.c_str (), 0600), 0);
+  for (const std::string &path : {fifo, std::string ("/dev/zero")}) {
+    try {
+      pi0::config_from_json_file (path);
+      ADD_FAILURE () << path << " accepted";
+    } catch (const pi0::Error &e) {
+      EXPECT_NE (std::string (e.what ()).find ("cannot read model config " + path + ": is a"),
+                 std::string::npos)
+          << e.what ();
+    }
+  }
+  std::filesystem::remove_all (dir);
+}
+
+/* Issue 25: the architecture is compared with the file before the module tree is built: a
+ * full-size config.json next to pi0-tiny's weights is an error in milliseconds, not 13 GB of
+ * parameters. */
+TEST (ModelConfig, AConfigFarLargerThanItsWeightsFailsBeforeTheModelIsBuilt)
+{
+  char dir[] = "/tmp/pi0-ckpt-XXXXXX";
+  ASSERT_TRUE (mkdtemp (dir));
+  pi0::Pi0Model tiny (pi0::config_by_name ("pi0-tiny"));
+  pi0::save_pi0_model (tiny, dir);
+  EXPECT_NO_THROW (pi0::load_pi0_model (dir));
+  std::ofstream (std::string (dir) + "/config.json", std::ios::trunc)
+      << R"({"type": "pi0", "paligemma_variant": "gemma_2b", "action_expert_variant": "gemma_300m"})";
+  try {
+    pi0::load_pi0_model (dir);
+    ADD_FAILURE () << "a 3.2 B-parameter config over pi0-tiny's weights was accepted";
+  } catch (const pi0::Error &e) {
+    const std::string what = e.what ();
+    EXPECT_NE (what.find ("config.json describes 3238048528 parameters, but "), std::string::npos)
+        << what;
+    EXPECT_NE (what.find ("the config does not belong to these weights"), std::string::npos)
+        << what;
+  }
+  std::filesystem::remove_all (dir);
 }
 
 /* Issue 16: LeRobot's config.json for a policy trained with `empty_cameras: 1` lists

@@ -12,6 +12,7 @@
 #include <gst/check/gsttestclock.h>
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cmath>
@@ -124,6 +125,14 @@ TEST (Pi0ActionSink, RefusesToStartWithoutLimitsOrWithABadConfig)
   EXPECT_NE (err.find ("lower limit is above the upper limit"), std::string::npos) << err;
   err = start_error ("pi0actionsink robot-config=/nonexistent/robot.json");
   EXPECT_NE (err.find ("cannot read robot config"), std::string::npos) << err;
+  /* Issue 25: /dev/zero was read until killed, a FIFO with no writer blocked the start. */
+  err = start_error ("pi0actionsink robot-config=/dev/zero");
+  EXPECT_NE (err.find ("/dev/zero: is a character device, not a regular file"), std::string::npos)
+      << err;
+  const std::string fifo = dir.path () + "/robot-fifo";
+  ASSERT_EQ (mkfifo (fifo.c_str (), 0600), 0);
+  err = start_error ("pi0actionsink robot-config=" + fifo);
+  EXPECT_NE (err.find ("is a FIFO, not a regular file"), std::string::npos) << err;
   err = start_error ("pi0actionsink allow-unlimited=true target=udp://localhost:9");
   EXPECT_NE (err.find ("not a numeric IP address"), std::string::npos) << err;
   err = start_error ("pi0actionsink allow-unlimited=true target=http://127.0.0.1:9");

@@ -9,6 +9,9 @@
 #include "pi0safety.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <fstream>
+#include <filesystem>
 
 #include <cmath>
 #include <cstring>
@@ -654,7 +657,36 @@ TEST (RobotConfig, RejectsEveryBadField)
   RobotConfig cfg;
   std::string err;
   EXPECT_FALSE (load_robot_config ("/nonexistent/robot.json", &cfg, &err));
-  EXPECT_NE (err.find ("cannot read robot config"), std::string::npos);
+  EXPECT_EQ (err, "cannot read robot config /nonexistent/robot.json: cannot open: No such file "
+                  "or directory");
+}
+
+/* Issue 25: robot-config=/dev/zero read until killed, a FIFO with no writer blocked forever,
+ * an empty file said "...: Success", and 40 kB of "[[[" cost 464 MB. */
+TEST (RobotConfig, HostileFilesAreRefusedAtOnceWithTheRealReason)
+{
+  char dir[] = "/tmp/pi0-robotcfg-XXXXXX";
+  ASSERT_TRUE (mkdtemp (dir));
+  const std::string d = dir;
+  RobotConfig cfg;
+  std::string err;
+  EXPECT_FALSE (load_robot_config ("/dev/zero", &cfg, &err));
+  EXPECT_EQ (err, "cannot read robot config /dev/zero: is a character device, not a regular file");
+  ASSERT_EQ (mkfifo ((d + "/fifo").c_str (), 0600), 0);
+  EXPECT_FALSE (load_robot_config (d + "/fifo", &cfg, &err));
+  EXPECT_NE (err.find ("is a FIFO, not a regular file"), std::string::npos) << err;
+  { std::ofstream (d + "/empty.json"); }
+  EXPECT_FALSE (load_robot_config (d + "/empty.json", &cfg, &err));
+  EXPECT_EQ (err.find ("Success"), std::string::npos) << err;
+  EXPECT_NE (err.find ("robot config " + d + "/empty.json: "), std::string::npos) << err;
+  EXPECT_NE (err.find ("not valid JSON"), std::string::npos) << err;
+  std::ofstream (d + "/deep.json") << std::string (40000, '[') << std::string (40000, ']');
+  EXPECT_FALSE (load_robot_config (d + "/deep.json", &cfg, &err));
+  EXPECT_NE (err.find ("nested more than 64 deep"), std::string::npos) << err;
+  std::ofstream (d + "/huge.json") << std::string ((1 << 20) + 1, ' ');
+  EXPECT_FALSE (load_robot_config (d + "/huge.json", &cfg, &err));
+  EXPECT_NE (err.find ("1048577 bytes is more than the 1048576"), std::string::npos) << err;
+  std::filesystem::remove_all (d);
 }
 
 TEST (Safety, FloatChecksWorkInTheSafetyTranslationUnit)

@@ -10,6 +10,7 @@
 #include <gst/check/gstharness.h>
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <sys/socket.h>
 
@@ -627,4 +628,15 @@ TEST (Pi0RobotSim, RefusesContradictoryOptions)
   EXPECT_NE (err.find ("differs from the robot configuration"), std::string::npos) << err;
   EXPECT_EQ (run_sim ({"--hold-timeout=0.2", "--stop-timeout=0.1"}, &err), 1);
   EXPECT_NE (err.find ("stop timeout"), std::string::npos) << err;
+  /* Issue 25: /dev/zero was read until killed; a FIFO blocked forever. */
+  EXPECT_NE (run_sim ({"--robot-config=/dev/zero"}, &err), 0);
+  EXPECT_NE (err.find ("/dev/zero: is a character device, not a regular file"), std::string::npos)
+      << err;
+  const std::string fifo = dir.path () + "/fifo";
+  ASSERT_EQ (mkfifo (fifo.c_str (), 0600), 0);
+  EXPECT_NE (run_sim ({"--robot-config=" + fifo}, &err), 0);
+  EXPECT_NE (err.find ("is a FIFO, not a regular file"), std::string::npos) << err;
+  EXPECT_NE (run_sim ({"--key-file=" + fifo}, &err), 0);
+  EXPECT_NE (err.find ("cannot read the key file " + fifo + ": is a FIFO"), std::string::npos)
+      << err;
 }

@@ -49,6 +49,7 @@
 
 #include "common/gstpi0props.h"
 
+#include "pi0file.h"
 #include "pi0mapping.h"
 #include "pi0server.h"
 
@@ -232,18 +233,13 @@ gst_pi0_serve_src_get_property (GObject *object, guint prop_id, GValue *value, G
 static bool
 read_key_file (const std::string &path, std::string *key, std::string *error)
 {
-  gchar *text = nullptr;
-  GError *err = nullptr;
-  if (!g_file_get_contents (path.c_str (), &text, nullptr, &err)) {
-    *error = err->message;
-    g_error_free (err);
+  std::string text;
+  if (!pi0::read_regular_file (path, 64 * 1024, &text, error))
     return false;
-  }
-  gchar *nl = strchr (text, '\n');
-  if (nl)
-    *nl = '\0';
-  *key = g_strstrip (text);
-  g_free (text);
+  text = text.substr (0, text.find ('\n'));
+  gchar *stripped = g_strstrip (g_strdup (text.c_str ()));
+  *key = stripped;
+  g_free (stripped);
   if (key->empty ()) {
     *error = "the file holds no key";
     return false;

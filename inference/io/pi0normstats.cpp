@@ -18,7 +18,7 @@ namespace
 // openpi's epsilon in both formulas (numpy float64 arithmetic).
 constexpr double kEps = 1e-6;
 // A norm_stats.json is a few KB; refuse to slurp something absurd by mistake.
-constexpr std::streamoff kMaxFileBytes = 64 << 20;
+constexpr size_t kMaxFileBytes = size_t (64) << 20;
 
 using Json = pi0::json::Value;
 
@@ -143,18 +143,9 @@ NormStats::load (const std::string &path)
   struct stat st;
   if (::stat (path.c_str (), &st) == 0 && S_ISDIR (st.st_mode))
     file = path + "/norm_stats.json";
-  std::ifstream in (file, std::ios::binary);
-  if (!in)
-    throw Error (file + ": cannot open norm stats");
-  in.seekg (0, std::ios::end);
-  const std::streamoff size = in.tellg ();
-  if (size > kMaxFileBytes)
-    throw Error (file + ": " + std::to_string (size) + " bytes is too large for norm stats");
-  in.seekg (0);
-  std::string text (static_cast<size_t> (std::max<std::streamoff> (size, 0)), '\0');
-  in.read (text.data (), static_cast<std::streamsize> (text.size ()));
-  if (!in)
-    throw Error (file + ": cannot read norm stats");
+  std::string text, err;
+  if (!read_regular_file (file, kMaxFileBytes, &text, &err))
+    throw Error ("cannot read norm stats " + err);
   return from_json_text (text, file);
 }
 

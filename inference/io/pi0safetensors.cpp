@@ -102,7 +102,8 @@ class Mapping
 public:
   Mapping (const std::string &path)
   {
-    int fd = ::open (path.c_str (), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: a FIFO with no writer fails the S_ISREG check below instead of blocking.
+    int fd = ::open (path.c_str (), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
       throw Error (path + ": cannot open: " + errno_text (errno));
     struct stat st;

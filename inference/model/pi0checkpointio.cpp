@@ -55,6 +55,17 @@ load_pi0_model (const std::string &path, int num_steps)
   // The file first (memory-mapped, validated): a corrupt one fails before gigabytes of
   // parameters are allocated.
   TensorMap tensors = load_safetensors (weights);
+  // The architecture against the file before the module tree is built from it: a config.json
+  // that describes far more parameters than the file holds (a wrong config, or a hostile one)
+  // fails here, in milliseconds, not after its parameters are allocated.
+  int64_t held = 0;
+  for (const auto &kv : tensors)
+    held += kv.second.numel ();
+  const int64_t described = cfg.param_counts ().total ();
+  if (described > held + held / 2)
+    throw Error (config_path + " describes " + std::to_string (described) + " parameters, but " +
+                 weights + " holds " + std::to_string (held) +
+                 ": the config does not belong to these weights");
   auto model = std::make_shared<Pi0Model> (cfg);
   // Missing, unexpected or mis-shaped tensors come back as one error listing all of them.
   load_state_dict (*model, tensors, weights);

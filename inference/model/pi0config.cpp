@@ -167,6 +167,39 @@ Pi0Config::validate () const
         "positive");
   need (min_period > 0 && max_period > min_period,
         "time embedding needs 0 < min_period < max_period");
+  /* Bounds far above any published checkpoint (pi0: widths 2048, depth 18, vocab 257152),
+   * checked before anything is sized from them: a config.json that says depth 1e9 is refused
+   * here, not after a billion modules are built. Products in 64 bits. */
+  auto at_most = [&] (int64_t v, int64_t cap, const char *what) {
+    need (v <= cap, std::string (what) + " is " + std::to_string (v) + ", at most " +
+                        std::to_string (cap));
+  };
+  at_most (vision.image_size, 4096, "vision image_size");
+  at_most (vision.width, 65536, "vision width");
+  at_most (vision.depth, 1024, "vision depth");
+  at_most (vision.mlp_dim, 1 << 18, "vision mlp_dim");
+  at_most (vision.num_heads, 1024, "vision num_heads");
+  for (const GemmaConfig *g : {&text, &expert}) {
+    at_most (g->width, 65536, "Gemma width");
+    at_most (g->depth, 1024, "Gemma depth");
+    at_most (g->mlp_dim, 1 << 18, "Gemma mlp_dim");
+    at_most (g->num_heads, 1024, "Gemma num_heads");
+    at_most (g->head_dim, 4096, "Gemma head_dim");
+  }
+  at_most (vocab_size, 1 << 22, "vocab_size");
+  at_most (num_views, 64, "num_views");
+  at_most (max_tokens, 65536, "max_tokens");
+  at_most (state_dim, 65536, "state_dim");
+  at_most (action_dim, 65536, "action_dim");
+  at_most (horizon, 65536, "horizon");
+  at_most (num_steps, 100000, "num_steps");
+  const int64_t side = vision.image_size / vision.patch_size;
+  const int64_t prefix = int64_t (num_views) * side * side + max_tokens;
+  at_most (prefix, 1 << 20, "the prefix length (views x patches + tokens)");
+  const ParamCounts pc = param_counts ();
+  need (pc.total () > 0 && pc.total () <= int64_t (1) << 38,
+        "the architecture has " + std::to_string (pc.total ()) +
+            " parameters, more than the 2^38 this loader accepts");
 }
 
 Pi0Config::ParamCounts
@@ -380,12 +413,11 @@ config_from_json (const std::string &text, const std::string &source)
 Pi0Config
 config_from_json_file (const std::string &path)
 {
-  std::ifstream in (path, std::ios::binary);
-  if (!in)
-    throw Error ("cannot open model config '" + path + "'");
-  std::ostringstream ss;
-  ss << in.rdbuf ();
-  return config_from_json (ss.str (), path);
+  /* LeRobot's config.json is a few kB; 4 MiB is room for any. */
+  std::string text, err;
+  if (!read_regular_file (path, size_t (4) << 20, &text, &err))
+    throw Error ("cannot read model config " + err);
+  return config_from_json (text, path);
 }
 
 } // namespace pi0

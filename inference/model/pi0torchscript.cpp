@@ -8,6 +8,7 @@
 #include "model/pi0cudasupport.h"
 #include "io/pi0error.h"
 #include "model/pi0policy.h"
+#include "pi0file.h"
 
 namespace pi0
 {
@@ -23,6 +24,9 @@ public:
   {
     if (opts_.dtype == at::kHalf)
       parse_dtype ("fp16"); // throws the explanation
+    // torch::jit::load would wait forever on a FIFO with no writer.
+    if (std::string err; !is_regular_file (path, &err))
+      throw Error ("cannot load TorchScript policy " + err);
     try {
       module_ = torch::jit::load (path, opts_.device);
     } catch (const c10::Error &e) {

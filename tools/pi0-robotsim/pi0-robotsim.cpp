@@ -21,6 +21,7 @@
  *
  * The first line on stdout is always {"event":"listening",...,"port":N} (useful with --port 0). */
 
+#include "pi0file.h"
 #include "pi0frame.h"
 #include "pi0safety.h"
 #include "pi0session.h"
@@ -638,22 +639,19 @@ main (int argc, char **argv)
     o.key = key;
   }
   if (key_file) {
-    gchar *text = nullptr;
-    gsize len = 0;
-    if (!g_file_get_contents (key_file, &text, &len, &err)) {
-      fprintf (stderr, "pi0-robotsim: %s\n", err->message);
-      g_clear_error (&err);
+    std::string text, why;
+    if (!pi0::read_regular_file (key_file, 64 * 1024, &text, &why)) {
+      fprintf (stderr, "pi0-robotsim: cannot read the key file %s\n", why.c_str ());
       rc = 2;
-    } else if (len == 0) {
+    } else if (text.empty ()) {
       fprintf (stderr,
                "pi0-robotsim: the key file %s is empty: an empty key would turn "
                "authentication off\n",
                key_file);
       rc = 2;
     } else {
-      o.key.assign (text, len);
+      o.key = text;
     }
-    g_free (text);
   }
   if (log)
     o.log_path = log;
