@@ -8,7 +8,10 @@
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -24,6 +27,40 @@ int64_t
 mono_ns ()
 {
   return g_get_monotonic_time () * 1000;
+}
+
+/* Writes all of @len bytes to @fd without ever blocking longer than @timeout_ms in all: poll()
+ * for room, then at most PIPE_BUF bytes (a pipe with room takes that many without blocking),
+ * sockets with MSG_DONTWAIT. Returns 0, or the errno (ETIMEDOUT: no room in time). */
+int
+write_bounded (int fd, bool socket, const uint8_t *data, size_t len, int timeout_ms)
+{
+  const int64_t give_up = g_get_monotonic_time () + int64_t (timeout_ms) * 1000;
+  while (len > 0) {
+    const int64_t left_us = give_up - g_get_monotonic_time ();
+    struct pollfd p = {fd, POLLOUT, 0};
+    const int r = poll (&p, 1, (int)std::max<int64_t> ((left_us + 999) / 1000, 0));
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r < 0)
+      return errno;
+    if (r == 0)
+      return ETIMEDOUT;
+    if (p.revents & POLLNVAL)
+      return EBADF;
+    if ((p.revents & (POLLERR | POLLHUP)) && !(p.revents & POLLOUT))
+      return EPIPE;
+    const size_t n = std::min<size_t> (len, PIPE_BUF);
+    const ssize_t w =
+        socket ? send (fd, data, n, MSG_DONTWAIT | MSG_NOSIGNAL) : ::write (fd, data, n);
+    if (w < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK))
+      continue;
+    if (w < 0)
+      return errno;
+    data += w;
+    len -= (size_t)w;
+  }
+  return 0;
 }
 
 /* The same IP address and port (IPv4 or IPv6). */
@@ -120,9 +157,22 @@ Transport::open (const Target &target, const TransportSettings &s, std::string *
   }
   GError *e = nullptr;
   switch (target.type) {
-    case TargetType::kStdout:
-      file_ = stdout;
+    case TargetType::kStdout: {
+      /* Written with write(2) on descriptor 1, never blocking: a launcher that closed stdout
+       * leaves descriptor 1 to whatever is opened next (GStreamer's own sockets), which no one
+       * reads. */
+      struct stat st;
+      if (fstat (STDOUT_FILENO, &st) != 0) {
+        *err = std::string ("target=stdout, but standard output is closed: ") +
+               g_strerror (errno);
+        return false;
+      }
+      stdout_socket_ = S_ISSOCK (st.st_mode);
+      fflush (stdout); /* what was printed before comes first */
+      stdout_open_ = true;
+      stdout_stalled_ = false;
       return true;
+    }
     case TargetType::kFile:
       file_ = g_fopen (target.path.c_str (), "wb");
       if (!file_) {
@@ -158,9 +208,8 @@ Transport::close ()
   sock_ = nullptr;
   if (own_file_ && file_)
     fclose (file_);
-  else if (file_)
-    fflush (file_);
   file_ = nullptr;
+  stdout_open_ = false;
   own_file_ = false;
   g_clear_object (&addr_);
 }
@@ -274,7 +323,23 @@ SendResult
 Transport::write (const uint8_t *data, size_t len)
 {
   switch (target_.type) {
-    case TargetType::kStdout:
+    case TargetType::kStdout: {
+      if (!stdout_open_)
+        return SendResult::kDropped;
+      /* After one timeout, later frames do not wait again until stdout takes data. */
+      const int e = write_bounded (STDOUT_FILENO, stdout_socket_, data, len,
+                                   stdout_stalled_ ? 0 : kStdoutTimeoutMs);
+      stdout_stalled_ = e == ETIMEDOUT;
+      if (e != 0) {
+        error_ = e == ETIMEDOUT ? "writing to stdout failed: it took nothing for " +
+                                      std::to_string (kStdoutTimeoutMs) +
+                                      " ms (a reader that stopped reading, or stdout closed by "
+                                      "the launcher and its descriptor reused)"
+                                : std::string ("writing to stdout failed: ") + g_strerror (e);
+        return SendResult::kFailed;
+      }
+      return SendResult::kSent;
+    }
     case TargetType::kFile:
       if (!file_)
         return SendResult::kDropped;
@@ -282,7 +347,7 @@ Transport::write (const uint8_t *data, size_t len)
       if (fwrite (data, 1, len, file_) != len || fflush (file_) != 0) {
         /* A recording that loses data must say so: the caller posts this. */
         error_ = std::string ("writing to ") +
-                 (target_.type == TargetType::kStdout ? "stdout" : target_.path) +
+                 target_.path +
                  " failed: " + g_strerror (errno ? errno : EIO);
         return SendResult::kFailed;
       }

@@ -75,6 +75,9 @@ using FrameCallback = std::function<void (const uint8_t *data, size_t len)>;
 class Transport
 {
 public:
+  /* target=stdout: how long one frame may wait for room before the write fails. */
+  static constexpr int kStdoutTimeoutMs = 1000;
+
   Transport () = default;
   ~Transport () { close (); }
   Transport (const Transport &) = delete;
@@ -123,6 +126,9 @@ private:
   GSocket *sock_ = nullptr;
   FILE *file_ = nullptr;
   bool own_file_ = false;
+  bool stdout_open_ = false;
+  bool stdout_socket_ = false;
+  bool stdout_stalled_ = false; /* the last write timed out */
   bool connected_ = false;
   bool ever_connected_ = false;
   bool new_connection_ = false;

@@ -12,6 +12,7 @@
 #include <gst/check/gsttestclock.h>
 
 #include <gtest/gtest.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -783,6 +784,61 @@ TEST (Pi0ActionSink, FailedFileWritesAreAnError)
   EXPECT_FALSE (pi0test::pop_message (bus, GST_MESSAGE_ERROR));
   gst_element_set_bus (f.sink, nullptr);
   gst_object_unref (bus);
+}
+
+/* Issue 25: a launcher that closed stdout leaves descriptor 1 to the next thing opened (a
+ * socket of GStreamer's, which no one reads). target=stdout blocked forever in write(),
+ * holding the sink's lock. Each frame now waits at most a second, then RESOURCE/WRITE. */
+TEST (Pi0ActionSink, StdoutThatTakesNothingIsAWriteErrorNotAHang)
+{
+  const int saved = dup (STDOUT_FILENO);
+  ASSERT_GE (saved, 0);
+  fflush (stdout);
+  close (STDOUT_FILENO);
+  int sv[2];
+  ASSERT_EQ (socketpair (AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  /* The reuse the launcher causes: the lowest free descriptor, 1, is the new socket. */
+  const bool reused = sv[0] == STDOUT_FILENO || sv[1] == STDOUT_FILENO;
+  const int unread = sv[0] == STDOUT_FILENO ? sv[1] : sv[0];
+  if (!reused)
+    dup2 (sv[1], STDOUT_FILENO); /* sv[0] stays unread */
+  const int small = 4096;
+  setsockopt (STDOUT_FILENO, SOL_SOCKET, SO_SNDBUF, &small, sizeof small);
+  setsockopt (unread, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+
+  GstFlowReturn last = GST_FLOW_OK;
+  std::string text;
+  guint64 errors = 0;
+  int pushes = 0;
+  {
+    Fixture f;
+    f.make ("mode=chunk allow-unlimited=true target=stdout", "");
+    GstBus *bus = gst_bus_new ();
+    gst_element_set_bus (f.sink, bus);
+    for (; pushes < 2000 && last == GST_FLOW_OK; pushes++)
+      last = f.push (2, 3, ramp3 (2, 0, 1), pushes + 1, 0);
+    if (auto m = pi0test::pop_message (bus, GST_MESSAGE_ERROR)) {
+      GError *e = nullptr;
+      gst_message_parse_error (m.get (), &e, nullptr);
+      EXPECT_TRUE (g_error_matches (e, GST_RESOURCE_ERROR, GST_RESOURCE_ERROR_WRITE))
+          << e->message;
+      g_clear_error (&e);
+      text = pi0test::message_text (m.get ());
+    }
+    errors = stat (f.sink, "write-errors");
+    gst_element_set_bus (f.sink, nullptr);
+    gst_object_unref (bus);
+  }
+  dup2 (saved, STDOUT_FILENO); /* closes the socket that was descriptor 1 */
+  close (saved);
+  close (unread);
+  if (!reused)
+    close (sv[1]);
+  EXPECT_EQ (last, GST_FLOW_ERROR) << "after " << pushes << " chunks";
+  EXPECT_NE (text.find ("writing to stdout failed: it took nothing for 1000 ms"),
+             std::string::npos)
+      << text;
+  EXPECT_GE (errors, 1u);
 }
 
 TEST (Pi0ActionSink, FailedWritesCanBeToleratedWithAWarningAndACounter)

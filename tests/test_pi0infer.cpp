@@ -601,6 +601,36 @@ TEST (Pi0InferBatch, PropertiesAndDefaults)
   EXPECT_EQ (wait, 5 * GST_MSECOND);
 }
 
+/* Issue 25: max-batch-wait = G_MAXINT64 (a natural "wait forever") made PLAYING->NULL never
+ * return while an observation was held; 2^64-1 (gst-launch's -1) silently disabled batching.
+ * The range ends at one hour, and at that wait, on the real system clock, an element holding
+ * an observation stops at once. */
+TEST (Pi0InferBatch, TheWaitIsBoundedAndAHeldObservationDoesNotBlockStopping)
+{
+  ObjectPtr<GstElement> e (make_infer ("builtin:pi0-tiny"));
+  gst_object_ref_sink (e.get ());
+  GParamSpecUInt64 *p = G_PARAM_SPEC_UINT64 (
+      g_object_class_find_property (G_OBJECT_GET_CLASS (e.get ()), "max-batch-wait"));
+  ASSERT_NE (p, nullptr);
+  EXPECT_EQ (p->maximum, 3600 * GST_SECOND);
+  for (guint64 v : {(guint64)G_MAXINT64, G_MAXUINT64}) {
+    GValue gv = G_VALUE_INIT;
+    g_value_init (&gv, G_TYPE_UINT64);
+    g_value_set_uint64 (&gv, v);
+    EXPECT_TRUE (g_param_value_validate (G_PARAM_SPEC (p), &gv)) << v << " is refused";
+    g_value_unset (&gv);
+  }
+
+  Infer two (make_infer ("builtin:pi0-tiny", "max-batch-size", 2u, "max-batch-wait",
+                         (guint64)3600 * GST_SECOND, nullptr));
+  gst_harness_use_systemclock (two.h.get ());
+  ASSERT_EQ (gst_harness_push (two.h.get (), with_state (make_observation (1, 7), 0.1f)),
+             GST_FLOW_OK);
+  EXPECT_EQ (gst_harness_buffers_in_queue (two.h.get ()), 0u) << "held for the batch";
+  /* Stopping must return (the test's timeout is the failure otherwise). */
+  EXPECT_EQ (gst_element_set_state (two.element.get (), GST_STATE_NULL), GST_STATE_CHANGE_SUCCESS);
+}
+
 /* max-batch-size=4: the four observations that need the policy run in one pass when the 4th
  * comes (nothing leaves before: the wait is an hour on the harness's test clock), and each
  * buffer leaves in input order with its own metas and the chunk it gets with max-batch-size=1. */
@@ -1209,6 +1239,38 @@ TEST (Pi0InferRtc, GuidedChunkContinuesTheExecutingChunk)
   RecordProperty ("frozen_off", std::to_string (frozen_off));
   EXPECT_LT (frozen_on, 0.5 * frozen_off) << frozen_on << " vs " << frozen_off;
   EXPECT_LT (soft_on, soft_off) << soft_on << " vs " << soft_off;
+}
+
+/* Issue 25: rtc-execution-horizon=1000 over a 50-row chunk was accepted, then every chunk
+ * posted a warning (30 a second). At start it is an error; set while playing, one warning per
+ * value and the chunk's length (which guides nothing) is used. */
+TEST (Pi0InferRtc, AnExecutionHorizonPastTheChunkIsAnErrorAtStartAndOneWarningWhilePlaying)
+{
+  MessagePtr m = start_error (
+      make_infer ("builtin:pi0-tiny", "rtc", 1, "rtc-execution-horizon", 1000u, nullptr));
+  ASSERT_NE (m, nullptr);
+  std::string t = message_text (m.get ());
+  EXPECT_NE (t.find ("rtc-execution-horizon=1000 is more than the 50 rows of this model's chunk"),
+             std::string::npos)
+      << t;
+  Infer whole (make_infer ("builtin:pi0-tiny", "rtc", 1, "rtc-execution-horizon", 50u, nullptr));
+  EXPECT_EQ (whole.run (make_observation (1, 11)).size (), 50u * 32) << "50 (the chunk) is allowed";
+
+  RtcInfer on (1);
+  ASSERT_EQ (on.run (make_observation (1, 11)).size (), 50u * 32);
+  const GstClockTime obs1 = 33 * GST_MSECOND;
+  ASSERT_TRUE (on.feedback (gst_pi0_executing_event_new (1, 3, obs1 + 3 * kRtcPeriod, kRtcPeriod)));
+  g_object_set (on.element.get (), "rtc-execution-horizon", 1000u, nullptr);
+  for (guint64 i = 2; i <= 6; i++)
+    ASSERT_EQ (on.run (make_observation (i, 11 * i)).size (), 50u * 32) << i;
+  MessagePtr w = pop_message (on.bus.get (), GST_MESSAGE_WARNING);
+  ASSERT_NE (w, nullptr);
+  t = message_text (w.get ());
+  EXPECT_NE (t.find ("rtc-execution-horizon=1000 is more than the 50 rows of a chunk: using 50"),
+             std::string::npos)
+      << t;
+  EXPECT_EQ (pop_message (on.bus.get (), GST_MESSAGE_WARNING), nullptr) << "once, not per chunk";
+  EXPECT_EQ (pop_message (on.bus.get (), GST_MESSAGE_ERROR), nullptr);
 }
 
 /* Feedback that cannot be right changes nothing: a warning, a counter, and the next chunk is

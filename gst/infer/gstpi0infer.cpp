@@ -126,6 +126,8 @@ static const Settings kDefaults;
 #define DEFAULT_RTC_MAX_GUIDANCE_WEIGHT (kDefaults.rtc_max_guidance_weight)
 #define DEFAULT_MAX_BATCH_SIZE (kDefaults.max_batch_size)
 #define DEFAULT_MAX_BATCH_WAIT (kDefaults.max_batch_wait)
+/* A deadline of now + this never nears 2^63 ns (the clock's signed range). */
+static constexpr guint64 kMaxBatchWait = 3600 * GST_SECOND;
 #define DEFAULT_TRANSFORMS (kDefaults.transforms.c_str ())
 
 static GstStaticPadTemplate sink_template = GST_STATIC_PAD_TEMPLATE (
@@ -329,13 +331,16 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
    *
    * With #GstPi0Infer:max-batch-size above 1: how long (ns, on the pipeline clock) the first
    * held observation waits for others before a partial batch runs. 0: a batch is never waited
-   * for (each observation runs as it comes). Adds to the latency the element reports.
+   * for (each observation runs as it comes). At most one hour (3600000000000): there is no
+   * "wait forever", since a robot waiting for its chunk is never what is meant (a larger value,
+   * or -1, is refused by GObject with a warning and the value stays). Adds to the latency the
+   * element reports.
    */
   install (PROP_MAX_BATCH_WAIT,
            g_param_spec_uint64 ("max-batch-wait", "Maximum batch wait",
                                 "With max-batch-size > 1: ns the first held observation waits for "
-                                "more before a partial batch runs",
-                                0, G_MAXUINT64, DEFAULT_MAX_BATCH_WAIT, GST_PI0_PARAM_PLAYING));
+                                "more before a partial batch runs (at most 1 hour)",
+                                0, kMaxBatchWait, DEFAULT_MAX_BATCH_WAIT, GST_PI0_PARAM_PLAYING));
   /**
    * GstPi0Infer:transforms:
    *
@@ -762,7 +767,7 @@ gst_pi0_infer_query (GstBaseTransform *trans, GstPadDirection direction, GstQuer
     GstClockTime ours = self->priv->runner.processing_time ();
     Settings st = snapshot_settings (self);
     if (st.max_batch_size > 1) /* a held observation may wait this long for a batch */
-      ours += std::min<guint64> (st.max_batch_wait, GST_SECOND * 3600);
+      ours += st.max_batch_wait;
     min += ours;
     if (GST_CLOCK_TIME_IS_VALID (max))
       max += ours;

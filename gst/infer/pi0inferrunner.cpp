@@ -166,6 +166,17 @@ Runner::open (const Settings &s, Notices &n)
     return false;
   }
   double warm_ms = ms_since (t0);
+  /* An execution horizon longer than the chunk would guide nothing: a mistake, said now. */
+  const int horizon = policy->spec ().horizon;
+  if (s.rtc != GST_PI0_INFER_RTC_OFF && policy->supports_guidance () && horizon > 0 &&
+      s.rtc_execution_horizon > (guint)horizon) {
+    n.error (GST_RESOURCE_ERROR, GST_RESOURCE_ERROR_SETTINGS,
+             strf ("rtc-execution-horizon=%u is more than the %d rows of this model's chunk "
+                   "(at most %d; 0 takes it from the clock).",
+                   s.rtc_execution_horizon, horizon, horizon),
+             policy->describe ());
+    return false;
+  }
   if (!warmed)
     GST_WARNING_OBJECT (log_,
                         "no warm-up run: the model does not declare num_views, image_size and "
@@ -180,6 +191,7 @@ Runner::open (const Settings &s, Notices &n)
     model_id_ = policy->model_id ();
   }
   warned_no_state_ = warned_truncated_ = warned_rtc_unsupported_ = false;
+  warned_execution_horizon_ = 0;
   rtc_.reset ();
   policy_ = std::move (policy);
   return true;
@@ -355,8 +367,24 @@ Runner::prepare (GstBuffer *buf, const Settings &s, GstClockTime now, Prepared *
                      policy->describe ());
         }
       } else {
+        /* Set above the chunk while playing (open() refuses it at start): the chunk's length,
+         * which guides nothing, said once per value instead of a failure per chunk. */
+        guint execution_horizon = s.rtc_execution_horizon;
+        const guint rows = (guint)std::max (policy->spec ().horizon, 0);
+        if (rows > 0 && execution_horizon > rows) {
+          if (warned_execution_horizon_ != execution_horizon) {
+            warned_execution_horizon_ = execution_horizon;
+            n.warning (GST_STREAM_ERROR, GST_STREAM_ERROR_FAILED,
+                       strf ("rtc-execution-horizon=%u is more than the %u rows of a chunk: "
+                             "using %u, which guides no row.",
+                             execution_horizon, rows, rows),
+                       policy->describe ());
+          }
+          execution_horizon = rows;
+        }
         /* docs/rtc.md, "In the chain": the prefix, the delay and the horizon. */
-        p->guided = rtc_.guidance (om->observation_time, now, last_ms, s.rtc_execution_horizon, s.rtc_max_guidance_weight,
+        p->guided = rtc_.guidance (om->observation_time, now, last_ms, execution_horizon,
+                                   s.rtc_max_guidance_weight,
                                    s.rtc == GST_PI0_INFER_RTC_GUIDED_IDENTITY, &rq.guidance);
       }
     }
