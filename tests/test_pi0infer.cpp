@@ -1241,6 +1241,25 @@ TEST (Pi0InferRtc, GuidedChunkContinuesTheExecutingChunk)
   EXPECT_LT (soft_on, soft_off) << soft_on << " vs " << soft_off;
 }
 
+/* Issue 25: a report about a chunk 16 chunks old (a long round trip) is counted apart from
+ * reports that cannot be right. */
+TEST (Pi0InferRtc, ALateReportIsCountedAsForgotten)
+{
+  RtcInfer on (1);
+  for (guint64 i = 1; i <= 17; i++)
+    ASSERT_EQ (on.run (make_observation (i, i)).size (), 50u * 32) << i;
+  const GstClockTime obs1 = 33 * GST_MSECOND;
+  ASSERT_TRUE (on.feedback (gst_pi0_executing_event_new (1, 3, obs1 + 3 * kRtcPeriod, kRtcPeriod)));
+  EXPECT_EQ (infer_stat (on.element.get (), "rtc-feedback-forgotten"), 1u);
+  EXPECT_EQ (infer_stat (on.element.get (), "rtc-feedback-ignored"), 1u);
+  ASSERT_TRUE (on.feedback (gst_pi0_executing_event_new (2, 3, obs1 + 4 * kRtcPeriod, kRtcPeriod)));
+  EXPECT_EQ (infer_stat (on.element.get (), "rtc-feedback"), 1u) << "chunk 2 is remembered";
+  ASSERT_TRUE (
+      on.feedback (gst_pi0_executing_event_new (99, 3, obs1 + 4 * kRtcPeriod, kRtcPeriod)));
+  EXPECT_EQ (infer_stat (on.element.get (), "rtc-feedback-forgotten"), 1u) << "99 was never made";
+  EXPECT_EQ (infer_stat (on.element.get (), "rtc-feedback-ignored"), 2u);
+}
+
 /* Issue 25: rtc-execution-horizon=1000 over a 50-row chunk was accepted, then every chunk
  * posted a warning (30 a second). At start it is an error; set while playing, one warning per
  * value and the chunk's length (which guides nothing) is used. */

@@ -319,20 +319,32 @@ TEST (RtcTrackerGuidance, PrefixIsACopy)
 
 /* ---- chunks: the history, reset, bad input, threads ---------------------------------------- */
 
-TEST (RtcTrackerChunks, HistoryKeepsTheLastEight)
+/* Issue 25: 8 chunks were fewer than a report's round trip at 60 ms one way over TCP ("chunk N
+ * is not one of the last chunks made here" 12 times). The protocol's 16 are kept, and a report
+ * about a chunk made here but forgotten says so (pi0infer counts it apart). */
+TEST (RtcTrackerChunks, HistoryKeepsTheProtocolsSixteenAndTellsALateReport)
 {
   RtcTracker t;
-  ASSERT_EQ (RtcTracker::kHistory, 8u);
-  for (uint64_t seq = 1; seq <= 10; seq++) {
+  ASSERT_EQ (RtcTracker::kHistory, 16u);
+  for (uint64_t seq = 1; seq <= 18; seq++) {
     make (t, seq, seq * kPeriod);
-    EXPECT_EQ (t.chunks (), std::min<size_t> (seq, 8));
+    EXPECT_EQ (t.chunks (), std::min<size_t> (seq, 16));
   }
-  EXPECT_EQ (t.feedback (1, 0, kPeriod, kPeriod, kNone),
-             "chunk 1 is not one of the last chunks made here");
-  EXPECT_EQ (t.feedback (2, 0, kPeriod, kPeriod, kNone),
-             "chunk 2 is not one of the last chunks made here");
-  for (uint64_t seq = 3; seq <= 10; seq++)
-    EXPECT_EQ (t.feedback (seq, 0, seq * kPeriod, kPeriod, kNone), "") << seq;
+  bool forgotten = false;
+  EXPECT_EQ (t.feedback (1, 0, kPeriod, kPeriod, kNone, &forgotten),
+             "chunk 1 is older than the last 16 chunks made here (a report that came too late)");
+  EXPECT_TRUE (forgotten);
+  EXPECT_EQ (t.feedback (2, 0, kPeriod, kPeriod, kNone, &forgotten),
+             "chunk 2 is older than the last 16 chunks made here (a report that came too late)");
+  EXPECT_TRUE (forgotten);
+  /* Never made here: not a late report. */
+  EXPECT_EQ (t.feedback (19, 0, kPeriod, kPeriod, kNone, &forgotten),
+             "chunk 19 is not one of the last chunks made here");
+  EXPECT_FALSE (forgotten);
+  for (uint64_t seq = 3; seq <= 18; seq++) {
+    EXPECT_EQ (t.feedback (seq, 0, seq * kPeriod, kPeriod, kNone, &forgotten), "") << seq;
+    EXPECT_FALSE (forgotten);
+  }
 }
 
 TEST (RtcTrackerChunks, ResetForgetsChunksAndFeedback)

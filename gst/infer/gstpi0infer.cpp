@@ -369,7 +369,8 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
    * `inference-total-ms` (time spent inferring since start: divided by the wall time, how busy
    * the policy is), `warmup-ms`; real-time chunking: `rtc-guided` (chunks guided),
    * `rtc-feedback` (pi0-executing events taken), `rtc-feedback-ignored` (refused: malformed,
-   * unknown chunk, from the future, row out of range; each with a warning), `rtc-delay` and
+   * unknown chunk, from the future, row out of range; each with a warning),
+   * `rtc-feedback-forgotten` (of those, about a chunk older than the last 16 made), `rtc-delay` and
    * `rtc-prefix-rows` (of the last guided chunk); `forward-passes` (policy calls: one per
    * observation, or one per batch with #GstPi0Infer:max-batch-size above 1); `failed-requests`
    * (served requests whose inference failed: each passes on without actions and its client is

@@ -227,7 +227,8 @@ Runner::stats () const
       "inference-p99-ms", G_TYPE_DOUBLE, pi0::percentile (lat, 0.99), "inference-total-ms",
       G_TYPE_DOUBLE, s.total_ms, "warmup-ms", G_TYPE_DOUBLE, s.warmup_ms, "rtc-guided",
       G_TYPE_UINT64, s.rtc_guided, "rtc-feedback", G_TYPE_UINT64, s.rtc_feedback,
-      "rtc-feedback-ignored", G_TYPE_UINT64, s.rtc_feedback_ignored, "rtc-delay", G_TYPE_UINT64,
+      "rtc-feedback-ignored", G_TYPE_UINT64, s.rtc_feedback_ignored, "rtc-feedback-forgotten",
+      G_TYPE_UINT64, s.rtc_feedback_forgotten, "rtc-delay", G_TYPE_UINT64,
       s.rtc_delay, "rtc-prefix-rows", G_TYPE_UINT64, s.rtc_prefix_rows, "forward-passes",
       G_TYPE_UINT64, s.passes, "failed-requests", G_TYPE_UINT64, s.failed_requests, nullptr);
 }
@@ -559,8 +560,13 @@ Runner::feedback (GstEvent *event, GstClockTime now, Notices &n)
     ignore_feedback (why, n);
     return;
   }
-  const std::string why = rtc_.feedback (chunk_id, row, time, period, now);
+  bool forgotten = false;
+  const std::string why = rtc_.feedback (chunk_id, row, time, period, now, &forgotten);
   if (!why.empty ()) {
+    if (forgotten) {
+      std::lock_guard<std::mutex> lk (stats_lock_);
+      stats_.rtc_feedback_forgotten++;
+    }
     ignore_feedback (why, n);
     return;
   }

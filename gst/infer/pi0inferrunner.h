@@ -134,6 +134,7 @@ private:
     guint64 rtc_guided = 0;           /* chunks sampled with guidance */
     guint64 rtc_feedback = 0;         /* pi0-executing events taken */
     guint64 rtc_feedback_ignored = 0; /* pi0-executing events refused (a warning says why) */
+    guint64 rtc_feedback_forgotten = 0; /* of those: about a chunk older than the last 16 made */
     guint64 rtc_delay = 0;            /* delay in rows of the last guided chunk */
     guint64 rtc_prefix_rows = 0;      /* rows of the executing chunk it was guided toward */
     guint64 passes = 0;               /* policy calls: one per observation, or per batch */

@@ -16,6 +16,8 @@ RtcTracker::reset ()
   std::lock_guard<std::mutex> lk (lock_);
   history_.clear ();
   feedback_.reset ();
+  made_any_ = false;
+  first_sequence_ = 0;
 }
 
 void
@@ -34,14 +36,21 @@ RtcTracker::chunk_made (uint64_t sequence, uint64_t observation_time, uint32_t h
   if (n > 0)
     c.actions.assign (actions, actions + n);
   std::lock_guard<std::mutex> lk (lock_);
+  if (!made_any_) {
+    made_any_ = true;
+    first_sequence_ = sequence;
+  }
   history_.push_back (std::move (c));
   if (history_.size () > kHistory)
     history_.pop_front ();
 }
 
 std::string
-RtcTracker::feedback (uint64_t chunk_id, uint32_t row, uint64_t time, uint64_t period, uint64_t now)
+RtcTracker::feedback (uint64_t chunk_id, uint32_t row, uint64_t time, uint64_t period, uint64_t now,
+                      bool *forgotten)
 {
+  if (forgotten)
+    *forgotten = false;
   if (period == 0)
     return "row " + std::to_string (row) + " of chunk " + std::to_string (chunk_id) +
            " comes with a period of 0";
@@ -55,6 +64,13 @@ RtcTracker::feedback (uint64_t chunk_id, uint32_t row, uint64_t time, uint64_t p
   for (Chunk &h : history_)
     if (h.sequence == chunk_id)
       c = &h;
+  if (!c && !history_.empty () && chunk_id >= first_sequence_ &&
+      chunk_id < history_.front ().sequence) {
+    if (forgotten)
+      *forgotten = true;
+    return "chunk " + std::to_string (chunk_id) + " is older than the last " +
+           std::to_string (kHistory) + " chunks made here (a report that came too late)";
+  }
   if (!c)
     return "chunk " + std::to_string (chunk_id) + " is not one of the last chunks made here";
   if (row >= c->horizon)

@@ -31,7 +31,9 @@ class RtcTracker
 {
 public:
   static constexpr uint64_t kTimeNone = UINT64_MAX;
-  static constexpr size_t kHistory = 8; // chunks kept for the feedback to name
+  /* Chunks kept for the feedback to name: the protocol's 16 (docs/protocol.md: a report names
+   * one of the last 16 chunks sent), a round trip of half a second at 30 chunks a second. */
+  static constexpr size_t kHistory = 16;
 
   /* What the sink said last (taken feedback only). */
   struct Feedback {
@@ -55,9 +57,11 @@ public:
    * is the caller's clock (kTimeNone: unknown, no check against it). Returns "" when taken, or
    * why it was refused (nothing changes then): a zero period, a time more than one period after
    * `now`, a chunk not among the last kHistory made, a row beyond the chunk. The first feedback
-   * taken about a chunk records the row at which the sink took it over. */
+   * taken about a chunk records the row at which the sink took it over. `*forgotten` (if given)
+   * says whether a refused report named a chunk made here but older than the last kHistory (a
+   * report that came too late, not a wrong one). */
   std::string feedback (uint64_t chunk_id, uint32_t row, uint64_t time, uint64_t period,
-                        uint64_t now);
+                        uint64_t now, bool *forgotten = nullptr);
 
   /* The guidance for a new chunk whose observation was captured at `observation_time`, asked at
    * `now` (kTimeNone: unknown). The newest chunk made is the one the sink will be executing when
@@ -91,6 +95,8 @@ private:
 
   mutable std::mutex lock_;
   std::deque<Chunk> history_; // oldest first
+  uint64_t first_sequence_ = 0; // of the first chunk made since reset()
+  bool made_any_ = false;
   std::optional<Feedback> feedback_;
 };
 
