@@ -211,12 +211,23 @@ TEST (Pi0RobotSim, TcpFrameCutByCloseOrResetIsNeverExecuted)
   }
   ASSERT_TRUE (sim.wait_count ("disconnected", 2));
   EXPECT_EQ (sim.count ("execute"), 2u) << "only the rows of the complete frame";
+  /* Issue 25: the simulator left Nagle's algorithm on, so its 76-byte FEEDBACK waited for the
+   * acknowledgement of the one before and the sender fell back to its own estimate. Every
+   * connection it accepts has TCP_NODELAY (read back from its socket). */
+  int connected = 0;
   for (auto &l : sim.lines ()) {
     JsonLine j (l);
     if (j.str ("event") == "execute") {
       EXPECT_EQ (j.num ("seq"), 1);
     }
+    if (j.str ("event") == "connected") {
+      connected++;
+      EXPECT_TRUE (j.value ().contains ("nodelay") && j.value ()["nodelay"].is_boolean () &&
+                   j.value ()["nodelay"].get<bool> ())
+          << l;
+    }
   }
+  EXPECT_EQ (connected, 2);
 }
 
 TEST (Pi0RobotSim, TcpBadHeaderDropsTheConnectionWithoutAllocating)

@@ -31,6 +31,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -479,9 +480,18 @@ private:
     if (conn_ >= 0)
       close_conn ("replaced");
     conn_ = c;
+    /* Reports must leave at once (docs/protocol.md, Transports): with Nagle's algorithm a
+     * 76-byte FEEDBACK waits for the ACK of the previous one, and the sender's real-time
+     * chunking falls back to its own estimate. */
+    const int one = 1;
+    setsockopt (conn_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    int nodelay = 0;
+    socklen_t len = sizeof nodelay;
+    getsockopt (conn_, IPPROTO_TCP, TCP_NODELAY, &nodelay, &len);
     rbuf_.clear ();
     frames_on_conn_ = 0;
-    emit ("{\"event\":\"connected\"}");
+    emit (nodelay ? "{\"event\":\"connected\",\"nodelay\":true}"
+                  : "{\"event\":\"connected\",\"nodelay\":false}");
     if (o_.mode == Mode::kHostile)
       send_garbage (conn_, nullptr, 0);
   }
