@@ -193,13 +193,14 @@ TEST (Pi0Demo, UnknownRtcModeIsAClearError)
 TEST (Pi0Demo, RunsPipelinesDemoTxtAgainstTheRobotSimulator)
 {
   Result r = run_demo ("--duration 2 --stall-start 0.5 --stall-end 1.2 --max-wait 30 "
-                       "--instruction 'stack \"the\" cups' --rtc guided-identity");
+                       "--instruction 'stack \"the\" cups' --rtc guided");
   ASSERT_EQ (r.status, 0) << r.out;
   const std::string src = source_root () + "/pipelines/";
   EXPECT_TRUE (contains (r.out, "Chain: " + src + "demo.txt, robot: " + src + "robot-7dof.json"))
       << r.out;
   EXPECT_TRUE (contains (r.out, "Instruction: \"stack \"the\" cups\"")) << r.out;
-  EXPECT_TRUE (contains (r.out, "rtc=guided-identity)")) << r.out;
+  EXPECT_TRUE (contains (r.out, "rtc=guided)")) << r.out << "the option overrides the line's "
+                                                             "guided-identity";
   EXPECT_TRUE (contains (r.out, "pi0viewmux (waits at most 30 ms)")) << r.out;
   EXPECT_TRUE (contains (r.out, "3 cameras (main 640x480 RGB 30 fps, side 320x240 NV12 15 fps, "
                                 "top 1280x720 I420 10 fps)"))
