@@ -147,6 +147,94 @@ TEST (Pi0Model, RunsALeRobotCheckpointOnGivenInputs)
   EXPECT_TRUE (at::allclose (ours, theirs, 1e-2, 5e-3)) << max_abs (ours, theirs);
 }
 
+/* Issue 25: the guided sampler checked from outside, with nothing but the tool: pi0-model run
+ * with LeRobot's own RTC settings and prefixes (tests/parity/lerobot_pi0/rtc.safetensors, made by
+ * the real lerobot 0.6.1) gives LeRobot's guided actions. */
+TEST (Pi0Model, RunWithRtcOptionsReproducesLeRobotsGuidedChunks)
+{
+  TempDir dir;
+  const std::string golden = source_root () + "/tests/parity/lerobot_pi0";
+  pi0::TensorMap g = pi0::load_safetensors (golden + "/rtc.safetensors");
+  const char *schedules[] = {"zeros", "ones", "linear", "exp"};
+  int cases = 0;
+  for (const char *name : {"identity_linear", "identity_exp_clamped", "identity_zeros",
+                           "identity_ones", "vjp_exp", "vjp_linear"}) {
+    SCOPED_TRACE (name);
+    const std::string n (name);
+    ASSERT_TRUE (g.count (n + ".actions"));
+    at::Tensor p = g.at (n + ".params");
+    const int64_t d = p[0].item<int64_t> (), s = p[1].item<int64_t> ();
+    const bool identity = p[3].item<int64_t> () != 0;
+    const char *schedule = schedules[p[4].item<int64_t> ()];
+    char beta[64];
+    std::snprintf (beta, sizeof beta, "%.17g", g.at (n + ".beta").item<double> ());
+    const std::string prefix = dir.path + "/" + n + ".prefix.safetensors";
+    pi0::save_safetensors (prefix, {{"prefix", g.at (n + ".prefix")}});
+    const std::string out = dir.path + "/" + n + ".safetensors";
+    Result r = run_tool ("run --checkpoint " + golden + " --inputs " + golden +
+                         "/io.safetensors --out " + out + " --rtc-prefix " + prefix +
+                         " --rtc-delay " + std::to_string (d) + " --rtc-execution-horizon " +
+                         std::to_string (s) + " --rtc-max-guidance-weight " + beta +
+                         " --rtc-schedule " + schedule + " --rtc-jacobian " +
+                         (identity ? "identity" : "vjp"));
+    ASSERT_EQ (r.status, 0) << r.out;
+    EXPECT_TRUE (contains (r.out, std::string (", guided (real-time chunking: ") +
+                                      std::to_string (g.at (n + ".prefix").size (0)) +
+                                      " prefix rows, delay " + std::to_string (d)))
+        << r.out;
+    at::Tensor ours = pi0::load_safetensors (out).at ("actions");
+    const at::Tensor theirs = g.at (n + ".actions");
+    EXPECT_LE (max_abs (ours, theirs), 1e-5) << "max |pi0-model run - LeRobot|";
+    cases++;
+  }
+  EXPECT_EQ (cases, 6);
+
+  /* Not vacuous: without the options the same run gives the plain chunk, far from them. */
+  const std::string plain = dir.path + "/plain.safetensors";
+  Result r = run_tool ("run --checkpoint " + golden + " --inputs " + golden +
+                       "/io.safetensors --out " + plain);
+  ASSERT_EQ (r.status, 0) << r.out;
+  EXPECT_GT (max_abs (pi0::load_safetensors (plain).at ("actions"),
+                      g.at ("vjp_exp.actions")),
+             1e-2);
+  /* An earlier run's --out is a prefix as it is ('actions'), from --rtc-start on. */
+  r = run_tool ("run --checkpoint " + golden + " --inputs " + golden +
+                "/io.safetensors --rtc-prefix " + plain + " --rtc-start 10 --rtc-delay 3");
+  ASSERT_EQ (r.status, 0) << r.out;
+  EXPECT_TRUE (contains (r.out, "guided (real-time chunking: 40 prefix rows, delay 3, execution "
+                                "horizon 0, beta 5, schedule exp, jacobian vjp)"))
+      << r.out;
+}
+
+TEST (Pi0Model, RtcOptionsThatCannotWorkExplainThemselves)
+{
+  TempDir dir;
+  Result r = run_tool ("run --config pi0-tiny --rtc-delay 3");
+  EXPECT_EQ (r.status, 2);
+  EXPECT_TRUE (contains (r.out, "--rtc-delay needs --rtc-prefix FILE.safetensors")) << r.out;
+  const std::string prev = dir.path + "/prev.safetensors";
+  r = run_tool ("run --config pi0-tiny --out " + prev);
+  ASSERT_EQ (r.status, 0) << r.out;
+  r = run_tool ("run --config pi0-tiny --rtc-prefix " + prev + " --rtc-schedule cosine");
+  EXPECT_EQ (r.status, 2);
+  EXPECT_TRUE (contains (r.out, "'cosine' is not one of zeros, ones, linear, exp")) << r.out;
+  r = run_tool ("run --config pi0-tiny --rtc-prefix " + prev + " --rtc-jacobian full");
+  EXPECT_TRUE (contains (r.out, "'full' is not vjp or identity")) << r.out;
+  r = run_tool ("run --config pi0-tiny --rtc-prefix " + prev + " --rtc-start 50");
+  EXPECT_TRUE (contains (r.out, "--rtc-start 50 leaves no row of the 50")) << r.out;
+  r = run_tool ("run --config pi0-tiny --rtc-prefix " + prev + " --rtc-max-guidance-weight nan");
+  EXPECT_TRUE (contains (r.out, "--rtc-max-guidance-weight needs a finite number >= 0")) << r.out;
+  r = run_tool ("run --config pi0-tiny --rtc-prefix " + prev + " --rtc-delay 60");
+  EXPECT_EQ (r.status, 2) << r.out;
+  EXPECT_TRUE (contains (r.out, "RTC")) << "the model's own check: " << r.out;
+  const std::string empty = dir.path + "/empty.safetensors";
+  pi0::save_safetensors (empty, {{"other", at::zeros ({2, 2})}});
+  r = run_tool ("run --config pi0-tiny --rtc-prefix " + empty);
+  EXPECT_TRUE (contains (r.out, "holds no 'actions' or 'prefix' tensor")) << r.out;
+  r = run_tool ("run --config pi0-tiny --rtc-prefix /nonexistent.safetensors");
+  EXPECT_TRUE (contains (r.out, "/nonexistent.safetensors")) << r.out;
+}
+
 TEST (Pi0Model, InfoReadsACheckpointConfig)
 {
   const std::string golden = source_root () + "/tests/parity/lerobot_pi0";

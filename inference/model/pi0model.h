@@ -19,6 +19,7 @@
 #include <torch/nn/module.h>
 
 #include "model/pi0config.h"
+#include "model/pi0rtcmodes.h"
 
 namespace pi0
 {
@@ -188,21 +189,7 @@ struct PrefixEmbedding {
  *   min(beta, (1 - tau)/tau * ((1 - tau)^2 + tau^2) / (1 - tau)^2)   evaluated at tau = 1 - t
  * (beta at t = 1, where the formula is infinite). */
 
-/* The soft mask over the chunk's rows (the paper's W, LeRobot's prefix_attention_schedule). */
-enum class RtcSchedule {
-  Zeros,  // 1 on the first `delay` rows, 0 after ("hard" prefix only)
-  Ones,   // 1 on every row before the mask's end
-  Linear, // 1 on the first `delay` rows, then (end - i) / (end - delay + 1), 0 from `end` on
-  Exp,    // the paper's: Linear's c_i reshaped as c_i * (e^c_i - 1) / (e - 1)
-};
-
-/* What the correction differentiates. */
-enum class RtcJacobian {
-  Vjp,      // the paper and its reference code (Kinetix): J^T through the action expert, one
-            // backward pass of the suffix per step (the prefix K/V cache is a constant)
-  Identity, // LeRobot 0.6.1 as it runs: v is computed before x requires grad, so J = I and the
-            // correction is diag(W)(Y - x1); no backward pass (see docs/rtc.md)
-};
+/* RtcSchedule (the mask W) and RtcJacobian: model/pi0rtcmodes.h. */
 
 struct RtcGuidance {
   /* The executing chunk's actions that will still run when this inference starts, row 0 aligned

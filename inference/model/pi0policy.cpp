@@ -284,7 +284,7 @@ public:
     return a.prefix.sizes () == b.prefix.sizes () && a.delay == b.delay &&
            a.execution_horizon == b.execution_horizon &&
            a.max_guidance_weight == b.max_guidance_weight &&
-           a.identity_jacobian == b.identity_jacobian;
+           a.identity_jacobian == b.identity_jacobian && a.schedule == b.schedule;
   }
 
   /* One checked, batched (leading 1) observation. */
@@ -373,6 +373,7 @@ public:
     rtc.execution_horizon = g.execution_horizon;
     rtc.max_guidance_weight = g.max_guidance_weight;
     rtc.jacobian = g.identity_jacobian ? RtcJacobian::Identity : RtcJacobian::Vjp;
+    rtc.schedule = g.schedule;
     return rtc;
   }
 

@@ -16,6 +16,8 @@
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
 
+#include "model/pi0rtcmodes.h"
+
 namespace pi0
 {
 
@@ -30,6 +32,7 @@ struct PolicyGuidance {
   int64_t execution_horizon = 0;    // the paper's s: the mask ends at row horizon - s (<= R)
   double max_guidance_weight = 5.0; // beta
   bool identity_jacobian = false;   // J = I (LeRobot) instead of the VJP (the paper)
+  RtcSchedule schedule = RtcSchedule::Exp; // the mask W (the paper's exponential by default)
 };
 
 struct PolicyInput {

@@ -5,6 +5,9 @@
  *   pi0-model run   (--config NAME [--weights-seed S] | --checkpoint DIR | --torchscript FILE)
  *                   [--device cpu|cuda] [--dtype fp32|bf16] [--seed S] [--inputs FILE.safetensors]
  *                   [--prompt TEXT --tokenizer MODEL] [--out FILE.safetensors] [--no-graph]
+ *                   [--rtc-prefix FILE.safetensors [--rtc-start ROW] [--rtc-delay D]
+ *                    [--rtc-execution-horizon S] [--rtc-max-guidance-weight B]
+ *                    [--rtc-schedule zeros|ones|linear|exp] [--rtc-jacobian vjp|identity]]
  *   pi0-model bench (--config NAME | --checkpoint DIR) [--device] [--dtype] [--iters N] [--warmup N]
  *                   [--no-graph] [--rtc] [--batch N]
  *   any command: [--threads N]
@@ -12,6 +15,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -42,6 +46,12 @@ const char *kUsage =
     "                  [--device cpu|cuda[:N]] [--dtype fp32|bf16] [--seed S] [--inputs "
     "FILE.safetensors]\n"
     "                  [--prompt TEXT --tokenizer MODEL] [--out FILE.safetensors] [--no-graph]\n"
+    "                  [--rtc-prefix FILE.safetensors (real-time chunking toward it: 'actions' or\n"
+    "                   'prefix' [R, A], model space, e.g. an earlier run's --out)\n"
+    "                   [--rtc-start ROW (its first row used; default 0)] [--rtc-delay D]\n"
+    "                   [--rtc-execution-horizon S] [--rtc-max-guidance-weight B (default 5)]\n"
+    "                   [--rtc-schedule zeros|ones|linear|exp (default exp)]\n"
+    "                   [--rtc-jacobian vjp|identity (default vjp)]]\n"
     "  pi0-model bench (--config NAME | --checkpoint DIR) [--device] [--dtype] [--iters N] "
     "[--warmup N]\n"
     "                  [--no-graph] [--rtc (plain vs real-time-chunking per chunk)]\n"
@@ -78,7 +88,9 @@ parse_args (int argc, char **argv)
   static const std::vector<std::string> valued = {
       "config", "checkpoint", "torchscript", "seed",    "weights-seed",
       "out",    "tokenizer",  "device",      "dtype",   "inputs",
-      "prompt", "iters",      "warmup",      "threads", "batch"};
+      "prompt", "iters",      "warmup",      "threads", "batch",
+      "rtc-prefix", "rtc-start", "rtc-delay", "rtc-execution-horizon", "rtc-max-guidance-weight",
+      "rtc-schedule", "rtc-jacobian"};
   Args a;
   if (argc < 2)
     throw pi0::Error ("no command given");
@@ -213,16 +225,86 @@ input_of (const Args &a, const pi0::PolicySpec &spec)
   return in;
 }
 
+/* --rtc-*: the guidance of docs/rtc.md, given by hand. The prefix is rows [start, R) of the file's
+ * "actions" (what --out writes) or "prefix" tensor, in the model's space. */
+pi0::PolicyGuidance
+guidance_of (const Args &a)
+{
+  pi0::PolicyGuidance g;
+  static const char *options[] = {"rtc-start",  "rtc-delay",   "rtc-execution-horizon",
+                                  "rtc-max-guidance-weight", "rtc-schedule", "rtc-jacobian"};
+  if (!a.has ("rtc-prefix")) {
+    for (const char *o : options)
+      if (a.has (o))
+        throw pi0::Error (std::string ("--") + o + " needs --rtc-prefix FILE.safetensors");
+    return g;
+  }
+  const std::string file = a.get ("rtc-prefix");
+  pi0::TensorMap t = pi0::load_safetensors (file);
+  const char *key = t.count ("prefix") ? "prefix" : "actions";
+  if (!t.count (key))
+    throw pi0::Error (file + ": holds no 'actions' or 'prefix' tensor (write one with "
+                             "pi0-model run --out)");
+  at::Tensor p = t.at (key);
+  if (p.dim () != 2)
+    throw pi0::Error (file + ": '" + key + "' must be [rows, action dims]");
+  const int64_t start = a.get_int ("rtc-start", 0);
+  if (start >= p.size (0))
+    throw pi0::Error ("--rtc-start " + std::to_string (start) + " leaves no row of the " +
+                      std::to_string (p.size (0)) + " in " + file);
+  g.prefix = p.narrow (0, start, p.size (0) - start).to (at::kFloat).contiguous ();
+  g.delay = a.get_int ("rtc-delay", 0);
+  g.execution_horizon = a.get_int ("rtc-execution-horizon", 0);
+  if (a.has ("rtc-max-guidance-weight")) {
+    const std::string v = a.get ("rtc-max-guidance-weight");
+    char *end = nullptr;
+    g.max_guidance_weight = std::strtod (v.c_str (), &end);
+    if (v.empty () || *end != '\0' || !(g.max_guidance_weight >= 0) ||
+        !std::isfinite (g.max_guidance_weight))
+      throw pi0::Error ("--rtc-max-guidance-weight needs a finite number >= 0, got '" + v + "'");
+  }
+  const std::string schedule = a.get ("rtc-schedule", "exp");
+  if (schedule == "zeros")
+    g.schedule = pi0::RtcSchedule::Zeros;
+  else if (schedule == "ones")
+    g.schedule = pi0::RtcSchedule::Ones;
+  else if (schedule == "linear")
+    g.schedule = pi0::RtcSchedule::Linear;
+  else if (schedule == "exp")
+    g.schedule = pi0::RtcSchedule::Exp;
+  else
+    throw pi0::Error ("--rtc-schedule: '" + schedule + "' is not one of zeros, ones, linear, exp");
+  const std::string jacobian = a.get ("rtc-jacobian", "vjp");
+  if (jacobian != "vjp" && jacobian != "identity")
+    throw pi0::Error ("--rtc-jacobian: '" + jacobian + "' is not vjp or identity");
+  g.identity_jacobian = jacobian == "identity";
+  return g;
+}
+
 int
 cmd_run (const Args &a)
 {
+  pi0::PolicyGuidance guidance = guidance_of (a); /* bad options fail before the model loads */
   auto policy = policy_of (a);
   pi0::PolicyInput in = input_of (a, policy->spec ());
+  if (guidance.prefix.defined ()) {
+    if (!policy->supports_guidance ())
+      throw pi0::Error ("--rtc-prefix needs the native model (--config or --checkpoint): a "
+                        "TorchScript policy cannot be guided");
+    in.guidance = guidance;
+  }
   pi0::StageTimings t;
   at::Tensor actions = policy->infer (in, &t);
   std::cout << policy->describe () << "\n";
   std::cout << "actions [" << actions.size (0) << ", " << actions.size (1) << "] in " << t.total_ms
-            << " ms\n";
+            << " ms";
+  if (in.guidance.prefix.defined ())
+    std::cout << ", guided (real-time chunking: " << in.guidance.prefix.size (0)
+              << " prefix rows, delay " << in.guidance.delay << ", execution horizon "
+              << in.guidance.execution_horizon << ", beta " << in.guidance.max_guidance_weight
+              << ", schedule " << a.get ("rtc-schedule", "exp") << ", jacobian "
+              << a.get ("rtc-jacobian", "vjp") << ")";
+  std::cout << "\n";
   auto acc = actions.accessor<float, 2> ();
   for (int64_t i = 0; i < actions.size (0); i++) {
     for (int64_t j = 0; j < actions.size (1); j++)
