@@ -87,6 +87,7 @@ Sender::new_session ()
   sent_chunks_.clear ();
   fb_seq_ = 0;
   robot_reports_ = false;
+  robot_lag_ns_ = 0;
 }
 
 /* HELLO then HOLD, once per session, as soon as the dimension is known and the link is up. */
@@ -167,14 +168,22 @@ Sender::commanded_now (uint64_t now) const
   if (!sent_rows_.empty () && dim_) {
     /* Chunk mode: the row of the last chunk due now (the robot runs row i at obs + i·period),
      * or, when the robot reported what it runs, the row its report puts at now. */
+    /* "Now" is when what is sent now reaches the robot: a report's time is early by the one-way
+     * delay (docs/protocol.md, FEEDBACK), and the robot's schedule below is counted from the
+     * send time, so the delay cancels from both. */
     const uint32_t nrows = (uint32_t)(sent_rows_.size () / dim_);
     uint64_t j = sent_first_;
     if (anchor_) {
       j = anchor_->row;
       if (now != kTimeNone && now > anchor_->time_ns)
         j = sat_add (j, (now - anchor_->time_ns) / s_.period_ns);
-    } else if (now != kTimeNone && sent_obs_ != kTimeNone && now > sent_obs_) {
-      j = (now - sent_obs_) / s_.period_ns;
+    } else if (now != kTimeNone && sent_ns_ != kTimeNone) {
+      /* The robot's schedule ("Timing of rows"): row `first` on receipt, one row a period
+       * after, later by the lag its reports showed. Not the rows' due times
+       * (observation + i periods): row `first` was due up to a period before it was sent. */
+      const uint64_t start = sat_add (sent_ns_, robot_lag_ns_);
+      if (now > start)
+        j = sat_add (j, (now - start) / s_.period_ns);
     }
     j = std::max<uint64_t> (j, sent_first_);
     j = std::min<uint64_t> (j, sent_first_ + nrows - 1);
@@ -314,6 +323,7 @@ Sender::chunk (uint64_t now, const ChunkIn &c, SenderOutput &out, std::string *e
     sent_chunks_.pop_front ();
   sent_rows_ = std::move (rows_out);
   sent_first_ = (uint32_t)first;
+  sent_ns_ = now;
   sent_chunk_id_ = c.chunk_id;
   sent_obs_ = obs;
   anchor_.reset ();
@@ -466,9 +476,19 @@ Sender::feedback (uint64_t now, const Feedback &fb)
   (void)now;
   if (s_.mode != SendMode::kChunk || sent_rows_.empty () || !dim_ || fb.time_ns == kTimeNone)
     return;
+  /* Any report about a chunk sent in this session says how late the robot starts rows against
+   * its schedule (row `first` on receipt): that lag carries over to the next chunks. */
+  for (const SentChunk &c : sent_chunks_) {
+    if (c.chunk_id != fb.chunk_id || fb.row < c.first || fb.row >= c.limit)
+      continue;
+    const uint64_t due = sat_add (c.sent_ns, sat_mul (fb.row - c.first, s_.period_ns));
+    /* Bounded: a robot more than max-action-age behind its schedule is not a lag to plan on. */
+    robot_lag_ns_ = std::min<uint64_t> (fb.time_ns > due ? fb.time_ns - due : 0,
+                                        s_.max_action_age_ns);
+  }
   const uint32_t nrows = (uint32_t)(sent_rows_.size () / dim_);
-  /* Only a report about the chunk being executed, about a row that was sent, counts: a late
-   * report about an older chunk says nothing about now. */
+  /* Only a report about the chunk being executed, about a row that was sent, is an anchor: a
+   * late report about an older chunk says nothing about where this one is. */
   if (fb.chunk_id != sent_chunk_id_ || fb.row < sent_first_ || fb.row - sent_first_ >= nrows)
     return;
   anchor_ = fb;

@@ -234,6 +234,10 @@ private:
   uint32_t sent_first_ = 0;
   uint64_t sent_chunk_id_ = 0;
   uint64_t sent_obs_ = kTimeNone;
+  uint64_t sent_ns_ = kTimeNone; /* when the last chunk was sent */
+  /* How much later than its schedule (row `first` on receipt) the robot starts rows, from its
+   * last report about a chunk of this session; 0 until one comes. */
+  uint64_t robot_lag_ns_ = 0;
   std::optional<Feedback> anchor_;
   /* Chunk mode: the last chunks sent in this session, for the robot's reports to name. */
   struct SentChunk {

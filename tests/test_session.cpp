@@ -15,6 +15,8 @@
 
 #include <gtest/gtest.h>
 
+#include <deque>
+
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -302,6 +304,75 @@ TEST (SenderRules, FeedbackFromTheRobotMovesTheReferenceOfHoldAndOfTheNextChunk)
   s2.event (100 * kMs, SenderEvent::kPaused, out);
   ASSERT_EQ (out.frames.size (), 1u);
   EXPECT_EQ (out.frames[0].values, std::vector<float> (v.begin () + 15, v.begin () + 18));
+}
+
+/* Issue 25: the first row of a new chunk (and a HOLD) is bounded against the row the robot runs
+ * when it receives it. The robot runs row `first` of a chunk on receipt and one row a period
+ * after ("Timing of rows"), so the row it runs when the next frame arrives is counted from the
+ * chunk's send time: the one-way delay is in both and cancels. Counting from the rows' due times
+ * (observation + i periods) put the reference up to a row ahead of the robot. */
+TEST (SenderRules, TheReferenceIsTheRowTheRobotRunsWhenTheFrameArrives)
+{
+  SenderSettings st = stream_settings ();
+  st.mode = SendMode::kChunk;
+  st.hold_timeout_ns = 10000 * kMs;
+  st.stop_timeout_ns = 20000 * kMs;
+  const std::vector<float> v = ramp (10, 0, 0.04f); /* within max_step: sent as it is */
+  auto row = [&] (uint32_t i) { return std::vector<float> (v.begin () + 3 * i, v.begin () + 3 * i + 3); };
+  std::string err;
+  {
+    Sender s (st, counter_ids ());
+    SenderOutput out;
+    s.link (0, true, false, out);
+    s.event (0, SenderEvent::kPlaying, out);
+    /* Captured at 0, sent at 19 ms: row 0 (due at 0) starts on receipt, 19 ms + d. */
+    ASSERT_EQ (ChunkResult::kSent, s.chunk (19 * kMs, chunk_of (v, 10, 1, 0), out, &err));
+    EXPECT_EQ (out.frames.back ().header.step_index, 0u);
+    out.clear ();
+    /* A frame sent at 40 ms arrives at 40 ms + d, when the robot runs row (40 - 19) / 20 = 1
+     * (the rows' due times would say row 2). */
+    s.event (40 * kMs, SenderEvent::kPaused, out);
+    ASSERT_EQ (out.frames.size (), 1u);
+    EXPECT_EQ (out.frames[0].values, row (1));
+  }
+  {
+    /* The robot starts rows later than that schedule (its controller's own ticks): its report
+     * about an older chunk gives the lag, which the next chunks are counted with. */
+    Sender s (st, counter_ids ());
+    SenderOutput out;
+    s.link (0, true, false, out);
+    s.event (0, SenderEvent::kPlaying, out);
+    ASSERT_EQ (ChunkResult::kSent, s.chunk (0, chunk_of (v, 10, 1, 0), out, &err));
+    out.clear ();
+    ASSERT_EQ (ChunkResult::kSent, s.chunk (60 * kMs, chunk_of (v, 10, 2, 60 * kMs), out, &err));
+    const std::vector<float> sent = out.frames.back ().values; /* clamped from chunk 1's row 3 */
+    /* Chunk 1's row 0 started at 30 ms: 30 ms behind its schedule. Not an anchor (chunk 2 is
+     * the one running), but the lag counts: at 100 ms chunk 2 runs row (100 - 60 - 30) / 20 = 0,
+     * not row 2. */
+    s.feedback (70 * kMs, {1, 0, 30 * kMs});
+    out.clear ();
+    s.event (100 * kMs, SenderEvent::kPaused, out);
+    ASSERT_EQ (out.frames.size (), 1u);
+    EXPECT_EQ (out.frames[0].values, std::vector<float> (sent.begin (), sent.begin () + 3));
+  }
+  {
+    /* A lag beyond max-action-age is not planned on: it is capped there. */
+    st.max_action_age_ns = 40 * kMs;
+    Sender s (st, counter_ids ());
+    SenderOutput out;
+    s.link (0, true, false, out);
+    s.event (0, SenderEvent::kPlaying, out);
+    ASSERT_EQ (ChunkResult::kSent, s.chunk (0, chunk_of (v, 10, 1, 0), out, &err));
+    out.clear ();
+    ASSERT_EQ (ChunkResult::kSent, s.chunk (20 * kMs, chunk_of (v, 10, 2, 20 * kMs), out, &err));
+    const std::vector<float> sent = out.frames.back ().values;
+    s.feedback (30 * kMs, {1, 0, 5000 * kMs});
+    out.clear ();
+    s.event (140 * kMs, SenderEvent::kPaused, out);
+    ASSERT_EQ (out.frames.size (), 1u);
+    EXPECT_EQ (out.frames[0].values, std::vector<float> (sent.begin () + 12, sent.begin () + 15))
+        << "row (140 - 20 - 40) / 20 = 4";
+  }
 }
 
 TEST (SenderRules, StreamSteppingReportsWhatTheRobotExecutes)
@@ -1145,8 +1216,17 @@ public:
   void flushing (bool f) { flushing_ = f; }
   void feedback (const Feedback &fb)
   {
-    if (s_.mode != SendMode::kChunk || plan_.empty () || fb.time_ns == kTimeNone ||
-        fb.chunk_id != plan_chunk_ || fb.row < plan_first_ ||
+    if (s_.mode != SendMode::kChunk || plan_.empty () || fb.time_ns == kTimeNone)
+      return;
+    /* A report about any chunk of this session gives the robot's lag behind its schedule (row
+     * `first` on receipt), at most max-action-age. */
+    for (const Sent &c : sent_)
+      if (c.chunk_id == fb.chunk_id && fb.row >= c.first && fb.row < c.limit) {
+        const uint64_t due = c.at + (uint64_t)(fb.row - c.first) * s_.period_ns;
+        lag_ = std::min<uint64_t> (fb.time_ns > due ? fb.time_ns - due : 0,
+                                   s_.max_action_age_ns);
+      }
+    if (fb.chunk_id != plan_chunk_ || fb.row < plan_first_ ||
         fb.row - plan_first_ >= plan_.size () / dim ())
       return;
     anchor_ = fb;
@@ -1172,8 +1252,8 @@ private:
       uint64_t j = plan_first_; /* with no time known: the first row sent */
       if (t != kTimeNone && anchor_)
         j = anchor_->row + (t > anchor_->time_ns ? (t - anchor_->time_ns) / s_.period_ns : 0);
-      else if (t != kTimeNone && t > plan_obs_)
-        j = (t - plan_obs_) / s_.period_ns;
+      else if (t != kTimeNone && t > plan_sent_ + lag_)
+        j = plan_first_ + (t - plan_sent_ - lag_) / s_.period_ns;
       j = std::min (std::max<uint64_t> (j, plan_first_), plan_first_ + n - 1);
       return plan_.data () + (j - plan_first_) * d;
     }
@@ -1222,6 +1302,8 @@ private:
       }
       have_session_ = true;
       session_ = h.session_id;
+      sent_.clear ();
+      lag_ = 0;
     } else if (h.seq != seq_ + 1) {
       fail (res, "seq must grow by one within a session");
       return false;
@@ -1335,7 +1417,11 @@ private:
         anchor_.reset ();
         plan_first_ = h.step_index;
         plan_obs_ = obs;
+        plan_sent_ = now;
         plan_chunk_ = h.chunk_id;
+        sent_.push_back ({h.chunk_id, h.step_index, h.chunk_steps, now});
+        if (sent_.size () > kFeedbackHistory)
+          sent_.pop_front ();
         pos_ref_ = ref;
         prev = pos_ref_.empty () ? nullptr : pos_ref_.data ();
       }
@@ -1369,7 +1455,14 @@ private:
   std::vector<float> pos_;
   std::vector<float> plan_, pos_ref_;
   uint32_t plan_first_ = 0, next_step_ = 0;
-  uint64_t plan_obs_ = 0, plan_chunk_ = 0;
+  uint64_t plan_obs_ = 0, plan_chunk_ = 0, plan_sent_ = 0;
+  struct Sent {
+    uint64_t chunk_id;
+    uint32_t first, limit;
+    uint64_t at;
+  };
+  std::deque<Sent> sent_; /* the chunks of this session, as the sender keeps them */
+  uint64_t lag_ = 0;
   std::optional<Feedback> anchor_;
   bool mid_chunk_ = false;
   bool hold_pending_ = false, stop_pending_ = false, stopped_ = false;
