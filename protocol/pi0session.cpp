@@ -166,11 +166,10 @@ const float *
 Sender::commanded_now (uint64_t now) const
 {
   if (!sent_rows_.empty () && dim_) {
-    /* Chunk mode: the row of the last chunk due now (the robot runs row i at obs + i·period),
-     * or, when the robot reported what it runs, the row its report puts at now. */
-    /* "Now" is when what is sent now reaches the robot: a report's time is early by the one-way
-     * delay (docs/protocol.md, FEEDBACK), and the robot's schedule below is counted from the
-     * send time, so the delay cancels from both. */
+    /* Chunk mode: the row of the last chunk the robot runs when what is sent now reaches it:
+     * the row its last report about that chunk puts there (a report's time is early by the
+     * one-way delay, docs/protocol.md, FEEDBACK), or else the robot's schedule for it, counted
+     * from its send time. Either way the one-way delay cancels. */
     const uint32_t nrows = (uint32_t)(sent_rows_.size () / dim_);
     uint64_t j = sent_first_;
     if (anchor_) {
