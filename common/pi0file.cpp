@@ -37,6 +37,12 @@ fail (std::string *error, const std::string &path, const std::string &why)
   return false;
 }
 
+bool
+not_regular (std::string *error, const std::string &path, mode_t m)
+{
+  return fail (error, path, std::string ("is ") + kind_of (m) + ", not a regular file");
+}
+
 } // namespace
 
 bool
@@ -46,7 +52,7 @@ is_regular_file (const std::string &path, std::string *error)
   if (::stat (path.c_str (), &st) != 0)
     return fail (error, path, std::string ("cannot open: ") + std::strerror (errno));
   if (!S_ISREG (st.st_mode))
-    return fail (error, path, std::string ("is ") + kind_of (st.st_mode) + ", not a regular file");
+    return not_regular (error, path, st.st_mode);
   return true;
 }
 
@@ -66,7 +72,7 @@ read_regular_file (const std::string &path, size_t max_bytes, std::string *out,
   }
   if (!S_ISREG (st.st_mode)) {
     ::close (fd);
-    return fail (error, path, std::string ("is ") + kind_of (st.st_mode) + ", not a regular file");
+    return not_regular (error, path, st.st_mode);
   }
   if (static_cast<unsigned long long> (st.st_size) > max_bytes) {
     ::close (fd);

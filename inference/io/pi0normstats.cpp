@@ -17,8 +17,6 @@ namespace
 
 // openpi's epsilon in both formulas (numpy float64 arithmetic).
 constexpr double kEps = 1e-6;
-// A norm_stats.json is a few KB; refuse to slurp something absurd by mistake.
-constexpr size_t kMaxFileBytes = size_t (64) << 20;
 
 using Json = pi0::json::Value;
 
@@ -144,7 +142,7 @@ NormStats::load (const std::string &path)
   if (::stat (path.c_str (), &st) == 0 && S_ISDIR (st.st_mode))
     file = path + "/norm_stats.json";
   std::string text, err;
-  if (!read_regular_file (file, kMaxFileBytes, &text, &err))
+  if (!read_regular_file (file, kMaxConfigFileBytes, &text, &err))
     throw Error ("cannot read norm stats " + err);
   return from_json_text (text, file);
 }

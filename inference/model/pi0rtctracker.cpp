@@ -16,7 +16,6 @@ RtcTracker::reset ()
   std::lock_guard<std::mutex> lk (lock_);
   history_.clear ();
   feedback_.reset ();
-  made_any_ = false;
   first_sequence_ = 0;
 }
 
@@ -36,10 +35,8 @@ RtcTracker::chunk_made (uint64_t sequence, uint64_t observation_time, uint32_t h
   if (n > 0)
     c.actions.assign (actions, actions + n);
   std::lock_guard<std::mutex> lk (lock_);
-  if (!made_any_) {
-    made_any_ = true;
+  if (history_.empty ()) /* only reset() empties it: the first chunk since then */
     first_sequence_ = sequence;
-  }
   history_.push_back (std::move (c));
   if (history_.size () > kHistory)
     history_.pop_front ();

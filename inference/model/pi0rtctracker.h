@@ -96,7 +96,6 @@ private:
   mutable std::mutex lock_;
   std::deque<Chunk> history_; // oldest first
   uint64_t first_sequence_ = 0; // of the first chunk made since reset()
-  bool made_any_ = false;
   std::optional<Feedback> feedback_;
 };
 
