@@ -311,6 +311,25 @@ TEST (SenderRules, FeedbackFromTheRobotMovesTheReferenceOfHoldAndOfTheNextChunk)
  * after ("Timing of rows"), so the row it runs when the next frame arrives is counted from the
  * chunk's send time: the one-way delay is in both and cancels. Counting from the rows' due times
  * (observation + i periods) put the reference up to a row ahead of the robot. */
+/* A chunk-mode sender, link up and playing, for the tests of its reference row. */
+struct PlayingSender {
+  Sender s;
+  SenderOutput out;
+  explicit PlayingSender (const SenderSettings &st) : s (st, counter_ids ())
+  {
+    s.link (0, true, false, out);
+    s.event (0, SenderEvent::kPlaying, out);
+  }
+  /* The HOLD a pause at @now sends: the row the sender bounds against at @now. */
+  std::vector<float> hold_at (uint64_t now)
+  {
+    out.clear ();
+    s.event (now, SenderEvent::kPaused, out);
+    EXPECT_EQ (out.frames.size (), 1u);
+    return out.frames.empty () ? std::vector<float> () : out.frames[0].values;
+  }
+};
+
 TEST (SenderRules, TheReferenceIsTheRowTheRobotRunsWhenTheFrameArrives)
 {
   SenderSettings st = stream_settings ();
@@ -318,30 +337,27 @@ TEST (SenderRules, TheReferenceIsTheRowTheRobotRunsWhenTheFrameArrives)
   st.hold_timeout_ns = 10000 * kMs;
   st.stop_timeout_ns = 20000 * kMs;
   const std::vector<float> v = ramp (10, 0, 0.04f); /* within max_step: sent as it is */
-  auto row = [&] (uint32_t i) { return std::vector<float> (v.begin () + 3 * i, v.begin () + 3 * i + 3); };
+  auto row = [&] (uint32_t i) {
+    return std::vector<float> (v.begin () + 3 * i, v.begin () + 3 * i + 3);
+  };
   std::string err;
   {
-    Sender s (st, counter_ids ());
-    SenderOutput out;
-    s.link (0, true, false, out);
-    s.event (0, SenderEvent::kPlaying, out);
+    PlayingSender p (st);
+    Sender &s = p.s;
+    SenderOutput &out = p.out;
     /* Captured at 0, sent at 19 ms: row 0 (due at 0) starts on receipt, 19 ms + d. */
     ASSERT_EQ (ChunkResult::kSent, s.chunk (19 * kMs, chunk_of (v, 10, 1, 0), out, &err));
     EXPECT_EQ (out.frames.back ().header.step_index, 0u);
-    out.clear ();
     /* A frame sent at 40 ms arrives at 40 ms + d, when the robot runs row (40 - 19) / 20 = 1
      * (the rows' due times would say row 2). */
-    s.event (40 * kMs, SenderEvent::kPaused, out);
-    ASSERT_EQ (out.frames.size (), 1u);
-    EXPECT_EQ (out.frames[0].values, row (1));
+    EXPECT_EQ (p.hold_at (40 * kMs), row (1));
   }
   {
     /* The robot starts rows later than that schedule (its controller's own ticks): its report
      * about an older chunk gives the lag, which the next chunks are counted with. */
-    Sender s (st, counter_ids ());
-    SenderOutput out;
-    s.link (0, true, false, out);
-    s.event (0, SenderEvent::kPlaying, out);
+    PlayingSender p (st);
+    Sender &s = p.s;
+    SenderOutput &out = p.out;
     ASSERT_EQ (ChunkResult::kSent, s.chunk (0, chunk_of (v, 10, 1, 0), out, &err));
     out.clear ();
     ASSERT_EQ (ChunkResult::kSent, s.chunk (60 * kMs, chunk_of (v, 10, 2, 60 * kMs), out, &err));
@@ -350,27 +366,20 @@ TEST (SenderRules, TheReferenceIsTheRowTheRobotRunsWhenTheFrameArrives)
      * the one running), but the lag counts: at 100 ms chunk 2 runs row (100 - 60 - 30) / 20 = 0,
      * not row 2. */
     s.feedback (70 * kMs, {1, 0, 30 * kMs});
-    out.clear ();
-    s.event (100 * kMs, SenderEvent::kPaused, out);
-    ASSERT_EQ (out.frames.size (), 1u);
-    EXPECT_EQ (out.frames[0].values, std::vector<float> (sent.begin (), sent.begin () + 3));
+    EXPECT_EQ (p.hold_at (100 * kMs), std::vector<float> (sent.begin (), sent.begin () + 3));
   }
   {
     /* A lag beyond max-action-age is not planned on: it is capped there. */
     st.max_action_age_ns = 40 * kMs;
-    Sender s (st, counter_ids ());
-    SenderOutput out;
-    s.link (0, true, false, out);
-    s.event (0, SenderEvent::kPlaying, out);
+    PlayingSender p (st);
+    Sender &s = p.s;
+    SenderOutput &out = p.out;
     ASSERT_EQ (ChunkResult::kSent, s.chunk (0, chunk_of (v, 10, 1, 0), out, &err));
     out.clear ();
     ASSERT_EQ (ChunkResult::kSent, s.chunk (20 * kMs, chunk_of (v, 10, 2, 20 * kMs), out, &err));
     const std::vector<float> sent = out.frames.back ().values;
     s.feedback (30 * kMs, {1, 0, 5000 * kMs});
-    out.clear ();
-    s.event (140 * kMs, SenderEvent::kPaused, out);
-    ASSERT_EQ (out.frames.size (), 1u);
-    EXPECT_EQ (out.frames[0].values, std::vector<float> (sent.begin () + 12, sent.begin () + 15))
+    EXPECT_EQ (p.hold_at (140 * kMs), std::vector<float> (sent.begin () + 12, sent.begin () + 15))
         << "row (140 - 20 - 40) / 20 = 4";
   }
 }
