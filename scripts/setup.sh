@@ -79,7 +79,8 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 
-# The real lerobot (Python 3.12), which the tests load recordings with (tests/test_lerobot.cpp).
+# The real lerobot (Python 3.12), which the tests load recordings with (tests/test_lerobot.cpp)
+# and hold LeRobot checkpoints against (tests/test_lerobot_policy.cpp).
 # Light: --no-deps from a pinned list, and torch's CUDA libraries are .venv's (same torch
 # version) through a link instead of a second 2.7 GB copy. Without Python 3.12 those tests skip.
 if [ -z "$py312" ]; then
@@ -101,6 +102,6 @@ elif [ "$(cat "$LEROBOT_VENV/.requirements.sha" 2>/dev/null)" != "$lr_want" ]; t
     "$LEROBOT_VENV/bin/pip" install -q --disable-pip-version-check --no-cache-dir \
       "$(grep '^torch==' scripts/lerobot-requirements.txt)"
   fi
-  "$LEROBOT_VENV/bin/python" -c 'from lerobot.datasets import LeRobotDataset' >/dev/null
+  "$LEROBOT_VENV/bin/python" -c 'from lerobot.datasets import LeRobotDataset; from lerobot.policies.pi05 import modeling_pi05' >/dev/null
   echo "$lr_want" > "$LEROBOT_VENV/.requirements.sha"
 fi

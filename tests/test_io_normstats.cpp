@@ -112,7 +112,7 @@ TEST (NormStats, RoundTripBothModes)
     EXPECT_EQ (n.scalar_type (), torch::kFloat64);
     // Pad to the model's 32 dims as the model would, then invert and cut back to 14.
     const auto padded = torch::cat ({n, torch::zeros ({3, 18}, torch::kFloat64)}, -1);
-    const auto back = ns.unnormalize_actions (padded, mode, 14);
+    const auto back = ns.unnormalize_actions (padded, mode, 14, torch::kFloat64);
     EXPECT_TRUE (torch::allclose (back, x, 1e-12, 1e-12));
   }
   // The quantile mode maps q01 to -1 and q99 to 1 (up to openpi's 1e-6 epsilon).

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -273,4 +274,67 @@ TEST (Tokenizer, DirectoryOrSpecialFileIsAClearErrorNotACrash)
                 {d, "cannot load SentencePiece model", "is a directory"});
   expect_error ([&] { pi0::Tokenizer::load ("/dev/null"); },
                 {"/dev/null", "cannot load SentencePiece model", "not a regular file"});
+}
+
+/* pi0.5's prompt: the bins and the text that LeRobot 0.6.1's own
+ * Pi05PrepareStateTokenizerProcessorStep builds (np.digitize, as openpi's tokenizer), and the
+ * ids the Python sentencepiece package gives that text with BOS, as openpi encodes it
+ * (tests/parity/make_lerobot_pi05_golden.py wrote tests/parity/lerobot_pi05/prompt.json). The
+ * states sit on bin edges and outside [-1, 1]. */
+TEST (TokenizerPi05, StateBinsPromptAndIdsMatchLeRobotAndOpenpisRule)
+{
+  PI0_REQUIRE_SENTENCEPIECE ();
+  std::ifstream f (pi0test::source_root () + "/tests/parity/lerobot_pi05/prompt.json");
+  ASSERT_TRUE (f.good ());
+  const auto golden = nlohmann::json::parse (f);
+  const auto tok = pi0::Tokenizer::load (tiny_model ());
+  int n = 0;
+  for (const auto &c : golden.at ("cases")) {
+    std::vector<double> state;
+    for (const auto &v : c.at ("state"))
+      state.push_back (v.get<float> ()); // LeRobot's float32 state, widened as numpy widens it
+    const auto bins = pi0::Tokenizer::state_bins (state);
+    EXPECT_EQ (bins, c.at ("bins").get<std::vector<int>> ());
+    const std::string task = c.at ("task").get<std::string> ();
+    EXPECT_EQ (pi0::Tokenizer::pi05_prompt (task, bins), c.at ("prompt").get<std::string> ());
+    const auto ids = c.at ("ids").get<std::vector<int64_t>> ();
+    const pi0::Tokens t = tok.encode_pi05_prompt (task, bins, 200);
+    ASSERT_EQ (t.n_real, static_cast<int> (ids.size ()));
+    EXPECT_FALSE (t.truncated);
+    for (size_t i = 0; i < ids.size (); i++)
+      EXPECT_EQ (t.ids[i].item<int64_t> (), ids[i]) << "token " << i;
+    EXPECT_EQ (t.ids.narrow (0, t.n_real, 200 - t.n_real).abs ().sum ().item<int64_t> (), 0);
+    // Cut at max_len like the pi0 format.
+    const pi0::Tokens cut = tok.encode_pi05_prompt (task, bins, 10);
+    EXPECT_TRUE (cut.truncated);
+    EXPECT_EQ (cut.n_real, 10);
+    n++;
+  }
+  EXPECT_EQ (n, 3);
+  // Not vacuous: one bin's difference changes the ids.
+  const auto &c0 = golden.at ("cases")[0];
+  auto bins = c0.at ("bins").get<std::vector<int>> ();
+  bins[0] += 1;
+  const pi0::Tokens moved = tok.encode_pi05_prompt (c0.at ("task").get<std::string> (), bins, 200);
+  const auto ids = c0.at ("ids").get<std::vector<int64_t>> ();
+  bool differs = moved.n_real != static_cast<int> (ids.size ());
+  for (int i = 0; !differs && i < moved.n_real; i++)
+    differs = moved.ids[i].item<int64_t> () != ids[i];
+  EXPECT_TRUE (differs);
+}
+
+TEST (TokenizerPi05, ANonFiniteStateIsRefusedNotBinned)
+{
+  expect_error (
+      [] {
+        pi0::Tokenizer::state_bins ({0.5, std::nan ("")});
+      },
+      {"state dim 1", "cannot be put into the prompt"});
+  expect_error ([] { pi0::Tokenizer::state_bins ({-HUGE_VAL}); }, {"state dim 0"});
+  // Every edge and its neighbours: the bin of x is the count of edges -1 + k/128 <= x, minus 1.
+  for (int k = 0; k < 256; k++) {
+    const double e = -1.0 + k / 128.0;
+    EXPECT_EQ (pi0::Tokenizer::state_bins ({e})[0], k);
+    EXPECT_EQ (pi0::Tokenizer::state_bins ({std::nextafter (e, -2.0)})[0], k - 1);
+  }
 }

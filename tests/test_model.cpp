@@ -1,6 +1,7 @@
 /* The native Pi0 on the CPU with pi0-tiny: shapes, the mask/position/time rules held directly,
  * cached prefix == full sequence, masked views, seeds, save/load, bad checkpoints, precision. */
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sys/stat.h>
@@ -29,6 +30,20 @@ batch_of (const pi0::PolicyInput &in)
                in.token_mask.unsqueeze (0), in.state.unsqueeze (0),       in.noise.unsqueeze (0)};
 }
 
+/* fn() throws pi0::Error whose message holds every one of @parts. */
+template <typename Fn>
+void
+expect_error (Fn &&fn, const std::vector<std::string> &parts)
+{
+  try {
+    fn ();
+    ADD_FAILURE () << "no error; expected one with: " << parts.front ();
+  } catch (const pi0::Error &e) {
+    for (const auto &p : parts)
+      EXPECT_NE (std::string (e.what ()).find (p), std::string::npos) << e.what ();
+  }
+}
+
 } // namespace
 
 TEST (ModelConfig, Pi0HasThePublishedParameterCount)
@@ -45,6 +60,88 @@ TEST (ModelConfig, Pi0HasThePublishedParameterCount)
   EXPECT_EQ (pc.heads, 3248160LL);
   EXPECT_EQ (cfg.prefix_len (), 816);
   EXPECT_EQ (cfg.suffix_len (), 51);
+}
+
+TEST (ModelConfig, Pi05HasLeRobotsParameterCount)
+{
+  pi0::Pi0Config cfg = pi0::config_by_name ("pi05");
+  // LeRobot 0.6.1's PI05Pytorch on the meta device, lm_heads left out: 3,353,433,872 (gemma
+  // expert 427,932,672 with its adaRMSNorm dense layers; action_in/out + time_mlp_in/out).
+  pi0::Pi0Model meta (cfg, at::TensorOptions ().device (at::kMeta));
+  EXPECT_EQ (meta.num_parameters (), 3353433872LL);
+  auto pc = cfg.param_counts ();
+  EXPECT_EQ (pc.total (), 3353433872LL);
+  EXPECT_EQ (pc.expert, 427932672LL);
+  EXPECT_EQ (pc.heads, 2165792LL);
+  EXPECT_EQ (pc.vision + pc.text, pi0::config_by_name ("pi0").param_counts ().vision +
+                                      pi0::config_by_name ("pi0").param_counts ().text);
+  EXPECT_EQ (cfg.max_tokens, 200);
+  EXPECT_EQ (cfg.prefix_len (), 968);
+  EXPECT_EQ (cfg.suffix_len (), 50); // no state token
+  EXPECT_NE (cfg.describe ().find ("model type: pi05"), std::string::npos) << cfg.describe ();
+}
+
+TEST (ModelConfig, Pi05KeysTypesAndLayouts)
+{
+  auto m = std::make_shared<pi0::Pi0Model> (pi0::config_by_name ("pi05-tiny"));
+  m->init_random (3);
+  EXPECT_EQ (m->num_parameters (), m->config ().param_counts ().total ());
+  auto params = m->named_parameters (true);
+  for (const char *key : {"time_mlp_in.weight", "time_mlp_out.bias", "action_in_proj.weight",
+                          "paligemma_with_expert.gemma_expert.model.layers.1.input_layernorm."
+                          "dense.weight",
+                          "paligemma_with_expert.gemma_expert.model.layers.0.post_attention_"
+                          "layernorm.dense.bias",
+                          "paligemma_with_expert.gemma_expert.model.norm.dense.weight",
+                          "paligemma_with_expert.paligemma.model.language_model.norm.weight"})
+    EXPECT_NE (params.find (key), nullptr) << key;
+  for (const char *key : {"state_proj.weight", "action_time_mlp_in.weight",
+                          "paligemma_with_expert.gemma_expert.model.norm.weight",
+                          "paligemma_with_expert.gemma_expert.model.layers.0.input_layernorm."
+                          "weight"})
+    EXPECT_EQ (params.find (key), nullptr) << key;
+  EXPECT_EQ (params["paligemma_with_expert.gemma_expert.model.norm.dense.weight"].sizes (),
+             (std::vector<int64_t>{96, 32}));
+  // Non-zero condition layers from init_random (LeRobot zero-initialises them).
+  EXPECT_GT (params["paligemma_with_expert.gemma_expert.model.norm.dense.weight"]
+                 .abs ()
+                 .max ()
+                 .item<float> (),
+             0.0f);
+
+  // Round trip through our config.json, with and without the state input.
+  pi0::Pi0Config c = m->config ();
+  c.discrete_state_input = false;
+  pi0::Pi0Config back = pi0::config_from_json (c.to_json (), "mem");
+  EXPECT_TRUE (back.pi05);
+  EXPECT_FALSE (back.discrete_state_input);
+  EXPECT_FALSE (back.uses_state ());
+  EXPECT_EQ (back.param_counts ().total (), c.param_counts ().total ());
+  // LeRobot's PI05Config: type "pi05"; tokenizer_max_length defaults to 200 as LeRobot's does.
+  auto lerobot = pi0::config_from_json (R"({"type": "pi05", "chunk_size": 10})", "lerobot");
+  EXPECT_TRUE (lerobot.pi05);
+  EXPECT_TRUE (lerobot.uses_state ());
+  EXPECT_EQ (lerobot.max_tokens, 200);
+  EXPECT_EQ (lerobot.horizon, 10);
+  // openpi's converter names no type: the weights decide; a declared type must agree with them.
+  const char *openpi = R"({"action_dim": 32, "action_horizon": 15, "paligemma_variant": "gemma_2b",
+                          "action_expert_variant": "gemma_300m", "precision": "bfloat16"})";
+  EXPECT_TRUE (pi0::config_from_json (openpi, "o", pi0::ModelKind::Pi05).pi05);
+  EXPECT_FALSE (pi0::config_from_json (openpi, "o", pi0::ModelKind::Pi0).pi05);
+  EXPECT_FALSE (pi0::config_from_json (openpi, "o").pi05);
+  EXPECT_EQ (pi0::config_from_json (openpi, "o", pi0::ModelKind::Pi05).horizon, 15);
+  expect_error ([] { pi0::config_from_json (R"({"type": "pi0"})", "c", pi0::ModelKind::Pi05); },
+                {"c says the model is pi0, but the weights are pi05's",
+                 "time_mlp_in/out and adaRMSNorm dense layers"});
+  expect_error ([] { pi0::config_from_json (R"({"type": "pi0", "pi05": true})", "c"); },
+                {"\"pi05\" says pi05, but another key says pi0"});
+  expect_error ([] { pi0::config_from_json (R"({"pi05": "yes"})", "c"); },
+                {"'pi05' must be true or false"});
+  expect_error (
+      [] { pi0::config_from_json (R"({"type": "pi0", "discrete_state_input": true})", "c"); },
+      {"pi05 setting"});
+  expect_error ([] { pi0::config_from_json (R"({"type": "pi0fast"})", "c"); },
+                {"neither pi0 nor pi05"});
 }
 
 TEST (ModelConfig, TinyModuleMatchesArithmeticAndNames)
@@ -113,7 +210,7 @@ TEST (ModelConfig, JsonRoundTripAndForeignLayouts)
   EXPECT_EQ (lerobot.num_steps, 5);
 
   EXPECT_THROW (pi0::config_from_json (R"({"type": "pi0fast"})", "x"), pi0::Error);
-  EXPECT_THROW (pi0::config_from_json (R"({"pi05": true})", "x"), pi0::Error);
+  EXPECT_TRUE (pi0::config_from_json (R"({"pi05": true})", "x").pi05);
   EXPECT_THROW (pi0::config_from_json (R"({"paligemma_variant": "gemma_7b"})", "x"), pi0::Error);
   EXPECT_THROW (pi0::config_from_json (R"({"chunk_size": -3})", "x"), pi0::Error);
   EXPECT_THROW (pi0::config_from_json (R"({"chunk_size": 5,)", "x"), pi0::Error);
@@ -384,6 +481,82 @@ TEST (Model, CachedPrefixEqualsFullSequenceForward)
   }
 }
 
+/* pi0.5's suffix: no state token, the time through the norms; the cache rule and batching hold
+ * for it as for pi0 (the LeRobot goldens are in test_model_parity.cpp). */
+TEST (Model, Pi05SuffixCachedPrefixAndBatching)
+{
+  auto m = std::make_shared<pi0::Pi0Model> (pi0::config_by_name ("pi05-tiny"));
+  m->init_random (8);
+  const auto &c = m->config ();
+  c10::InferenceMode guard;
+  auto in = tiny_input (c, 12, 30);
+  in.image_masks[1] = false;
+  Batch b = batch_of (in);
+  at::Tensor suffix = m->embed_suffix (b.state, b.noise, at::full ({1}, 0.5f));
+  EXPECT_EQ (suffix.sizes (), (std::vector<int64_t>{1, c.horizon, c.expert.width}));
+  EXPECT_EQ (m->time_condition (at::full ({1}, 0.5f)).sizes (),
+             (std::vector<int64_t>{1, c.expert.width}));
+  auto prefix = m->embed_prefix (b.images, b.masks, b.tokens, b.token_mask);
+  auto cache = m->prefill (prefix);
+  for (float t : {1.0f, 0.4f}) {
+    at::Tensor tt = at::full ({1}, t);
+    at::Tensor cached = m->denoise_step (cache, b.state, b.noise, tt);
+    EXPECT_EQ (cached.sizes (), (std::vector<int64_t>{1, c.horizon, c.action_dim}));
+    EXPECT_LT (rel_err (cached, m->velocity_full_sequence (prefix, b.state, b.noise, tt)), 1e-5);
+    // The state tensor is not an input of pi0.5's suffix.
+    EXPECT_TRUE (at::equal (cached, m->denoise_step (cache, b.state * 0 + 3, b.noise, tt)));
+  }
+  // The time reaches the velocity only through the condition: t changes it.
+  EXPECT_GT (max_abs (m->denoise_step (cache, b.state, b.noise, at::full ({1}, 0.9f)),
+                      m->denoise_step (cache, b.state, b.noise, at::full ({1}, 0.2f))),
+             1e-4);
+  auto policy = pi0::make_pi0_policy (m, {});
+  auto in2 = tiny_input (c, 13, 20);
+  const std::vector<at::Tensor> both = policy->infer_batch ({in, in2});
+  EXPECT_LT (max_abs (both[0], policy->infer (in)), 1e-5);
+  EXPECT_LT (max_abs (both[1], policy->infer (in2)), 1e-5);
+  EXPECT_NE (policy->describe ().find ("pi05 native (pi05-tiny)"), std::string::npos)
+      << policy->describe ();
+  EXPECT_TRUE (policy->spec ().state_in_prompt);
+}
+
+TEST (ModelCheckpoint, Pi05SaveLoadAndTheWeightsDecideForOpenpisConfig)
+{
+  auto m = std::make_shared<pi0::Pi0Model> (pi0::config_by_name ("pi05-tiny"));
+  m->init_random (9);
+  TempDir dir;
+  pi0::save_pi0_model (*m, dir.path);
+  auto in = tiny_input (m->config (), 4);
+  const at::Tensor expect = pi0::make_pi0_policy (m, {})->infer (in);
+  EXPECT_TRUE (at::equal (pi0::load_policy (dir.path, {})->infer (in), expect));
+  // Our config.json without its type keys: what openpi's converter leaves out.
+  pi0::TensorMap t = pi0::load_safetensors (dir.path + "/model.safetensors");
+  EXPECT_EQ (pi0::model_kind_of (t), pi0::ModelKind::Pi05);
+  std::string json = m->config ().to_json ();
+  for (const char *k : {"  \"type\": \"pi05\",\n", "  \"pi05\": true,\n", "\"pi05\": true, "}) {
+    auto at = json.find (k);
+    if (at != std::string::npos)
+      json.erase (at, std::strlen (k));
+  }
+  ASSERT_EQ (json.find ("pi05\": true"), std::string::npos) << json;
+  std::ofstream (dir.path + "/config.json", std::ios::trunc) << json;
+  auto loaded = pi0::load_pi0_model (dir.path);
+  EXPECT_TRUE (loaded->config ().pi05);
+  EXPECT_TRUE (at::equal (pi0::make_pi0_policy (loaded, {})->infer (in), expect));
+  // A pi0 config over these weights is refused naming both sides.
+  pi0::Pi0Config as_pi0 = m->config ();
+  as_pi0.pi05 = false;
+  std::ofstream (dir.path + "/config.json", std::ios::trunc) << as_pi0.to_json ();
+  try {
+    pi0::load_pi0_model (dir.path);
+    ADD_FAILURE () << "loaded pi05 weights as pi0";
+  } catch (const pi0::Error &e) {
+    EXPECT_NE (std::string (e.what ()).find ("says the model is pi0, but the weights are pi05's"),
+               std::string::npos)
+        << e.what ();
+  }
+}
+
 TEST (Model, Pi0TokenLayoutAtFullLength)
 {
   // pi0's sequence geometry (224 px / patch 14 = 256 tokens per view, 816 prefix tokens, 8 heads
@@ -530,6 +703,36 @@ TEST (Model, Bf16KeepsNormsInFp32AndStaysClose)
   EXPECT_LT (rel_err (p16->infer (in), ref), 2e-2);
 }
 
+/* pi0.5 under bf16: the condition layers (`…layernorm.dense`) stay fp32 with the norms, as
+ * LeRobot keeps its norms, and the time MLP with the projections. */
+TEST (Model, Pi05Bf16KeepsTheConditionLayersInFp32AndStaysClose)
+{
+  auto make = [] {
+    auto m = std::make_shared<pi0::Pi0Model> (pi0::config_by_name ("pi05-tiny"));
+    m->init_random (5);
+    return m;
+  };
+  auto m32 = make (), m16 = make ();
+  auto in = tiny_input (m32->config (), 14, 40);
+  const at::Tensor ref = pi0::make_pi0_policy (m32, {})->infer (in);
+  pi0::PolicyOptions o;
+  o.dtype = at::kBFloat16;
+  auto p16 = pi0::make_pi0_policy (m16, o);
+  auto params = m16->named_parameters (true);
+  EXPECT_EQ (
+      params["paligemma_with_expert.gemma_expert.model.layers.0.mlp.up_proj.weight"].scalar_type (),
+      at::kBFloat16);
+  for (const char *k : {"paligemma_with_expert.gemma_expert.model.layers.0.input_layernorm.dense."
+                        "weight",
+                        "paligemma_with_expert.gemma_expert.model.norm.dense.bias",
+                        "time_mlp_in.weight", "time_mlp_out.bias"})
+    EXPECT_EQ (params[k].scalar_type (), at::kFloat) << k;
+  const at::Tensor a16 = p16->infer (in);
+  EXPECT_LT (rel_err (a16, ref), 2e-2);
+  m16->set_attention_impl (pi0::AttentionImpl::Sdpa);
+  EXPECT_LT (rel_err (p16->infer (in), ref), 2e-2);
+}
+
 TEST (Model, Fp16IsRefusedWithAReason)
 {
   auto m = tiny_model ();
@@ -655,7 +858,7 @@ TEST (ModelCheckpoint, ModelLevelBadCheckpoints)
     TempDir dir; // a config.json of another model type
     pi0::save_pi0_model (*m, dir.path);
     std::ofstream (dir.path + "/config.json", std::ios::trunc) << R"({"type": "pi05"})";
-    expect_error (dir.path, "not pi0");
+    expect_error (dir.path, "says the model is pi05, but the weights are pi0's");
   }
   {
     TempDir dir; // a missing tensor is named

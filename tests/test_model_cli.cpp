@@ -80,6 +80,21 @@ TEST (Pi0Model, InfoPrintsThePublishedPi0ParameterCount)
   EXPECT_TRUE (contains (r.out, "\nparameters: 3238048528\n")) << r.out;
   EXPECT_TRUE (contains (r.out, "width 1152, depth 27, mlp 4304, heads 16")) << r.out;
   EXPECT_TRUE (contains (r.out, "prefix length: 816")) << r.out;
+  EXPECT_TRUE (contains (r.out, "model type: pi0 (")) << r.out;
+}
+
+TEST (Pi0Model, InfoPrintsLeRobotsPi05ParameterCountAndWhatTheCheckpointsNormalizationIs)
+{
+  Result r = run_tool ("info --config pi05");
+  ASSERT_EQ (r.status, 0) << r.out;
+  EXPECT_TRUE (contains (r.out, "\nparameters: 3353433872\n")) << r.out; // LeRobot's PI05Pytorch
+  EXPECT_TRUE (contains (r.out, "model type: pi05 (adaRMSNorm time conditioning")) << r.out;
+  EXPECT_TRUE (contains (r.out, "prefix length: 968, suffix length: 50 (50 actions)")) << r.out;
+  // A checkpoint with no statistics says so; the pi0.5 goldens are such a one.
+  Result g = run_tool ("info --checkpoint " + source_root () + "/tests/parity/lerobot_pi05");
+  ASSERT_EQ (g.status, 0) << g.out;
+  EXPECT_TRUE (contains (g.out, "model type: pi05")) << g.out;
+  EXPECT_TRUE (contains (g.out, "normalization: no LeRobot processor files here")) << g.out;
 }
 
 TEST (Pi0Model, InitThenRunMatchesTheSameSeededWeights)

@@ -221,3 +221,49 @@ TEST (LeRobotGolden, ActionsAndPrefixCacheMatch)
   other.noise = in.noise.flip (0);
   EXPECT_FALSE (at::allclose (policy->infer (other), expect, 1e-2, 5e-3));
 }
+
+/* LeRobot 0.6.1's PI05Pytorch (tests/parity/make_lerobot_pi05_golden.py): pi0.5's suffix (no
+ * state token, adaRMSNorm time conditioning with non-zero condition layers, a 10-row chunk) from
+ * the same checkpoint loaded through the normal path. Controls: one token changed, and the
+ * condition layers zeroed, each reproduced and each moving the actions. */
+TEST (LeRobotGolden, Pi05ActionsMatchWithTheTimeConditioningAndControls)
+{
+  const std::string dir = source_root () + "/tests/parity/lerobot_pi05";
+  auto model = pi0::load_pi0_model (dir);
+  ASSERT_TRUE (model->config ().pi05);
+  ASSERT_EQ (model->config ().horizon, 10);
+  ASSERT_EQ (model->config ().suffix_len (), 10);
+  pi0::TensorMap io = pi0::load_safetensors (dir + "/io.safetensors");
+  pi0::PolicyInput in;
+  in.images = io.at ("images");
+  in.image_masks = io.at ("image_masks");
+  in.tokens = io.at ("tokens");
+  in.token_mask = io.at ("token_mask");
+  in.state = at::zeros ({32}); // pi0.5's model reads no state tensor (it is in the prompt)
+  in.noise = io.at ("noise");
+  auto policy = pi0::make_pi0_policy (model, {});
+  const at::Tensor actions = policy->infer (in);
+  const at::Tensor &expect = io.at ("actions");
+  EXPECT_LE (max_abs (actions, expect), 1e-5) << "max diff " << max_abs (actions, expect);
+  RecordProperty ("lerobot_pi05_actions_max_abs_diff", std::to_string (max_abs (actions, expect)));
+  // The state tensor does not reach pi0.5's actions.
+  pi0::PolicyInput with_state = in;
+  with_state.state = at::ones ({32});
+  EXPECT_TRUE (at::equal (policy->infer (with_state), actions));
+
+  pi0::PolicyInput changed = in;
+  changed.tokens = io.at ("tokens_changed");
+  const at::Tensor a_token = policy->infer (changed);
+  EXPECT_LE (max_abs (a_token, io.at ("actions_token_changed")), 1e-5);
+  EXPECT_GT (max_abs (a_token, expect), 1e-3) << "one token must move the actions";
+
+  {
+    at::NoGradGuard no_grad;
+    for (auto &p : model->named_parameters ())
+      if (p.key ().find (".dense.") != std::string::npos)
+        p.value ().zero_ ();
+  }
+  const at::Tensor a_plain = policy->infer (in);
+  EXPECT_LE (max_abs (a_plain, io.at ("actions_dense_zeroed")), 1e-5);
+  EXPECT_GT (max_abs (a_plain, expect), 1e-3) << "the time conditioning must move the actions";
+}

@@ -134,21 +134,29 @@ TEST (RtcRules, GuidanceWeightIsThePaperFormulaAtTauOneMinusT)
 
 /* ---- parity with LeRobot ---- */
 
-TEST (RtcLeRobotGolden, GuidedActionsMatchLeRobotRtc)
+namespace
 {
-  const std::string dir = source_root () + "/tests/parity/lerobot_pi0";
+
+/* The goldens of @dir (pi0's or pi0.5's): every case's mask, guidance weights and actions. */
+void
+check_rtc_goldens (const std::string &dir, const std::vector<const char *> &names)
+{
   auto model = pi0::load_pi0_model (dir);
   pi0::TensorMap io = pi0::load_safetensors (dir + "/io.safetensors");
   pi0::TensorMap g = pi0::load_safetensors (dir + "/rtc.safetensors");
-  Batch b{io.at ("images").unsqueeze (0), io.at ("image_masks").unsqueeze (0),
-          io.at ("tokens").unsqueeze (0), io.at ("token_mask").unsqueeze (0),
-          io.at ("state").unsqueeze (0),  io.at ("noise").unsqueeze (0)};
+  // pi0.5's goldens have no state tensor: its model reads none.
+  const at::Tensor state = io.count ("state") ? io.at ("state") : at::zeros ({32});
+  Batch b{io.at ("images").unsqueeze (0),
+          io.at ("image_masks").unsqueeze (0),
+          io.at ("tokens").unsqueeze (0),
+          io.at ("token_mask").unsqueeze (0),
+          state.unsqueeze (0),
+          io.at ("noise").unsqueeze (0)};
   c10::InferenceMode guard; // as the Policy runs it: the guided loop must turn autograd back on
   const at::Tensor unguided = plain (*model, b);
   const int64_t h = model->config ().horizon;
-  int cases = 0;
-  for (const char *name : {"identity_linear", "identity_exp_clamped", "identity_zeros",
-                           "identity_ones", "vjp_exp", "vjp_linear"}) {
+  size_t cases = 0;
+  for (const char *name : names) {
     SCOPED_TRACE (name);
     const std::string n (name);
     ASSERT_TRUE (g.count (n + ".actions")) << "golden case missing";
@@ -177,7 +185,7 @@ TEST (RtcLeRobotGolden, GuidedActionsMatchLeRobotRtc)
     EXPECT_LE (diff, 1e-5) << "max |ours - LeRobot|";
     char buf[32];
     std::snprintf (buf, sizeof buf, "%.3g", diff);
-    RecordProperty (n + "_max_abs_diff", buf);
+    testing::Test::RecordProperty (n + "_max_abs_diff", buf);
     // Not vacuous: guidance moved the actions far from the plain ones, and the other Jacobian
     // mode does not reproduce them.
     EXPECT_GT (max_abs (expect, unguided), 0.5);
@@ -187,7 +195,24 @@ TEST (RtcLeRobotGolden, GuidedActionsMatchLeRobotRtc)
                1e-3);
     cases++;
   }
-  EXPECT_EQ (cases, 6);
+  EXPECT_EQ (cases, names.size ());
+}
+
+} // namespace
+
+TEST (RtcLeRobotGolden, GuidedActionsMatchLeRobotRtc)
+{
+  check_rtc_goldens (source_root () + "/tests/parity/lerobot_pi0",
+                     {"identity_linear", "identity_exp_clamped", "identity_zeros", "identity_ones",
+                      "vjp_exp", "vjp_linear"});
+}
+
+/* LeRobot offers RTC for pi0.5 too (policies/rtc/modeling_rtc.py): the same guidance through the
+ * adaRMSNorm suffix (tests/parity/make_lerobot_pi05_rtc_golden.py). */
+TEST (RtcLeRobotGolden, GuidedPi05ActionsMatchLeRobotRtc)
+{
+  check_rtc_goldens (source_root () + "/tests/parity/lerobot_pi05",
+                     {"identity_linear", "identity_exp_clamped", "vjp_exp", "vjp_linear"});
 }
 
 /* ---- properties on pi0-tiny ---- */

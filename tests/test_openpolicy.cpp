@@ -303,7 +303,8 @@ TEST (OpenPolicy, EachFailureHasItsKindAndAMessageNamingTheCulprit)
   const pi0::OpenOptions o = cpu_options ();
   expect_open_error ("", o, K::Settings, {"No model"});
   expect_open_error ("builtin:pi0-huge", o, K::NotFound,
-                     {"the builtins are builtin:pi0-tiny and builtin:pi0"});
+                     {"the builtins are builtin:pi0-tiny, builtin:pi0, builtin:pi05-tiny and "
+                      "builtin:pi05"});
   expect_open_error (dir.path + "/nothing", o, K::NotFound, {dir.path + "/nothing"});
   std::ofstream (dir.path + "/weights.bin") << "x";
   expect_open_error (dir.path + "/weights.bin", o, K::Settings, {"neither a checkpoint"});
@@ -360,4 +361,40 @@ TEST (OpenPolicy, WarmupRunsABrokenTorchScriptPolicyWhenItsSizesAreKnown)
   auto unknown = pi0::open_policy (scripted (dir.path + "/unknown.pt", {}, true), o);
   EXPECT_FALSE (unknown->warmup ());
   EXPECT_THROW (unknown->infer (request (1, "x", 0.f)), pi0::Error);
+}
+
+/* builtin:pi05-tiny through open_policy: the normalized state reaches the model only as prompt
+ * bins, so a change inside one bin changes nothing and a change of one bin changes the chunk;
+ * a pi0.5 request without a state is refused, not sent with a made-up one. */
+TEST (OpenPolicy, Pi05PutsTheStateIntoThePromptAsBins)
+{
+  PI0_REQUIRE_SENTENCEPIECE ();
+  auto p = pi0::open_policy ("builtin:pi05-tiny", cpu_options ());
+  EXPECT_EQ (p->prompt_length (), 200);
+  EXPECT_TRUE (p->spec ().state_in_prompt);
+  EXPECT_EQ (p->spec ().model_type, "pi05");
+  EXPECT_NE (p->describe ().find ("pi05 native"), std::string::npos) << p->describe ();
+  EXPECT_TRUE (p->warmup ());
+  // Bin 128 holds [0, 1/128): 0.001 and 0.006 share it, 0.01 is the next one.
+  const at::Tensor a = p->infer (request (5, "pick up the cube", 0.001f)).actions;
+  EXPECT_EQ (a.sizes (), (std::vector<int64_t>{50, 32}));
+  EXPECT_TRUE (at::equal (p->infer (request (5, "pick up the cube", 0.006f)).actions, a));
+  EXPECT_GT (max_abs (p->infer (request (5, "pick up the cube", 0.01f)).actions, a), 1e-4);
+  EXPECT_GT (max_abs (p->infer (request (5, "put down the cube", 0.001f)).actions, a), 1e-4);
+  // A batch: each request its own prompt and state, as alone.
+  auto batch =
+      p->infer ({request (5, "pick up the cube", 0.01f), request (5, "pick up the cube", 0.001f)});
+  EXPECT_LT (max_abs (batch[1].actions, a), 1e-5);
+  pi0::Request none = request (5, "pick up the cube", 0.0f);
+  none.state = at::Tensor ();
+  try {
+    p->infer (none);
+    ADD_FAILURE () << "a pi05 request without a state ran";
+  } catch (const pi0::Error &e) {
+    EXPECT_NE (std::string (e.what ()).find ("reads the robot state through its prompt"),
+               std::string::npos)
+        << e.what ();
+  }
+  pi0::Request nan = request (5, "pick up the cube", std::nanf (""));
+  EXPECT_THROW (p->infer (nan), pi0::Error);
 }

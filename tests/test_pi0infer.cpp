@@ -261,8 +261,10 @@ TEST (Pi0Infer, MissingOrCorruptModelNamesTheFile)
   {
     MessagePtr m = start_error (make_infer ("builtin:pi0-huge"));
     ASSERT_NE (m, nullptr);
-    EXPECT_NE (message_text (m.get ()).find ("the builtins are builtin:pi0-tiny and builtin:pi0"),
-               std::string::npos);
+    EXPECT_NE (message_text (m.get ()).find ("the builtins are builtin:pi0-tiny, builtin:pi0, "
+                                             "builtin:pi05-tiny and builtin:pi05"),
+               std::string::npos)
+        << message_text (m.get ());
   }
   {
     MessagePtr m =
@@ -387,6 +389,30 @@ TEST (Pi0Infer, MissingOrStaleStateGivesNoActions)
 
   g_object_set (inf.element.get (), "require-state", FALSE, nullptr);
   EXPECT_FALSE (inf.run (make_observation (4, 2, 3, TINY, -1, 0, true)).empty ());
+}
+
+/* pi0.5 reads the state through its prompt (OpenPolicy.Pi05PutsTheStateIntoThePromptAsBins
+ * holds the bins): an observation without a state gets no actions (one warning) even with
+ * require-state=false, instead of a made-up state in its prompt. */
+TEST (Pi0Infer, Pi05TinyRunsAndNeverMakesUpAState)
+{
+  Infer inf (make_infer ("builtin:pi05-tiny", "action-dims", 7, "require-state", FALSE,
+                         "instruction", "pick up the cube", nullptr));
+  GstPi0ActionMeta am;
+  std::vector<float> a = inf.run (make_observation (1, 2), &am);
+  ASSERT_EQ (a.size (), 50u * 7u);
+  EXPECT_TRUE (am.flags & GST_PI0_ACTION_FLAG_UNTRAINED);
+  for (float x : a)
+    ASSERT_TRUE (std::isfinite (x));
+  EXPECT_TRUE (inf.run (make_observation (2, 2, 3, TINY, -1, 0, true)).empty ());
+  auto w = pop_message (inf.bus.get (), GST_MESSAGE_WARNING);
+  ASSERT_NE (w, nullptr);
+  EXPECT_NE (message_text (w.get ()).find ("reads the state in its prompt"), std::string::npos)
+      << message_text (w.get ());
+  gchar *id = nullptr;
+  g_object_get (inf.element.get (), "model-id", &id, nullptr);
+  EXPECT_NE (std::string (id ? id : "").find ("builtin:pi05-tiny"), std::string::npos);
+  g_free (id);
 }
 
 TEST (Pi0Infer, ObservationWithoutTensorIsAStreamFormatError)

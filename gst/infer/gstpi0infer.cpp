@@ -209,15 +209,18 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
    * GstPi0Infer:model:
    *
    * The policy: a checkpoint directory (config.json + model.safetensors, openpi-PyTorch or
-   * LeRobot layout), a model.safetensors file, a TorchScript file (.pt, .ts, .torchscript), or
-   * `builtin:pi0-tiny` (a seeded demo model with random weights) or `builtin:pi0` (full size,
-   * random weights: for benchmarks). Required.
+   * LeRobot layout, pi0 or pi0.5: the checkpoint says which), a model.safetensors file, a
+   * TorchScript file (.pt, .ts, .torchscript), or `builtin:pi0-tiny` / `builtin:pi05-tiny`
+   * (seeded demo models with random weights) or `builtin:pi0` / `builtin:pi05` (full size,
+   * random weights: for benchmarks). A pi0.5 model reads the state through its prompt: it
+   * needs a state on every observation. Required.
    */
   install (PROP_MODEL, g_param_spec_string (
                            "model", "Model",
-                           "Checkpoint directory, model.safetensors, TorchScript file, or "
-                           "builtin:pi0-tiny (untrained demo) or builtin:pi0 (full size, random "
-                           "weights, for benchmarks). Required",
+                           "Checkpoint directory (pi0 or pi0.5), model.safetensors, TorchScript "
+                           "file, or builtin:pi0-tiny / builtin:pi05-tiny (untrained demos) or "
+                           "builtin:pi0 / builtin:pi05 (full size, random weights, for "
+                           "benchmarks). Required",
                            DEFAULT_MODEL, GST_PI0_PARAM_READY));
   install (
       PROP_TOKENIZER,
@@ -238,12 +241,17 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
   install (
       PROP_NORM_STATS,
       g_param_spec_string ("norm-stats", "Norm stats",
-                           "openpi norm_stats.json (or a directory holding it): normalizes the "
-                           "state and unnormalizes the actions; default: none (identity)",
+                           "openpi norm_stats.json (or a directory holding it), or a directory "
+                           "with LeRobot's processor files: normalizes the state and "
+                           "unnormalizes the actions; default: the checkpoint's own LeRobot "
+                           "processor files if it has them, else none (identity)",
                            DEFAULT_NORM_STATS, GST_PI0_PARAM_READY));
   install (PROP_NORM_MODE,
-           g_param_spec_enum ("norm-mode", "Norm mode", "How norm-stats are applied",
-                              GST_TYPE_PI0_INFER_NORM_MODE, DEFAULT_NORM_MODE, GST_PI0_PARAM_READY));
+           g_param_spec_enum ("norm-mode", "Norm mode",
+                              "How openpi norm-stats are applied (pi0: zscore, pi05: quantile); "
+                              "LeRobot's processor files name their own",
+                              GST_TYPE_PI0_INFER_NORM_MODE, DEFAULT_NORM_MODE,
+                              GST_PI0_PARAM_READY));
   install (PROP_ACTION_DIMS,
            g_param_spec_int ("action-dims", "Action dims",
                              "The robot's native action dimensions kept from the model's padded "
@@ -348,14 +356,14 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
    * stats as openpi applies them (the state before normalization, the actions after): `aloha`
    * (pi0_aloha, pi0_aloha_towel, pi0_aloha_tupperware, pi0_aloha_pen_uncap: pi's joint signs and
    * gripper angles, delta joint actions), `aloha_sim` (pi0_aloha_sim: the same with absolute
-   * actions), `libero` (pi0_libero: delta arm actions, 7 dims), `droid` (pi0_droid: 8 dims) or
-   * `none`. An openpi checkpoint without its transforms makes wrong actions. With transforms,
+   * actions), `libero` (pi0_libero: delta arm actions, 7 dims), `libero_absolute` (pi05_libero:
+   * absolute, 7 dims), `droid` (pi0_droid, pi05_droid: 8 dims) or `none`. An openpi checkpoint without its transforms makes wrong actions. With transforms,
    * #GstPi0Infer:action-dims is theirs. Unknown names fail at start (docs/checkpoints.md).
    */
   install (PROP_TRANSFORMS,
            g_param_spec_string ("transforms", "Transforms",
                                 "openpi's robot transforms of the checkpoint: aloha, aloha_sim, "
-                                "libero, droid or none",
+                                "libero, libero_absolute, droid or none",
                                 DEFAULT_TRANSFORMS, GST_PI0_PARAM_READY));
   install (PROP_MODEL_ID,
            g_param_spec_string ("model-id", "Model id",

@@ -190,7 +190,7 @@ Runner::open (const Settings &s, Notices &n)
     stats_.warmup_ms = warm_ms;
     model_id_ = policy->model_id ();
   }
-  warned_no_state_ = warned_truncated_ = warned_rtc_unsupported_ = false;
+  warned_no_state_ = warned_truncated_ = warned_rtc_unsupported_ = warned_state_ignored_ = false;
   warned_execution_horizon_ = 0;
   rtc_.reset ();
   policy_ = std::move (policy);
@@ -201,7 +201,7 @@ void
 Runner::close ()
 {
   policy_.reset ();
-  warned_no_state_ = warned_truncated_ = warned_rtc_unsupported_ = false;
+  warned_no_state_ = warned_truncated_ = warned_rtc_unsupported_ = warned_state_ignored_ = false;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -331,6 +331,30 @@ Runner::prepare (GstBuffer *buf, const Settings &s, GstClockTime now, Prepared *
                        om->sequence, state ? "a stale" : "no"));
     }
     return GST_FLOW_OK;
+  }
+  /* pi0.5 reads the state as prompt bins: a made-up (zero) state would be a wrong prompt, not a
+   * neutral one, so require-state=false does not apply to it. */
+  if ((!state || stale) && spec.state_in_prompt) {
+    {
+      std::lock_guard<std::mutex> lk (stats_lock_);
+      stats_.skipped_state++;
+    }
+    if (!warned_no_state_) {
+      warned_no_state_ = true;
+      n.warning (GST_STREAM_ERROR, GST_STREAM_ERROR_FAILED,
+                 strf ("Observation %" G_GUINT64_FORMAT " has %s robot state, and this %s model "
+                       "reads the state in its prompt: no actions for it (require-state=false "
+                       "does not make up a state for it).",
+                       om->sequence, state ? "a stale" : "no", spec.model_type.c_str ()));
+    }
+    return GST_FLOW_OK;
+  }
+  if (state && !spec.reads_state && !warned_state_ignored_) {
+    warned_state_ignored_ = true;
+    n.warning (GST_STREAM_ERROR, GST_STREAM_ERROR_FAILED,
+               "The robot state is connected, but this checkpoint reads no state (a pi05 model "
+               "with discrete_state_input false, as openpi's pi05_libero): it is ignored.",
+               policy->describe ());
   }
   if (spec.state_dim > 0 && (int)state_dim > spec.state_dim) {
     n.error (GST_CORE_ERROR, GST_CORE_ERROR_NEGOTIATION,

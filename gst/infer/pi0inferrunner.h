@@ -152,6 +152,7 @@ private:
   std::unique_ptr<pi0::OpenedPolicy> policy_;
   pi0::RtcTracker rtc_;
   bool warned_no_state_ = false, warned_truncated_ = false, warned_rtc_unsupported_ = false;
+  bool warned_state_ignored_ = false;  /* a state on a model that reads none (said once) */
   guint warned_execution_horizon_ = 0; /* the value last warned about (0: none) */
 
   mutable std::mutex stats_lock_;

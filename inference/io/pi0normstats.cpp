@@ -116,6 +116,83 @@ padded_zscore (const NormVectors &nv, int64_t width, const torch::Device &dev)
   return {mean.to (dev), sd.to (dev)};
 }
 
+/* The per-dim statistics a mode reads, cut to @d dims: (lo, range) for the [-1, 1] modes,
+ * (mean, std) for z-score. */
+struct Affine {
+  torch::Tensor lo, range, mean, std;
+};
+
+Affine
+affine_of (const NormVectors &nv, NormMode mode, int64_t d, const std::string &source,
+           const char *key)
+{
+  auto cut = [&] (const torch::Tensor &t) {
+    return t.slice (0, 0, d);
+  };
+  auto need = [&] (const std::optional<torch::Tensor> &a, const std::optional<torch::Tensor> &b,
+                   const char *names) {
+    if (!a || !b)
+      throw Error (source + ": " + norm_mode_name (mode) + " normalization needs " + names +
+                   " for \"" + key + "\", which this file does not have");
+  };
+  Affine f;
+  switch (mode) {
+    case NormMode::ZScore:
+      f.mean = cut (nv.mean);
+      f.std = cut (nv.std);
+      break;
+    case NormMode::Quantile:
+      require_quantiles (nv, source, key);
+      f.lo = cut (*nv.q01);
+      f.range = cut (*nv.q99) - f.lo;
+      break;
+    case NormMode::MinMax:
+      need (nv.min, nv.max, "\"min\" and \"max\"");
+      f.lo = cut (*nv.min);
+      f.range = cut (*nv.max) - f.lo;
+      break;
+    case NormMode::Quantile10:
+      need (nv.q10, nv.q90, "\"q10\" and \"q90\"");
+      f.lo = cut (*nv.q10);
+      f.range = cut (*nv.q90) - f.lo;
+      break;
+    case NormMode::Identity:
+      break;
+  }
+  return f;
+}
+
+/* LeRobot's _NormalizationMixin._apply_transform, in float32 and in its order of operations (the
+ * statistics are float32 in its files, held here widened exactly). */
+torch::Tensor
+lerobot_transform (const torch::Tensor &x_in, NormMode mode, const Affine &f, double eps,
+                   bool inverse)
+{
+  const torch::Tensor x = x_in.to (torch::kFloat32);
+  const auto dev = x.device ();
+  auto f32 = [&] (const torch::Tensor &t) {
+    return t.to (dev, torch::kFloat32);
+  };
+  if (mode == NormMode::Identity)
+    return x;
+  if (mode == NormMode::ZScore)
+    return inverse ? x * f32 (f.std) + f32 (f.mean) : (x - f32 (f.mean)) / (f32 (f.std) + eps);
+  torch::Tensor range = f32 (f.range);
+  range = torch::where (range == 0, torch::full_like (range, eps), range);
+  const torch::Tensor lo = f32 (f.lo);
+  if (mode == NormMode::MinMax)
+    return inverse ? (x + 1) / 2 * range + lo : 2 * (x - lo) / range - 1;
+  return inverse ? (x + 1.0) * range / 2.0 + lo : 2.0 * (x - lo) / range - 1.0;
+}
+
+void
+require_openpi_mode (NormMode mode, const std::string &source)
+{
+  if (mode == NormMode::MinMax || mode == NormMode::Quantile10)
+    throw Error (source + ": " + norm_mode_name (mode) +
+                 " normalization is LeRobot's; openpi's norm stats have zscore and quantile");
+}
+
 } // namespace
 
 NormMode
@@ -131,7 +208,19 @@ norm_mode_from_string (const std::string &name)
 const char *
 norm_mode_name (NormMode mode)
 {
-  return mode == NormMode::ZScore ? "zscore" : "quantile";
+  switch (mode) {
+    case NormMode::ZScore:
+      return "zscore";
+    case NormMode::Quantile:
+      return "quantile";
+    case NormMode::MinMax:
+      return "min-max";
+    case NormMode::Quantile10:
+      return "quantile10";
+    case NormMode::Identity:
+      break;
+  }
+  return "identity";
 }
 
 NormStats
@@ -139,8 +228,11 @@ NormStats::load (const std::string &path)
 {
   std::string file = path;
   struct stat st;
-  if (::stat (path.c_str (), &st) == 0 && S_ISDIR (st.st_mode))
+  if (::stat (path.c_str (), &st) == 0 && S_ISDIR (st.st_mode)) {
     file = path + "/norm_stats.json";
+    if (::stat (file.c_str (), &st) != 0 && has_lerobot_processors (path))
+      return load_lerobot_processors (path).stats;
+  }
   std::string text, err;
   if (!read_regular_file (file, kMaxConfigFileBytes, &text, &err))
     throw Error ("cannot read norm stats " + err);
@@ -175,6 +267,12 @@ NormStats::normalize_state (const torch::Tensor &state, NormMode mode) const
     throw Error (source_ + ": the state has " + std::to_string (d) +
                  " dims but the norm stats for \"state\" have " + std::to_string (state_.dim ()) +
                  " (normalize before padding to the model's dims)");
+  if (rule_ == NormRule::LeRobot)
+    return lerobot_transform (state, mode, affine_of (state_, mode, d, source_, "state"), eps_,
+                              false);
+  require_openpi_mode (mode, source_);
+  if (mode == NormMode::Identity)
+    return state.to (result_dtype (state));
   const auto dev = state.device ();
   const auto cut = [&] (const torch::Tensor &t) {
     return t.slice (0, 0, d).to (dev);
@@ -192,7 +290,8 @@ NormStats::normalize_state (const torch::Tensor &state, NormMode mode) const
 }
 
 torch::Tensor
-NormStats::unnormalize_actions (const torch::Tensor &actions, NormMode mode, int native_dims) const
+NormStats::unnormalize_actions (const torch::Tensor &actions, NormMode mode, int native_dims,
+                                torch::ScalarType model_dtype) const
 {
   if (!actions.defined () || actions.dim () < 1 || actions.size (-1) < 1)
     throw Error (source_ + ": the actions to unnormalize must have at least one dimension");
@@ -204,6 +303,17 @@ NormStats::unnormalize_actions (const torch::Tensor &actions, NormMode mode, int
   if (native_dims < 1 || native_dims > a)
     throw Error (source_ + ": native action dims " + std::to_string (native_dims) + " outside 1.." +
                  std::to_string (a));
+  if (rule_ == NormRule::LeRobot) {
+    // LeRobot cuts the model's padded dims to the robot's first, then unnormalizes those.
+    torch::Tensor y = actions.slice (-1, 0, native_dims).to (torch::kFloat32).clone ();
+    const int64_t n = std::min<int64_t> (s, native_dims);
+    y.slice (-1, 0, n).copy_ (lerobot_transform (
+        y.slice (-1, 0, n), mode, affine_of (actions_, mode, n, source_, "actions"), eps_, true));
+    return y.contiguous ();
+  }
+  require_openpi_mode (mode, source_);
+  if (mode == NormMode::Identity)
+    return actions.slice (-1, 0, native_dims).contiguous ().to (result_dtype (actions));
   const auto dev = actions.device ();
   const torch::Tensor x = actions.to (torch::kFloat64);
   torch::Tensor y;
@@ -214,7 +324,11 @@ NormStats::unnormalize_actions (const torch::Tensor &actions, NormMode mode, int
     require_quantiles (actions_, source_, "actions");
     const auto q01 = actions_.q01->to (dev), q99 = actions_.q99->to (dev);
     y = x.clone ();
-    y.slice (-1, 0, s).copy_ ((x.slice (-1, 0, s) + 1.0) / 2.0 * (q99 - q01 + kEps) + q01);
+    // numpy computes (x + 1.0) / 2.0 in the model output's dtype (a float32 array and a
+    // Python float), and only the product with the float64 range in float64: so here too.
+    const torch::Tensor half =
+        (x.slice (-1, 0, s) + 1.0).to (model_dtype).to (torch::kFloat64) / 2.0;
+    y.slice (-1, 0, s).copy_ (half * (q99 - q01 + kEps) + q01);
   }
   return y.slice (-1, 0, native_dims).contiguous ().to (result_dtype (actions));
 }
@@ -226,6 +340,15 @@ NormStats::normalize_actions (const torch::Tensor &actions, NormMode mode) const
     throw Error (source_ + ": the actions to normalize must have at least one dimension");
   const int64_t a = actions.size (-1);
   const int64_t s = std::min<int64_t> (actions_.dim (), a);
+  if (rule_ == NormRule::LeRobot) { // the normalizer's forward formula, as for the state
+    torch::Tensor y = actions.to (torch::kFloat32).clone ();
+    y.slice (-1, 0, s).copy_ (lerobot_transform (
+        y.slice (-1, 0, s), mode, affine_of (actions_, mode, s, source_, "actions"), eps_, false));
+    return y;
+  }
+  require_openpi_mode (mode, source_);
+  if (mode == NormMode::Identity)
+    return actions.to (result_dtype (actions));
   const auto dev = actions.device ();
   const torch::Tensor x = actions.to (torch::kFloat64);
   torch::Tensor y;

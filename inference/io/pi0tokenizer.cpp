@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 
 #include <sys/stat.h>
@@ -268,17 +269,13 @@ Tokenizer::bos_id () const
 
 #endif
 
-Tokens
-Tokenizer::encode_prompt (const std::string &prompt, int max_len) const
+namespace
 {
-  if (max_len < 1)
-    throw Error ("tokenizer max_len must be at least 1, got " + std::to_string (max_len));
-  std::vector<int64_t> ids{bos_id ()};
-  const auto text = encode (clean_prompt (prompt));
-  const auto answer = encode ("\n");
-  ids.insert (ids.end (), text.begin (), text.end ());
-  ids.insert (ids.end (), answer.begin (), answer.end ());
 
+/* BOS + ids, cut to max_len or right-padded with 0, with the mask. */
+Tokens
+padded (std::vector<int64_t> ids, int max_len)
+{
   Tokens out;
   out.truncated = ids.size () > static_cast<size_t> (max_len);
   out.n_real = static_cast<int> (std::min (ids.size (), static_cast<size_t> (max_len)));
@@ -291,6 +288,77 @@ Tokenizer::encode_prompt (const std::string &prompt, int max_len) const
     m[i] = true;
   }
   return out;
+}
+
+} // namespace
+
+Tokens
+Tokenizer::encode_prompt (const std::string &prompt, int max_len) const
+{
+  if (max_len < 1)
+    throw Error ("tokenizer max_len must be at least 1, got " + std::to_string (max_len));
+  std::vector<int64_t> ids{bos_id ()};
+  const auto text = encode (clean_prompt (prompt));
+  const auto answer = encode ("\n");
+  ids.insert (ids.end (), text.begin (), text.end ());
+  ids.insert (ids.end (), answer.begin (), answer.end ());
+  return padded (std::move (ids), max_len);
+}
+
+Tokens
+Tokenizer::encode_lerobot_pi0_prompt (const std::string &prompt, int max_len) const
+{
+  if (max_len < 1)
+    throw Error ("tokenizer max_len must be at least 1, got " + std::to_string (max_len));
+  const bool has_newline = !prompt.empty () && prompt.back () == '\n';
+  std::vector<int64_t> ids{bos_id ()};
+  const auto text = encode (has_newline ? prompt : prompt + "\n");
+  ids.insert (ids.end (), text.begin (), text.end ());
+  return padded (std::move (ids), max_len);
+}
+
+std::vector<int>
+Tokenizer::state_bins (const std::vector<double> &normalized)
+{
+  std::vector<int> bins;
+  bins.reserve (normalized.size ());
+  for (size_t i = 0; i < normalized.size (); i++) {
+    const double x = normalized[i];
+    if (!std::isfinite (x))
+      throw Error ("state dim " + std::to_string (i) + " is " + std::to_string (x) +
+                   " after normalization: it cannot be put into the prompt");
+    // np.digitize(x, linspace(-1, 1, 257)[:-1]) - 1: the number of edges -1 + k/128 (k < 256,
+    // exact in binary) at or below x, minus one. Below -1 gives -1, from 1 - 1/128 on 255.
+    int below = 0;
+    if (x >= -1.0)
+      below = static_cast<int> (std::min (256.0, std::floor ((x + 1.0) * 128.0) + 1.0));
+    // (x + 1) * 128 can round up onto an edge that x is below: step back where it did.
+    while (below > 0 && -1.0 + (below - 1) / 128.0 > x)
+      below--;
+    bins.push_back (below - 1);
+  }
+  return bins;
+}
+
+std::string
+Tokenizer::pi05_prompt (const std::string &prompt, const std::vector<int> &state_bins)
+{
+  std::string state;
+  for (size_t i = 0; i < state_bins.size (); i++)
+    state += (i ? " " : "") + std::to_string (state_bins[i]);
+  return "Task: " + clean_prompt (prompt) + ", State: " + state + ";\nAction: ";
+}
+
+Tokens
+Tokenizer::encode_pi05_prompt (const std::string &prompt, const std::vector<int> &state_bins,
+                               int max_len) const
+{
+  if (max_len < 1)
+    throw Error ("tokenizer max_len must be at least 1, got " + std::to_string (max_len));
+  std::vector<int64_t> ids{bos_id ()};
+  const auto text = encode (pi05_prompt (prompt, state_bins));
+  ids.insert (ids.end (), text.begin (), text.end ());
+  return padded (std::move (ids), max_len);
 }
 
 } // namespace pi0

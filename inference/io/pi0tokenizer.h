@@ -1,4 +1,4 @@
-// The PaliGemma SentencePiece tokenizer with openpi's Pi0 prompt format.
+// The PaliGemma SentencePiece tokenizer with openpi's Pi0 and pi0.5 prompt formats.
 #pragma once
 
 #include <memory>
@@ -35,6 +35,21 @@ public:
   // token), cut to max_len or right-padded with 0. Throws pi0::Error on invalid UTF-8 or
   // max_len < 1.
   Tokens encode_prompt (const std::string &prompt, int max_len = 48) const;
+
+  // openpi's PaligemmaTokenizer with a state (pi0.5): BOS + the tokens of
+  // pi05_prompt(prompt, state_bins), cut to max_len or right-padded with 0 (no separate "\n").
+  Tokens encode_pi05_prompt (const std::string &prompt, const std::vector<int> &state_bins,
+                             int max_len = 200) const;
+  // LeRobot's pi0 (Pi0NewLineProcessor + its tokenizer step): BOS + the tokens of the prompt as
+  // given, with "\n" appended unless it ends with one, as one text (no cleaning, unlike
+  // openpi's format, which tokenizes the cleaned prompt and "\n" apart).
+  Tokens encode_lerobot_pi0_prompt (const std::string &prompt, int max_len = 48) const;
+  // "Task: {clean_prompt(prompt)}, State: {bins joined by spaces};\nAction: ".
+  static std::string pi05_prompt (const std::string &prompt, const std::vector<int> &state_bins);
+  // openpi's 256 state bins, np.digitize(x, np.linspace(-1, 1, 257)[:-1]) - 1, of a normalized
+  // state: no clipping, so a value below -1 gives -1 and one from 1 - 1/128 on gives 255.
+  // Throws pi0::Error on NaN or infinity (numpy would bin NaN as 255).
+  static std::vector<int> state_bins (const std::vector<double> &normalized);
 
   // Plain SentencePiece encoding, no BOS, no cleaning.
   std::vector<int64_t> encode (const std::string &text) const;

@@ -37,6 +37,21 @@ parent_dir (const std::string &file)
 
 } // namespace
 
+ModelKind
+model_kind_of (const TensorMap &tensors)
+{
+  bool pi0 = false, pi05 = false;
+  for (const auto &kv : tensors) {
+    const std::string &k = kv.first;
+    const std::string name = k.rfind ("model.", 0) == 0 ? k.substr (6) : k; // LeRobot's prefix
+    if (name == "time_mlp_in.weight")
+      pi05 = true;
+    else if (name == "state_proj.weight" || name == "action_time_mlp_in.weight")
+      pi0 = true;
+  }
+  return pi0 == pi05 ? ModelKind::Unknown : pi05 ? ModelKind::Pi05 : ModelKind::Pi0;
+}
+
 std::shared_ptr<Pi0Model>
 load_pi0_model (const std::string &path, int num_steps)
 {
@@ -49,12 +64,13 @@ load_pi0_model (const std::string &path, int num_steps)
   if (!exists (config_path))
     throw Error ("checkpoint '" + weights + "' has no config.json next to it (" + config_path +
                  "): the architecture cannot be known");
-  Pi0Config cfg = config_from_json_file (config_path);
+  // The file first (memory-mapped, validated): a corrupt one fails before gigabytes of
+  // parameters are allocated. Its key names say pi0 or pi0.5, which openpi's converter does not
+  // write into config.json.
+  TensorMap tensors = load_safetensors (weights);
+  Pi0Config cfg = config_from_json_file (config_path, model_kind_of (tensors));
   if (num_steps > 0)
     cfg.num_steps = num_steps;
-  // The file first (memory-mapped, validated): a corrupt one fails before gigabytes of
-  // parameters are allocated.
-  TensorMap tensors = load_safetensors (weights);
   // The architecture against the file before the module tree is built from it: a config.json
   // that describes far more parameters than the file holds (a wrong config, or a hostile one)
   // fails here, in milliseconds, not after its parameters are allocated.

@@ -127,12 +127,20 @@ json_string (const std::string &v)
   return out + "\"";
 }
 
+/* One RMSNorm: a scale vector, or (adaptive, pi05's action expert) a Dense from the condition
+ * (width wide) to scale, shift and gate. */
 int64_t
-gemma_layer_params (const GemmaConfig &g)
+norm_params (int64_t w, bool adaptive)
+{
+  return adaptive ? w * 3 * w + 3 * w : w;
+}
+
+int64_t
+gemma_layer_params (const GemmaConfig &g, bool adaptive = false)
 {
   int64_t w = g.width, qd = int64_t (g.num_heads) * g.head_dim,
           kvd = int64_t (g.num_kv_heads) * g.head_dim;
-  return w * qd + 2 * w * kvd + qd * w + 3 * w * g.mlp_dim + 2 * w;
+  return w * qd + 2 * w * kvd + qd * w + 3 * w * g.mlp_dim + 2 * norm_params (w, adaptive);
 }
 
 } // namespace
@@ -211,10 +219,13 @@ Pi0Config::param_counts () const
   c.vision = (vw * 3 * p * p + vw) + int64_t (vision.num_patches ()) * vw + vision.depth * vlayer +
              2 * vw + (vw * text.width + text.width);
   c.text = int64_t (vocab_size) * text.width + text.depth * gemma_layer_params (text) + text.width;
-  c.expert = expert.depth * gemma_layer_params (expert) + expert.width;
+  c.expert = expert.depth * gemma_layer_params (expert, pi05) + norm_params (expert.width, pi05);
   const int64_t ew = expert.width;
-  c.heads = (int64_t (action_dim) * ew + ew) + (ew * action_dim + action_dim) +
-            (int64_t (state_dim) * ew + ew) + (2 * ew * ew + ew) + (ew * ew + ew);
+  c.heads = (int64_t (action_dim) * ew + ew) + (ew * action_dim + action_dim);
+  if (pi05) // time_mlp_in, time_mlp_out
+    c.heads += 2 * (ew * ew + ew);
+  else // state_proj, action_time_mlp_in, action_time_mlp_out
+    c.heads += (int64_t (state_dim) * ew + ew) + (2 * ew * ew + ew) + (ew * ew + ew);
   return c;
 }
 
@@ -228,6 +239,12 @@ Pi0Config::describe () const
        << g.head_dim << "\n";
   };
   os << "config: " << name << "\n";
+  os << "model type: " << type_name ()
+     << (pi05 ? (discrete_state_input ? " (adaRMSNorm time conditioning, state as 256 bins in "
+                                        "the prompt)"
+                                      : " (adaRMSNorm time conditioning, no state input)")
+              : " (state token and action time MLP in the suffix)")
+     << "\n";
   os << "vision (SigLIP): image " << vision.image_size << "x" << vision.image_size << ", patch "
      << vision.patch_size << " (" << vision.num_patches () << " tokens/view), width "
      << vision.width << ", depth " << vision.depth << ", mlp " << vision.mlp_dim << ", heads "
@@ -236,7 +253,8 @@ Pi0Config::describe () const
   gemma ("action expert (Gemma)", expert);
   os << "vocab: " << vocab_size << "\n";
   os << "views: " << num_views << ", tokens: " << max_tokens << ", prefix length: " << prefix_len ()
-     << ", suffix length: " << suffix_len () << " (state + " << horizon << " actions)\n";
+     << ", suffix length: " << suffix_len () << (pi05 ? " (" : " (state + ") << horizon
+     << " actions)\n";
   os << "state dim: " << state_dim << ", action dim: " << action_dim << ", horizon: " << horizon
      << ", denoising steps: " << num_steps << "\n";
   auto pc = param_counts ();
@@ -251,7 +269,10 @@ Pi0Config::to_json () const
   std::ostringstream os;
   os.precision (17);
   os << "{\n";
-  os << "  \"type\": \"pi0\",\n";
+  os << "  \"type\": \"" << type_name () << "\",\n";
+  if (pi05) // openpi's spelling too, and its field for the state input
+    os << "  \"pi05\": true,\n  \"discrete_state_input\": "
+       << (discrete_state_input ? "true" : "false") << ",\n";
   os << "  \"action_dim\": " << action_dim << ",\n";
   os << "  \"action_horizon\": " << horizon << ",\n";
   // The openpi variant names only where the dims are exactly the published ones.
@@ -283,19 +304,20 @@ Pi0Config::to_json () const
 std::vector<std::string>
 config_names ()
 {
-  return {"pi0", "pi0-tiny"};
+  return {"pi0", "pi0-tiny", "pi05", "pi05-tiny"};
 }
 
 Pi0Config
 config_by_name (const std::string &name)
 {
   Pi0Config c;
-  if (name == "pi0") {
-    c.name = "pi0";
-  } else if (name == "pi0-tiny") {
+  const bool pi05 = name == "pi05" || name == "pi05-tiny";
+  if (name == "pi0" || name == "pi05") {
+    c.name = name;
+  } else if (name == "pi0-tiny" || name == "pi05-tiny") {
     // Every structural feature of pi0 (3 views, MQA, 2 experts, 48 tokens, 50x32 chunk) at a size
     // whose full 10-step inference takes milliseconds on one CPU core.
-    c.name = "pi0-tiny";
+    c.name = name;
     c.vision = VisionConfig{32, 8, 32, 2, 64, 4, 1e-6};
     c.text = GemmaConfig{64, 2, 128, 4, 1, 16};
     c.expert = GemmaConfig{32, 2, 64, 4, 1, 16};
@@ -306,62 +328,114 @@ config_by_name (const std::string &name)
       known += (known.empty () ? "" : ", ") + n;
     throw Error ("unknown model config '" + name + "' (known: " + known + ")");
   }
+  if (pi05) {
+    c.pi05 = true;
+    c.max_tokens = 200; // openpi's Pi0Config(pi05=True).max_token_len
+  }
   c.validate ();
   return c;
 }
 
+namespace
+{
+
+const char *
+kind_name (ModelKind k)
+{
+  return k == ModelKind::Pi05 ? "pi05" : k == ModelKind::Pi0 ? "pi0" : "unknown";
+}
+
+/* What the weights of each kind hold that the other's do not: for the mismatch message. */
+const char *
+kind_keys (ModelKind k)
+{
+  return k == ModelKind::Pi05 ? "time_mlp_in/out and adaRMSNorm dense layers"
+                              : "state_proj and action_time_mlp_in/out";
+}
+
+/* @o, or an empty object when it is null or not an object (for member lookups). */
+const Json *
+gst_or (const Json *o)
+{
+  static const Json empty = Json::object ();
+  return o && o->is_object () ? o : &empty;
+}
+
+/* An optional boolean member; a member of another type is an error. */
+std::optional<bool>
+bool_field (const Json &o, const char *key, const std::string &source)
+{
+  const Json *v = member (o, key);
+  if (!v || v->is_null ())
+    return std::nullopt;
+  if (!v->is_boolean ())
+    throw Error (source + ": '" + key + "' must be true or false, found " + v->dump ());
+  return v->get<bool> ();
+}
+
+/* The model type config.json declares: LeRobot's "type", openpi's "pi05", ours in "gst_pi0";
+ * Unknown when it says nothing (openpi's converter). Contradictions are errors. */
+ModelKind
+declared_kind (const Json &root, const std::string &source)
+{
+  ModelKind kind = ModelKind::Unknown;
+  auto declare = [&] (ModelKind k, const std::string &where) {
+    if (kind != ModelKind::Unknown && kind != k)
+      throw Error (source + ": " + where + " says " + kind_name (k) + ", but another key says " +
+                   kind_name (kind));
+    kind = k;
+  };
+  if (const std::string *t = str_field (root, "type")) {
+    if (*t == "pi0")
+      declare (ModelKind::Pi0, "\"type\"");
+    else if (*t == "pi05")
+      declare (ModelKind::Pi05, "\"type\"");
+    else
+      throw Error (source + ": model type '" + *t + "' is neither pi0 nor pi05");
+  }
+  if (std::optional<bool> p = bool_field (root, "pi05", source))
+    declare (*p ? ModelKind::Pi05 : ModelKind::Pi0, "\"pi05\"");
+  if (const Json *g = member (root, "gst_pi0"); g && g->is_object ())
+    if (std::optional<bool> p = bool_field (*g, "pi05", source))
+      declare (*p ? ModelKind::Pi05 : ModelKind::Pi0, "\"gst_pi0.pi05\"");
+  return kind;
+}
+
+} // namespace
+
 Pi0Config
-config_from_json (const std::string &text, const std::string &source)
+config_from_json (const std::string &text, const std::string &source, ModelKind weights)
 {
   const Json root = parse_config (text, source);
   if (!root.is_object ())
     throw Error (source + ": config.json must hold a JSON object");
-  if (const std::string *t = str_field (root, "type"); t && *t != "pi0")
-    throw Error (source + ": model type '" + *t + "' is not pi0");
-  if (const Json *p = member (root, "pi05"); p && p->is_boolean () && p->get<bool> ())
-    throw Error (
-        source +
-        ": pi05 checkpoints are not supported (different suffix: adaRMSNorm, no state token)");
+  const ModelKind declared = declared_kind (root, source);
+  if (declared != ModelKind::Unknown && weights != ModelKind::Unknown && declared != weights)
+    throw Error (source + " says the model is " + kind_name (declared) + ", but the weights are " +
+                 kind_name (weights) + "'s (they hold " + kind_keys (weights) + ", not " +
+                 kind_keys (declared) + "): the config does not belong to these weights");
+  const ModelKind kind = declared != ModelKind::Unknown ? declared : weights;
 
-  Pi0Config c = config_by_name ("pi0");
+  Pi0Config c = config_by_name (kind == ModelKind::Pi05 ? "pi05" : "pi0");
   c.name = source;
-  if (const Json *g = member (root, "gst_pi0"); g && g->is_object ()) {
-    if (const std::string *n = str_field (*g, "name"))
-      c.name = *n;
-    if (const std::string *n = str_field (*g, "tokenizer"))
-      c.tokenizer = *n;
-    if (const Json *v = member (*g, "vision"); v && v->is_object ()) {
-      c.vision.image_size = int_field (*v, "image_size", c.vision.image_size, source);
-      c.vision.patch_size = int_field (*v, "patch_size", c.vision.patch_size, source);
-      c.vision.width = int_field (*v, "width", c.vision.width, source);
-      c.vision.depth = int_field (*v, "depth", c.vision.depth, source);
-      c.vision.mlp_dim = int_field (*v, "mlp_dim", c.vision.mlp_dim, source);
-      c.vision.num_heads = int_field (*v, "num_heads", c.vision.num_heads, source);
-      c.vision.layer_norm_eps = num_field (*v, "layer_norm_eps", c.vision.layer_norm_eps, source);
-    }
-    if (const Json *t = member (*g, "text"); t && t->is_object ())
-      c.text = gemma_object (*t, source);
-    if (const Json *e = member (*g, "expert"); e && e->is_object ())
-      c.expert = gemma_object (*e, source);
-    c.vocab_size = int_field (*g, "vocab_size", c.vocab_size, source);
-    c.num_views = int_field (*g, "num_views", c.num_views, source);
-    c.max_tokens = int_field (*g, "max_tokens", c.max_tokens, source);
-    c.state_dim = int_field (*g, "state_dim", c.state_dim, source);
-    c.action_dim = int_field (*g, "action_dim", c.action_dim, source);
-    c.horizon = int_field (*g, "horizon", c.horizon, source);
-    c.num_steps = int_field (*g, "num_steps", c.num_steps, source);
-    c.rms_norm_eps = num_field (*g, "rms_norm_eps", c.rms_norm_eps, source);
-    c.rope_theta = num_field (*g, "rope_theta", c.rope_theta, source);
-    c.min_period = num_field (*g, "min_period", c.min_period, source);
-    c.max_period = num_field (*g, "max_period", c.max_period, source);
-    c.validate ();
-    return c;
+  std::optional<bool> discrete = bool_field (root, "discrete_state_input", source);
+  if (const Json *g = member (root, "gst_pi0"); g && g->is_object ())
+    if (std::optional<bool> d = bool_field (*g, "discrete_state_input", source))
+      discrete = d;
+  if (discrete) {
+    if (!c.pi05 && *discrete)
+      throw Error (source + ": 'discrete_state_input' true is a pi05 setting; pi0 reads the state "
+                            "as a continuous token");
+    c.discrete_state_input = c.pi05 && *discrete;
   }
-
   // openpi-PyTorch and LeRobot name the Gemma variants.
-  if (const std::string *v = str_field (root, "paligemma_variant"))
+  // A gst_pi0 object that gives the widths replaces them (ours writes "custom" there).
+  const Json *gst = member (root, "gst_pi0");
+  if (const std::string *v = str_field (root, "paligemma_variant");
+      v && !member (*gst_or (gst), "text"))
     c.text = gemma_variant (*v, source);
-  if (const std::string *v = str_field (root, "action_expert_variant"))
+  if (const std::string *v = str_field (root, "action_expert_variant");
+      v && !member (*gst_or (gst), "expert"))
     c.expert = gemma_variant (*v, source);
   c.action_dim = int_field (root, "action_dim", c.action_dim, source);     // openpi
   c.action_dim = int_field (root, "max_action_dim", c.action_dim, source); // LeRobot
@@ -406,18 +480,51 @@ config_from_json (const std::string &text, const std::string &source)
     if (views > 0)
       c.num_views = views;
   }
+  // Ours: the "gst_pi0" object holds every dimension (sizes LeRobot's and openpi's configs
+  // cannot name); what it gives replaces what the keys above said.
+  if (const Json *g = member (root, "gst_pi0"); g && g->is_object ()) {
+    if (const std::string *n = str_field (*g, "name"))
+      c.name = *n;
+    if (const std::string *n = str_field (*g, "tokenizer"))
+      c.tokenizer = *n;
+    if (const Json *v = member (*g, "vision"); v && v->is_object ()) {
+      c.vision.image_size = int_field (*v, "image_size", c.vision.image_size, source);
+      c.vision.patch_size = int_field (*v, "patch_size", c.vision.patch_size, source);
+      c.vision.width = int_field (*v, "width", c.vision.width, source);
+      c.vision.depth = int_field (*v, "depth", c.vision.depth, source);
+      c.vision.mlp_dim = int_field (*v, "mlp_dim", c.vision.mlp_dim, source);
+      c.vision.num_heads = int_field (*v, "num_heads", c.vision.num_heads, source);
+      c.vision.layer_norm_eps = num_field (*v, "layer_norm_eps", c.vision.layer_norm_eps, source);
+    }
+    if (const Json *t = member (*g, "text"); t && t->is_object ())
+      c.text = gemma_object (*t, source);
+    if (const Json *e = member (*g, "expert"); e && e->is_object ())
+      c.expert = gemma_object (*e, source);
+    c.vocab_size = int_field (*g, "vocab_size", c.vocab_size, source);
+    c.num_views = int_field (*g, "num_views", c.num_views, source);
+    c.max_tokens = int_field (*g, "max_tokens", c.max_tokens, source);
+    c.state_dim = int_field (*g, "state_dim", c.state_dim, source);
+    c.action_dim = int_field (*g, "action_dim", c.action_dim, source);
+    c.horizon = int_field (*g, "horizon", c.horizon, source);
+    c.num_steps = int_field (*g, "num_steps", c.num_steps, source);
+    c.rms_norm_eps = num_field (*g, "rms_norm_eps", c.rms_norm_eps, source);
+    c.rope_theta = num_field (*g, "rope_theta", c.rope_theta, source);
+    c.min_period = num_field (*g, "min_period", c.min_period, source);
+    c.max_period = num_field (*g, "max_period", c.max_period, source);
+  }
+
   c.validate ();
   return c;
 }
 
 Pi0Config
-config_from_json_file (const std::string &path)
+config_from_json_file (const std::string &path, ModelKind weights)
 {
   /* LeRobot's config.json is a few kB; 4 MiB is room for any. */
   std::string text, err;
   if (!read_regular_file (path, size_t (4) << 20, &text, &err))
     throw Error ("cannot read model config " + err);
-  return config_from_json (text, path);
+  return config_from_json (text, path, weights);
 }
 
 } // namespace pi0

@@ -1,5 +1,6 @@
-/* Pi0 architecture configuration: the published `pi0` dimensions, a `pi0-tiny` for tests,
- * and configs read from a checkpoint's config.json (openpi-PyTorch, LeRobot or ours).
+/* Pi0 and pi0.5 architecture configuration: the published `pi0` and `pi05` dimensions, tiny
+ * versions for tests, and configs read from a checkpoint's config.json (openpi-PyTorch, LeRobot
+ * or ours).
  * No LibTorch here: this header is cheap to include. */
 #pragma once
 
@@ -33,8 +34,20 @@ struct GemmaConfig {
   int head_dim = 256;
 };
 
+/* What the weights say the model is (load_pi0_model reads it off the key names: pi05 has
+ * time_mlp_in/out, pi0 state_proj and action_time_mlp_in/out); Unknown where nothing is known. */
+enum class ModelKind { Unknown, Pi0, Pi05 };
+
 struct Pi0Config {
   std::string name = "pi0";
+  /* pi0.5 (openpi's Pi0Config(pi05=True)): the timestep conditions the action expert through
+   * adaRMSNorm (time_mlp_in/out; each expert norm's `dense` gives scale, shift and gate), no
+   * state token in the suffix and no action_time_mlp, the state as discrete tokens in the
+   * prompt (when discrete_state_input), prompts of 200 tokens. */
+  bool pi05 = false;
+  /* pi05 only: whether the state goes into the prompt as 256-bin tokens (openpi's
+   * discrete_state_input; false for pi05_libero, whose model sees no state). */
+  bool discrete_state_input = true;
   VisionConfig vision;
   GemmaConfig text; // PaliGemma's Gemma 2B: the prefix (images + language) expert
   GemmaConfig expert{1024, 18, 4096, 8, 1, 256}; // the action expert ("gemma_300m")
@@ -54,7 +67,10 @@ struct Pi0Config {
   std::string tokenizer = "paligemma_tokenizer.model";
 
   int prefix_len () const { return num_views * vision.num_patches () + max_tokens; }
-  int suffix_len () const { return 1 + horizon; }
+  int suffix_len () const { return (pi05 ? 0 : 1) + horizon; } // pi0: state token + actions
+  const char *type_name () const { return pi05 ? "pi05" : "pi0"; }
+  /* Whether the model reads the robot state at all (pi0 always; pi05 through the prompt). */
+  bool uses_state () const { return !pi05 || discrete_state_input; }
 
   /* Throws pi0::Error naming the first inconsistent field. */
   void validate () const;
@@ -64,7 +80,7 @@ struct Pi0Config {
     int64_t vision = 0; // SigLIP tower + multi-modal projector
     int64_t text = 0;   // Gemma 2B incl. the token embedding
     int64_t expert = 0; // action expert layers + final norm, no embedding
-    int64_t heads = 0;  // state/action/time projections
+    int64_t heads = 0;  // state/action/time projections (pi05: action and time MLP)
     int64_t total () const { return vision + text + expert + heads; }
   };
   ParamCounts param_counts () const;
@@ -77,7 +93,8 @@ struct Pi0Config {
   std::string to_json () const;
 };
 
-/* `pi0` or `pi0-tiny`; throws pi0::Error listing the known names otherwise. */
+/* `pi0`, `pi0-tiny`, `pi05` or `pi05-tiny`; throws pi0::Error listing the known names
+ * otherwise. */
 Pi0Config config_by_name (const std::string &name);
 std::vector<std::string> config_names ();
 
@@ -85,10 +102,13 @@ std::vector<std::string> config_names ();
  * action_expert_variant, action_dim, action_horizon) or LeRobot (type "pi0", chunk_size,
  * max_state_dim, max_action_dim, tokenizer_max_length, num_inference_steps, image_resolution,
  * input_features with empty_cameras counted as LeRobot counts them). JSON is read strictly
- * (common/pi0json.h: a key given twice is refused). Throws pi0::Error naming the file and the
- * field on unreadable files, bad JSON, unknown variants, or a pi05 config (not this
- * architecture). */
-Pi0Config config_from_json_file (const std::string &path);
-Pi0Config config_from_json (const std::string &text, const std::string &source_name);
+ * (common/pi0json.h: a key given twice is refused). The model type is LeRobot's "type" ("pi0",
+ * "pi05"), openpi's "pi05" flag, or ours; openpi's converter writes neither, and then @weights
+ * (what the weights hold) decides. A declared type the weights contradict is an error naming
+ * both. Throws pi0::Error naming the file and the field on unreadable files, bad JSON, unknown
+ * variants or types. */
+Pi0Config config_from_json_file (const std::string &path, ModelKind weights = ModelKind::Unknown);
+Pi0Config config_from_json (const std::string &text, const std::string &source_name,
+                            ModelKind weights = ModelKind::Unknown);
 
 } // namespace pi0

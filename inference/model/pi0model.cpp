@@ -53,17 +53,38 @@ LayerNorm::forward (const at::Tensor &x) const
       .to (x.scalar_type ());
 }
 
-RMSNorm::RMSNorm (int64_t dim, double eps_, const at::TensorOptions &opts) : eps (eps_)
+RMSNorm::RMSNorm (int64_t dim, double eps_, const at::TensorOptions &opts, int64_t cond_dim)
+    : eps (eps_)
 {
-  weight = register_parameter ("weight", at::empty ({dim}, opts), false);
+  if (cond_dim > 0)
+    dense = register_module ("dense", std::make_shared<Linear> (cond_dim, 3 * dim, true, opts));
+  else
+    weight = register_parameter ("weight", at::empty ({dim}, opts), false);
 }
 
 at::Tensor
 RMSNorm::forward (const at::Tensor &x) const
 {
+  TORCH_CHECK (!dense, "an adaptive RMSNorm needs its condition");
   at::Tensor xf = x.to (at::kFloat);
   at::Tensor normed = xf * at::rsqrt (xf.pow (2).mean (-1, true) + eps);
   return (normed * (weight.to (at::kFloat) + 1.0)).to (x.scalar_type ());
+}
+
+at::Tensor
+RMSNorm::forward (const at::Tensor &x, const at::Tensor &cond, at::Tensor *gate) const
+{
+  if (!dense)
+    return forward (x);
+  TORCH_CHECK (cond.defined () && cond.dim () == 2, "adaptive RMSNorm: cond must be [B, dim]");
+  at::Tensor xf = x.to (at::kFloat);
+  at::Tensor normed = xf * at::rsqrt (xf.pow (2).mean (-1, true) + eps);
+  // [B, 3 dim] -> [B, 1, 3 dim] (one modulation per observation, shared by its tokens).
+  at::Tensor mod = dense->forward (cond).to (at::kFloat).unsqueeze (1);
+  auto parts = mod.chunk (3, -1);
+  if (gate)
+    *gate = parts[2].to (x.scalar_type ());
+  return (normed * (parts[0] + 1.0) + parts[1]).to (x.scalar_type ());
 }
 
 Embedding::Embedding (int64_t num, int64_t dim, const at::TensorOptions &opts)
@@ -193,18 +214,19 @@ GemmaMLP::forward (const at::Tensor &x) const
   return down_proj->forward (at::gelu (gate_proj->forward (x), "tanh") * up_proj->forward (x));
 }
 
-GemmaLayer::GemmaLayer (const GemmaConfig &c, double eps, const at::TensorOptions &opts)
+GemmaLayer::GemmaLayer (const GemmaConfig &c, double eps, const at::TensorOptions &opts,
+                        int64_t cond_dim)
 {
   self_attn = register_module ("self_attn", std::make_shared<GemmaAttention> (c, opts));
   mlp = register_module ("mlp", std::make_shared<GemmaMLP> (c, opts));
   input_layernorm =
-      register_module ("input_layernorm", std::make_shared<RMSNorm> (c.width, eps, opts));
-  post_attention_layernorm =
-      register_module ("post_attention_layernorm", std::make_shared<RMSNorm> (c.width, eps, opts));
+      register_module ("input_layernorm", std::make_shared<RMSNorm> (c.width, eps, opts, cond_dim));
+  post_attention_layernorm = register_module (
+      "post_attention_layernorm", std::make_shared<RMSNorm> (c.width, eps, opts, cond_dim));
 }
 
 GemmaStack::GemmaStack (const GemmaConfig &c, int64_t vocab, double eps,
-                        const at::TensorOptions &opts)
+                        const at::TensorOptions &opts, int64_t cond_dim)
     : cfg (c)
 {
   if (vocab > 0)
@@ -212,9 +234,9 @@ GemmaStack::GemmaStack (const GemmaConfig &c, int64_t vocab, double eps,
         register_module ("embed_tokens", std::make_shared<Embedding> (vocab, c.width, opts));
   layers_holder = register_module ("layers", std::make_shared<Container> ());
   for (int i = 0; i < c.depth; i++)
-    layers.push_back (layers_holder->register_module (std::to_string (i),
-                                                      std::make_shared<GemmaLayer> (c, eps, opts)));
-  norm = register_module ("norm", std::make_shared<RMSNorm> (c.width, eps, opts));
+    layers.push_back (layers_holder->register_module (
+        std::to_string (i), std::make_shared<GemmaLayer> (c, eps, opts, cond_dim)));
+  norm = register_module ("norm", std::make_shared<RMSNorm> (c.width, eps, opts, cond_dim));
 }
 
 } // namespace layers
@@ -290,10 +312,11 @@ time_embedding (const at::Tensor &t, int64_t dim, double min_period, double max_
 }
 
 at::Tensor
-suffix_ar_mask (int64_t horizon, const at::Device &device)
+suffix_ar_mask (int64_t horizon, const at::Device &device, bool state_token)
 {
   // Built on the device from arange so that it is capturable in a CUDA graph (no host copy).
-  return at::arange (1 + horizon, at::TensorOptions ().dtype (at::kLong).device (device)) <= 1;
+  const auto opts = at::TensorOptions ().dtype (at::kLong).device (device);
+  return state_token ? at::arange (1 + horizon, opts) <= 1 : at::arange (horizon, opts) < 1;
 }
 
 /* ---- the model ---- */
@@ -318,16 +341,23 @@ Pi0Model::Pi0Model (const Pi0Config &config, const at::TensorOptions &opts_in) :
   text_ = paligemma_model_->register_module (
       "language_model",
       std::make_shared<GemmaStack> (cfg_.text, cfg_.vocab_size, cfg_.rms_norm_eps, opts));
+  const int64_t ew = cfg_.expert.width;
   expert_ = pwe_->register_module ("gemma_expert", std::make_shared<Container> ());
+  // pi0.5: the action expert's norms are conditioned on the time (cond width = expert width).
   action_expert_ = expert_->register_module (
-      "model", std::make_shared<GemmaStack> (cfg_.expert, 0, cfg_.rms_norm_eps, opts));
+      "model",
+      std::make_shared<GemmaStack> (cfg_.expert, 0, cfg_.rms_norm_eps, opts, cfg_.pi05 ? ew : 0));
   experts_ = {text_, action_expert_};
 
-  const int64_t ew = cfg_.expert.width;
   action_in_proj = register_module ("action_in_proj",
                                     std::make_shared<Linear> (cfg_.action_dim, ew, true, opts));
   action_out_proj = register_module ("action_out_proj",
                                      std::make_shared<Linear> (ew, cfg_.action_dim, true, opts));
+  if (cfg_.pi05) {
+    time_mlp_in = register_module ("time_mlp_in", std::make_shared<Linear> (ew, ew, true, opts));
+    time_mlp_out = register_module ("time_mlp_out", std::make_shared<Linear> (ew, ew, true, opts));
+    return;
+  }
   state_proj =
       register_module ("state_proj", std::make_shared<Linear> (cfg_.state_dim, ew, true, opts));
   action_time_mlp_in =
@@ -380,8 +410,11 @@ Pi0Model::init_random (uint64_t seed)
       fill (n->weight, normal (n->weight.sizes (), 0.1) + 1.0);
       fill (n->bias, normal (n->bias.sizes (), 0.02));
     } else if (auto *r = dynamic_cast<layers::RMSNorm *> (raw)) {
-      // Non-zero scales so that the (1 + scale) rule is exercised by every test.
-      fill (r->weight, normal (r->weight.sizes (), 0.1));
+      // Non-zero scales so that the (1 + scale) rule is exercised by every test. An adaptive
+      // norm has none: its `dense` is a Linear, drawn above (non-zero, unlike LeRobot's
+      // zero init, so that the time conditioning is exercised too).
+      if (r->weight.defined ())
+        fill (r->weight, normal (r->weight.sizes (), 0.1));
     }
   }
 }
@@ -480,8 +513,12 @@ std::vector<at::Tensor>
 Pi0Model::run_layers (const std::vector<at::Tensor> &inputs, const at::Tensor &mask,
                       const at::Tensor &positions, const PrefixCache *cache_in,
                       PrefixCache *cache_out, std::vector<at::Tensor> *hidden_states,
-                      bool final_norm) const
+                      bool final_norm, const at::Tensor &cond) const
 {
+  // cond: pi0.5's time condition for the action expert (expert 1); the prefix expert has none.
+  auto cond_of = [&] (size_t e) {
+    return e == 1 ? cond : at::Tensor ();
+  };
   const GemmaConfig &g = cfg_.text; // heads, kv heads and head dim are shared by both experts
   std::vector<at::Tensor> xs = inputs;
   for (auto &x : xs)
@@ -495,11 +532,12 @@ Pi0Model::run_layers (const std::vector<at::Tensor> &inputs, const at::Tensor &m
   for (int l = 0; l < g.depth; l++) {
     std::vector<at::Tensor> qs, ks, vs;
     std::vector<int64_t> lens;
+    std::vector<at::Tensor> gates (xs.size ()); // adaptive norms' residual gates (pi0.5)
     for (size_t e = 0; e < xs.size (); e++) {
       if (!xs[e].defined ())
         continue;
       const auto &layer = *experts_[e]->layers[l];
-      at::Tensor h = layer.input_layernorm->forward (xs[e]);
+      at::Tensor h = layer.input_layernorm->forward (xs[e], cond_of (e), &gates[e]);
       const int64_t b = h.size (0), n = h.size (1);
       qs.push_back (layer.self_attn->q_proj->forward (h)
                         .view ({b, n, g.num_heads, g.head_dim})
@@ -533,9 +571,16 @@ Pi0Model::run_layers (const std::vector<at::Tensor> &inputs, const at::Tensor &m
       if (!xs[e].defined ())
         continue;
       const auto &layer = *experts_[e]->layers[l];
+      auto gated = [] (const at::Tensor &y, const at::Tensor &gate) {
+        return gate.defined () ? y * gate : y;
+      };
       at::Tensor x =
-          xs[e] + layer.self_attn->o_proj->forward (att.narrow (1, offset, lens[i])).to (dtype_);
-      x = x + layer.mlp->forward (layer.post_attention_layernorm->forward (x)).to (dtype_);
+          xs[e] +
+          gated (layer.self_attn->o_proj->forward (att.narrow (1, offset, lens[i])).to (dtype_),
+                 gates[e]);
+      at::Tensor gate2;
+      at::Tensor h2 = layer.post_attention_layernorm->forward (x, cond_of (e), &gate2);
+      x = x + gated (layer.mlp->forward (h2).to (dtype_), gate2);
       xs[e] = x;
       offset += lens[i++];
       if (hidden_states)
@@ -544,8 +589,8 @@ Pi0Model::run_layers (const std::vector<at::Tensor> &inputs, const at::Tensor &m
   }
   if (final_norm)
     for (size_t e = 0; e < xs.size (); e++)
-      if (xs[e].defined ())
-        xs[e] = experts_[e]->norm->forward (xs[e]);
+      if (xs[e].defined ()) // the final norm's gate is unused (no residual after it)
+        xs[e] = experts_[e]->norm->forward (xs[e], cond_of (e), nullptr);
   return xs;
 }
 
@@ -562,8 +607,19 @@ Pi0Model::prefill (const PrefixEmbedding &prefix) const
 }
 
 at::Tensor
+Pi0Model::time_condition (const at::Tensor &t) const
+{
+  if (!cfg_.pi05)
+    return at::Tensor ();
+  at::Tensor te = time_embedding (t, cfg_.expert.width, cfg_.min_period, cfg_.max_period);
+  return at::silu (time_mlp_out->forward (at::silu (time_mlp_in->forward (te))));
+}
+
+at::Tensor
 Pi0Model::embed_suffix (const at::Tensor &state, const at::Tensor &x_t, const at::Tensor &t) const
 {
+  if (cfg_.pi05) // the time enters through the norms (time_condition), the state not at all
+    return action_in_proj->forward (x_t.to (at::kFloat)).to (dtype_);
   const int64_t b = x_t.size (0), horizon = x_t.size (1), ew = cfg_.expert.width;
   at::Tensor state_tok = state_proj->forward (state.to (at::kFloat)).unsqueeze (1);
   at::Tensor a = action_in_proj->forward (x_t.to (at::kFloat));
@@ -578,8 +634,8 @@ Pi0Model::suffix_layout (const PrefixCache &cache) const
 {
   const int64_t b = cache.mask.size (0), s = cfg_.suffix_len (), p = cache.mask.size (1);
   at::Tensor suffix_pad = at::ones ({b, s}, cache.mask.options ());
-  at::Tensor self_mask =
-      make_attention_mask (suffix_pad, suffix_ar_mask (s - 1, cache.mask.device ()));
+  at::Tensor self_mask = make_attention_mask (
+      suffix_pad, suffix_ar_mask (cfg_.horizon, cache.mask.device (), !cfg_.pi05));
   at::Tensor to_prefix = cache.mask.unsqueeze (1).expand ({b, s, p});
   SuffixLayout layout;
   layout.mask = at::cat ({to_prefix, self_mask}, 2);
@@ -603,8 +659,16 @@ Pi0Model::denoise_step (const PrefixCache &cache, const SuffixLayout &layout,
   const int64_t s = suffix.size (1);
   TORCH_CHECK (s == layout.mask.size (1), "suffix length does not match the config's horizon");
   at::Tensor out = run_layers ({at::Tensor (), suffix}, layout.mask, layout.positions, &cache,
-                               nullptr, nullptr, true)[1];
-  return action_out_proj->forward (out.narrow (1, 1, s - 1).to (at::kFloat));
+                               nullptr, nullptr, true, time_condition (t))[1];
+  return velocity_from (out);
+}
+
+at::Tensor
+Pi0Model::velocity_from (const at::Tensor &suffix_out) const
+{
+  const int64_t skip = cfg_.pi05 ? 0 : 1; // pi0's state token
+  return action_out_proj->forward (
+      suffix_out.narrow (1, skip, suffix_out.size (1) - skip).to (at::kFloat));
 }
 
 at::Tensor
@@ -615,11 +679,11 @@ Pi0Model::velocity_full_sequence (const PrefixEmbedding &prefix, const at::Tenso
   const int64_t b = suffix.size (0), s = suffix.size (1), p = prefix.mask.size (1);
   at::Tensor pad = at::cat ({prefix.mask, at::ones ({b, s}, prefix.mask.options ())}, 1);
   at::Tensor ar = at::cat ({at::zeros ({p}, prefix.mask.options ().dtype (at::kBool)),
-                            suffix_ar_mask (s - 1, suffix.device ())});
+                            suffix_ar_mask (cfg_.horizon, suffix.device (), !cfg_.pi05)});
   at::Tensor mask = make_attention_mask (pad, ar);
   auto outs = run_layers ({prefix.embeddings, suffix}, mask, positions_from_mask (pad), nullptr,
-                          nullptr, nullptr, true);
-  return action_out_proj->forward (outs[1].narrow (1, 1, s - 1).to (at::kFloat));
+                          nullptr, nullptr, true, time_condition (t));
+  return velocity_from (outs[1]);
 }
 
 void

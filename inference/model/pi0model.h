@@ -1,5 +1,8 @@
-/* The Pi0 architecture in LibTorch: SigLIP vision tower + projector, Gemma prefix model, Gemma
- * action expert sharing one attention with it, flow matching with a cached prefix.
+/* The Pi0 and pi0.5 architectures in LibTorch: SigLIP vision tower + projector, Gemma prefix
+ * model, Gemma action expert sharing one attention with it, flow matching with a cached prefix.
+ * pi0.5 (Pi0Config::pi05) differs only in the suffix: no state token, and the timestep enters
+ * through adaRMSNorm (time_mlp_in/out give a condition; every action-expert norm has a `dense`
+ * layer that turns it into scale, shift and a gate on the residual) instead of action_time_mlp.
  *
  * The module tree's parameter names are the openpi-PyTorch / LeRobot checkpoint key names
  * (without LeRobot's leading "model."), e.g.
@@ -42,11 +45,19 @@ struct LayerNorm : torch::nn::Module {
   double eps;
 };
 
-/* Gemma RMSNorm: x * rsqrt(mean(x^2) + eps) * (1 + weight), in fp32. */
+/* Gemma RMSNorm: x * rsqrt(mean(x^2) + eps) * (1 + weight), in fp32.
+ * Adaptive (cond_dim > 0, pi0.5's action expert; no weight then): a Linear `dense`
+ * cond_dim -> 3 dim gives [scale, shift, gate] from the condition c [B, cond_dim], and
+ * y = x * rsqrt(mean(x^2) + eps) * (1 + scale) + shift; the gate scales the residual branch. */
 struct RMSNorm : torch::nn::Module {
-  RMSNorm (int64_t dim, double eps, const at::TensorOptions &opts);
+  RMSNorm (int64_t dim, double eps, const at::TensorOptions &opts, int64_t cond_dim = 0);
   at::Tensor forward (const at::Tensor &x) const;
+  /* Adaptive forward: x [B,N,dim], cond [B,cond_dim]; *gate gets [B,1,dim] in x's dtype. A
+   * plain norm ignores cond and leaves *gate undefined. */
+  at::Tensor forward (const at::Tensor &x, const at::Tensor &cond, at::Tensor *gate) const;
+  bool adaptive () const { return dense != nullptr; }
   at::Tensor weight;
+  std::shared_ptr<Linear> dense;
   double eps;
 };
 
@@ -114,7 +125,9 @@ struct GemmaMLP : torch::nn::Module {
 };
 
 struct GemmaLayer : torch::nn::Module {
-  GemmaLayer (const GemmaConfig &c, double eps, const at::TensorOptions &opts);
+  /* cond_dim > 0: adaptive norms (pi0.5's action expert). */
+  GemmaLayer (const GemmaConfig &c, double eps, const at::TensorOptions &opts,
+              int64_t cond_dim = 0);
   std::shared_ptr<GemmaAttention> self_attn;
   std::shared_ptr<GemmaMLP> mlp;
   std::shared_ptr<RMSNorm> input_layernorm, post_attention_layernorm;
@@ -122,7 +135,8 @@ struct GemmaLayer : torch::nn::Module {
 
 /* A Gemma "model": optional embed_tokens, layers.{i}, norm. */
 struct GemmaStack : torch::nn::Module {
-  GemmaStack (const GemmaConfig &c, int64_t vocab, double eps, const at::TensorOptions &opts);
+  GemmaStack (const GemmaConfig &c, int64_t vocab, double eps, const at::TensorOptions &opts,
+              int64_t cond_dim = 0);
   GemmaConfig cfg;
   std::shared_ptr<Embedding> embed_tokens; // null for the action expert
   std::shared_ptr<Container> layers_holder;
@@ -150,9 +164,10 @@ at::Tensor apply_rope (const at::Tensor &x, const at::Tensor &positions, double 
  * computed in fp64, returned fp32 [B,dim]. */
 at::Tensor time_embedding (const at::Tensor &t, int64_t dim, double min_period, double max_period);
 
-/* The suffix's ar mask: [1 (state), 1 (first action), 0 ...]: the state is its own block, the
- * actions one block after it. bool [1 + horizon] on `device`. */
-at::Tensor suffix_ar_mask (int64_t horizon, const at::Device &device);
+/* The suffix's ar mask. pi0 (state_token): [1 (state), 1 (first action), 0 ...], the state its
+ * own block and the actions one block after it, bool [1 + horizon]; pi0.5: [1, 0 ...], the
+ * actions one block, bool [horizon]. On `device`. */
+at::Tensor suffix_ar_mask (int64_t horizon, const at::Device &device, bool state_token = true);
 
 /* Masked logits get this (openpi's big_neg) rather than -inf so a fully masked padding row stays
  * finite instead of turning into NaN that would leak through 0 * NaN. */
@@ -247,9 +262,13 @@ public:
                                 const at::Tensor &tokens, const at::Tensor &token_mask) const;
   /* One pass of the prefix expert over the prefix; keeps every layer's K/V. */
   PrefixCache prefill (const PrefixEmbedding &prefix) const;
-  /* [state token, action+time tokens]: [B, 1 + horizon, expert.width] in the compute dtype. */
+  /* pi0: [state token, action+time tokens], [B, 1 + horizon, expert.width]; pi0.5: the action
+   * tokens alone, [B, horizon, expert.width] (state unused). In the compute dtype. */
   at::Tensor embed_suffix (const at::Tensor &state, const at::Tensor &x_t,
                            const at::Tensor &t) const;
+  /* pi0.5's adaRMSNorm condition: silu(time_mlp_out(silu(time_mlp_in(time_embedding(t))))),
+   * fp32 [B, expert.width]. Undefined for pi0. */
+  at::Tensor time_condition (const at::Tensor &t) const;
   /* The suffix's attention mask [B, S, P + S] and positions [B, S]: the same for every step. */
   struct SuffixLayout {
     at::Tensor mask, positions;
@@ -301,8 +320,10 @@ private:
   std::vector<at::Tensor> run_layers (const std::vector<at::Tensor> &inputs, const at::Tensor &mask,
                                       const at::Tensor &positions, const PrefixCache *cache_in,
                                       PrefixCache *cache_out,
-                                      std::vector<at::Tensor> *hidden_states,
-                                      bool final_norm) const;
+                                      std::vector<at::Tensor> *hidden_states, bool final_norm,
+                                      const at::Tensor &cond = at::Tensor ()) const;
+  /* The velocity from the action expert's output over the suffix (pi0 drops the state row). */
+  at::Tensor velocity_from (const at::Tensor &suffix_out) const;
   at::Tensor attention (const at::Tensor &q, const at::Tensor &k, const at::Tensor &v,
                         const at::Tensor &mask) const;
 
@@ -319,8 +340,9 @@ private:
   std::vector<std::shared_ptr<layers::GemmaStack>> experts_; // {text_, action_expert_}
 
 public:
-  std::shared_ptr<layers::Linear> action_in_proj, action_out_proj, state_proj, action_time_mlp_in,
-      action_time_mlp_out;
+  std::shared_ptr<layers::Linear> action_in_proj, action_out_proj;
+  std::shared_ptr<layers::Linear> state_proj, action_time_mlp_in, action_time_mlp_out; // pi0
+  std::shared_ptr<layers::Linear> time_mlp_in, time_mlp_out;                           // pi0.5
 };
 
 } // namespace pi0

@@ -85,10 +85,10 @@ open_backend (const std::string &uri, const OpenOptions &o, const PolicyOptions 
   try {
     if (uri.rfind ("builtin:", 0) == 0) {
       const std::string name = uri.substr (8);
-      if (name != "pi0-tiny" && name != "pi0")
+      if (name != "pi0-tiny" && name != "pi0" && name != "pi05-tiny" && name != "pi05")
         throw OpenError (Kind::NotFound, "Unknown builtin model '" + uri +
-                                             "': the builtins are builtin:pi0-tiny and "
-                                             "builtin:pi0.");
+                                             "': the builtins are builtin:pi0-tiny, builtin:pi0, "
+                                             "builtin:pi05-tiny and builtin:pi05.");
       Pi0Config cfg = config_by_name (name);
       if (o.num_steps > 0)
         cfg.num_steps = o.num_steps;
@@ -162,14 +162,45 @@ open_policy (const std::string &uri, const OpenOptions &o)
                      "Could not load tokenizer '" + tokenizer + "': " + std::string (e.what ()));
   }
 
+  /* LeRobot's processor files: named by norm_stats, or beside the checkpoint's weights. */
+  std::string processors;
   if (!o.norm_stats.empty ()) {
+    if (ends_with (o.norm_stats, "/policy_preprocessor.json"))
+      processors = parent_dir (o.norm_stats);
+    else if (is_dir (o.norm_stats) && !exists (o.norm_stats + "/norm_stats.json") &&
+             has_lerobot_processors (o.norm_stats))
+      processors = o.norm_stats;
+  } else if (!is_torchscript (uri) && uri.rfind ("builtin:", 0) != 0) {
+    const std::string dir = is_dir (uri) ? uri : parent_dir (uri);
+    if (has_lerobot_processors (dir))
+      processors = dir;
+  }
+  int lerobot_action_dims = 0;
+  if (!processors.empty ()) {
+    try {
+      LeRobotProcessors lp = load_lerobot_processors (processors);
+      p->norm_ = std::make_unique<NormStats> (std::move (lp.stats));
+      p->lerobot_newline_ = lp.appends_newline;
+      lerobot_action_dims = lp.action_dims;
+      if (lp.state_in_prompt != p->policy_->spec ().state_in_prompt)
+        throw Error (std::string ("the processors ") +
+                     (lp.state_in_prompt ? "put the state into the prompt (pi05)"
+                                         : "do not put the state into the prompt (pi0)") +
+                     ", the model is " + p->policy_->spec ().model_type);
+    } catch (const std::exception &e) {
+      throw OpenError (Kind::Unreadable, "Could not load LeRobot's processor files in '" +
+                                             processors + "': " + std::string (e.what ()));
+    }
+    p->norm_mode_ = p->norm_->state_mode ().value_or (o.norm_mode);
+    p->action_norm_mode_ = p->norm_->action_mode ().value_or (o.norm_mode);
+  } else if (!o.norm_stats.empty ()) {
     try {
       p->norm_ = std::make_unique<NormStats> (NormStats::load (o.norm_stats));
     } catch (const std::exception &e) {
       throw OpenError (Kind::Unreadable, "Could not load norm stats '" + o.norm_stats +
                                              "': " + std::string (e.what ()));
     }
-    p->norm_mode_ = o.norm_mode;
+    p->norm_mode_ = p->action_norm_mode_ = o.norm_mode;
   }
 
   try {
@@ -184,7 +215,11 @@ open_policy (const std::string &uri, const OpenOptions &o)
                                          ", but transforms '" + t.name () + "' make " +
                                          std::to_string (t.action_dims ()) +
                                          " (leave action-dims at 0).");
-  const int want = t.none () ? o.action_dims : t.action_dims ();
+  // LeRobot's ACTION feature is what its postprocessor gives the robot: the default here too.
+  const int want = !t.none ()                                                 ? t.action_dims ()
+                   : o.action_dims                                            ? o.action_dims
+                   : lerobot_action_dims && lerobot_action_dims <= model_dims ? lerobot_action_dims
+                                                                              : 0;
   if (want < 0 || (model_dims > 0 && want > model_dims))
     throw OpenError (Kind::Settings, (t.none () ? "action-dims=" + std::to_string (want)
                                                 : "transforms '" + t.name () + "' need " +
@@ -233,7 +268,12 @@ OpenedPolicy::describe () const
 {
   return policy_->describe () + ", tokenizer " + tokenizer_.path () +
          (norm_ ? std::string (", norm stats ") + norm_->source () + " (" +
-                      norm_mode_name (norm_mode_) + ")"
+                      (norm_->rule () == NormRule::LeRobot ? "LeRobot's formulas, state " : "") +
+                      norm_mode_name (norm_mode_) +
+                      (norm_->rule () == NormRule::LeRobot
+                           ? std::string (", actions ") + norm_mode_name (action_norm_mode_)
+                           : std::string ()) +
+                      ")"
                 : std::string (", no norm stats")) +
          (transforms_.none () ? std::string () : ", transforms " + transforms_.name ());
 }
@@ -280,16 +320,22 @@ OpenedPolicy::prepare (const Request &r, bool *truncated, at::Tensor *model_stat
   in.images = images;
   in.image_masks = masks;
 
-  auto cached = token_cache_.find (r.prompt);
-  if (cached == token_cache_.end ()) {
-    if (token_cache_.size () >= kTokenCacheSize)
-      token_cache_.clear ();
-    cached = token_cache_.emplace (r.prompt, tokenizer_.encode_prompt (r.prompt, prompt_length ()))
-                 .first;
+  if (!spec.state_in_prompt) {
+    auto cached = token_cache_.find (r.prompt);
+    if (cached == token_cache_.end ()) {
+      if (token_cache_.size () >= kTokenCacheSize)
+        token_cache_.clear ();
+      cached = token_cache_
+                   .emplace (r.prompt,
+                             lerobot_newline_
+                                 ? tokenizer_.encode_lerobot_pi0_prompt (r.prompt, prompt_length ())
+                                 : tokenizer_.encode_prompt (r.prompt, prompt_length ()))
+                   .first;
+    }
+    in.tokens = cached->second.ids;
+    in.token_mask = cached->second.mask;
+    *truncated = cached->second.truncated;
   }
-  in.tokens = cached->second.ids;
-  in.token_mask = cached->second.mask;
-  *truncated = cached->second.truncated;
 
   if (!transforms_.none ()) {
     /* openpi's order: the robot's transforms, then Normalize, in float64 as numpy does. */
@@ -301,8 +347,20 @@ OpenedPolicy::prepare (const Request &r, bool *truncated, at::Tensor *model_stat
   } else if (r.state.defined ()) {
     at::Tensor st = r.state.to (at::kFloat);
     in.state = norm_ ? norm_->normalize_state (st, norm_mode_).to (at::kFloat) : st;
+  } else if (spec.state_in_prompt) {
+    throw Error ("policy input: this " + spec.model_type +
+                 " model reads the robot state through its prompt, and the observation has none");
   } else {
     in.state = at::zeros ({1});
+  }
+  if (spec.state_in_prompt) {
+    /* pi0.5: the normalized, unpadded state as openpi's 256 bins in the prompt (a new prompt per
+     * observation: no cache). Without a state, the zeros the model would otherwise get. */
+    const Tokens t = tokenizer_.encode_pi05_prompt (
+        r.prompt, Tokenizer::state_bins (to_doubles (in.state)), prompt_length ());
+    in.tokens = t.ids;
+    in.token_mask = t.mask;
+    *truncated = t.truncated;
   }
   in.seed = r.seed;
   in.noise = r.noise;
@@ -323,7 +381,7 @@ OpenedPolicy::prepare (const Request &r, bool *truncated, at::Tensor *model_stat
                                                 (int)y.size (1), to_doubles (*model_state)),
                         {y.size (0), y.size (1)});
     if (norm_)
-      y = norm_->normalize_actions (y, norm_mode_).to (at::kFloat);
+      y = norm_->normalize_actions (y, action_norm_mode_).to (at::kFloat);
     y = y.to (at::kFloat);
     if (y.size (1) < spec.action_dim)
       y = at::constant_pad_nd (y, {0, spec.action_dim - y.size (1)}, 0.0);
@@ -349,7 +407,7 @@ OpenedPolicy::infer (const std::vector<Request> &batch)
       /* Unnormalize, then the robot's transforms, in float64 (openpi's numpy), float32 at the
        * end. */
       at::Tensor r = raw[i].to (at::kCPU, at::kDouble);
-      at::Tensor a = norm_ ? norm_->unnormalize_actions (r, norm_mode_, action_dims_)
+      at::Tensor a = norm_ ? norm_->unnormalize_actions (r, action_norm_mode_, action_dims_)
                            : r.narrow (1, 0, action_dims_);
       const int rows = (int)a.size (0), cols = (int)a.size (1);
       out[i].actions = from_doubles (transforms_.actions_out (to_doubles (a), rows, cols,
@@ -359,7 +417,7 @@ OpenedPolicy::infer (const std::vector<Request> &batch)
                            .contiguous ();
       continue;
     }
-    at::Tensor a = norm_ ? norm_->unnormalize_actions (raw[i], norm_mode_, action_dims_)
+    at::Tensor a = norm_ ? norm_->unnormalize_actions (raw[i], action_norm_mode_, action_dims_)
                          : raw[i].narrow (1, 0, action_dims_);
     out[i].actions = a.to (at::kFloat).contiguous ();
   }

@@ -53,8 +53,12 @@ struct OpenOptions {
   std::string tokenizer;
   /* Where the builtin models' bundled tokenizer is looked for, in order. */
   std::vector<std::string> data_dirs;
-  /* openpi norm_stats.json (or its directory); empty: none (actions stay normalized). */
+  /* openpi norm_stats.json (or its directory), or a directory with LeRobot's processor files
+   * (policy_preprocessor.json ...); empty: a checkpoint directory's own LeRobot processor files
+   * when it has them, else none (actions stay normalized). */
   std::string norm_stats;
+  /* For openpi's norm_stats.json. LeRobot's processor files name their own modes (and bring
+   * LeRobot's formulas): those are used whatever this says. */
   NormMode norm_mode = NormMode::ZScore;
   /* The robot's native action dims kept from the model's padded ones; 0 = all (with
    * transforms: theirs, which any other value must equal). */
@@ -153,7 +157,9 @@ private:
   std::unique_ptr<Policy> policy_;
   Tokenizer tokenizer_;
   std::unique_ptr<NormStats> norm_;
-  NormMode norm_mode_ = NormMode::ZScore;
+  NormMode norm_mode_ = NormMode::ZScore;        // the state's
+  NormMode action_norm_mode_ = NormMode::ZScore; // the actions' (LeRobot may differ)
+  bool lerobot_newline_ = false; // LeRobot's pi0 prompt: the task + "\n" tokenized as one text
   Transforms transforms_;
   std::string model_id_;
   bool untrained_ = false;

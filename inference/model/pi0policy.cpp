@@ -201,8 +201,15 @@ public:
                                                         : AttentionImpl::Eager);
     model_->eval ();
     const Pi0Config &c = model_->config ();
-    spec_ = PolicySpec{c.num_views, c.vision.image_size, c.max_tokens,
-                       c.state_dim, c.action_dim,        c.horizon};
+    spec_ = PolicySpec{c.num_views,
+                       c.vision.image_size,
+                       c.max_tokens,
+                       c.state_dim,
+                       c.action_dim,
+                       c.horizon,
+                       c.pi05 && c.discrete_state_input,
+                       c.uses_state (),
+                       c.type_name ()};
     use_graph_ = opts_.device.is_cuda () && opts_.cuda_graph && cuda_graphs_built ();
   }
 
@@ -412,8 +419,9 @@ public:
   std::string describe () const override
   {
     std::ostringstream os;
-    os << "pi0 native (" << model_->config ().name << "), device " << opts_.device << ", "
-       << c10::toString (opts_.dtype) << (use_graph_ ? ", CUDA graph" : ", eager");
+    os << model_->config ().type_name () << " native (" << model_->config ().name << "), device "
+       << opts_.device << ", " << c10::toString (opts_.dtype)
+       << (use_graph_ ? ", CUDA graph" : ", eager");
     return os.str ();
   }
 

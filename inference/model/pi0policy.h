@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
 
+#include "model/pi0config.h"
 #include "model/pi0rtcmodes.h"
 
 namespace pi0
@@ -54,6 +56,12 @@ struct PolicySpec {
   int state_dim = 0;
   int action_dim = 0;
   int horizon = 0;
+  /* pi0.5 with discrete_state_input: the state reaches the model only as 256-bin tokens in the
+   * prompt (OpenedPolicy builds it; PolicyInput::state is then unused). */
+  bool state_in_prompt = false;
+  /* false: the model reads no state at all (openpi's pi05_libero). */
+  bool reads_state = true;
+  std::string model_type = "pi0"; // "pi0", "pi05"; "torchscript" for a TorchScript module
 };
 
 /* Wall-clock milliseconds per stage of the last inference (measured only when asked: the
@@ -116,6 +124,9 @@ std::unique_ptr<Policy> make_pi0_policy (std::shared_ptr<Pi0Model> model,
  * config's Euler steps. The weights file is validated before the model is allocated. Throws
  * pi0::Error. */
 std::shared_ptr<Pi0Model> load_pi0_model (const std::string &path, int num_steps = 0);
+/* What a checkpoint's tensors are by their names: pi0.5 holds time_mlp_in, pi0 state_proj and
+ * action_time_mlp_in (with or without LeRobot's "model."); Unknown when neither or both. */
+ModelKind model_kind_of (const std::map<std::string, at::Tensor> &tensors);
 std::unique_ptr<Policy> load_pi0_policy (const std::string &path, const PolicyOptions &options);
 /* Writes DIR/model.safetensors (fp32, openpi key names) and DIR/config.json. */
 void save_pi0_model (const Pi0Model &model, const std::string &dir);

@@ -44,6 +44,7 @@ public:
         throw Error ("TorchScript policy '" + path + "': attribute '" + name + "' must be an int");
       return static_cast<int> (v.toInt ());
     };
+    spec_.model_type = "torchscript";
     spec_.horizon = int_attr ("horizon", true);
     spec_.action_dim = int_attr ("action_dim", true);
     spec_.num_views = int_attr ("num_views", false);

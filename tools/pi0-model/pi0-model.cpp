@@ -30,6 +30,7 @@
 
 #include "io/pi0error.h"
 #include "io/pi0safetensors.h"
+#include "io/pi0normstats.h"
 #include "io/pi0tokenizer.h"
 #include "model/pi0cudasupport.h"
 #include "model/pi0model.h"
@@ -116,8 +117,14 @@ parse_args (int argc, char **argv)
 pi0::Pi0Config
 config_of (const Args &a)
 {
-  if (a.has ("checkpoint"))
-    return pi0::config_from_json_file (a.get ("checkpoint") + "/config.json");
+  if (a.has ("checkpoint")) {
+    // openpi's converter writes no model type into config.json: the weights' names tell it
+    // (the file is memory-mapped, nothing is copied).
+    const std::string dir = a.get ("checkpoint");
+    const pi0::ModelKind kind =
+        pi0::model_kind_of (pi0::load_safetensors (dir + "/model.safetensors"));
+    return pi0::config_from_json_file (dir + "/config.json", kind);
+  }
   if (!a.has ("config"))
     throw pi0::Error ("--config NAME or --checkpoint DIR is required");
   return pi0::config_by_name (a.get ("config"));
@@ -131,6 +138,23 @@ cmd_info (const Args &a)
   pi0::Pi0Model model (cfg, at::TensorOptions ().device (at::kMeta));
   std::cout << cfg.describe ();
   std::cout << "parameters: " << model.num_parameters () << "\n";
+  if (a.has ("checkpoint")) {
+    // Where the checkpoint's statistics are, and whose formulas they take (docs/checkpoints.md).
+    const std::string dir = a.get ("checkpoint");
+    if (pi0::has_lerobot_processors (dir)) {
+      const pi0::LeRobotProcessors lp = pi0::load_lerobot_processors (dir);
+      std::cout << "normalization: LeRobot's formulas, state "
+                << pi0::norm_mode_name (lp.stats.state_mode ().value_or (pi0::NormMode::Identity))
+                << " (" << lp.state_dims << " dims), actions "
+                << pi0::norm_mode_name (lp.stats.action_mode ().value_or (pi0::NormMode::Identity))
+                << " (" << lp.action_dims << " dims); statistics from " << lp.stats.source ()
+                << "\n";
+    } else {
+      std::cout << "normalization: no LeRobot processor files here; give openpi's "
+                   "assets/<robot>/norm_stats.json (pi0: zscore, pi05: quantile), or actions stay "
+                   "normalized\n";
+    }
+  }
   return 0;
 }
 
