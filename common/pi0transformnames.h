@@ -10,12 +10,13 @@
 namespace pi0
 {
 
-constexpr int kNumTransformNames = 5;
+constexpr int kNumTransformNames = 6;
 constexpr const char *kTransformNames[kNumTransformNames] = {
     "none",      /* nothing: the model's actions, unnormalized and cut (not an openpi checkpoint) */
     "aloha",     /* pi0_aloha, pi0_aloha_towel, pi0_aloha_tupperware, pi0_aloha_pen_uncap */
     "aloha_sim", /* pi0_aloha_sim: as aloha, without delta actions */
     "libero",    /* pi0_libero: delta actions on the 6 arm dims */
+    "libero_absolute", /* pi05_libero (extra_delta_transform=False): LIBERO's 7 dims, absolute */
     "droid",     /* pi0_droid: the first 8 action dims */
 };
 

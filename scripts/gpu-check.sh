@@ -27,6 +27,8 @@ set -uo pipefail
 # $WORK. It passes when it exits 0; 77 means skipped (with its reason as the last line printed).
 # Each gets min(its timeout, what is left of the budget); one left with under 15 s is skipped.
 # model-rtc: real-time chunking's cost per chunk (plain, guided J = I, guided VJP; issue 13).
+# model-pi05: pi0.5 at full size, CUDA graph then eager (issue 26); its e2e is an extra stage
+# (GPU_CHECK_STAGES=e2e-pi05), as the budget has no room for it after the others.
 # Later GPU rows (batched serving throughput): add a line here; what it prints goes into the
 # summary.
 STAGES=(
@@ -36,12 +38,14 @@ STAGES=(
   'model-eager|75|"$PI0_MODEL" bench --config pi0 --device cuda --dtype bf16 --iters 30 --warmup 5 --no-graph'
   'e2e|90|"$E2E" --model builtin:pi0 --device cuda --precision bf16 --width 1920 --height 1080 --fps 30 --duration 15'
   'model-rtc|60|"$PI0_MODEL" bench --config pi0 --device cuda --dtype bf16 --iters 10 --warmup 3 --rtc'
+  'model-pi05|100|"$PI0_MODEL" bench --config pi05 --device cuda --dtype bf16 --iters 20 --warmup 3 && "$PI0_MODEL" bench --config pi05 --device cuda --dtype bf16 --iters 20 --warmup 3 --no-graph'
   'gpu-decode|60|gpu_decode'
   'memcheck|120|meson test -C "$BUILD" --no-rebuild test_cudaprep_gpu --timeout-multiplier 4 --print-errorlogs --wrapper "compute-sanitizer --tool memcheck --error-exitcode 1"'
 )
 # Run only when named in GPU_CHECK_STAGES. The CPU suite's timeouts are stretched (a shared or
 # traced machine, as in the rehearsal, is slow; timeouts are no assertions).
 EXTRA_STAGES=(
+  'e2e-pi05|90|"$E2E" --model builtin:pi05 --device cuda --precision bf16 --width 1920 --height 1080 --fps 30 --duration 15'
   'cpu-suite|3000|meson test -C "$BUILD" --no-rebuild --suite cpu --print-errorlogs --timeout-multiplier "${GPU_CHECK_TIMEOUT_MULTIPLIER:-3}"'
 )
 # The binaries the stages run (besides the gpu suite's tests, found by meson introspection);

@@ -63,6 +63,30 @@ presets ()
   "transforms": "libero"
 }
 )"},
+      /* pi0.5's openpi configs: pi0's robots, openpi's quantile normalization; pi05_libero's
+       * actions are absolute (extra_delta_transform=False) and its model reads no state. */
+      {"pi05_droid", R"({
+  "name": "pi05_droid",
+  "views": {"main": "observation/exterior_image_1_left", "side": "observation/wrist_image_left"},
+  "state": ["observation/joint_position", "observation/gripper_position"],
+  "state_dim": 8,
+  "prompt": "prompt",
+  "action_dim": 8,
+  "transforms": "droid",
+  "norm_mode": "quantile"
+}
+)"},
+      {"pi05_libero", R"({
+  "name": "pi05_libero",
+  "views": {"main": "observation/image", "side": "observation/wrist_image"},
+  "state": ["observation/state"],
+  "state_dim": 8,
+  "prompt": "prompt",
+  "action_dim": 7,
+  "transforms": "libero_absolute",
+  "norm_mode": "quantile"
+}
+)"},
       {"aloha_towel", aloha ("aloha_towel", "aloha", "fold the towel")},
       {"aloha_tupperware",
        aloha ("aloha_tupperware", "aloha", "open the tupperware and put the food on the plate")},
@@ -167,8 +191,8 @@ parse_mapping (const std::string &json_text, const std::string &source, std::str
     return std::nullopt;
   }
   static const std::set<std::string> known = {
-      "name",   "views",      "optional_views", "state",      "state_dim",     "prompt",
-      "seed",   "action_dim", "ignore",         "transforms", "default_prompt"};
+      "name", "views",      "optional_views", "state",      "state_dim",      "prompt",
+      "seed", "action_dim", "ignore",         "transforms", "default_prompt", "norm_mode"};
   for (auto it = doc->begin (); it != doc->end (); ++it)
     if (!known.count (it.key ())) {
       fail (error, source, "unknown field \"" + it.key () + "\"");
@@ -267,6 +291,16 @@ parse_mapping (const std::string &json_text, const std::string &source, std::str
       return std::nullopt;
     }
     m.transforms = t.get<std::string> ();
+  }
+  if (doc->contains ("norm_mode")) {
+    const auto &n = (*doc)["norm_mode"];
+    if (!n.is_string () || (n != "zscore" && n != "quantile")) {
+      fail (error, source,
+            "\"norm_mode\" must be \"zscore\" or \"quantile\" (how the checkpoint's openpi "
+            "norm stats are applied)");
+      return std::nullopt;
+    }
+    m.norm_mode = n.get<std::string> ();
   }
   if (doc->contains ("default_prompt")) {
     const auto &d = (*doc)["default_prompt"];

@@ -25,7 +25,8 @@
  * paths whose values are concatenated in order (DROID: joints, then gripper). Keys a request
  * sends that the mapping does not name are refused, unless listed in "ignore".
  *
- * The presets are openpi's inference configs (pi0_aloha, pi0_droid, pi0_libero, and the ALOHA
+ * The presets are openpi's inference configs (pi0_aloha, pi0_droid, pi0_libero, pi05_droid,
+ * pi05_libero ("norm_mode": "quantile", as openpi normalizes for pi0.5), and the ALOHA
  * checkpoints that differ: pi0_aloha_towel, pi0_aloha_tupperware, pi0_aloha_pen_uncap,
  * pi0_aloha_sim), each with the robot transforms its checkpoint needs ("transforms": the name
  * pi0infer's `transforms` takes, common/pi0transformnames.h) and openpi's default prompt where
@@ -60,10 +61,12 @@ struct Mapping {
   std::vector<KeyPath> ignore;            /* accepted and dropped */
   std::string transforms = "none";        /* the checkpoint's robot transforms, for pi0infer */
   std::string default_prompt;             /* empty: none (requests must carry a prompt) */
+  std::string norm_mode;                  /* "zscore", "quantile"; empty: pi0infer's default */
 };
 
-/* "aloha", "droid", "libero", then the ALOHA checkpoints that differ: "aloha_towel",
- * "aloha_tupperware", "aloha_pen_uncap", "aloha_sim" (openpi's config names without "pi0_"). */
+/* "aloha", "droid", "libero", "pi05_droid", "pi05_libero", then the ALOHA checkpoints that
+ * differ: "aloha_towel", "aloha_tupperware", "aloha_pen_uncap", "aloha_sim" (openpi's config
+ * names, pi0's without "pi0_"). */
 std::vector<std::string> mapping_presets ();
 
 /* The JSON text of a preset (what `pi0-serve --print-mapping NAME` prints), or "". */

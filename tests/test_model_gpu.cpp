@@ -79,6 +79,32 @@ TEST (ModelGpu, CudaGraphEqualsEager)
   }
 }
 
+/* pi0.5 on CUDA: the adaRMSNorm suffix through the same eager and captured paths. */
+TEST (ModelGpu, Pi05CudaAgreesWithCpuAndItsGraphWithEager)
+{
+  require_cuda ();
+  if (testing::Test::IsSkipped ())
+    return;
+  auto pi05 = [] {
+    auto m = std::make_shared<pi0::Pi0Model> (pi0::config_by_name ("pi05-tiny"));
+    m->init_random (34);
+    return m;
+  };
+  const pi0::Pi0Config cfg = pi0::config_by_name ("pi05-tiny");
+  auto cpu = pi0::make_pi0_policy (pi05 (), {});
+  auto eager = pi0::make_pi0_policy (pi05 (), cuda_opts (at::kFloat, false));
+  auto graph = pi0::make_pi0_policy (pi05 (), cuda_opts (at::kFloat, true));
+  auto bf16 = pi0::make_pi0_policy (pi05 (), cuda_opts (at::kBFloat16, true));
+  graph->warmup ();
+  for (uint64_t s : {7, 8}) {
+    auto in = tiny_input (cfg, s, 30 + static_cast<int> (s));
+    const at::Tensor ref = cpu->infer (in), a = eager->infer (in);
+    EXPECT_LE (rel_err (a, ref), 1e-4) << "seed " << s;
+    EXPECT_LE (max_abs (graph->infer (in), a), 1e-5) << "seed " << s;
+    EXPECT_LE (rel_err (bf16->infer (in), ref), 2e-2) << "seed " << s;
+  }
+}
+
 TEST (ModelGpu, PeakMemoryIsReported)
 {
   require_cuda ();

@@ -171,16 +171,20 @@ TEST (Mapping, PresetsCarryOpenpisTransformsAndDefaultPrompts)
   for (const auto &c : (*golden)["configs"]) {
     const std::string config = c["name"].get<std::string> ();
     SCOPED_TRACE (config);
-    ASSERT_EQ (config.rfind ("pi0_", 0), 0u);
-    Mapping m = preset (config.substr (4).c_str ()); /* pi0_aloha_towel: the preset aloha_towel */
+    /* pi0_aloha_towel: the preset aloha_towel; pi05_droid: the preset pi05_droid. */
+    const bool pi05 = config.rfind ("pi05_", 0) == 0;
+    ASSERT_TRUE (pi05 || config.rfind ("pi0_", 0) == 0);
+    Mapping m = preset (pi05 ? config.c_str () : config.substr (4).c_str ());
     EXPECT_EQ (m.transforms, c["transforms"].get<std::string> ());
+    /* openpi normalizes with quantiles for every model type but pi0. */
+    EXPECT_EQ (m.norm_mode, c["norm"] == "quantile" ? "quantile" : "");
     EXPECT_EQ (m.default_prompt,
                c["default_prompt"].is_null () ? "" : c["default_prompt"].get<std::string> ());
     checked++;
   }
-  EXPECT_EQ (checked, 7);
+  EXPECT_EQ (checked, 9);
   std::vector<std::string> names = mapping_presets ();
-  EXPECT_EQ (names.size (), 7u) << "a preset without its openpi config in the goldens";
+  EXPECT_EQ (names.size (), 9u) << "a preset without its openpi config in the goldens";
 }
 
 TEST (Mapping, BadMappingsAreRefusedWithTheReason)
@@ -199,12 +203,15 @@ TEST (Mapping, BadMappingsAreRefusedWithTheReason)
       {R"({"views": {"main": ""}, "state": ["s"], "state_dim": 2})", "empty key"},
       {R"({"views": {"main": "a"}, "optional_views": ["main"], "state": ["s"], "state_dim": 2})",
        "always required"},
-      {R"({"views": {"main": "a", "main": "b"}, "state": ["s"], "state_dim": 2})", "more than once"},
+      {R"({"views": {"main": "a", "main": "b"}, "state": ["s"], "state_dim": 2})",
+       "more than once"},
       {R"([1, 2])", "JSON object"},
       {R"({"views": {"main": "a"}, "state": ["s"], "state_dim": 2, "transforms": "bridge"})",
        "\"transforms\" must be one of none, aloha"},
       {R"({"views": {"main": "a"}, "state": ["s"], "state_dim": 2, "default_prompt": ""})",
        "default_prompt"},
+      {R"({"views": {"main": "a"}, "state": ["s"], "state_dim": 2, "norm_mode": "minmax"})",
+       "\"norm_mode\" must be \"zscore\" or \"quantile\""},
   };
   for (const auto &c : cases) {
     std::string err;

@@ -5,6 +5,7 @@
  * pi0::open_policy(), around the norm stats, on builtin:pi0-tiny. */
 #include <cmath>
 #include <fstream>
+#include <set>
 
 #include "io/pi0error.h"
 #include "io/pi0normstats.h"
@@ -82,7 +83,9 @@ norm_stats (const pi0::json::Value &c)
 }
 
 struct Case {
-  std::string set;
+  std::string set;        // the set's key: the transforms, and "+quantile" for pi0.5's configs
+  std::string transforms; // the transforms' name
+  pi0::NormMode norm;     // openpi's Normalize: quantiles for every model type but pi0
   int index;
   const pi0::json::Value *v;
 };
@@ -93,8 +96,14 @@ cases ()
   std::vector<Case> out;
   for (auto it = golden ()["sets"].begin (); it != golden ()["sets"].end (); ++it) {
     int i = 0;
-    for (const auto &c : it.value ()["cases"])
-      out.push_back ({it.key (), i++, &c});
+    const auto &set = it.value ();
+    const std::string transforms =
+        set.contains ("transforms") ? set["transforms"].get<std::string> () : it.key ();
+    const pi0::NormMode norm = set.contains ("norm") && set["norm"] == "quantile"
+                                   ? pi0::NormMode::Quantile
+                                   : pi0::NormMode::ZScore;
+    for (const auto &c : set["cases"])
+      out.push_back ({it.key (), transforms, norm, i++, &c});
   }
   return out;
 }
@@ -108,11 +117,17 @@ TEST (Transforms, TheGoldensComeFromOpenpiAndCoverEverySetAndConfig)
                         "src/openpi/training/config.py"})
     EXPECT_TRUE (golden ()["openpi_files"].contains (f)) << f;
   /* Every name but none has goldens, and every config maps to a name we implement. */
+  std::set<std::string> covered;
+  for (const Case &k : cases ())
+    covered.insert (k.transforms);
   for (const char *name : pi0::kTransformNames) {
     if (std::string (name) != "none") {
-      EXPECT_TRUE (golden ()["sets"].contains (name)) << name;
+      EXPECT_TRUE (covered.count (name)) << name;
     }
   }
+  /* pi0.5's configs are there, with quantile normalization. */
+  EXPECT_TRUE (golden ()["sets"].contains ("droid+quantile"));
+  EXPECT_TRUE (golden ()["sets"].contains ("libero_absolute+quantile"));
   for (const auto &c : golden ()["configs"])
     EXPECT_NO_THROW (pi0::Transforms::by_name (c["transforms"].get<std::string> ()))
         << c["name"];
@@ -124,23 +139,22 @@ TEST (Transforms, StateActionsAndTheirInverseEqualOpenpis)
   for (const Case &k : cases ()) {
     SCOPED_TRACE (k.set + " case " + std::to_string (k.index));
     const auto &c = *k.v;
-    const pi0::Transforms t = pi0::Transforms::by_name (k.set);
+    const pi0::Transforms t = pi0::Transforms::by_name (k.transforms);
     const pi0::NormStats ns = norm_stats (c);
     const std::vector<double> state = flat (c["state"]);
 
     /* The robot state through the input transforms (AlohaInputs), then openpi's Normalize. */
     const std::vector<double> model_state = t.state_in (state);
     EXPECT_LT (max_diff (model_state, flat (c["transformed_state"])), 1e-12);
-    at::Tensor normalized = ns.normalize_state (tensor (model_state, {(int64_t)state.size ()}),
-                                                pi0::NormMode::ZScore);
+    at::Tensor normalized =
+        ns.normalize_state (tensor (model_state, {(int64_t)state.size ()}), k.norm);
     EXPECT_LT (max_diff (values (normalized), flat (c["normalized_state"])), 1e-12);
 
     /* The model's output through Unnormalize and the output transforms (AbsoluteActions, then
      * AlohaOutputs / LiberoOutputs / DroidOutputs). */
     const auto &ma = c["model_actions"];
     const int rows = (int)ma.size (), cols = (int)ma[0].size ();
-    at::Tensor un = ns.unnormalize_actions (tensor (flat (ma), {rows, cols}),
-                                            pi0::NormMode::ZScore, cols);
+    at::Tensor un = ns.unnormalize_actions (tensor (flat (ma), {rows, cols}), k.norm, cols);
     const std::vector<double> robot =
         t.actions_out (values (un), rows, (int)un.size (1), model_state);
     const std::vector<double> expect = flat (c["actions"]);

@@ -101,9 +101,10 @@ Transforms::by_name (const std::string &name)
     if (name == "aloha")
       t.delta_mask_ = make_bool_mask ({6, -1, 6, -1});
     t.action_dims_ = t.state_dims_ = kAlohaDims;
-  } else if (name == "libero") {
+  } else if (name == "libero" || name == "libero_absolute") {
     t.robot_ = Robot::Libero;
-    t.delta_mask_ = make_bool_mask ({6, -1});
+    if (name == "libero")
+      t.delta_mask_ = make_bool_mask ({6, -1});
     t.action_dims_ = 7;
     t.state_dims_ = 8;
   } else if (name == "droid") {

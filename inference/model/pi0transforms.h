@@ -15,8 +15,10 @@
  *   aloha_sim  pi0_aloha_sim: AlohaInputs/AlohaOutputs(adapt_to_pi=True), absolute actions
  *   libero     pi0_libero (extra_delta_transform=True): DeltaActions/AbsoluteActions with
  *              make_bool_mask(6, -1); LiberoOutputs keeps 7 dims
- *   droid      pi0_droid: DroidOutputs keeps 8 dims (DroidInputs' state is the mapping's
- *              concatenation of joints and gripper)
+ *   libero_absolute  pi05_libero (extra_delta_transform=False): LiberoOutputs keeps 7 dims,
+ *              absolute actions
+ *   droid      pi0_droid, pi05_droid: DroidOutputs keeps 8 dims (DroidInputs' state is the
+ *              mapping's concatenation of joints and gripper)
  *   none       nothing (a model that is not an openpi checkpoint)
  *
  * adapt_to_pi maps ALOHA's joints and grippers to the space of pi's internal runtime that the
@@ -42,7 +44,8 @@ namespace pi0
 class Transforms
 {
 public:
-  /* "none" (also ""), "aloha", "aloha_sim", "libero", "droid"; else pi0::Error naming them. */
+  /* "none" (also ""), "aloha", "aloha_sim", "libero", "libero_absolute", "droid"; else
+   * pi0::Error naming them. */
   static Transforms by_name (const std::string &name);
   Transforms (); /* none */
 

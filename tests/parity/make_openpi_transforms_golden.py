@@ -57,10 +57,11 @@ FILES = [
     "src/openpi/policies/droid_policy.py",
     "src/openpi/training/config.py",
 ]
-# The pi0 configs whose transforms the project implements, and the name of that transform set
-# in the project (pi0::Transforms, pi0infer's `transforms`).
+# The pi0 and pi0.5 configs whose transforms the project implements, and the name of that
+# transform set in the project (pi0::Transforms, pi0infer's `transforms`). pi0.5's configs
+# normalize with quantiles (openpi: use_quantile_norm = model_type != PI0).
 CONFIGS = ["pi0_aloha", "pi0_aloha_towel", "pi0_aloha_tupperware", "pi0_aloha_pen_uncap",
-           "pi0_aloha_sim", "pi0_droid", "pi0_libero"]
+           "pi0_aloha_sim", "pi0_droid", "pi0_libero", "pi05_droid", "pi05_libero"]
 MODEL_ACTION_DIM = 32  # Pi0Config.action_dim
 HORIZON = 3            # rows of the model outputs here (the transforms act per row)
 
@@ -192,11 +193,16 @@ def read_configs(config_py: str):
             continue
         model = kw["model"]
         assert ast.unparse(model.func) == "pi0_config.Pi0Config", (name, ast.unparse(model))
-        assert not any(k.arg == "pi05" for k in model.keywords), name
+        model_kw = {k.arg: literal(k.value) for k in model.keywords}
+        pi05 = model_kw.get("pi05", False) is True
         data = kw["data"]
         cls = ast.unparse(data.func)
         flags = {k.arg: literal(k.value) for k in data.keywords}
-        entry = {"name": name, "data_config": cls, "model": ast.unparse(model)}
+        entry = {"name": name, "data_config": cls, "model": ast.unparse(model), "pi05": pi05,
+                 "norm": "quantile" if pi05 else "zscore",
+                 # openpi's Pi0Config: discrete_state_input defaults to pi05
+                 "discrete_state_input": model_kw.get("discrete_state_input", pi05),
+                 "action_horizon": model_kw.get("action_horizon", 50)}
         if cls == "LeRobotAlohaDataConfig":
             d = class_defaults(cls)
             entry["adapt_to_pi"] = flags.get("adapt_to_pi", d["adapt_to_pi"])
@@ -214,7 +220,8 @@ def read_configs(config_py: str):
             entry["delta_mask_dims"] = mask if entry["extra_delta_transform"] else None
         elif cls == "SimpleDataConfig":
             text = ast.unparse(kw["data"])
-            assert "droid_policy.DroidInputs(model_type=ModelType.PI0)" in text, text
+            kind = "PI05" if pi05 else "PI0"
+            assert f"droid_policy.DroidInputs(model_type=ModelType.{kind})" in text, text
             assert "droid_policy.DroidOutputs()" in text and "DeltaActions" not in text, text
             entry["default_prompt"] = None
             entry["delta_mask_dims"] = None
@@ -233,8 +240,7 @@ def transform_set(entry):
         assert entry["adapt_to_pi"], entry
         return "aloha" if entry["use_delta_joint_actions"] else "aloha_sim"
     if cls == "LeRobotLiberoDataConfig":
-        assert entry["extra_delta_transform"], entry
-        return "libero"
+        return "libero" if entry["extra_delta_transform"] else "libero_absolute"
     return "droid"
 
 
@@ -245,14 +251,15 @@ def transform_set(entry):
 def chain(entry, transforms, aloha_policy, libero_policy, droid_policy, model_type):
     """openpi's data transforms Group for a config, as its DataConfigFactory.create() builds it."""
     cls = entry["data_config"]
+    kind = model_type.PI05 if entry["pi05"] else model_type.PI0
     if cls == "LeRobotAlohaDataConfig":
         g = transforms.Group(inputs=[aloha_policy.AlohaInputs(adapt_to_pi=entry["adapt_to_pi"])],
                              outputs=[aloha_policy.AlohaOutputs(adapt_to_pi=entry["adapt_to_pi"])])
     elif cls == "LeRobotLiberoDataConfig":
-        g = transforms.Group(inputs=[libero_policy.LiberoInputs(model_type=model_type.PI0)],
+        g = transforms.Group(inputs=[libero_policy.LiberoInputs(model_type=kind)],
                              outputs=[libero_policy.LiberoOutputs()])
     else:
-        g = transforms.Group(inputs=[droid_policy.DroidInputs(model_type=model_type.PI0)],
+        g = transforms.Group(inputs=[droid_policy.DroidInputs(model_type=kind)],
                              outputs=[droid_policy.DroidOutputs()])
     if entry["delta_mask_dims"]:
         mask = transforms.make_bool_mask(*entry["delta_mask_dims"])
@@ -266,7 +273,7 @@ def robot_observation(name, rng, state):
         return {"observation/exterior_image_1_left": img.transpose(1, 2, 0),
                 "observation/wrist_image_left": img.transpose(1, 2, 0),
                 "observation/joint_position": state[:7], "observation/gripper_position": state[7:]}
-    if name == "libero":
+    if name.startswith("libero"):
         return {"observation/image": img.transpose(1, 2, 0), "observation/wrist_image": img.transpose(1, 2, 0),
                 "observation/state": state}
     return {"images": {"cam_high": img}, "state": state}
@@ -274,7 +281,8 @@ def robot_observation(name, rng, state):
 
 def dims(name):
     """(robot state dims, robot action dims) of openpi's examples for a transform set."""
-    return {"aloha": (14, 14), "aloha_sim": (14, 14), "libero": (8, 7), "droid": (8, 8)}[name]
+    return {"aloha": (14, 14), "aloha_sim": (14, 14), "libero": (8, 7), "libero_absolute": (8, 7),
+            "droid": (8, 8)}[name]
 
 
 def robot_state(name, rng, case):
@@ -295,10 +303,15 @@ def make_case(name, entry, mods, rng, case):
     transforms, aloha_policy, libero_policy, droid_policy, model_type = mods
     s_dim, a_dim = dims(name)
     NormStats = sys.modules["openpi.shared.normalize"].NormStats
-    stats = {
-        "state": NormStats(mean=rng.normal(0, 0.5, s_dim), std=rng.uniform(0.05, 2.0, s_dim)),
-        "actions": NormStats(mean=rng.normal(0, 0.5, a_dim), std=rng.uniform(0.05, 2.0, a_dim)),
-    }
+
+    def stats_of(dim):
+        mean, std = rng.normal(0, 0.5, dim), rng.uniform(0.05, 2.0, dim)
+        if not entry["pi05"]:
+            return NormStats(mean=mean, std=std)
+        return NormStats(mean=mean, std=std, q01=mean - 2.2 * std, q99=mean + 2.4 * std)
+
+    stats = {"state": stats_of(s_dim), "actions": stats_of(a_dim)}
+    quantile = entry["norm"] == "quantile"
     g = chain(entry, transforms, aloha_policy, libero_policy, droid_policy, model_type)
     state = robot_state(name, rng, case)
     model_out = rng.normal(0, 1, size=(HORIZON, MODEL_ACTION_DIM)).astype(np.float32)
@@ -307,13 +320,13 @@ def make_case(name, entry, mods, rng, case):
     # The inference path (policy_config.create_trained_policy), images and prompt aside: the
     # model transforms that touch the state are PadStatesAndActions only.
     data = robot_observation(name, rng, state.copy())
-    for t in [*g.inputs, transforms.Normalize(stats)]:
+    for t in [*g.inputs, transforms.Normalize(stats, use_quantiles=quantile)]:
         data = t(data)
     model_side_state = data["state"]
     data = transforms.PadStatesAndActions(MODEL_ACTION_DIM)(data)
     model_state = data["state"]
     outputs = {"state": model_state, "actions": model_out.copy()}
-    for t in [transforms.Unnormalize(stats), *g.outputs]:
+    for t in [transforms.Unnormalize(stats, use_quantiles=quantile), *g.outputs]:
         outputs = t(outputs)
 
     # The same inputs without Normalize: the state the transforms hand to Normalize.
@@ -332,7 +345,9 @@ def make_case(name, entry, mods, rng, case):
 
     return {
         "state": f64(state),
-        "norm_stats": {k: {"mean": f64(v.mean), "std": f64(v.std)} for k, v in stats.items()},
+        "norm_stats": {k: {"mean": f64(v.mean), "std": f64(v.std),
+                           **({"q01": f64(v.q01), "q99": f64(v.q99)} if quantile else {})}
+                       for k, v in stats.items()},
         "transformed_state": f64(plain["state"]),
         "normalized_state": f64(model_side_state),
         "model_state": f64(model_state),
@@ -370,13 +385,16 @@ def main():
         c["transforms"] = transform_set(c)
     sets = {}
     for c in configs:
+        # A set per transforms and normalization: pi05_droid's transforms are pi0_droid's, its
+        # normalization is not.
         name = c["transforms"]
-        if name in sets:
+        key = name if c["norm"] == "zscore" else f"{name}+{c['norm']}"
+        if key in sets:
             continue
         rng = np.random.default_rng(1000 + len(sets))  # sets come in CONFIGS' order
-        n_cases = {"aloha": 5, "aloha_sim": 3, "libero": 3, "droid": 2}[name]
-        sets[name] = {"config": c["name"],
-                      "cases": [make_case(name, c, mods, rng, i) for i in range(n_cases)]}
+        n_cases = {"aloha": 5, "aloha_sim": 3, "libero": 3, "libero_absolute": 2, "droid": 2}[name]
+        sets[key] = {"config": c["name"], "transforms": name, "norm": c["norm"],
+                     "cases": [make_case(name, c, mods, rng, i) for i in range(n_cases)]}
 
     golden = {
         "openpi_commit": commit,

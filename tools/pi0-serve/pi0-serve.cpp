@@ -521,7 +521,11 @@ main (int argc, char **argv)
   ok = ok && set_checked (inf, "model", o.model, "--model") &&
        set_given (inf, "tokenizer", o.tokenizer, "--tokenizer") &&
        set_given (inf, "norm-stats", o.norm_stats, "--norm-stats") &&
-       set_given (inf, "norm-mode", o.norm_mode, "--norm-mode") &&
+       set_given (inf, "norm-mode",
+                  o.norm_mode                    ? o.norm_mode
+                  : !mapping->norm_mode.empty () ? mapping->norm_mode.c_str ()
+                                                 : nullptr,
+                  "--norm-mode") &&
        set_given (inf, "device", o.device, "--device");
   if (ok && o.cuda_device_id != kUnset)
     ok = set_checked (inf, "cuda-device-id", o.cuda_device_id, "--cuda-device-id");
