@@ -397,4 +397,16 @@ TEST (OpenPolicy, Pi05PutsTheStateIntoThePromptAsBins)
   }
   pi0::Request nan = request (5, "pick up the cube", std::nanf (""));
   EXPECT_THROW (p->infer (nan), pi0::Error);
+  // With transforms, whose missing state is zeros for pi0: still refused for pi0.5.
+  pi0::OpenOptions o = cpu_options ();
+  o.transforms = "droid";
+  auto with_transforms = pi0::open_policy ("builtin:pi05-tiny", o);
+  try {
+    with_transforms->infer (none);
+    ADD_FAILURE () << "a pi05 request without a state ran with transforms";
+  } catch (const pi0::Error &e) {
+    EXPECT_NE (std::string (e.what ()).find ("reads the robot state through its prompt"),
+               std::string::npos)
+        << e.what ();
+  }
 }

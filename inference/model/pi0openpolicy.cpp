@@ -337,6 +337,11 @@ OpenedPolicy::prepare (const Request &r, bool *truncated, at::Tensor *model_stat
     *truncated = cached->second.truncated;
   }
 
+  /* A made-up (zero) state would be a wrong prompt for pi0.5, not a neutral input: refused,
+   * with or without transforms (whose missing state is zeros for pi0). */
+  if (spec.state_in_prompt && !r.state.defined ())
+    throw Error ("policy input: this " + spec.model_type +
+                 " model reads the robot state through its prompt, and the observation has none");
   if (!transforms_.none ()) {
     /* openpi's order: the robot's transforms, then Normalize, in float64 as numpy does. */
     at::Tensor st = r.state.defined () ? r.state.to (at::kCPU, at::kDouble).reshape ({-1})
@@ -347,15 +352,12 @@ OpenedPolicy::prepare (const Request &r, bool *truncated, at::Tensor *model_stat
   } else if (r.state.defined ()) {
     at::Tensor st = r.state.to (at::kFloat);
     in.state = norm_ ? norm_->normalize_state (st, norm_mode_).to (at::kFloat) : st;
-  } else if (spec.state_in_prompt) {
-    throw Error ("policy input: this " + spec.model_type +
-                 " model reads the robot state through its prompt, and the observation has none");
   } else {
     in.state = at::zeros ({1});
   }
   if (spec.state_in_prompt) {
     /* pi0.5: the normalized, unpadded state as openpi's 256 bins in the prompt (a new prompt per
-     * observation: no cache). Without a state, the zeros the model would otherwise get. */
+     * observation: no cache). */
     const Tokens t = tokenizer_.encode_pi05_prompt (
         r.prompt, Tokenizer::state_bins (to_doubles (in.state)), prompt_length ());
     in.tokens = t.ids;

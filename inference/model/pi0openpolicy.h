@@ -98,7 +98,8 @@ struct Request {
   void *ready_event = nullptr; // a cudaEvent_t the policy's stream waits on (no CPU wait)
   /* Float [S] in robot units: through the transforms, normalized with the norm stats,
    * zero-padded to the model's state size. Undefined: a zero state (used as is; with
-   * transforms, transforms().state_dims() zeros in robot units). */
+   * transforms, transforms().state_dims() zeros in robot units), except for a model that reads
+   * the state through its prompt (pi0.5, spec().state_in_prompt): pi0::Error. */
   at::Tensor state;
   std::string prompt; // the instruction in words; tokenized once per distinct prompt
   uint64_t seed = 0;  // the flow-matching noise is drawn from this seed...
