@@ -2,7 +2,7 @@
 """A LeRobot pi0 or pi0.5 checkpoint exactly as LeRobot writes one, and what LeRobot does with a
 raw observation through it: run live by tests/test_lerobot_policy.cpp.
 
-    lerobot_processor_parity.py OUT {pi0,pi05} {tiny,mid}
+    lerobot_processor_parity.py OUT {pi0,pi05} {tiny,mid,full}
 
 LeRobot 0.6.1's own classes do everything: PI0Policy / PI05Policy with seeded random weights
 (transformers_parity.randomize: the adaRMSNorm condition layers get non-zero weights), their
@@ -18,7 +18,8 @@ state, the tokens) for diagnosis.
 Sizes: `tiny` (widths 32-64, every structural feature) and `mid` (pi0.5's real widths: SigLIP
 1152/4304/16 heads on 224-pixel views of patch 14, Gemma 2048/16384 and expert 1024/4096 with
 8 heads of 256 and one KV head; two Gemma layers, one SigLIP layer; the vocabulary is the test
-tokenizer's).
+tokenizer's), and `full` (every real size but the vocabulary: 27 SigLIP layers, 18 Gemma and 18
+expert layers; about 11 GB of fp32 weights, for the by-hand run of docs/testing.md).
 
 LeRobot's configs know only the full-size variants, so the Gemma variant table, the PaliGemma
 vision config and the modules whose sizes LeRobot fixes in code (SigLIP's MLP, the projector,
@@ -45,6 +46,9 @@ SIZES = {
     "mid": dict(vision=dict(image_size=224, patch_size=14, width=1152, depth=1, mlp_dim=4304, num_heads=16),
                 text=dict(width=2048, depth=2, mlp_dim=16384, num_heads=8, num_kv_heads=1, head_dim=256),
                 expert=dict(width=1024, depth=2, mlp_dim=4096, num_heads=8, num_kv_heads=1, head_dim=256)),
+    "full": dict(vision=dict(image_size=224, patch_size=14, width=1152, depth=27, mlp_dim=4304, num_heads=16),
+                 text=dict(width=2048, depth=18, mlp_dim=16384, num_heads=8, num_kv_heads=1, head_dim=256),
+                 expert=dict(width=1024, depth=18, mlp_dim=4096, num_heads=8, num_kv_heads=1, head_dim=256)),
 }
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOKENIZER = os.path.join(ROOT, "tests/data/tokenizer/tiny_paligemma.model")
@@ -73,8 +77,10 @@ def gemma_tokenizer():
 def main() -> None:
     out, kind, size = sys.argv[1], sys.argv[2], sys.argv[3]
     # One thread, as the C++ tests run: the suite runs two tests at a time on two cores, and the
-    # real-width model would otherwise take both from the other test.
-    torch.set_num_threads(1)
+    # real-width model would otherwise take both from the other test. The full size runs by hand,
+    # alone, on every core.
+    if size != "full":
+        torch.set_num_threads(1)
     dims = SIZES[size]
     tokenizer, vocab = gemma_tokenizer()
 
