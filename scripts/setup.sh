@@ -15,6 +15,7 @@ APT_PACKAGES=(
   python3-pil
   clang libclang-rt-14-dev
   libsoup-3.0-dev libmsgpack-cxx-dev
+  libcairo2-dev
 )
 
 missing=()

@@ -6,32 +6,14 @@
 
 #include "io/pi0safetensors.h"
 #include "pi0testmodel.h"
+#include "pi0testrun.h"
 
 using namespace pi0test;
 
 namespace
 {
 
-struct Result {
-  int status = -1;
-  std::string out; // stdout and stderr together
-};
-
-Result
-run_command (const std::string &cmd)
-{
-  Result r;
-  FILE *p = popen ((cmd + " 2>&1").c_str (), "r");
-  if (!p)
-    return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread (buf, 1, sizeof buf, p)) > 0)
-    r.out.append (buf, n);
-  int st = pclose (p);
-  r.status = WIFEXITED (st) ? WEXITSTATUS (st) : -1;
-  return r;
-}
+using Result = CommandResult;
 
 Result
 run_tool (const std::string &args)

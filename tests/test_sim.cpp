@@ -1,0 +1,403 @@
+/* The simulated world of the closed loop (sim/): its random stream, scenes, kinematics, the
+ * judge of an episode, the scripted expert, and the three cameras. Counts and pixels only,
+ * never times: the world advances one tick per command. */
+#include <gtest/gtest.h>
+
+#include "pi0simrender.h"
+#include "pi0simworld.h"
+#include "pi0testrun.h"
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <sstream>
+
+using namespace pi0::sim;
+
+namespace
+{
+
+pi0::proto::RobotConfig
+planar_robot ()
+{
+  pi0::proto::RobotConfig r;
+  std::string err;
+  const std::string path =
+      std::string (std::getenv ("PI0_SOURCE_ROOT") ? std::getenv ("PI0_SOURCE_ROOT") : ".") +
+      "/pipelines/robot-planar.json";
+  EXPECT_TRUE (pi0::proto::load_robot_config (path, &r, &err)) << err;
+  return r;
+}
+
+double
+dist (Vec2 a, Vec2 b)
+{
+  return std::hypot (a.x - b.x, a.y - b.y);
+}
+
+/* Runs one episode, the arm commanded by @policy (which gives a chunk from the world), the
+ * first @execute rows of each chunk executed before the next is asked for (open-loop steps, as
+ * the chain's robot runs a chunk). */
+template <typename Policy>
+Outcome
+run_episode (World &w, Policy policy, unsigned execute = 5)
+{
+  while (!w.done ()) {
+    const std::vector<std::vector<float>> chunk = policy (w);
+    for (unsigned k = 0; k < execute && k < chunk.size () && !w.done (); k++)
+      w.step (chunk[k].data ());
+  }
+  return w.outcome ();
+}
+
+std::vector<uint8_t>
+pixels (const World &w, Camera c, int width = 96, int height = 72)
+{
+  std::vector<uint8_t> px ((size_t)width * height * 3);
+  std::string err;
+  EXPECT_TRUE (render (w, c, width, height, px.data (), (size_t)width * 3, &err)) << err;
+  return px;
+}
+
+const char *
+env_or (const char *name, const char *fallback)
+{
+  const char *v = std::getenv (name);
+  return v ? v : fallback;
+}
+
+using pi0test::run_command;
+using Ran = pi0test::CommandResult;
+
+/* pi0-sim with @args, the planar robot's configuration given. */
+Ran
+pi0_sim (const std::string &args)
+{
+  return run_command (std::string (env_or ("PI0_BUILD_ROOT", "build")) + "/tools/pi0-sim " + args +
+                      " --robot-config " + env_or ("PI0_SOURCE_ROOT", ".") +
+                      "/pipelines/robot-planar.json");
+}
+
+/* The episode lines of pi0-sim's output ({"seed":...}), in order. */
+std::vector<std::string>
+episode_lines (const std::string &out)
+{
+  std::vector<std::string> lines;
+  std::istringstream in (out);
+  for (std::string l; std::getline (in, l);)
+    if (l.rfind ("{\"seed\":", 0) == 0)
+      lines.push_back (l);
+  return lines;
+}
+
+/* One field of an episode line, as its text. */
+std::string
+field (const std::string &line, const std::string &key)
+{
+  const std::string k = "\"" + key + "\":";
+  const size_t at = line.find (k);
+  if (at == std::string::npos)
+    return "";
+  size_t end = line.find_first_of (",}", at + k.size ());
+  return line.substr (at + k.size (), end - at - k.size ());
+}
+
+/* Pixels within 30 levels of @rgb on every channel. */
+size_t
+count_colour (const std::vector<uint8_t> &px, std::array<uint8_t, 3> rgb)
+{
+  size_t n = 0;
+  for (size_t i = 0; i + 2 < px.size (); i += 3)
+    if (std::abs (px[i] - rgb[0]) < 30 && std::abs (px[i + 1] - rgb[1]) < 30 &&
+        std::abs (px[i + 2] - rgb[2]) < 30)
+      n++;
+  return n;
+}
+
+} // namespace
+
+TEST (SimRng, IsSplitmix64)
+{
+  // splitmix64's published first outputs for seed 0.
+  Rng r (0);
+  EXPECT_EQ (r.next (), 0xE220A8397B1DCDAFull);
+  EXPECT_EQ (r.next (), 0x6E789E6AA1B965F4ull);
+  Rng u (7);
+  for (int i = 0; i < 1000; i++) {
+    const double v = u.uniform (-2, 3);
+    EXPECT_GE (v, -2);
+    EXPECT_LT (v, 3);
+  }
+}
+
+TEST (SimWorld, ScenesAreSeededReachableAndApart)
+{
+  const pi0::proto::RobotConfig robot = planar_robot ();
+  std::set<unsigned> targets;
+  for (uint64_t seed = 0; seed < 200; seed++) {
+    World a (robot, seed), b (robot, seed);
+    ASSERT_EQ (a.blocks ().size (), 3u);
+    EXPECT_EQ (a.instruction (), b.instruction ());
+    EXPECT_EQ (a.joints (), b.joints ());
+    for (size_t i = 0; i < 3; i++) {
+      EXPECT_EQ (a.blocks ()[i].at.x, b.blocks ()[i].at.x);
+      EXPECT_GE (dist (a.blocks ()[i].at, a.tool ()), 0.15);
+      std::vector<float> q;
+      EXPECT_TRUE (
+          solve_ik (a.options ().links, robot, a.blocks ()[i].at, a.joints ().data (), &q));
+      for (size_t j = 0; j < i; j++)
+        EXPECT_GE (dist (a.blocks ()[i].at, a.blocks ()[j].at), 2 * a.options ().block_size);
+    }
+    EXPECT_EQ (a.instruction (), "touch the " + a.blocks ()[a.target ()].colour + " block");
+    targets.insert (a.target ());
+  }
+  EXPECT_EQ (targets.size (), 3u); // every block gets named
+  World c (robot, 1), d (robot, 2);
+  EXPECT_NE (c.blocks ()[0].at.x, d.blocks ()[0].at.x);
+}
+
+TEST (SimWorld, RefusesWhatItCannotSimulate)
+{
+  pi0::proto::RobotConfig seven;
+  std::string err;
+  ASSERT_TRUE (pi0::proto::load_robot_config (
+      std::string (std::getenv ("PI0_SOURCE_ROOT")) + "/pipelines/robot-7dof.json", &seven, &err))
+      << err;
+  EXPECT_THROW (World (seven, 0), std::invalid_argument);
+  SceneOptions o;
+  o.blocks = 9;
+  EXPECT_THROW (World (planar_robot (), 0, o), std::invalid_argument);
+  o.blocks = 3;
+  o.time_limit = 0;
+  EXPECT_THROW (World (planar_robot (), 0, o), std::invalid_argument);
+}
+
+TEST (SimWorld, InverseKinematicsReachesThePoint)
+{
+  const pi0::proto::RobotConfig robot = planar_robot ();
+  Rng rng (3);
+  const std::array<double, 3> links{0.30, 0.25, 0.10};
+  int solved = 0;
+  for (int i = 0; i < 500; i++) {
+    const double r = rng.uniform (0.2, 0.64), a = rng.uniform (0.3, 2.8);
+    const Vec2 t{r * std::cos (a), r * std::sin (a)};
+    std::vector<float> q;
+    if (!solve_ik (links, robot, t, robot.initial.data (), &q))
+      continue;
+    solved++;
+    const Vec2 got = arm_points (links, q.data ())[3];
+    EXPECT_LT (dist (got, t), 1e-5);
+    for (int j = 0; j < 3; j++) {
+      EXPECT_GE (q[j], robot.lower[j]);
+      EXPECT_LE (q[j], robot.upper[j]);
+    }
+  }
+  EXPECT_GT (solved, 450);
+  std::vector<float> q;
+  EXPECT_FALSE (solve_ik (links, robot, {0.0, 0.9}, robot.initial.data (), &q)); // out of reach
+}
+
+TEST (SimWorld, StepsAreClampedAndNonFiniteCommandsAreNotExecuted)
+{
+  const pi0::proto::RobotConfig robot = planar_robot ();
+  World w (robot, 5);
+  const std::vector<float> before = w.joints ();
+  const float far[3] = {100.0f, -100.0f, 0.0f};
+  EXPECT_TRUE (w.step (far));
+  EXPECT_NEAR (w.joints ()[0], before[0] + robot.max_step[0], 1e-6); // max_step, then limits
+  EXPECT_NEAR (w.joints ()[1], std::max (robot.lower[1], before[1] - robot.max_step[1]), 1e-6);
+  const std::vector<float> now = w.joints ();
+  const float nan[3] = {std::numeric_limits<float>::quiet_NaN (), 0, 0};
+  EXPECT_FALSE (w.step (nan));
+  EXPECT_EQ (w.joints (), now);
+  EXPECT_EQ (w.ticks (), 2u);
+}
+
+TEST (SimWorld, TheExpertTouchesTheNamedBlock)
+{
+  const pi0::proto::RobotConfig robot = planar_robot ();
+  unsigned success = 0, longest = 0;
+  for (uint64_t seed = 0; seed < 300; seed++) {
+    World w (robot, seed);
+    const Outcome o = run_episode (w, [] (const World &w) { return expert_chunk (w, 10); });
+    EXPECT_EQ (o, Outcome::Success) << "seed " << seed << ": " << outcome_name (o);
+    success += o == Outcome::Success;
+    longest = std::max (longest, w.decided_at ());
+  }
+  EXPECT_EQ (success, 300u);
+  EXPECT_LE (longest, 30u); // well inside the 60-tick limit
+  // Its rows never make the robot clamp: under max_step from one row to the next.
+  World w (robot, 11);
+  std::vector<float> prev = w.joints ();
+  for (const std::vector<float> &row : expert_chunk (w, 30)) {
+    for (int j = 0; j < 3; j++)
+      EXPECT_LE (std::fabs (row[j] - prev[j]), robot.max_step[j]);
+    prev = row;
+  }
+}
+
+/* The instruction matters: an arm that goes to one fixed block whatever it is told succeeds
+ * only when that block is the named one, and is judged "wrong" otherwise; an arm that never
+ * moves runs out of time. */
+TEST (SimWorld, TheJudgeNeedsTheNamedBlock)
+{
+  const pi0::proto::RobotConfig robot = planar_robot ();
+  unsigned success = 0, wrong = 0, named_first = 0;
+  for (uint64_t seed = 0; seed < 120; seed++) {
+    World w (robot, seed);
+    named_first += w.target () == 0;
+    // The expert's motion, towards block 0 always.
+    auto to_first = [] (const World &w) {
+      return expert_chunk (w.with_target (0), 10);
+    };
+    const Outcome o = run_episode (w, to_first);
+    success += o == Outcome::Success;
+    wrong += o == Outcome::Wrong;
+  }
+  EXPECT_EQ (success, named_first);
+  EXPECT_EQ (wrong, 120 - named_first);
+  EXPECT_GT (named_first, 20u);
+  EXPECT_LT (named_first, 60u);
+  World still (robot, 4);
+  while (!still.done ())
+    still.hold ();
+  EXPECT_EQ (still.outcome (), Outcome::Timeout);
+  EXPECT_EQ (still.decided_at (), still.options ().time_limit);
+}
+
+TEST (SimRender, CamerasAreDeterministicAndSeeTheScene)
+{
+  const pi0::proto::RobotConfig robot = planar_robot ();
+  World w (robot, 9);
+  for (Camera c : {Camera::Overhead, Camera::Front, Camera::Wrist}) {
+    Camera parsed;
+    ASSERT_TRUE (camera_from_name (camera_name (c), &parsed));
+    EXPECT_EQ (parsed, c);
+    EXPECT_EQ (pixels (w, c), pixels (w, c)) << camera_name (c);
+  }
+  EXPECT_NE (pixels (w, Camera::Overhead), pixels (w, Camera::Front));
+  // The fixed cameras see every block, in its colour.
+  for (Camera c : {Camera::Overhead, Camera::Front}) {
+    const std::vector<uint8_t> px = pixels (w, c, 224, 224);
+    for (const Block &b : w.blocks ())
+      EXPECT_GT (count_colour (px, b.rgb), 15u) << camera_name (c) << " " << b.colour;
+  }
+  // Moving the arm changes every view; the wrist camera sees the named block when the tool is
+  // over it, and it fills more of that view than of the overhead one.
+  const std::vector<uint8_t> wrist0 = pixels (w, Camera::Wrist),
+                             over0 = pixels (w, Camera::Overhead);
+  while (!w.done ())
+    for (const std::vector<float> &row : expert_chunk (w, 5))
+      w.step (row.data ());
+  ASSERT_EQ (w.outcome (), Outcome::Success);
+  EXPECT_NE (pixels (w, Camera::Wrist), wrist0);
+  EXPECT_NE (pixels (w, Camera::Overhead), over0);
+  const std::array<uint8_t, 3> named = w.blocks ()[w.target ()].rgb;
+  EXPECT_GT (count_colour (pixels (w, Camera::Wrist), named),
+             4 * count_colour (pixels (w, Camera::Overhead), named));
+}
+
+TEST (SimRender, RefusesBadSizes)
+{
+  World w (planar_robot (), 0);
+  std::vector<uint8_t> px (64 * 64 * 3);
+  std::string err;
+  EXPECT_FALSE (render (w, Camera::Overhead, 8, 8, px.data (), 24, &err));
+  EXPECT_NE (err.find ("out of range"), std::string::npos) << err;
+  EXPECT_FALSE (render (w, Camera::Overhead, 64, 64, px.data (), 100, &err));
+  EXPECT_NE (err.find ("stride"), std::string::npos) << err;
+  EXPECT_FALSE (write_png (w, Camera::Front, 32, 32, "/nonexistent/dir/x.png", &err));
+  EXPECT_NE (err.find ("/nonexistent/dir/x.png"), std::string::npos) << err;
+  Camera c;
+  EXPECT_FALSE (camera_from_name ("side", &c));
+}
+
+/* The closed loop through the chain (tools/pi0-sim run): appsrc cameras and state ->
+ * pi0viewmux -> (the expert, or cudaprep ! pi0infer) -> pi0actionsink -> UDP -> the robot's
+ * receiver -> the world, lock-step on the loop's own clock. Counts only. */
+
+TEST (SimLoop, TheExpertThroughTheChainDoesWhatItDoesAlone)
+{
+  const Ran alone = pi0_sim ("expert --episodes 6 --seed 100");
+  ASSERT_EQ (alone.status, 0) << alone.out;
+  const Ran chain = pi0_sim ("run --episodes 6 --seed 100 --width 64 --height 64");
+  ASSERT_EQ (chain.status, 0) << chain.out;
+  const std::vector<std::string> a = episode_lines (alone.out), c = episode_lines (chain.out);
+  ASSERT_EQ (a.size (), 6u) << alone.out;
+  ASSERT_EQ (c.size (), 6u) << chain.out;
+  for (size_t i = 0; i < 6; i++) {
+    EXPECT_EQ (field (c[i], "outcome"), "\"success\"") << c[i];
+    EXPECT_EQ (field (c[i], "ticks"), field (a[i], "ticks")) << c[i] << " against " << a[i];
+    EXPECT_EQ (field (c[i], "instruction"), field (a[i], "instruction"));
+    EXPECT_EQ (field (c[i], "rejected"), "0") << c[i];
+  }
+  EXPECT_NE (chain.out.find ("\"success\":6,"), std::string::npos) << chain.out;
+}
+
+/* The control: the same architecture with random weights, in the same loop. It is what it is
+ * (seeded, lock-step: the same twice), and it is not the expert. */
+TEST (SimLoop, ARandomPolicyIsTheControl)
+{
+  const std::string args = "run --policy builtin:pi0-tiny --prep-size 32 --episodes 6 --seed 100"
+                           " --width 64 --height 64";
+  const Ran first = pi0_sim (args), second = pi0_sim (args);
+  ASSERT_EQ (first.status, 0) << first.out;
+  ASSERT_EQ (second.status, 0) << second.out;
+  const std::vector<std::string> a = episode_lines (first.out), b = episode_lines (second.out);
+  ASSERT_EQ (a.size (), 6u) << first.out;
+  EXPECT_EQ (a, b); // lock-step: load cannot change an episode
+  unsigned success = 0;
+  for (const std::string &l : a) {
+    success += field (l, "outcome") == "\"success\"";
+    EXPECT_GE (std::stoi (field (l, "chunks")), 1) << l;
+  }
+  EXPECT_LE (success, 3u) << first.out;
+}
+
+TEST (SimLoop, RecordedEpisodesLoadInLeRobotWithTheCommandsAsActions)
+{
+  const std::string root = env_or ("PI0_SOURCE_ROOT", ".");
+  const std::string py = root + "/.lerobot-venv/bin/python";
+  if (!std::ifstream (py).good ()) {
+    if (std::getenv ("PI0_CI"))
+      FAIL () << "no .lerobot-venv: CI must load the recording with the real LeRobot";
+    GTEST_SKIP () << "no .lerobot-venv (scripts/setup.sh makes it with Python 3.12)";
+  }
+  char tmpl[] = "/tmp/pi0-sim-rec-XXXXXX";
+  ASSERT_NE (mkdtemp (tmpl), nullptr);
+  const std::string dir = tmpl;
+  const Ran rec = pi0_sim (
+      "run --episodes 3 --seed 40 --execute 1 --width 64 --height 48 --record " + dir + "/ds");
+  ASSERT_EQ (rec.status, 0) << rec.out;
+  {
+    std::ofstream f (dir + "/episodes.jsonl");
+    for (const std::string &l : episode_lines (rec.out))
+      f << l << "\n";
+  }
+  const Ran check = run_command (py + " " + root + "/tests/lerobot/check_sim_dataset.py " + dir +
+                                 "/ds " + dir + "/episodes.jsonl 64 48");
+  EXPECT_EQ (check.status, 0) << check.out;
+  EXPECT_NE (check.out.find ("\"episodes\": 3"), std::string::npos) << check.out;
+  run_command ("rm -rf '" + dir + "'");
+}
+
+TEST (SimLoop, BadArgumentsAreClearErrors)
+{
+  Ran r = pi0_sim ("run --execute 5 --record /tmp/pi0-sim-never");
+  EXPECT_EQ (r.status, 1);
+  EXPECT_NE (r.out.find ("recording needs execute 1"), std::string::npos) << r.out;
+  r = pi0_sim ("run --policy /nonexistent/checkpoint --episodes 1 --timeout 30");
+  EXPECT_EQ (r.status, 1);
+  EXPECT_NE (r.out.find ("/nonexistent/checkpoint"), std::string::npos) << r.out;
+  r = pi0_sim ("run --execute 20 --horizon 10");
+  EXPECT_EQ (r.status, 1);
+  EXPECT_NE (r.out.find ("execute must be 1 to the horizon"), std::string::npos) << r.out;
+  r = pi0_sim ("run --frobnicate 1");
+  EXPECT_EQ (r.status, 2);
+  EXPECT_NE (r.out.find ("unknown option --frobnicate"), std::string::npos) << r.out;
+  r = pi0_sim ("snapshot --out /nonexistent/dir");
+  EXPECT_EQ (r.status, 1);
+  EXPECT_NE (r.out.find ("/nonexistent/dir/overhead.png"), std::string::npos) << r.out;
+}

@@ -1,0 +1,261 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* pi0-sim: the simulated world of the closed loop (sim/, docs/sim.md) from the command line.
+ *
+ *   pi0-sim snapshot --out DIR [--seed S] [--ticks N] [--width W] [--height H] [--robot-config F]
+ *       the three cameras' views (DIR/overhead.png, front.png, wrist.png) of scene S after the
+ *       expert has moved N ticks, and the scene as one JSON line on stdout
+ *   pi0-sim expert [--episodes K] [--seed S] [--execute N] [--horizon H] [--robot-config F]
+ *       K episodes (seeds S, S+1, ...) solved by the scripted expert, N rows of each H-row
+ *       chunk (10) executed before it plans again: one JSON line per episode, then a summary
+ *   pi0-sim run [--policy expert|MODEL] [--infer "PROPS"] [--episodes K] [--seed S]
+ *               [--execute N] [--horizon H] [--width W] [--height H] [--prep-size P]
+ *               [--record DIR] [--robot-config F] [--timeout S]
+ *       the same episodes through the chain, lock-step (pi0simloop.h): the cameras and state
+ *       into pi0viewmux, the policy (the expert, or pi0infer model=MODEL PROPS), the chunks
+ *       to the robot over UDP; --record DIR appends each episode to a LeRobotDataset
+ */
+#include "gstpi0elements.h"
+#include "pi0simloop.h"
+#include "pi0simrender.h"
+#include "pi0simworld.h"
+
+#include <gst/gst.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+namespace
+{
+
+struct Args {
+  std::string command, out, robot_config, policy = "expert", infer, record;
+  uint64_t seed = 0;
+  unsigned ticks = 0, episodes = 10, execute = 5, horizon = 10, timeout = 120;
+  int width = 224, height = 224, prep_size = 224;
+};
+
+int
+usage ()
+{
+  std::fprintf (
+      stderr, "usage: pi0-sim snapshot --out DIR [--seed S] [--ticks N] [--width W] [--height H]"
+              " [--robot-config F]\n"
+              "       pi0-sim expert [--episodes K] [--seed S] [--execute N] [--horizon H] "
+              "[--robot-config F]\n"
+              "       pi0-sim run [--policy expert|MODEL] [--infer PROPS] [--episodes K] [--seed S]"
+              " [--execute N] [--horizon H] [--width W] [--height H] [--prep-size P]"
+              " [--record DIR] [--robot-config F] [--timeout S]\n");
+  return 2;
+}
+
+bool
+parse_uint (const char *s, unsigned long long max, unsigned long long *out)
+{
+  char *end = nullptr;
+  errno = 0;
+  const unsigned long long v = std::strtoull (s, &end, 10);
+  if (errno || !end || *end || s[0] == '-' || s[0] == '\0' || v > max)
+    return false;
+  *out = v;
+  return true;
+}
+
+bool
+parse (int argc, char **argv, Args *a)
+{
+  if (argc < 2)
+    return false;
+  a->command = argv[1];
+  for (int i = 2; i < argc; i++) {
+    const std::string k = argv[i];
+    if (i + 1 >= argc) {
+      std::fprintf (stderr, "pi0-sim: %s needs a value\n", k.c_str ());
+      return false;
+    }
+    const char *v = argv[++i];
+    unsigned long long n = 0;
+    auto number = [&] (unsigned long long max) {
+      if (parse_uint (v, max, &n))
+        return true;
+      std::fprintf (stderr, "pi0-sim: %s: not a whole number up to %llu: %s\n", k.c_str (), max, v);
+      return false;
+    };
+    if (k == "--out")
+      a->out = v;
+    else if (k == "--robot-config")
+      a->robot_config = v;
+    else if (k == "--policy")
+      a->policy = v;
+    else if (k == "--infer")
+      a->infer = v;
+    else if (k == "--record")
+      a->record = v;
+    else if (k == "--seed") {
+      if (!number (~0ull))
+        return false;
+      a->seed = n;
+    } else {
+      struct {
+        const char *name;
+        unsigned long long max;
+        unsigned *u;
+        int *i;
+      } const numbers[] = {
+          {"--ticks", 100000, &a->ticks, nullptr},   {"--episodes", 1000000, &a->episodes, nullptr},
+          {"--execute", 50, &a->execute, nullptr},   {"--horizon", 50, &a->horizon, nullptr},
+          {"--timeout", 3600, &a->timeout, nullptr}, {"--width", 4096, nullptr, &a->width},
+          {"--height", 4096, nullptr, &a->height},   {"--prep-size", 4096, nullptr, &a->prep_size}};
+      bool known = false;
+      for (const auto &num : numbers)
+        if (k == num.name) {
+          if (!number (num.max))
+            return false;
+          if (num.u)
+            *num.u = (unsigned)n;
+          else
+            *num.i = (int)n;
+          known = true;
+        }
+      if (!known) {
+        std::fprintf (stderr, "pi0-sim: unknown option %s\n", k.c_str ());
+        return false;
+      }
+    }
+  }
+  if (a->execute == 0 || a->horizon == 0) {
+    std::fprintf (stderr, "pi0-sim: --execute and --horizon must be at least 1\n");
+    return false;
+  }
+  return true;
+}
+
+std::string
+scene_json (const pi0::sim::World &w)
+{
+  std::string s = "{\"seed\":" + std::to_string (w.seed ()) + ",\"instruction\":\"" +
+                  w.instruction () + "\",\"target\":" + std::to_string (w.target ()) +
+                  ",\"blocks\":[";
+  char buf[160];
+  for (size_t i = 0; i < w.blocks ().size (); i++) {
+    const pi0::sim::Block &b = w.blocks ()[i];
+    std::snprintf (buf, sizeof buf, "%s{\"colour\":\"%s\",\"x\":%.4f,\"y\":%.4f,\"yaw\":%.4f}",
+                   i ? "," : "", b.colour.c_str (), b.at.x, b.at.y, b.yaw);
+    s += buf;
+  }
+  s += "],\"joints\":[";
+  for (size_t i = 0; i < w.joints ().size (); i++) {
+    std::snprintf (buf, sizeof buf, "%s%.4f", i ? "," : "", w.joints ()[i]);
+    s += buf;
+  }
+  return s + "]}";
+}
+
+} // namespace
+
+int
+main (int argc, char **argv)
+{
+  Args a;
+  if (!parse (argc, argv, &a))
+    return usage ();
+  if (a.robot_config.empty ()) {
+    const char *root = std::getenv ("PI0_SOURCE_ROOT");
+    a.robot_config = std::string (root ? root : ".") + "/pipelines/robot-planar.json";
+  }
+  pi0::proto::RobotConfig robot;
+  std::string err;
+  if (!pi0::proto::load_robot_config (a.robot_config, &robot, &err)) {
+    std::fprintf (stderr, "pi0-sim: %s\n", err.c_str ());
+    return 1;
+  }
+  try {
+    if (a.command == "snapshot") {
+      if (a.out.empty ())
+        return usage ();
+      pi0::sim::World w (robot, a.seed);
+      while (w.ticks () < a.ticks)
+        for (const std::vector<float> &row : pi0::sim::expert_chunk (w, 1))
+          w.step (row.data ());
+      for (pi0::sim::Camera c :
+           {pi0::sim::Camera::Overhead, pi0::sim::Camera::Front, pi0::sim::Camera::Wrist}) {
+        const std::string path = a.out + "/" + pi0::sim::camera_name (c) + ".png";
+        if (!pi0::sim::write_png (w, c, a.width, a.height, path, &err)) {
+          std::fprintf (stderr, "pi0-sim: %s\n", err.c_str ());
+          return 1;
+        }
+      }
+      std::printf ("%s\n", scene_json (w).c_str ());
+      return 0;
+    }
+    if (a.command == "run") {
+      gst_init (&argc, &argv);
+      if (!gst_pi0_elements_register (nullptr)) {
+        std::fprintf (stderr, "pi0-sim: could not register the gst-pi0 elements\n");
+        return 1;
+      }
+      pi0::sim::LoopOptions o;
+      o.policy = a.policy;
+      o.infer_properties = a.infer;
+      o.robot_config = a.robot_config;
+      o.seed = a.seed;
+      o.episodes = a.episodes;
+      o.execute = a.execute;
+      o.horizon = a.horizon;
+      o.camera_width = a.width;
+      o.camera_height = a.height;
+      o.prep_size = a.prep_size;
+      o.record = a.record;
+      o.timeout_s = a.timeout;
+      unsigned counts[4] = {0, 0, 0, 0}, success_ticks = 0;
+      const bool ok = pi0::sim::run_loop (
+          o,
+          [&] (const pi0::sim::EpisodeResult &r) {
+            counts[(int)r.outcome]++;
+            if (r.outcome == pi0::sim::Outcome::Success)
+              success_ticks += r.ticks;
+            std::printf ("{\"seed\":%llu,\"instruction\":\"%s\",\"outcome\":\"%s\",\"ticks\":%u,"
+                         "\"chunks\":%u,\"rejected\":%u}\n",
+                         (unsigned long long)r.seed, r.instruction.c_str (),
+                         pi0::sim::outcome_name (r.outcome), r.ticks, r.chunks, r.rejected);
+            std::fflush (stdout);
+          },
+          &err);
+      if (!ok) {
+        std::fprintf (stderr, "pi0-sim: %s\n", err.c_str ());
+        return 1;
+      }
+      const unsigned success = counts[(int)pi0::sim::Outcome::Success];
+      std::printf ("{\"episodes\":%u,\"success\":%u,\"wrong\":%u,\"timeout\":%u,"
+                   "\"mean_ticks_to_success\":%.2f}\n",
+                   a.episodes, success, counts[(int)pi0::sim::Outcome::Wrong],
+                   counts[(int)pi0::sim::Outcome::Timeout],
+                   success ? (double)success_ticks / success : 0.0);
+      return 0;
+    }
+    if (a.command == "expert") {
+      unsigned success = 0;
+      for (unsigned e = 0; e < a.episodes; e++) {
+        pi0::sim::World w (robot, a.seed + e);
+        while (!w.done ()) {
+          const auto chunk = pi0::sim::expert_chunk (w, a.horizon);
+          for (unsigned k = 0; k < a.execute && k < chunk.size () && !w.done (); k++)
+            w.step (chunk[k].data ());
+        }
+        success += w.outcome () == pi0::sim::Outcome::Success;
+        std::printf ("{\"seed\":%llu,\"instruction\":\"%s\",\"outcome\":\"%s\",\"ticks\":%u}\n",
+                     (unsigned long long)w.seed (), w.instruction ().c_str (),
+                     pi0::sim::outcome_name (w.outcome ()), w.decided_at ());
+      }
+      std::printf ("{\"episodes\":%u,\"success\":%u}\n", a.episodes, success);
+      return 0;
+    }
+  } catch (const std::exception &e) {
+    std::fprintf (stderr, "pi0-sim: %s\n", e.what ());
+    return 1;
+  }
+  return usage ();
+}

@@ -1,0 +1,528 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include "pi0simloop.h"
+
+#include "pi0frame.h"
+#include "pi0session.h"
+#include "pi0simrender.h"
+
+#include <gst/app/gstappsrc.h>
+#include <gst/gst.h>
+#include <gst/pi0/pi0.h>
+#include <gst/video/video.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <mutex>
+
+/* ------------------------------------------------------------------------------------------ */
+/* A clock that stands still until the loop moves it: the pipeline's time is the world's.      */
+/* ------------------------------------------------------------------------------------------ */
+
+G_BEGIN_DECLS
+#define PI0_TYPE_SIM_CLOCK (pi0_sim_clock_get_type ())
+G_DECLARE_FINAL_TYPE (Pi0SimClock, pi0_sim_clock, PI0, SIM_CLOCK, GstClock)
+G_END_DECLS
+
+struct _Pi0SimClock {
+  GstClock parent;
+  GMutex lock;
+  GCond cond;
+  GstClockTime now;
+};
+
+G_DEFINE_TYPE (Pi0SimClock, pi0_sim_clock, GST_TYPE_CLOCK)
+
+static GstClockTime
+pi0_sim_clock_get_internal_time (GstClock *clock)
+{
+  Pi0SimClock *self = PI0_SIM_CLOCK (clock);
+  g_mutex_lock (&self->lock);
+  const GstClockTime t = self->now;
+  g_mutex_unlock (&self->lock);
+  return t;
+}
+
+/* Blocks until the loop has moved the time to the entry's, or the entry is unscheduled. */
+static GstClockReturn
+pi0_sim_clock_wait (GstClock *clock, GstClockEntry *entry, GstClockTimeDiff *jitter)
+{
+  Pi0SimClock *self = PI0_SIM_CLOCK (clock);
+  g_mutex_lock (&self->lock);
+  while (__atomic_load_n (&GST_CLOCK_ENTRY_STATUS (entry), __ATOMIC_SEQ_CST) !=
+             GST_CLOCK_UNSCHEDULED &&
+         self->now < GST_CLOCK_ENTRY_TIME (entry))
+    g_cond_wait (&self->cond, &self->lock);
+  const bool unscheduled =
+      __atomic_load_n (&GST_CLOCK_ENTRY_STATUS (entry), __ATOMIC_SEQ_CST) == GST_CLOCK_UNSCHEDULED;
+  if (jitter)
+    *jitter = GST_CLOCK_DIFF (GST_CLOCK_ENTRY_TIME (entry), self->now);
+  g_mutex_unlock (&self->lock);
+  return unscheduled ? GST_CLOCK_UNSCHEDULED : GST_CLOCK_OK;
+}
+
+static void
+pi0_sim_clock_unschedule (GstClock *clock, GstClockEntry *entry)
+{
+  Pi0SimClock *self = PI0_SIM_CLOCK (clock);
+  g_mutex_lock (&self->lock);
+  __atomic_store_n (&GST_CLOCK_ENTRY_STATUS (entry), GST_CLOCK_UNSCHEDULED, __ATOMIC_SEQ_CST);
+  g_cond_broadcast (&self->cond);
+  g_mutex_unlock (&self->lock);
+}
+
+static void
+pi0_sim_clock_finalize (GObject *object)
+{
+  Pi0SimClock *self = PI0_SIM_CLOCK (object);
+  g_mutex_clear (&self->lock);
+  g_cond_clear (&self->cond);
+  G_OBJECT_CLASS (pi0_sim_clock_parent_class)->finalize (object);
+}
+
+static void
+pi0_sim_clock_class_init (Pi0SimClockClass *klass)
+{
+  GstClockClass *clock_class = GST_CLOCK_CLASS (klass);
+  clock_class->get_internal_time = pi0_sim_clock_get_internal_time;
+  clock_class->wait = pi0_sim_clock_wait;
+  clock_class->unschedule = pi0_sim_clock_unschedule;
+  G_OBJECT_CLASS (klass)->finalize = pi0_sim_clock_finalize;
+}
+
+static void
+pi0_sim_clock_init (Pi0SimClock *self)
+{
+  g_mutex_init (&self->lock);
+  g_cond_init (&self->cond);
+  self->now = 0;
+  GST_OBJECT_FLAG_SET (self, GST_CLOCK_FLAG_CAN_DO_SINGLE_SYNC);
+}
+
+static void
+pi0_sim_clock_set (Pi0SimClock *self, GstClockTime t)
+{
+  g_mutex_lock (&self->lock);
+  self->now = t;
+  g_cond_broadcast (&self->cond);
+  g_mutex_unlock (&self->lock);
+}
+
+namespace pi0::sim
+{
+
+namespace
+{
+
+template <typename T> struct GstUnref {
+  void operator() (T *p) const { gst_object_unref (p); }
+};
+using ElementPtr = std::unique_ptr<GstElement, GstUnref<GstElement>>;
+using ClockPtr = std::unique_ptr<Pi0SimClock, GstUnref<Pi0SimClock>>;
+
+/* The chunks the expert made, by the observation time they answer: the driver fills it before
+ * it pushes the observation, the probe on the streaming thread takes from it. */
+struct ExpertChunks {
+  std::mutex lock;
+  std::map<GstClockTime, std::vector<std::vector<float>>> by_time;
+};
+
+GstPadProbeReturn
+attach_expert_chunk (GstPad *, GstPadProbeInfo *info, gpointer data)
+{
+  auto *chunks = static_cast<ExpertChunks *> (data);
+  GstBuffer *buf = gst_pad_probe_info_get_buffer (info);
+  const GstPi0ObservationMeta *obs = gst_buffer_get_pi0_observation_meta (buf);
+  if (!obs)
+    return GST_PAD_PROBE_OK;
+  std::vector<std::vector<float>> rows;
+  {
+    std::lock_guard<std::mutex> lk (chunks->lock);
+    auto it = chunks->by_time.find (obs->observation_time);
+    if (it == chunks->by_time.end ())
+      return GST_PAD_PROBE_OK; // no chunk: the sink gets nothing to send
+    rows = std::move (it->second);
+    chunks->by_time.erase (it);
+  }
+  std::vector<float> flat;
+  for (const auto &r : rows)
+    flat.insert (flat.end (), r.begin (), r.end ());
+  const guint64 sequence = obs->sequence;
+  const GstClockTime t = obs->observation_time;
+  buf = gst_buffer_make_writable (buf);
+  GST_PAD_PROBE_INFO_DATA (info) = buf;
+  GstPi0ActionMeta *meta = gst_buffer_add_pi0_action_meta (
+      buf, (guint)rows.size (), (guint)rows[0].size (), flat.data (), "pi0-sim-expert");
+  meta->sequence = sequence;
+  meta->observation_time = t;
+  meta->inference_time = 0;
+  meta->done_time = t;
+  return GST_PAD_PROBE_OK;
+}
+
+/* A UDP socket on loopback, port chosen by the kernel: the robot's end of the action link. */
+class RobotSocket
+{
+public:
+  bool open (std::string *error)
+  {
+    fd_ = socket (AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl (INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (fd_ < 0 || bind (fd_, (sockaddr *)&a, sizeof a) != 0 ||
+        getsockname (fd_, (sockaddr *)&a, &len) != 0) {
+      *error = std::string ("robot socket: ") + g_strerror (errno);
+      return false;
+    }
+    port_ = ntohs (a.sin_port);
+    return true;
+  }
+  ~RobotSocket ()
+  {
+    if (fd_ >= 0)
+      close (fd_);
+  }
+  int port () const { return port_; }
+  /* One datagram within @timeout_ms, or false. */
+  bool receive (int timeout_ms, std::vector<uint8_t> *out)
+  {
+    pollfd p{fd_, POLLIN, 0};
+    if (poll (&p, 1, timeout_ms) <= 0)
+      return false;
+    out->resize (65536);
+    peer_len_ = sizeof peer_;
+    const ssize_t n = recvfrom (fd_, out->data (), out->size (), 0, (sockaddr *)&peer_, &peer_len_);
+    if (n < 0)
+      return false;
+    out->resize ((size_t)n);
+    have_peer_ = true;
+    return true;
+  }
+  void send_back (const std::vector<uint8_t> &data)
+  {
+    if (have_peer_)
+      (void)sendto (fd_, data.data (), data.size (), MSG_DONTWAIT, (sockaddr *)&peer_, peer_len_);
+  }
+
+private:
+  int fd_ = -1, port_ = 0;
+  sockaddr_in peer_{};
+  socklen_t peer_len_ = 0;
+  bool have_peer_ = false;
+};
+
+/* The first error on the bus, if any. */
+bool
+bus_error (GstElement *pipeline, std::string *error)
+{
+  GstBus *bus = gst_element_get_bus (pipeline);
+  GstMessage *m = gst_bus_pop_filtered (bus, GST_MESSAGE_ERROR);
+  gst_object_unref (bus);
+  if (!m)
+    return false;
+  GError *err = nullptr;
+  gchar *dbg = nullptr;
+  gst_message_parse_error (m, &err, &dbg);
+  *error = std::string (GST_OBJECT_NAME (GST_MESSAGE_SRC (m))) + ": " + err->message +
+           (dbg ? std::string (" (") + dbg + ")" : "");
+  g_error_free (err);
+  g_free (dbg);
+  gst_message_unref (m);
+  return true;
+}
+
+/* The sim's cameras on the chain's pads: the overhead camera is the base (main) view, the
+ * wrist camera the side (left wrist) one, the front camera the top one. */
+struct Feed {
+  const char *pad;
+  Camera camera;
+};
+const Feed kFeeds[] = {{"main", Camera::Overhead}, {"side", Camera::Wrist}, {"top", Camera::Front}};
+
+class Episode
+{
+public:
+  Episode (const LoopOptions &o, const proto::RobotConfig &robot, uint64_t seed)
+      : o_ (o), world_ (robot, seed, o.scene),
+        period_ ((GstClockTime)std::llround (1e9 / o.scene.control_rate))
+  {
+  }
+
+  bool run (EpisodeResult *result, std::string *error)
+  {
+    if (!socket_.open (error) || !build (error))
+      return false;
+    proto::ReceiverSettings rs;
+    rs.robot = world_.robot ();
+    rx_ = std::make_unique<proto::Receiver> (rs);
+    gst_element_set_state (pipeline_.get (), GST_STATE_PLAYING);
+    bool ok = true;
+    while (ok && !world_.done ())
+      ok = observe_and_execute (result, error);
+    finish (ok, error);
+    result->seed = world_.seed ();
+    result->instruction = world_.instruction ();
+    result->outcome = world_.outcome ();
+    result->ticks = world_.decided_at ();
+    result->rejected = (unsigned)rx_->counters ().rejected;
+    return ok;
+  }
+
+private:
+  bool build (std::string *error)
+  {
+    const unsigned n = o_.execute;
+    const std::string instruction = world_.instruction ();
+    std::string policy;
+    if (o_.policy == "expert") {
+      policy = "identity name=policy";
+    } else {
+      policy = "cudaprep width=" + std::to_string (o_.prep_size) +
+               " height=" + std::to_string (o_.prep_size) + " ! pi0infer name=policy model=\"" +
+               o_.policy + "\" instruction=\"" + instruction +
+               "\" action-dims=3 seed=" + std::to_string (world_.seed ()) + " " +
+               o_.infer_properties;
+    }
+    // The sink's watchdog counts on this clock too: it must not hold between two observations
+    // (n rows apart) of the lock-step loop.
+    const GstClockTime hold = (n + 2) * period_;
+    std::string line =
+        "pi0viewmux name=mux ! tee name=obs obs. ! queue ! " + policy +
+        " ! pi0actionsink name=robot target=udp://127.0.0.1:" + std::to_string (socket_.port ()) +
+        " robot-config=\"" + o_.robot_config +
+        "\" mode=chunk control-rate=" + std::to_string (o_.scene.control_rate) +
+        " max-action-age=" + std::to_string (hold) + " hold-timeout=" + std::to_string (hold) +
+        " stop-timeout=" + std::to_string (2 * hold);
+    if (!o_.record.empty ())
+      line += " obs. ! queue max-size-buffers=0 max-size-bytes=0 max-size-time=0"
+              " ! pi0lerobotsink name=dataset location=\"" +
+              o_.record + "\" append=true action-sink=robot robot-type=pi0-sim-planar" +
+              " instruction=\"" + instruction + "\"";
+    for (const Feed &f : kFeeds)
+      line += std::string (" appsrc name=cam_") + f.pad + " ! mux." + f.pad;
+    line += " appsrc name=state ! mux.state";
+    GError *err = nullptr;
+    GstElement *p = gst_parse_launch (line.c_str (), &err);
+    if (err) {
+      *error = std::string ("the chain: ") + err->message;
+      g_error_free (err);
+      if (p)
+        gst_object_unref (p);
+      return false;
+    }
+    pipeline_.reset (p);
+    clock_.reset (PI0_SIM_CLOCK (g_object_new (PI0_TYPE_SIM_CLOCK, nullptr)));
+    gst_pipeline_use_clock (GST_PIPELINE (p), GST_CLOCK (clock_.get ()));
+    const int fps_num = (int)std::lround (o_.scene.control_rate);
+    for (const Feed &f : kFeeds) {
+      GstElement *src = gst_bin_get_by_name (GST_BIN (p), (std::string ("cam_") + f.pad).c_str ());
+      GstCaps *caps =
+          gst_caps_new_simple ("video/x-raw", "format", G_TYPE_STRING, "RGB", "width", G_TYPE_INT,
+                               o_.camera_width, "height", G_TYPE_INT, o_.camera_height, "framerate",
+                               GST_TYPE_FRACTION, fps_num, (int)n, nullptr);
+      g_object_set (src, "caps", caps, "format", GST_FORMAT_TIME, "is-live", FALSE, "max-bytes",
+                    (guint64)0, nullptr);
+      gst_caps_unref (caps);
+      cams_.emplace_back (src);
+    }
+    GstElement *state = gst_bin_get_by_name (GST_BIN (p), "state");
+    GstCaps *caps = gst_caps_new_simple ("application/x-pi0-state", "dim", G_TYPE_INT, 3, nullptr);
+    g_object_set (state, "caps", caps, "format", GST_FORMAT_TIME, "is-live", FALSE, nullptr);
+    gst_caps_unref (caps);
+    state_.reset (state);
+    if (o_.policy == "expert") {
+      GstElement *id = gst_bin_get_by_name (GST_BIN (p), "policy");
+      GstPad *pad = gst_element_get_static_pad (id, "src");
+      gst_pad_add_probe (pad, GST_PAD_PROBE_TYPE_BUFFER, attach_expert_chunk, &expert_, nullptr);
+      gst_object_unref (pad);
+      gst_object_unref (id);
+    }
+    return true;
+  }
+
+  bool push (GstElement *src, GstBuffer *buf, GstClockTime t)
+  {
+    GST_BUFFER_PTS (buf) = t;
+    GST_BUFFER_DTS (buf) = t;
+    // Lasting until the next observation: the muxer then knows this pad has nothing more for
+    // this one (docs/elements/pi0viewmux.md), without waiting for the next.
+    GST_BUFFER_DURATION (buf) = o_.execute * period_;
+    return gst_app_src_push_buffer (GST_APP_SRC (src), buf) == GST_FLOW_OK;
+  }
+
+  /* One observation at the world's tick, its chunk, and its first `execute` rows run. */
+  bool observe_and_execute (EpisodeResult *result, std::string *error)
+  {
+    const GstClockTime v = world_.ticks () * period_;
+    pi0_sim_clock_set (clock_.get (), v);
+    if (o_.policy == "expert") {
+      std::lock_guard<std::mutex> lk (expert_.lock);
+      expert_.by_time[v] = expert_chunk (world_, o_.horizon);
+    }
+    GstVideoInfo info;
+    gst_video_info_set_format (&info, GST_VIDEO_FORMAT_RGB, o_.camera_width, o_.camera_height);
+    for (size_t i = 0; i < std::size (kFeeds); i++) {
+      GstBuffer *buf = gst_buffer_new_allocate (nullptr, GST_VIDEO_INFO_SIZE (&info), nullptr);
+      GstMapInfo map;
+      gst_buffer_map (buf, &map, GST_MAP_WRITE);
+      const bool drawn = render (world_, kFeeds[i].camera, o_.camera_width, o_.camera_height,
+                                 map.data, GST_VIDEO_INFO_PLANE_STRIDE (&info, 0), error);
+      gst_buffer_unmap (buf, &map);
+      if (!drawn) {
+        gst_buffer_unref (buf);
+        return false;
+      }
+      if (!push (cams_[i].get (), buf, v)) {
+        *error = std::string ("the chain refused the ") + kFeeds[i].pad + " camera's frame";
+        bus_error (pipeline_.get (), error);
+        return false;
+      }
+    }
+    const std::vector<float> &q = world_.joints ();
+    GstBuffer *sb = gst_buffer_new_memdup (q.data (), q.size () * sizeof (float));
+    if (!push (state_.get (), sb, v)) {
+      *error = "the chain refused the state";
+      bus_error (pipeline_.get (), error);
+      return false;
+    }
+    if (!wait_chunk (v, error))
+      return false;
+    result->chunks++;
+    for (unsigned t = 0; t < o_.execute && !world_.done (); t++) {
+      const GstClockTime now = v + t * period_;
+      const std::vector<float> &row = rx_->position (now);
+      proto::Header h;
+      if (rx_->feedback (now, &h)) {
+        std::vector<uint8_t> fb;
+        proto::encode (h, nullptr, "", fb);
+        socket_.send_back (fb);
+      }
+      if (row.size () == 3)
+        world_.step (row.data ());
+      else
+        world_.hold ();
+      pi0_sim_clock_set (clock_.get (), now + period_);
+    }
+    return true;
+  }
+
+  /* Receives frames until an action chunk for the observation at @v has been scheduled. */
+  bool wait_chunk (GstClockTime v, std::string *error)
+  {
+    const auto start = std::chrono::steady_clock::now ();
+    std::vector<uint8_t> data;
+    proto::Received r;
+    for (;;) {
+      if (socket_.receive (50, &data)) {
+        rx_->receive (v, data.data (), data.size (), r);
+        if (!r.reject && r.frame.header.kind == proto::Kind::kAction && !r.rows.empty ())
+          return true;
+        continue;
+      }
+      if (bus_error (pipeline_.get (), error))
+        return false;
+      const double waited =
+          std::chrono::duration<double> (std::chrono::steady_clock::now () - start).count ();
+      if (waited > o_.timeout_s) {
+        *error = "no action chunk for the observation at tick " + std::to_string (world_.ticks ()) +
+                 " within " + std::to_string (o_.timeout_s) + " s";
+        return false;
+      }
+    }
+  }
+
+  /* EOS (the recorder commits the episode on it), then the pipeline stops. */
+  void finish (bool ok, std::string *error)
+  {
+    if (ok) {
+      for (auto &c : cams_)
+        gst_app_src_end_of_stream (GST_APP_SRC (c.get ()));
+      gst_app_src_end_of_stream (GST_APP_SRC (state_.get ()));
+      GstBus *bus = gst_element_get_bus (pipeline_.get ());
+      GstMessage *m =
+          gst_bus_timed_pop_filtered (bus, (GstClockTime)(o_.timeout_s * GST_SECOND),
+                                      (GstMessageType)(GST_MESSAGE_EOS | GST_MESSAGE_ERROR));
+      gst_object_unref (bus);
+      if (!m) {
+        *error = "the chain did not finish the episode";
+      } else {
+        if (GST_MESSAGE_TYPE (m) == GST_MESSAGE_ERROR) {
+          GError *err = nullptr;
+          gst_message_parse_error (m, &err, nullptr);
+          *error = std::string ("finishing the episode: ") + err->message;
+          g_error_free (err);
+        }
+        gst_message_unref (m);
+      }
+    }
+    gst_element_set_state (pipeline_.get (), GST_STATE_NULL);
+  }
+
+  const LoopOptions &o_;
+  World world_;
+  GstClockTime period_;
+  RobotSocket socket_;
+  ElementPtr pipeline_;
+  ClockPtr clock_;
+  std::vector<ElementPtr> cams_;
+  ElementPtr state_;
+  std::unique_ptr<proto::Receiver> rx_;
+  ExpertChunks expert_;
+};
+
+} // namespace
+
+bool
+run_loop (const LoopOptions &o, const std::function<void (const EpisodeResult &)> &on_episode,
+          std::string *error)
+{
+  proto::RobotConfig robot;
+  if (!proto::load_robot_config (o.robot_config, &robot, error))
+    return false;
+  // (A model's chunk shorter than execute leaves the arm on its last row until the next.)
+  if (o.execute == 0 || o.horizon == 0 || (o.policy == "expert" && o.execute > o.horizon)) {
+    *error = "execute must be 1 to the horizon (" + std::to_string (o.horizon) + ")";
+    return false;
+  }
+  if (!o.record.empty () && o.execute != 1) {
+    *error = "recording needs execute 1: one frame per control tick";
+    return false;
+  }
+  if (std::fabs (o.scene.control_rate - std::round (o.scene.control_rate)) > 1e-9 ||
+      o.scene.control_rate < 1) {
+    *error = "the control rate must be a whole number of Hz";
+    return false;
+  }
+  for (unsigned e = 0; e < o.episodes; e++) {
+    EpisodeResult r;
+    std::string err;
+    try {
+      Episode ep (o, robot, o.seed + e);
+      if (!ep.run (&r, &err)) {
+        *error =
+            "episode " + std::to_string (e) + " (seed " + std::to_string (o.seed + e) + "): " + err;
+        return false;
+      }
+    } catch (const std::exception &ex) {
+      *error = ex.what ();
+      return false;
+    }
+    if (!err.empty ()) {
+      *error = "episode " + std::to_string (e) + ": " + err;
+      return false;
+    }
+    on_episode (r);
+  }
+  return true;
+}
+
+} // namespace pi0::sim

@@ -1,0 +1,52 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* The closed loop, lock-step (docs/sim.md): the simulated world's cameras and joint state go
+ * into the chain (appsrc ! pi0viewmux ! cudaprep ! pi0infer ! pi0actionsink), the chunks come
+ * back over UDP in the project's protocol and are executed by the robot's receiver
+ * (pi0::proto::Receiver, with FEEDBACK), and the world advances only when the chunk for its
+ * observation has arrived. The pipeline runs on a clock this program advances (one control
+ * period per executed row), so nothing depends on how fast the machine is: the same seed and
+ * policy give the same episodes. */
+#pragma once
+
+#include "pi0simworld.h"
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+namespace pi0::sim
+{
+
+struct LoopOptions {
+  /* "expert": the scripted expert's chunks, attached to each observation in place of
+   * pi0infer (for recording demonstrations); otherwise pi0infer's `model` (a checkpoint
+   * directory, builtin:pi0-tiny, ...). */
+  std::string policy = "expert";
+  std::string infer_properties; /* more pi0infer properties, "rtc=off num-steps=10" */
+  std::string robot_config;     /* the arm: pipelines/robot-planar.json */
+  uint64_t seed = 0;            /* episode e is scene seed + e */
+  unsigned episodes = 1;
+  unsigned execute = 5;  /* rows of each chunk executed before the next observation */
+  unsigned horizon = 10; /* the expert's chunk length */
+  int camera_width = 224, camera_height = 224;
+  int prep_size = 224;    /* cudaprep's width and height: the model's image size */
+  std::string record;     /* a LeRobotDataset directory to append each episode to, or "" */
+  double timeout_s = 120; /* real seconds the loop waits for one chunk before it gives up */
+  SceneOptions scene;
+};
+
+struct EpisodeResult {
+  uint64_t seed = 0;
+  std::string instruction;
+  Outcome outcome = Outcome::Running;
+  unsigned ticks = 0;    /* when the outcome was decided */
+  unsigned chunks = 0;   /* action chunks received */
+  unsigned rejected = 0; /* frames the robot's receiver refused */
+};
+
+/* Runs the episodes, calling @on_episode after each. False (with *error) when the chain
+ * cannot be built or run, or a chunk does not come within timeout_s. */
+bool run_loop (const LoopOptions &o, const std::function<void (const EpisodeResult &)> &on_episode,
+               std::string *error);
+
+} // namespace pi0::sim
