@@ -210,7 +210,8 @@ struct Seen {
   std::vector<std::vector<Frame>> episodes{1};
   std::vector<std::string> dumps; /* JSON objects */
   std::map<guint64, std::vector<float>> chunks;
-  std::vector<std::string> messages; /* JSON objects */
+  std::vector<std::string> messages;        /* JSON objects */
+  std::map<GThread *, std::string> sending; /* a message between its two handlers */
   GstElement *robot = nullptr;
 
   size_t frames_in (size_t e)
@@ -310,12 +311,15 @@ on_robot_pad (GstPad *, GstPadProbeInfo *info, gpointer user_data)
   return GST_PAD_PROBE_OK;
 }
 
+/* The messages the robot was sent, with when: the recorder reads the running time inside its
+ * own handler of the sink's `action` signal, so this test reads it in one handler that runs
+ * before the recorder's (connected first) and in one that runs after it (connected after):
+ * the recorder's reading is within [send, send_hi], whatever the load did between them. */
 void
 on_action (GstElement *robot, const gchar *kind, guint64, guint, guint steps, guint dim,
            GBytes *values, gpointer user_data)
 {
   Seen *s = (Seen *)user_data;
-  std::lock_guard<std::mutex> g (s->m);
   const GstClockTime now = gst_element_get_current_running_time (robot);
   gsize len = 0;
   const float *v = values ? (const float *)g_bytes_get_data (values, &len) : nullptr;
@@ -323,8 +327,23 @@ on_action (GstElement *robot, const gchar *kind, guint64, guint, guint steps, gu
   o << "{\"kind\":\"" << kind << "\",\"send\":" << now << ",\"rows\":[";
   for (guint r = 0; v && dim && r < steps; r++)
     o << (r ? "," : "") << floats_json (v + (size_t)r * dim, dim);
-  o << "]}";
-  s->messages.push_back (o.str ());
+  o << "]";
+  std::lock_guard<std::mutex> g (s->m);
+  s->sending[g_thread_self ()] = o.str (); // the sink may send from two threads
+}
+
+void
+on_action_after (GstElement *robot, const gchar *, guint64, guint, guint, guint, GBytes *,
+                 gpointer user_data)
+{
+  Seen *s = (Seen *)user_data;
+  const GstClockTime now = gst_element_get_current_running_time (robot);
+  std::lock_guard<std::mutex> g (s->m);
+  auto it = s->sending.find (g_thread_self ());
+  if (it == s->sending.end ())
+    return;
+  s->messages.push_back (it->second + ",\"send_hi\":" + std::to_string (now) + "}");
+  s->sending.erase (it);
 }
 
 std::map<std::string, std::string>
@@ -946,6 +965,7 @@ TEST (Pi0LeRobotSinkRecord, TwoEpisodesLoadInLeRobotAndReplayGivesTheLiveActions
         on_recorder_pad, &seen, nullptr);
     gst_pad_add_probe (ap.get (), GST_PAD_PROBE_TYPE_BUFFER, on_robot_pad, &seen, nullptr);
     g_signal_connect (robot.get (), "action", G_CALLBACK (on_action), &seen);
+    g_signal_connect_after (robot.get (), "action", G_CALLBACK (on_action_after), &seen);
     ASSERT_NE (gst_element_set_state (pipe.get (), GST_STATE_PLAYING), GST_STATE_CHANGE_FAILURE);
     ASSERT_EQ (wait_for (
                    pipe.get (), [&] { return seen.frames_in (0) >= 25; }, 120),
