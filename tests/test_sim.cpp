@@ -383,6 +383,32 @@ TEST (SimLoop, RecordedEpisodesLoadInLeRobotWithTheCommandsAsActions)
   run_command ("rm -rf '" + dir + "'");
 }
 
+/* A policy whose every chunk is NaN: the sink sends none of them, the loop does not wait for
+ * chunks that will not come, and the arm never moves (no row reaches the robot). */
+TEST (SimLoop, APolicyOfNaNsNeverMovesTheArm)
+{
+  const std::string root = env_or ("PI0_SOURCE_ROOT", ".");
+  char tmpl[] = "/tmp/pi0-sim-nan-XXXXXX";
+  ASSERT_NE (mkdtemp (tmpl), nullptr);
+  const std::string dir = tmpl;
+  const Ran made =
+      run_command (root + "/.venv/bin/python " + root + "/tests/scripted_policies.py " + dir);
+  ASSERT_EQ (made.status, 0) << made.out;
+  const Ran r = pi0_sim ("run --policy " + dir + "/nan.pt --infer tokenizer=" + root +
+                         "/tests/data/tokenizer/tiny_paligemma.model --prep-size 32 --episodes 2"
+                         " --width 32 --height 32 --timeout 60");
+  ASSERT_EQ (r.status, 0) << r.out;
+  const std::vector<std::string> lines = episode_lines (r.out);
+  ASSERT_EQ (lines.size (), 2u) << r.out;
+  for (const std::string &l : lines) {
+    EXPECT_EQ (field (l, "outcome"), "\"timeout\"") << l;
+    EXPECT_EQ (field (l, "chunks"), "0") << l;
+    EXPECT_EQ (field (l, "rows"), "0") << l;
+    EXPECT_EQ (field (l, "unanswered"), "12") << l; // 60 ticks, an observation every 5
+  }
+  run_command ("rm -rf '" + dir + "'");
+}
+
 TEST (SimLoop, BadArgumentsAreClearErrors)
 {
   Ran r = pi0_sim ("run --execute 5 --record /tmp/pi0-sim-never");

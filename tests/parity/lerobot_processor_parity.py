@@ -74,36 +74,12 @@ def gemma_tokenizer():
     return tok, sp.get_piece_size()
 
 
-def main() -> None:
-    out, kind, size = sys.argv[1], sys.argv[2], sys.argv[3]
-    # One thread, as the C++ tests run: the suite runs two tests at a time on two cores, and the
-    # real-width model would otherwise take both from the other test. The full size runs by hand,
-    # alone, on every core.
-    if size != "full":
-        torch.set_num_threads(1)
-    dims = SIZES[size]
-    tokenizer, vocab = gemma_tokenizer()
-
-    import lerobot
-    import transformers
-    from lerobot.configs.types import FeatureType, PolicyFeature
+def patch_lerobot(modeling, processor, dims, tokenizer) -> None:
+    """What LeRobot's pi0 / pi0.5 module (@modeling, with its @processor module) fixes by name,
+    set to @dims before a policy is made: the Gemma variant table, the PaliGemma vision config,
+    and the tokenizer step's tokenizer (it loads google/paligemma-3b-pt-224 by name; it gets
+    @tokenizer). Nothing in the computation changes."""
     from transformers.models.auto import CONFIG_MAPPING
-    from transformers.models.gemma.modeling_gemma import GemmaTextScaledWordEmbedding
-
-    from transformers_parity import randomize
-
-    if kind == "pi05":
-        from lerobot.policies.pi05 import modeling_pi05 as modeling
-        from lerobot.policies.pi05 import processor_pi05 as processor
-        from lerobot.policies.pi05.configuration_pi05 import PI05Config as Config
-        policy_class, make_processors = modeling.PI05Policy, processor.make_pi05_pre_post_processors
-        horizon, tokens = 10, 200
-    else:
-        from lerobot.policies.pi0 import modeling_pi0 as modeling
-        from lerobot.policies.pi0 import processor_pi0 as processor
-        from lerobot.policies.pi0.configuration_pi0 import PI0Config as Config
-        policy_class, make_processors = modeling.PI0Policy, processor.make_pi0_pre_post_processors
-        horizon, tokens = 10, 48
 
     variants = {"gemma_2b": modeling.GemmaConfig(**dims["text"]), "gemma_300m": modeling.GemmaConfig(**dims["expert"])}
     modeling.get_gemma_config = lambda name: variants[name]
@@ -121,10 +97,66 @@ def main() -> None:
             return paligemma_config if key == "paligemma" else CONFIG_MAPPING[key]
 
     modeling.CONFIG_MAPPING = Mapping()
-    # The tokenizer step loads google/paligemma-3b-pt-224 by name: hand it the test tokenizer.
     processor.TokenizerProcessorStep.__post_init__.__globals__["AutoTokenizer"].from_pretrained = (
         lambda *a, **k: tokenizer)
 
+
+def shrink(policy, dims, vocab) -> None:
+    """The modules whose sizes LeRobot fixes in code, remade at @dims and @vocab (before the
+    weights are drawn): SigLIP's MLPs (4304), the projector (to 2048), the token embedding and
+    the unused lm_heads (LeRobot saves them; at the test vocabulary, 3 GB less to write)."""
+    from transformers.models.gemma.modeling_gemma import GemmaTextScaledWordEmbedding
+
+    vision = dims["vision"]
+    pg = policy.model.paligemma_with_expert.paligemma.model
+    for layer in pg.vision_tower.vision_model.encoder.layers:
+        layer.mlp.fc1 = nn.Linear(vision["width"], vision["mlp_dim"])
+        layer.mlp.fc2 = nn.Linear(vision["mlp_dim"], vision["width"])
+    pg.multi_modal_projector.linear = nn.Linear(vision["width"], dims["text"]["width"])
+    w = dims["text"]["width"]
+    pg.language_model.embed_tokens = GemmaTextScaledWordEmbedding(vocab, w, 0, embed_scale=w ** 0.5)
+    pwe = policy.model.paligemma_with_expert
+    pwe.paligemma.lm_head = nn.Linear(w, vocab, bias=False)
+    pwe.gemma_expert.lm_head = nn.Linear(dims["expert"]["width"], vocab, bias=False)
+
+
+def gst_pi0_sizes(dims, vocab) -> dict:
+    """The sizes LeRobot's config.json cannot say, as gst-pi0's "gst_pi0" object says them."""
+    return {"vision": {**dims["vision"], "layer_norm_eps": 1e-6}, "text": dims["text"], "expert": dims["expert"],
+            "vocab_size": vocab}
+
+
+def main() -> None:
+    out, kind, size = sys.argv[1], sys.argv[2], sys.argv[3]
+    # One thread, as the C++ tests run: the suite runs two tests at a time on two cores, and the
+    # real-width model would otherwise take both from the other test. The full size runs by hand,
+    # alone, on every core.
+    if size != "full":
+        torch.set_num_threads(1)
+    dims = SIZES[size]
+    tokenizer, vocab = gemma_tokenizer()
+
+    import lerobot
+    import transformers
+    from lerobot.configs.types import FeatureType, PolicyFeature
+
+    from transformers_parity import randomize
+
+    if kind == "pi05":
+        from lerobot.policies.pi05 import modeling_pi05 as modeling
+        from lerobot.policies.pi05 import processor_pi05 as processor
+        from lerobot.policies.pi05.configuration_pi05 import PI05Config as Config
+        policy_class, make_processors = modeling.PI05Policy, processor.make_pi05_pre_post_processors
+        horizon, tokens = 10, 200
+    else:
+        from lerobot.policies.pi0 import modeling_pi0 as modeling
+        from lerobot.policies.pi0 import processor_pi0 as processor
+        from lerobot.policies.pi0.configuration_pi0 import PI0Config as Config
+        policy_class, make_processors = modeling.PI0Policy, processor.make_pi0_pre_post_processors
+        horizon, tokens = 10, 48
+
+    patch_lerobot(modeling, processor, dims, tokenizer)
+    vision = dims["vision"]
     s = vision["image_size"]
     cfg = Config(device="cpu", dtype="float32", image_resolution=(s, s), chunk_size=horizon, n_action_steps=horizon,
                  tokenizer_max_length=tokens, empty_cameras=1,
@@ -134,17 +166,7 @@ def main() -> None:
                  output_features={"action": PolicyFeature(FeatureType.ACTION, (ACTION_DIM,))})
     torch.manual_seed(SEED)
     policy = policy_class(cfg)
-    pg = policy.model.paligemma_with_expert.paligemma.model
-    for layer in pg.vision_tower.vision_model.encoder.layers:  # LeRobot fixes mlp 4304 in code
-        layer.mlp.fc1 = nn.Linear(vision["width"], vision["mlp_dim"])
-        layer.mlp.fc2 = nn.Linear(vision["mlp_dim"], vision["width"])
-    pg.multi_modal_projector.linear = nn.Linear(vision["width"], dims["text"]["width"])
-    w = dims["text"]["width"]
-    pg.language_model.embed_tokens = GemmaTextScaledWordEmbedding(vocab, w, 0, embed_scale=w ** 0.5)
-    # The unused lm_heads (LeRobot saves them) at the test vocabulary too: 3 GB less to write.
-    pwe = policy.model.paligemma_with_expert
-    pwe.paligemma.lm_head = nn.Linear(w, vocab, bias=False)
-    pwe.gemma_expert.lm_head = nn.Linear(dims["expert"]["width"], vocab, bias=False)
+    shrink(policy, dims, vocab)
     gen = torch.Generator().manual_seed(SEED)
     randomize(policy.model, gen)
     policy.eval()
@@ -169,8 +191,7 @@ def main() -> None:
     # length, resolution, is LeRobot's as written).
     with open(f"{out}/config.json") as f:
         config = json.load(f)
-    config["gst_pi0"] = {"vision": {**vision, "layer_norm_eps": 1e-6}, "text": dims["text"], "expert": dims["expert"],
-                         "vocab_size": vocab}
+    config["gst_pi0"] = gst_pi0_sizes(dims, vocab)
     with open(f"{out}/config.json", "w") as f:
         json.dump(config, f, indent=4)
 

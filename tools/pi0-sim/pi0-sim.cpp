@@ -218,9 +218,10 @@ main (int argc, char **argv)
             if (r.outcome == pi0::sim::Outcome::Success)
               success_ticks += r.ticks;
             std::printf ("{\"seed\":%llu,\"instruction\":\"%s\",\"outcome\":\"%s\",\"ticks\":%u,"
-                         "\"chunks\":%u,\"rejected\":%u}\n",
+                         "\"chunks\":%u,\"unanswered\":%u,\"rows\":%u,\"rejected\":%u}\n",
                          (unsigned long long)r.seed, r.instruction.c_str (),
-                         pi0::sim::outcome_name (r.outcome), r.ticks, r.chunks, r.rejected);
+                         pi0::sim::outcome_name (r.outcome), r.ticks, r.chunks, r.unanswered,
+                         r.executed, r.rejected);
             std::fflush (stdout);
           },
           &err);

@@ -16,6 +16,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <map>
@@ -167,6 +168,43 @@ attach_expert_chunk (GstPad *, GstPadProbeInfo *info, gpointer data)
   return GST_PAD_PROBE_OK;
 }
 
+/* What reached the action sink, by observation time: whether the sink was handed a chunk it
+ * may send (an action meta whose values are all finite). A policy that makes none for an
+ * observation (it skipped it, or its values are not finite: the sink refuses those whole) sends
+ * the robot nothing, and the loop must not wait for a chunk that will not come. */
+struct SinkArrivals {
+  std::mutex lock;
+  std::map<GstClockTime, bool> sendable;
+};
+
+GstPadProbeReturn
+note_sink_arrival (GstPad *, GstPadProbeInfo *info, gpointer data)
+{
+  auto *arrivals = static_cast<SinkArrivals *> (data);
+  GstBuffer *buf = gst_pad_probe_info_get_buffer (info);
+  const GstPi0ObservationMeta *obs = gst_buffer_get_pi0_observation_meta (buf);
+  if (!obs)
+    return GST_PAD_PROBE_OK;
+  GstPi0ActionMeta *a = gst_buffer_get_pi0_action_meta (buf);
+  bool ok = a && !(a->flags & GST_PI0_ACTION_FLAG_NON_FINITE) && a->horizon > 0;
+  for (size_t i = 0; ok && i < (size_t)a->horizon * a->dim; i++)
+    ok = std::isfinite (a->actions[i]);
+  std::lock_guard<std::mutex> lk (arrivals->lock);
+  arrivals->sendable[obs->observation_time] = ok;
+  return GST_PAD_PROBE_OK;
+}
+
+/* pi0actionsink emits `action` after it has sent a message: a handler connected after the
+ * recorder's runs once the recorder has read the send time (on the loop's clock), so the loop
+ * moves the clock on only after that (else a fast robot would move it under the recorder). */
+void
+count_sent_action (GstElement *, const gchar *kind, guint64, guint, guint, guint, GBytes *,
+                   gpointer data)
+{
+  if (g_strcmp0 (kind, "action") == 0)
+    static_cast<std::atomic<unsigned> *> (data)->fetch_add (1);
+}
+
 /* A UDP socket on loopback, port chosen by the kernel: the robot's end of the action link. */
 class RobotSocket
 {
@@ -274,6 +312,7 @@ public:
     result->outcome = world_.outcome ();
     result->ticks = world_.decided_at ();
     result->rejected = (unsigned)rx_->counters ().rejected;
+    result->executed = (unsigned)rx_->counters ().executed;
     return ok;
   }
 
@@ -339,6 +378,12 @@ private:
     g_object_set (state, "caps", caps, "format", GST_FORMAT_TIME, "is-live", FALSE, nullptr);
     gst_caps_unref (caps);
     state_.reset (state);
+    GstElement *robot = gst_bin_get_by_name (GST_BIN (p), "robot");
+    GstPad *sink_pad = gst_element_get_static_pad (robot, "sink");
+    gst_pad_add_probe (sink_pad, GST_PAD_PROBE_TYPE_BUFFER, note_sink_arrival, &arrivals_, nullptr);
+    gst_object_unref (sink_pad);
+    g_signal_connect_after (robot, "action", G_CALLBACK (count_sent_action), &signalled_);
+    gst_object_unref (robot);
     if (o_.policy == "expert") {
       GstElement *id = gst_bin_get_by_name (GST_BIN (p), "policy");
       GstPad *pad = gst_element_get_static_pad (id, "src");
@@ -394,9 +439,13 @@ private:
       bus_error (pipeline_.get (), error);
       return false;
     }
-    if (!wait_chunk (v, error))
+    bool answered = false;
+    if (!wait_chunk (v, &answered, error))
       return false;
-    result->chunks++;
+    if (answered)
+      result->chunks++;
+    else
+      result->unanswered++; // the robot goes on with what it has (or holds), as a robot would
     for (unsigned t = 0; t < o_.execute && !world_.done (); t++) {
       const GstClockTime now = v + t * period_;
       const std::vector<float> &row = rx_->position (now);
@@ -415,18 +464,34 @@ private:
     return true;
   }
 
-  /* Receives frames until an action chunk for the observation at @v has been scheduled. */
-  bool wait_chunk (GstClockTime v, std::string *error)
+  /* Receives frames until an action chunk for the observation at @v has been scheduled
+   * (*answered true), or the sink has had the observation without a chunk it may send (false). */
+  bool wait_chunk (GstClockTime v, bool *answered, std::string *error)
   {
     const auto start = std::chrono::steady_clock::now ();
     std::vector<uint8_t> data;
     proto::Received r;
+    bool got = false;
     for (;;) {
-      if (socket_.receive (50, &data)) {
+      if (socket_.receive (got ? 1 : 50, &data)) {
         rx_->receive (v, data.data (), data.size (), r);
+        if (!r.reject && r.frame.header.kind == proto::Kind::kAction)
+          action_frames_++;
         if (!r.reject && r.frame.header.kind == proto::Kind::kAction && !r.rows.empty ())
+          got = true;
+      }
+      // The chunk is here, and the sink's signal for every action frame has been handled.
+      if (got && signalled_.load () >= action_frames_) {
+        *answered = true;
+        return true;
+      }
+      if (!got) {
+        std::lock_guard<std::mutex> lk (arrivals_.lock);
+        auto it = arrivals_.sendable.find (v);
+        if (it != arrivals_.sendable.end () && !it->second) {
+          *answered = false;
           return true;
-        continue;
+        }
       }
       if (bus_error (pipeline_.get (), error))
         return false;
@@ -477,6 +542,9 @@ private:
   ElementPtr state_;
   std::unique_ptr<proto::Receiver> rx_;
   ExpertChunks expert_;
+  SinkArrivals arrivals_;
+  std::atomic<unsigned> signalled_{0}; /* `action` signals of kind action, handled */
+  unsigned action_frames_ = 0;         /* ACTION frames the robot received */
 };
 
 } // namespace

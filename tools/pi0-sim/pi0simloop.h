@@ -39,9 +39,13 @@ struct EpisodeResult {
   uint64_t seed = 0;
   std::string instruction;
   Outcome outcome = Outcome::Running;
-  unsigned ticks = 0;    /* when the outcome was decided */
-  unsigned chunks = 0;   /* action chunks received */
-  unsigned rejected = 0; /* frames the robot's receiver refused */
+  unsigned ticks = 0;      /* when the outcome was decided */
+  unsigned chunks = 0;     /* action chunks received */
+  unsigned unanswered = 0; /* observations the policy gave no chunk it may send for (skipped,
+                            * or not finite: the sink sends none of it); the robot went on
+                            * with the rows it had, or held */
+  unsigned rejected = 0;   /* frames the robot's receiver refused */
+  unsigned executed = 0;   /* rows the receiver scheduled */
 };
 
 /* Runs the episodes, calling @on_episode after each. False (with *error) when the chain
