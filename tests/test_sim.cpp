@@ -369,7 +369,8 @@ TEST (SimLoop, RecordedEpisodesLoadInLeRobotWithTheCommandsAsActions)
   ASSERT_NE (mkdtemp (tmpl), nullptr);
   const std::string dir = tmpl;
   const Ran rec = pi0_sim (
-      "run --episodes 3 --seed 40 --execute 1 --width 64 --height 48 --record " + dir + "/ds");
+      "run --episodes 3 --seed 40 --execute 1 --width 64 --height 48 --lossless --record " + dir +
+      "/ds");
   ASSERT_EQ (rec.status, 0) << rec.out;
   {
     std::ofstream f (dir + "/episodes.jsonl");

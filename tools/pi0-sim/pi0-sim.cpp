@@ -9,10 +9,11 @@
  *       chunk (10) executed before it plans again: one JSON line per episode, then a summary
  *   pi0-sim run [--policy expert|MODEL] [--infer "PROPS"] [--episodes K] [--seed S]
  *               [--execute N] [--horizon H] [--width W] [--height H] [--prep-size P]
- *               [--record DIR] [--robot-config F] [--timeout S]
+ *               [--record DIR [--lossless]] [--robot-config F] [--timeout S]
  *       the same episodes through the chain, lock-step (pi0simloop.h): the cameras and state
  *       into pi0viewmux, the policy (the expert, or pi0infer model=MODEL PROPS), the chunks
- *       to the robot over UDP; --record DIR appends each episode to a LeRobotDataset
+ *       to the robot over UDP; --record DIR appends each episode to a LeRobotDataset (--lossless:
+ *       the cameras bit-exact)
  */
 #include "gstpi0elements.h"
 #include "pi0simloop.h"
@@ -33,6 +34,7 @@ namespace
 
 struct Args {
   std::string command, out, robot_config, policy = "expert", infer, record;
+  bool lossless = false;
   uint64_t seed = 0;
   unsigned ticks = 0, episodes = 10, execute = 5, horizon = 10, timeout = 120;
   int width = 224, height = 224, prep_size = 224;
@@ -48,7 +50,7 @@ usage ()
               "[--robot-config F]\n"
               "       pi0-sim run [--policy expert|MODEL] [--infer PROPS] [--episodes K] [--seed S]"
               " [--execute N] [--horizon H] [--width W] [--height H] [--prep-size P]"
-              " [--record DIR] [--robot-config F] [--timeout S]\n");
+              " [--record DIR [--lossless]] [--robot-config F] [--timeout S]\n");
   return 2;
 }
 
@@ -72,6 +74,10 @@ parse (int argc, char **argv, Args *a)
   a->command = argv[1];
   for (int i = 2; i < argc; i++) {
     const std::string k = argv[i];
+    if (k == "--lossless") {
+      a->lossless = true;
+      continue;
+    }
     if (i + 1 >= argc) {
       std::fprintf (stderr, "pi0-sim: %s needs a value\n", k.c_str ());
       return false;
@@ -209,6 +215,7 @@ main (int argc, char **argv)
       o.camera_height = a.height;
       o.prep_size = a.prep_size;
       o.record = a.record;
+      o.lossless = a.lossless;
       o.timeout_s = a.timeout;
       unsigned counts[4] = {0, 0, 0, 0}, success_ticks = 0;
       const bool ok = pi0::sim::run_loop (

@@ -344,8 +344,8 @@ private:
     if (!o_.record.empty ())
       line += " obs. ! queue max-size-buffers=0 max-size-bytes=0 max-size-time=0"
               " ! pi0lerobotsink name=dataset location=\"" +
-              o_.record + "\" append=true action-sink=robot robot-type=pi0-sim-planar" +
-              " instruction=\"" + instruction + "\"";
+              o_.record + "\" append=true action-sink=robot robot-type=pi0-sim-planar lossless=" +
+              (o_.lossless ? "true" : "false") + " instruction=\"" + instruction + "\"";
     for (const Feed &f : kFeeds)
       line += std::string (" appsrc name=cam_") + f.pad + " ! mux." + f.pad;
     line += " appsrc name=state ! mux.state";

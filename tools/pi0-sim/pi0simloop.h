@@ -31,6 +31,7 @@ struct LoopOptions {
   int camera_width = 224, camera_height = 224;
   int prep_size = 224;    /* cudaprep's width and height: the model's image size */
   std::string record;     /* a LeRobotDataset directory to append each episode to, or "" */
+  bool lossless = false;  /* record the cameras bit-exact (pi0lerobotsink lossless=true) */
   double timeout_s = 120; /* real seconds the loop waits for one chunk before it gives up */
   SceneOptions scene;
 };
