@@ -19,6 +19,7 @@
 #include <gst/pi0/pi0.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -638,11 +639,23 @@ TEST (PipelinesRecordReplay, ReplayGivesTheLiveRunsActionsBitwise)
     auto cut = read_log (dir.path () + "/cut.jsonl");
     EXPECT_GT (cut.size (), 0u);
     EXPECT_LT (cut.size (), replays[0].size ());
+    /* The cut falls inside a cluster of interleaved camera frames: a view may lose a frame
+     * captured a little before the last one kept of another, so the observations within the
+     * line's max-staleness (200 ms) of the end may pair differently. Every earlier one must
+     * be the whole replay's, bitwise. */
+    gint64 last = -1;
+    for (auto &kv : cut)
+      last = std::max (last, kv.second.observation_time);
+    size_t compared = 0;
     for (auto &kv : cut) {
       auto it = replays[0].find (kv.first);
       ASSERT_NE (it, replays[0].end ()) << kv.first;
+      if (kv.second.observation_time > last - 200000000)
+        continue;
+      compared++;
       EXPECT_EQ (it->second.values, kv.second.values) << "chunk " << kv.first;
     }
+    EXPECT_GE (compared, 5u) << "too few chunks of the cut replay compared";
   }
   ASSERT_TRUE (g_file_get_contents (state.c_str (), &data, &len, nullptr));
   for (gsize i = 100; i < len; i += 97)
