@@ -2,6 +2,7 @@
 #include "pi0simloop.h"
 
 #include "pi0frame.h"
+#include "pi0safety.h"
 #include "pi0session.h"
 #include "pi0simrender.h"
 
@@ -186,9 +187,8 @@ note_sink_arrival (GstPad *, GstPadProbeInfo *info, gpointer data)
   if (!obs)
     return GST_PAD_PROBE_OK;
   GstPi0ActionMeta *a = gst_buffer_get_pi0_action_meta (buf);
-  bool ok = a && !(a->flags & GST_PI0_ACTION_FLAG_NON_FINITE) && a->horizon > 0;
-  for (size_t i = 0; ok && i < (size_t)a->horizon * a->dim; i++)
-    ok = std::isfinite (a->actions[i]);
+  const bool ok = a && !(a->flags & GST_PI0_ACTION_FLAG_NON_FINITE) && a->horizon > 0 &&
+                  proto::all_finite (a->actions, (size_t)a->horizon * a->dim);
   std::lock_guard<std::mutex> lk (arrivals->lock);
   arrivals->sendable[obs->observation_time] = ok;
   return GST_PAD_PROBE_OK;
