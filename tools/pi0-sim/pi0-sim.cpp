@@ -32,12 +32,15 @@
 namespace
 {
 
+/* The command, snapshot's own options, and the loop's (which expert and snapshot read too). */
 struct Args {
-  std::string command, out, robot_config, policy = "expert", infer, record;
-  bool lossless = false;
-  uint64_t seed = 0;
-  unsigned ticks = 0, episodes = 10, execute = 5, horizon = 10, timeout = 120;
-  int width = 224, height = 224, prep_size = 224;
+  std::string command, out;
+  unsigned ticks = 0, timeout = 120;
+  pi0::sim::LoopOptions loop = [] {
+    pi0::sim::LoopOptions o;
+    o.episodes = 10;
+    return o;
+  }();
 };
 
 int
@@ -75,7 +78,7 @@ parse (int argc, char **argv, Args *a)
   for (int i = 2; i < argc; i++) {
     const std::string k = argv[i];
     if (k == "--lossless") {
-      a->lossless = true;
+      a->loop.lossless = true;
       continue;
     }
     if (i + 1 >= argc) {
@@ -93,28 +96,31 @@ parse (int argc, char **argv, Args *a)
     if (k == "--out")
       a->out = v;
     else if (k == "--robot-config")
-      a->robot_config = v;
+      a->loop.robot_config = v;
     else if (k == "--policy")
-      a->policy = v;
+      a->loop.policy = v;
     else if (k == "--infer")
-      a->infer = v;
+      a->loop.infer_properties = v;
     else if (k == "--record")
-      a->record = v;
+      a->loop.record = v;
     else if (k == "--seed") {
       if (!number (~0ull))
         return false;
-      a->seed = n;
+      a->loop.seed = n;
     } else {
       struct {
         const char *name;
         unsigned long long max;
         unsigned *u;
         int *i;
-      } const numbers[] = {
-          {"--ticks", 100000, &a->ticks, nullptr},   {"--episodes", 1000000, &a->episodes, nullptr},
-          {"--execute", 50, &a->execute, nullptr},   {"--horizon", 50, &a->horizon, nullptr},
-          {"--timeout", 3600, &a->timeout, nullptr}, {"--width", 4096, nullptr, &a->width},
-          {"--height", 4096, nullptr, &a->height},   {"--prep-size", 4096, nullptr, &a->prep_size}};
+      } const numbers[] = {{"--ticks", 100000, &a->ticks, nullptr},
+                           {"--episodes", 1000000, &a->loop.episodes, nullptr},
+                           {"--execute", 50, &a->loop.execute, nullptr},
+                           {"--horizon", 50, &a->loop.horizon, nullptr},
+                           {"--timeout", 3600, &a->timeout, nullptr},
+                           {"--width", 4096, nullptr, &a->loop.camera_width},
+                           {"--height", 4096, nullptr, &a->loop.camera_height},
+                           {"--prep-size", 4096, nullptr, &a->loop.prep_size}};
       bool known = false;
       for (const auto &num : numbers)
         if (k == num.name) {
@@ -132,7 +138,7 @@ parse (int argc, char **argv, Args *a)
       }
     }
   }
-  if (a->execute == 0 || a->horizon == 0) {
+  if (a->loop.execute == 0 || a->loop.horizon == 0) {
     std::fprintf (stderr, "pi0-sim: --execute and --horizon must be at least 1\n");
     return false;
   }
@@ -168,13 +174,15 @@ main (int argc, char **argv)
   Args a;
   if (!parse (argc, argv, &a))
     return usage ();
-  if (a.robot_config.empty ()) {
+  pi0::sim::LoopOptions &o = a.loop;
+  o.timeout_s = a.timeout;
+  if (o.robot_config.empty ()) {
     const char *root = std::getenv ("PI0_SOURCE_ROOT");
-    a.robot_config = std::string (root ? root : ".") + "/pipelines/robot-planar.json";
+    o.robot_config = std::string (root ? root : ".") + "/pipelines/robot-planar.json";
   }
   pi0::proto::RobotConfig robot;
   std::string err;
-  if (!pi0::proto::load_robot_config (a.robot_config, &robot, &err)) {
+  if (!pi0::proto::load_robot_config (o.robot_config, &robot, &err)) {
     std::fprintf (stderr, "pi0-sim: %s\n", err.c_str ());
     return 1;
   }
@@ -182,14 +190,14 @@ main (int argc, char **argv)
     if (a.command == "snapshot") {
       if (a.out.empty ())
         return usage ();
-      pi0::sim::World w (robot, a.seed);
+      pi0::sim::World w (robot, o.seed);
       while (w.ticks () < a.ticks)
         for (const std::vector<float> &row : pi0::sim::expert_chunk (w, 1))
           w.step (row.data ());
       for (pi0::sim::Camera c :
            {pi0::sim::Camera::Overhead, pi0::sim::Camera::Front, pi0::sim::Camera::Wrist}) {
         const std::string path = a.out + "/" + pi0::sim::camera_name (c) + ".png";
-        if (!pi0::sim::write_png (w, c, a.width, a.height, path, &err)) {
+        if (!pi0::sim::write_png (w, c, o.camera_width, o.camera_height, path, &err)) {
           std::fprintf (stderr, "pi0-sim: %s\n", err.c_str ());
           return 1;
         }
@@ -203,20 +211,6 @@ main (int argc, char **argv)
         std::fprintf (stderr, "pi0-sim: could not register the gst-pi0 elements\n");
         return 1;
       }
-      pi0::sim::LoopOptions o;
-      o.policy = a.policy;
-      o.infer_properties = a.infer;
-      o.robot_config = a.robot_config;
-      o.seed = a.seed;
-      o.episodes = a.episodes;
-      o.execute = a.execute;
-      o.horizon = a.horizon;
-      o.camera_width = a.width;
-      o.camera_height = a.height;
-      o.prep_size = a.prep_size;
-      o.record = a.record;
-      o.lossless = a.lossless;
-      o.timeout_s = a.timeout;
       unsigned counts[4] = {0, 0, 0, 0}, success_ticks = 0;
       const bool ok = pi0::sim::run_loop (
           o,
@@ -239,18 +233,18 @@ main (int argc, char **argv)
       const unsigned success = counts[(int)pi0::sim::Outcome::Success];
       std::printf ("{\"episodes\":%u,\"success\":%u,\"wrong\":%u,\"timeout\":%u,"
                    "\"mean_ticks_to_success\":%.2f}\n",
-                   a.episodes, success, counts[(int)pi0::sim::Outcome::Wrong],
+                   o.episodes, success, counts[(int)pi0::sim::Outcome::Wrong],
                    counts[(int)pi0::sim::Outcome::Timeout],
                    success ? (double)success_ticks / success : 0.0);
       return 0;
     }
     if (a.command == "expert") {
       unsigned success = 0;
-      for (unsigned e = 0; e < a.episodes; e++) {
-        pi0::sim::World w (robot, a.seed + e);
+      for (unsigned e = 0; e < o.episodes; e++) {
+        pi0::sim::World w (robot, o.seed + e);
         while (!w.done ()) {
-          const auto chunk = pi0::sim::expert_chunk (w, a.horizon);
-          for (unsigned k = 0; k < a.execute && k < chunk.size () && !w.done (); k++)
+          const auto chunk = pi0::sim::expert_chunk (w, o.horizon);
+          for (unsigned k = 0; k < o.execute && k < chunk.size () && !w.done (); k++)
             w.step (chunk[k].data ());
         }
         success += w.outcome () == pi0::sim::Outcome::Success;
@@ -258,7 +252,7 @@ main (int argc, char **argv)
                      (unsigned long long)w.seed (), w.instruction ().c_str (),
                      pi0::sim::outcome_name (w.outcome ()), w.decided_at ());
       }
-      std::printf ("{\"episodes\":%u,\"success\":%u}\n", a.episodes, success);
+      std::printf ("{\"episodes\":%u,\"success\":%u}\n", o.episodes, success);
       return 0;
     }
   } catch (const std::exception &e) {
