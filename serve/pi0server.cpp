@@ -591,7 +591,8 @@ struct Server::Impl {
     const uint64_t id = c.id;
     self->conns[id] = c;
     self->bump ([] (ServerStats &s) { s.connections++; });
-    soup_websocket_connection_send_binary (ws, self->metadata.data (), self->metadata.size ());
+    if (soup_websocket_connection_get_state (ws) == SOUP_WEBSOCKET_STATE_OPEN)
+      soup_websocket_connection_send_binary (ws, self->metadata.data (), self->metadata.size ());
   }
 
   static void on_message (SoupWebsocketConnection *, gint type, GBytes *message, gpointer data)
@@ -774,6 +775,13 @@ struct Server::Impl {
       return;
     }
     Conn &c = it->second;
+    /* The client may have sent its close frame while the policy worked: libsoup then holds the
+     * session as CLOSING until "closed" runs, and refuses sends. The answer has no one to go to. */
+    if (soup_websocket_connection_get_state (c.ws) != SOUP_WEBSOCKET_STATE_OPEN) {
+      c.in_flight = false;
+      bump ([] (ServerStats &s) { s.dropped++; });
+      return;
+    }
     if (error) {
       error_close (c, *error);
       return;
