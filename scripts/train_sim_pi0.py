@@ -57,7 +57,14 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--name", default="pi0-sim-tiny")
+    ap.add_argument("--image", type=int, default=SIZES["vision"]["image_size"],
+                    help="the model's image size (record the cameras at it: no resize)")
+    ap.add_argument("--patch", type=int, default=SIZES["vision"]["patch_size"],
+                    help="the vision patch; image/patch squared tokens per view (64 by default)")
     a = ap.parse_args()
+    if a.image % a.patch:
+        ap.error("--image must be a multiple of --patch")
+    SIZES["vision"].update(image_size=a.image, patch_size=a.patch)
 
     torch.manual_seed(a.seed)
     torch.set_num_threads(a.threads)
@@ -143,7 +150,7 @@ def main() -> None:
         json.dump({"lerobot": lerobot.__version__, "transformers": transformers.__version__,
                    "torch": torch.__version__, "python": platform.python_version(),
                    "machine": platform.machine(), "threads": a.threads, "seed": a.seed, "steps": a.steps,
-                   "batch": a.batch, "lr": a.lr, "chunk": a.chunk, "frames": len(items),
+                   "batch": a.batch, "image": a.image, "patch": a.patch, "lr": a.lr, "chunk": a.chunk, "frames": len(items),
                    "episodes": meta.total_episodes, "decode_s": round(decode_s, 1),
                    "train_s": round(train_s, 1),
                    "final_loss": sum(losses[-100:]) / len(losses[-100:]) if losses else None},

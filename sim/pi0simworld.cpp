@@ -142,7 +142,7 @@ solve_ik (const std::array<double, 3> &links, const proto::RobotConfig &robot, V
 }
 
 World::World (const proto::RobotConfig &robot, uint64_t seed, const SceneOptions &options)
-    : robot_ (robot), o_ (options), seed_ (seed)
+    : robot_ (robot), o_ (options), seed_ (seed), noise_ (seed ^ 0x6e6f697365000000ull)
 {
   if (robot.dim () != 3)
     throw std::invalid_argument ("the simulated arm has 3 joints; the robot configuration has " +
@@ -153,6 +153,8 @@ World::World (const proto::RobotConfig &robot, uint64_t seed, const SceneOptions
     throw std::invalid_argument ("blocks must be 1 to " + std::to_string (std::size (kColours)));
   if (!(o_.touch_radius > 0) || !(o_.block_size > 0) || o_.time_limit == 0)
     throw std::invalid_argument ("touch_radius, block_size and time_limit must be positive");
+  if (!(o_.actuation_noise >= 0) || !std::isfinite (o_.actuation_noise))
+    throw std::invalid_argument ("actuation_noise must be zero or more radians");
   Rng rng (seed);
   q_.resize (3);
   for (int i = 0; i < 3; i++)
@@ -230,8 +232,13 @@ World::step (const float *command)
     judge ();
     return false;
   }
+  float aimed[3];
+  for (int i = 0; i < 3; i++)
+    aimed[i] = command[i] + (o_.actuation_noise > 0
+                                 ? (float)noise_.uniform (-o_.actuation_noise, o_.actuation_noise)
+                                 : 0.0f);
   float next[3];
-  proto::limit_action (robot_, q_.data (), command, next);
+  proto::limit_action (robot_, q_.data (), aimed, next);
   std::copy (next, next + 3, q_.begin ());
   judge ();
   return true;

@@ -54,6 +54,10 @@ struct SceneOptions {
   unsigned time_limit = 60;                      /* control ticks per episode */
   double control_rate = 10;                      /* ticks per second */
   double initial_jitter = 0.1;                   /* per-joint noise on the start, radians */
+  /* The arm misses each command by up to this much per joint, radians (uniform, seeded by the
+   * scene but drawn apart from it: the same scene with or without). Demonstrations recorded
+   * with it show the expert recovering from states its clean runs never visit. */
+  double actuation_noise = 0;
 };
 
 /* What an episode came to. */
@@ -118,6 +122,7 @@ private:
   unsigned ticks_ = 0;
   Outcome outcome_ = Outcome::Running;
   unsigned decided_at_ = 0;
+  Rng noise_;
 };
 
 /* Forward kinematics of the planar arm: base, joint 1, joint 2, tool. */

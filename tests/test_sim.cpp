@@ -172,6 +172,39 @@ TEST (SimWorld, RefusesWhatItCannotSimulate)
   o.blocks = 3;
   o.time_limit = 0;
   EXPECT_THROW (World (planar_robot (), 0, o), std::invalid_argument);
+  o.time_limit = 60;
+  o.actuation_noise = -0.1;
+  EXPECT_THROW (World (planar_robot (), 0, o), std::invalid_argument);
+  o.actuation_noise = std::numeric_limits<double>::quiet_NaN ();
+  EXPECT_THROW (World (planar_robot (), 0, o), std::invalid_argument);
+}
+
+/* The arm misses its commands by at most the noise, the same way for the same seed, and the
+ * scene is the one without noise. */
+TEST (SimWorld, ActuationNoiseIsBoundedSeededAndLeavesTheScene)
+{
+  const pi0::proto::RobotConfig robot = planar_robot ();
+  SceneOptions noisy;
+  noisy.actuation_noise = 0.02;
+  World clean (robot, 9), a (robot, 9, noisy), b (robot, 9, noisy);
+  ASSERT_EQ (a.joints (), clean.joints ());
+  ASSERT_EQ (a.target (), clean.target ());
+  for (size_t i = 0; i < clean.blocks ().size (); i++)
+    EXPECT_EQ (a.blocks ()[i].at.x, clean.blocks ()[i].at.x);
+  bool missed = false;
+  for (int t = 0; t < 20; t++) {
+    std::vector<float> cmd = a.joints ();
+    for (float &q : cmd)
+      q += 0.01f; // within max_step and the limits from the start
+    a.step (cmd.data ());
+    b.step (cmd.data ());
+    EXPECT_EQ (a.joints (), b.joints ()); // seeded
+    for (int j = 0; j < 3; j++) {
+      EXPECT_LE (std::fabs (a.joints ()[j] - cmd[j]), 0.02 + 1e-6) << t << " " << j;
+      missed |= a.joints ()[j] != cmd[j];
+    }
+  }
+  EXPECT_TRUE (missed);
 }
 
 TEST (SimWorld, InverseKinematicsReachesThePoint)
@@ -410,6 +443,37 @@ TEST (SimLoop, APolicyOfNaNsNeverMovesTheArm)
   run_command ("rm -rf '" + dir + "'");
 }
 
+/* A delay holds each chunk (after the first) at the sink while the robot runs on: the rows
+ * already due when it arrives are not executed, and pi0infer's real-time chunking measures the
+ * delay from the robot's feedback, in lock-step (the same twice). */
+TEST (SimLoop, ADelayedChunkArrivesLateAndGuidanceMeasuresTheDelay)
+{
+  const std::string args = "run --policy builtin:pi0-tiny --prep-size 32 --width 64 --height 64"
+                           " --episodes 1 --seed 101 --infer rtc=guided-identity";
+  const Ran none = pi0_sim (args), late = pi0_sim (args + " --delay-ms 250"),
+            again = pi0_sim (args + " --delay-ms 250");
+  ASSERT_EQ (none.status, 0) << none.out;
+  ASSERT_EQ (late.status, 0) << late.out;
+  ASSERT_EQ (again.status, 0) << again.out;
+  const std::vector<std::string> n = episode_lines (none.out), l = episode_lines (late.out),
+                                 g = episode_lines (again.out);
+  ASSERT_EQ (n.size (), 1u) << none.out;
+  ASSERT_EQ (l.size (), 1u) << late.out;
+  EXPECT_EQ (l, g);                                           // lock-step
+  ASSERT_EQ (field (n[0], "outcome"), "\"timeout\"") << n[0]; // this scene: every chunk runs
+  ASSERT_EQ (field (l[0], "outcome"), "\"timeout\"") << l[0];
+  EXPECT_EQ (field (n[0], "delay_rows"), "0") << n[0];
+  // At 250 ms rows 0 and 1 (due at 0 and 100 ms) are over; row 2 (200 to 300 ms) is under way,
+  // and the sink sends the chunk from it on.
+  EXPECT_EQ (field (l[0], "delay_rows"), "2") << l[0];
+  EXPECT_GT (std::stoi (field (l[0], "guided")), 0) << l[0];
+  // Each chunk but the first reaches the robot without its first 2 of 10 rows.
+  const int chunks = std::stoi (field (l[0], "chunks"));
+  EXPECT_EQ (std::stoi (field (l[0], "rows")), std::stoi (field (n[0], "rows")) - 2 * (chunks - 1))
+      << n[0] << "\n"
+      << l[0];
+}
+
 TEST (SimLoop, BadArgumentsAreClearErrors)
 {
   Ran r = pi0_sim ("run --execute 5 --record /tmp/pi0-sim-never");
@@ -424,6 +488,12 @@ TEST (SimLoop, BadArgumentsAreClearErrors)
   r = pi0_sim ("run --frobnicate 1");
   EXPECT_EQ (r.status, 2);
   EXPECT_NE (r.out.find ("unknown option --frobnicate"), std::string::npos) << r.out;
+  r = pi0_sim ("run --execute 5 --delay-ms 500"); // 5 rows at 10 Hz: the next chunk is due
+  EXPECT_EQ (r.status, 1);
+  EXPECT_NE (r.out.find ("the delay must be shorter"), std::string::npos) << r.out;
+  r = pi0_sim ("expert --actuation-noise -1");
+  EXPECT_EQ (r.status, 2);
+  EXPECT_NE (r.out.find ("--actuation-noise: radians"), std::string::npos) << r.out;
   r = pi0_sim ("snapshot --out /nonexistent/dir");
   EXPECT_EQ (r.status, 1);
   EXPECT_NE (r.out.find ("/nonexistent/dir/overhead.png"), std::string::npos) << r.out;

@@ -22,6 +22,7 @@
 
 #include <gst/gst.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -35,7 +36,7 @@ namespace
 /* The command, snapshot's own options, and the loop's (which expert and snapshot read too). */
 struct Args {
   std::string command, out;
-  unsigned ticks = 0, timeout = 120;
+  unsigned ticks = 0, timeout = 120, delay_ms = 0;
   pi0::sim::LoopOptions loop = [] {
     pi0::sim::LoopOptions o;
     o.episodes = 10;
@@ -50,10 +51,11 @@ usage ()
       stderr, "usage: pi0-sim snapshot --out DIR [--seed S] [--ticks N] [--width W] [--height H]"
               " [--robot-config F]\n"
               "       pi0-sim expert [--episodes K] [--seed S] [--execute N] [--horizon H] "
-              "[--robot-config F]\n"
+              "[--actuation-noise RAD] [--robot-config F]\n"
               "       pi0-sim run [--policy expert|MODEL] [--infer PROPS] [--episodes K] [--seed S]"
               " [--execute N] [--horizon H] [--width W] [--height H] [--prep-size P]"
-              " [--record DIR [--lossless]] [--robot-config F] [--timeout S]\n");
+              " [--delay-ms D] [--record DIR [--lossless]] [--actuation-noise RAD]"
+              " [--robot-config F] [--timeout S]\n");
   return 2;
 }
 
@@ -103,7 +105,15 @@ parse (int argc, char **argv, Args *a)
       a->loop.infer_properties = v;
     else if (k == "--record")
       a->loop.record = v;
-    else if (k == "--seed") {
+    else if (k == "--actuation-noise") {
+      char *end = nullptr;
+      const double r = std::strtod (v, &end);
+      if (!end || *end || !(r >= 0 && r <= 0.5)) {
+        std::fprintf (stderr, "pi0-sim: --actuation-noise: radians from 0 to 0.5: %s\n", v);
+        return false;
+      }
+      a->loop.scene.actuation_noise = r;
+    } else if (k == "--seed") {
       if (!number (~0ull))
         return false;
       a->loop.seed = n;
@@ -118,6 +128,7 @@ parse (int argc, char **argv, Args *a)
                            {"--execute", 50, &a->loop.execute, nullptr},
                            {"--horizon", 50, &a->loop.horizon, nullptr},
                            {"--timeout", 3600, &a->timeout, nullptr},
+                           {"--delay-ms", 60000, &a->delay_ms, nullptr},
                            {"--width", 4096, nullptr, &a->loop.camera_width},
                            {"--height", 4096, nullptr, &a->loop.camera_height},
                            {"--prep-size", 4096, nullptr, &a->loop.prep_size}};
@@ -176,6 +187,7 @@ main (int argc, char **argv)
     return usage ();
   pi0::sim::LoopOptions &o = a.loop;
   o.timeout_s = a.timeout;
+  o.delay_ns = (uint64_t)a.delay_ms * 1000000;
   if (o.robot_config.empty ()) {
     const char *root = std::getenv ("PI0_SOURCE_ROOT");
     o.robot_config = std::string (root ? root : ".") + "/pipelines/robot-planar.json";
@@ -190,7 +202,7 @@ main (int argc, char **argv)
     if (a.command == "snapshot") {
       if (a.out.empty ())
         return usage ();
-      pi0::sim::World w (robot, o.seed);
+      pi0::sim::World w (robot, o.seed, o.scene);
       while (w.ticks () < a.ticks)
         for (const std::vector<float> &row : pi0::sim::expert_chunk (w, 1))
           w.step (row.data ());
@@ -211,18 +223,27 @@ main (int argc, char **argv)
         std::fprintf (stderr, "pi0-sim: could not register the gst-pi0 elements\n");
         return 1;
       }
-      unsigned counts[4] = {0, 0, 0, 0}, success_ticks = 0;
+      unsigned counts[4] = {0, 0, 0, 0}, success_ticks = 0, switches = 0;
+      double jerk = 0, switch_sum = 0, switch_max = 0;
       const bool ok = pi0::sim::run_loop (
           o,
           [&] (const pi0::sim::EpisodeResult &r) {
             counts[(int)r.outcome]++;
             if (r.outcome == pi0::sim::Outcome::Success)
               success_ticks += r.ticks;
+            jerk += r.jerk;
+            switches += r.switches;
+            switch_sum += r.switch_step_sum;
+            switch_max = std::max (switch_max, r.switch_step_max);
             std::printf ("{\"seed\":%llu,\"instruction\":\"%s\",\"outcome\":\"%s\",\"ticks\":%u,"
-                         "\"chunks\":%u,\"unanswered\":%u,\"rows\":%u,\"rejected\":%u}\n",
+                         "\"chunks\":%u,\"guided\":%u,\"delay_rows\":%u,\"unanswered\":%u,\"rows\":"
+                         "%u,\"rejected\":%u,"
+                         "\"jerk\":%.3f,\"switches\":%u,\"switch_step_max\":%.5f,"
+                         "\"step_max\":%.5f}\n",
                          (unsigned long long)r.seed, r.instruction.c_str (),
-                         pi0::sim::outcome_name (r.outcome), r.ticks, r.chunks, r.unanswered,
-                         r.executed, r.rejected);
+                         pi0::sim::outcome_name (r.outcome), r.ticks, r.chunks, r.guided,
+                         r.delay_rows, r.unanswered, r.executed, r.rejected, r.jerk, r.switches,
+                         r.switch_step_max, r.step_max);
             std::fflush (stdout);
           },
           &err);
@@ -232,16 +253,19 @@ main (int argc, char **argv)
       }
       const unsigned success = counts[(int)pi0::sim::Outcome::Success];
       std::printf ("{\"episodes\":%u,\"success\":%u,\"wrong\":%u,\"timeout\":%u,"
-                   "\"mean_ticks_to_success\":%.2f}\n",
+                   "\"mean_ticks_to_success\":%.2f,\"mean_jerk\":%.3f,\"switches\":%u,"
+                   "\"mean_switch_step\":%.5f,\"max_switch_step\":%.5f}\n",
                    o.episodes, success, counts[(int)pi0::sim::Outcome::Wrong],
                    counts[(int)pi0::sim::Outcome::Timeout],
-                   success ? (double)success_ticks / success : 0.0);
+                   success ? (double)success_ticks / success : 0.0,
+                   o.episodes ? jerk / o.episodes : 0.0, switches,
+                   switches ? switch_sum / switches : 0.0, switch_max);
       return 0;
     }
     if (a.command == "expert") {
       unsigned success = 0;
       for (unsigned e = 0; e < o.episodes; e++) {
-        pi0::sim::World w (robot, o.seed + e);
+        pi0::sim::World w (robot, o.seed + e, o.scene);
         while (!w.done ()) {
           const auto chunk = pi0::sim::expert_chunk (w, o.horizon);
           for (unsigned k = 0; k < o.execute && k < chunk.size () && !w.done (); k++)

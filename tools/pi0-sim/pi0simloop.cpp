@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #include "pi0simloop.h"
 
+#include "pi0elementstats.h"
 #include "pi0frame.h"
 #include "pi0safety.h"
 #include "pi0session.h"
@@ -20,9 +21,11 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <thread>
 
 /* ------------------------------------------------------------------------------------------ */
 /* A clock that stands still until the loop moves it: the pipeline's time is the world's.      */
@@ -172,10 +175,17 @@ attach_expert_chunk (GstPad *, GstPadProbeInfo *info, gpointer data)
 /* What reached the action sink, by observation time: whether the sink was handed a chunk it
  * may send (an action meta whose values are all finite). A policy that makes none for an
  * observation (it skipped it, or its values are not finite: the sink refuses those whole) sends
- * the robot nothing, and the loop must not wait for a chunk that will not come. */
+ * the robot nothing, and the loop must not wait for a chunk that will not come.
+ * With a delay, a sendable chunk waits here (the gate) until the loop has run the world to its
+ * arrival and released it. */
 struct SinkArrivals {
   std::mutex lock;
+  std::condition_variable changed;
   std::map<GstClockTime, bool> sendable;
+  bool gate = false; /* hold sendable chunks until released */
+  bool any_released = false;
+  GstClockTime released = 0; /* chunks for observations at or before this pass */
+  bool opened = false;       /* the episode ends: everything passes */
 };
 
 GstPadProbeReturn
@@ -189,10 +199,44 @@ note_sink_arrival (GstPad *, GstPadProbeInfo *info, gpointer data)
   GstPi0ActionMeta *a = gst_buffer_get_pi0_action_meta (buf);
   const bool ok = a && !(a->flags & GST_PI0_ACTION_FLAG_NON_FINITE) && a->horizon > 0 &&
                   proto::all_finite (a->actions, (size_t)a->horizon * a->dim);
-  std::lock_guard<std::mutex> lk (arrivals->lock);
-  arrivals->sendable[obs->observation_time] = ok;
+  const GstClockTime t = obs->observation_time;
+  std::unique_lock<std::mutex> lk (arrivals->lock);
+  arrivals->sendable[t] = ok;
+  arrivals->changed.notify_all ();
+  if (ok && arrivals->gate)
+    arrivals->changed.wait (lk, [&] {
+      return arrivals->opened || (arrivals->any_released && arrivals->released >= t);
+    });
   return GST_PAD_PROBE_OK;
 }
+
+/* The pi0-executing events the sink sends upstream (what the robot reports executing): how
+ * many, and the row of each chunk they named. */
+struct ExecutingEvents {
+  std::mutex lock;
+  uint64_t count = 0;
+  std::map<uint64_t, guint> row_by_chunk;
+};
+
+GstPadProbeReturn
+note_executing (GstPad *, GstPadProbeInfo *info, gpointer data)
+{
+  auto *events = static_cast<ExecutingEvents *> (data);
+  GstEvent *e = gst_pad_probe_info_get_event (info);
+  guint64 chunk = 0, period = 0;
+  guint row = 0;
+  GstClockTime t = GST_CLOCK_TIME_NONE;
+  if (GST_EVENT_TYPE (e) == GST_EVENT_CUSTOM_UPSTREAM &&
+      gst_event_has_name (e, GST_PI0_EXECUTING_EVENT_NAME) &&
+      gst_pi0_executing_event_parse (e, &chunk, &row, &t, &period)) {
+    std::lock_guard<std::mutex> lk (events->lock);
+    events->count++;
+    events->row_by_chunk[chunk] = row;
+  }
+  return GST_PAD_PROBE_OK;
+}
+
+using pi0::tools::stat_u64;
 
 /* pi0actionsink emits `action` after it has sent a message: a handler connected after the
  * recorder's runs once the recorder has read the send time (on the loop's clock), so the loop
@@ -303,10 +347,16 @@ public:
     rs.robot = world_.robot ();
     rx_ = std::make_unique<proto::Receiver> (rs);
     gst_element_set_state (pipeline_.get (), GST_STATE_PLAYING);
+    trace_.push_back ({world_.joints (), 0});
     bool ok = true;
     while (ok && !world_.done ())
       ok = observe_and_execute (result, error);
+    if (policy_) {
+      result->guided = (unsigned)stat_u64 (policy_.get (), "rtc-guided");
+      result->delay_rows = (unsigned)stat_u64 (policy_.get (), "rtc-delay");
+    }
     finish (ok, error);
+    measure_motion (result);
     result->seed = world_.seed ();
     result->instruction = world_.instruction ();
     result->outcome = world_.outcome ();
@@ -381,10 +431,14 @@ private:
     GstElement *robot = gst_bin_get_by_name (GST_BIN (p), "robot");
     GstPad *sink_pad = gst_element_get_static_pad (robot, "sink");
     gst_pad_add_probe (sink_pad, GST_PAD_PROBE_TYPE_BUFFER, note_sink_arrival, &arrivals_, nullptr);
+    gst_pad_add_probe (sink_pad, GST_PAD_PROBE_TYPE_EVENT_UPSTREAM, note_executing, &executing_,
+                       nullptr);
     gst_object_unref (sink_pad);
     g_signal_connect_after (robot, "action", G_CALLBACK (count_sent_action), &signalled_);
-    gst_object_unref (robot);
-    if (o_.policy == "expert") {
+    sink_.reset (robot);
+    if (o_.policy != "expert")
+      policy_.reset (gst_bin_get_by_name (GST_BIN (p), "policy"));
+    else {
       GstElement *id = gst_bin_get_by_name (GST_BIN (p), "policy");
       GstPad *pad = gst_element_get_static_pad (id, "src");
       gst_pad_add_probe (pad, GST_PAD_PROBE_TYPE_BUFFER, attach_expert_chunk, &expert_, nullptr);
@@ -407,6 +461,8 @@ private:
   /* One observation at the world's tick, its chunk, and its first `execute` rows run. */
   bool observe_and_execute (EpisodeResult *result, std::string *error)
   {
+    if (!settle_feedback (error))
+      return false;
     const GstClockTime v = world_.ticks () * period_;
     pi0_sim_clock_set (clock_.get (), v);
     if (o_.policy == "expert") {
@@ -439,34 +495,181 @@ private:
       bus_error (pipeline_.get (), error);
       return false;
     }
-    bool answered = false;
-    if (!wait_chunk (v, &answered, error))
-      return false;
-    if (answered)
-      result->chunks++;
-    else
-      result->unanswered++; // the robot goes on with what it has (or holds), as a robot would
+    // The first chunk of an episode is not held: it prerolls the chain, which is PLAYING (its
+    // running time the world's) only once it has.
+    bool held = o_.delay_ns > 0 && observations_ > 0;
+    observations_++;
+    if (held && !playing_) {
+      // The first chunk's preroll has set the chain PLAYING; a chunk held before that would
+      // hold the state change, and the running time would no longer be the world's.
+      if (gst_element_get_state (pipeline_.get (), nullptr, nullptr,
+                                 (GstClockTime)(o_.timeout_s * GST_SECOND)) !=
+          GST_STATE_CHANGE_SUCCESS) {
+        *error = "the chain did not start playing";
+        bus_error (pipeline_.get (), error);
+        return false;
+      }
+      playing_ = true;
+    }
+    if (held) {
+      bool sendable = false;
+      if (!wait_arrival (v, &sendable, error))
+        return false;
+      held = sendable; // nothing is coming: no wait
+    }
+    const GstClockTime arrival = v + (held ? o_.delay_ns : 0);
+    bool pending = true; // the chunk (or that there is none) has not reached the robot yet
     for (unsigned t = 0; t < o_.execute && !world_.done (); t++) {
       const GstClockTime now = v + t * period_;
-      const std::vector<float> &row = rx_->position (now);
-      proto::Header h;
-      if (rx_->feedback (now, &h)) {
-        std::vector<uint8_t> fb;
-        proto::encode (h, nullptr, "", fb);
-        socket_.send_back (fb);
+      if (pending && now >= arrival) {
+        if (held) {
+          pi0_sim_clock_set (clock_.get (), arrival);
+          release (v);
+        }
+        bool answered = false;
+        if (!wait_chunk (v, arrival, &answered, error))
+          return false;
+        if (answered)
+          result->chunks++;
+        else
+          result->unanswered++; // the robot goes on with what it has (or holds), as a robot would
+        pending = false;
       }
-      if (row.size () == 3)
-        world_.step (row.data ());
-      else
-        world_.hold ();
-      pi0_sim_clock_set (clock_.get (), now + period_);
+      pi0_sim_clock_set (clock_.get (), now); // forward only: the arrival lies before @now
+      tick (now);
     }
+    pi0_sim_clock_set (clock_.get (), world_.ticks () * period_);
     return true;
+  }
+
+  /* The world's control tick at @now (the clock's time): the robot's row then (or a hold), its
+   * feedback sent. */
+  void tick (GstClockTime now)
+  {
+    const std::vector<float> &row = rx_->position (now);
+    proto::Header h;
+    if (rx_->feedback (now, &h)) {
+      std::vector<uint8_t> fb;
+      proto::encode (h, nullptr, "", fb);
+      socket_.send_back (fb);
+      feedback_sent_++;
+      last_feedback_ = {h.chunk_id, h.step_index};
+    }
+    const uint64_t chunk = rx_->executing (now).chunk_id;
+    if (row.size () == 3)
+      world_.step (row.data ());
+    else
+      world_.hold ();
+    trace_.push_back ({world_.joints (), chunk});
+  }
+
+  /* Until the sink has had the observation at @v (*sendable: with a chunk it may send), which
+   * then waits at the gate. */
+  bool wait_arrival (GstClockTime v, bool *sendable, std::string *error)
+  {
+    const auto start = std::chrono::steady_clock::now ();
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lk (arrivals_.lock);
+        arrivals_.gate = true;
+        auto it = arrivals_.sendable.find (v);
+        if (it != arrivals_.sendable.end ()) {
+          *sendable = it->second;
+          return true;
+        }
+        arrivals_.changed.wait_for (lk, std::chrono::milliseconds (20));
+      }
+      if (bus_error (pipeline_.get (), error) || timed_out (start, "the policy's answer", error))
+        return false;
+    }
+  }
+
+  void release (GstClockTime v)
+  {
+    std::lock_guard<std::mutex> lk (arrivals_.lock);
+    arrivals_.any_released = true;
+    arrivals_.released = v;
+    arrivals_.changed.notify_all ();
+  }
+
+  bool timed_out (std::chrono::steady_clock::time_point start, const char *what, std::string *error)
+  {
+    const double waited =
+        std::chrono::duration<double> (std::chrono::steady_clock::now () - start).count ();
+    if (waited <= o_.timeout_s)
+      return false;
+    *error = std::string ("no ") + what + " at tick " + std::to_string (world_.ticks ()) +
+             " within " + std::to_string (o_.timeout_s) + " s";
+    return true;
+  }
+
+  /* Lock-step for what the robot reports, before the next observation is captured: the sink
+   * has read every FEEDBACK the robot sent (on its control ticks, which the clock's moves
+   * wake); the last, unless the sink dropped it, has come upstream as a pi0-executing event (the
+   * sink merges a chunk's reports read together, never the newest); and pi0infer has taken or
+   * refused every event (real-time chunking guides the next chunk by them). */
+  bool settle_feedback (std::string *error)
+  {
+    if (!policy_ || feedback_sent_ == 0)
+      return true;
+    const auto start = std::chrono::steady_clock::now ();
+    for (;;) {
+      const guint64 taken = stat_u64 (sink_.get (), "feedback");
+      const guint64 dropped = stat_u64 (sink_.get (), "feedback-dropped");
+      bool seen = false;
+      uint64_t events = 0;
+      {
+        std::lock_guard<std::mutex> lk (executing_.lock);
+        auto it = executing_.row_by_chunk.find (last_feedback_.first);
+        seen = it != executing_.row_by_chunk.end () && it->second == last_feedback_.second;
+        events = executing_.count;
+      }
+      if (taken + dropped >= feedback_sent_ && (seen || dropped > dropped_seen_)) {
+        if (stat_u64 (policy_.get (), "rtc-feedback") +
+                stat_u64 (policy_.get (), "rtc-feedback-ignored") >=
+            events) {
+          dropped_seen_ = dropped;
+          return true;
+        }
+      }
+      if (bus_error (pipeline_.get (), error) ||
+          timed_out (start, "pi0-executing event for the robot's feedback", error))
+        return false;
+      std::this_thread::sleep_for (std::chrono::microseconds (200));
+    }
+  }
+
+  /* Jerk and steps of what the arm did (trace_: the joints at the start and after each tick,
+   * with the chunk whose row the tick ran). */
+  void measure_motion (EpisodeResult *r) const
+  {
+    const double p = period_ / 1e9;
+    double jerk = 0;
+    size_t n = 0;
+    for (size_t i = 3; i < trace_.size (); i++)
+      for (size_t j = 0; j < 3; j++, n++)
+        jerk += std::fabs (trace_[i].q[j] - 3 * trace_[i - 1].q[j] + 3 * trace_[i - 2].q[j] -
+                           trace_[i - 3].q[j]) /
+                (p * p * p);
+    r->jerk = n ? jerk / n : 0;
+    for (size_t i = 2; i < trace_.size (); i++) {
+      double step = 0;
+      for (size_t j = 0; j < 3; j++)
+        step = std::max (step, (double)std::fabs (trace_[i].q[j] - trace_[i - 1].q[j]));
+      // A switch: the row came from a newer chunk than the last tick's (not the first chunk).
+      if (trace_[i - 1].chunk != 0 && trace_[i].chunk != trace_[i - 1].chunk) {
+        r->switches++;
+        r->switch_step_sum += step;
+        r->switch_step_max = std::max (r->switch_step_max, step);
+      } else {
+        r->step_max = std::max (r->step_max, step);
+      }
+    }
   }
 
   /* Receives frames until an action chunk for the observation at @v has been scheduled
    * (*answered true), or the sink has had the observation without a chunk it may send (false). */
-  bool wait_chunk (GstClockTime v, bool *answered, std::string *error)
+  bool wait_chunk (GstClockTime v, GstClockTime now, bool *answered, std::string *error)
   {
     const auto start = std::chrono::steady_clock::now ();
     std::vector<uint8_t> data;
@@ -474,7 +677,7 @@ private:
     bool got = false;
     for (;;) {
       if (socket_.receive (got ? 1 : 50, &data)) {
-        rx_->receive (v, data.data (), data.size (), r);
+        rx_->receive (now, data.data (), data.size (), r);
         if (!r.reject && r.frame.header.kind == proto::Kind::kAction)
           action_frames_++;
         if (!r.reject && r.frame.header.kind == proto::Kind::kAction && !r.rows.empty ())
@@ -493,21 +696,20 @@ private:
           return true;
         }
       }
-      if (bus_error (pipeline_.get (), error))
+      if (bus_error (pipeline_.get (), error) ||
+          timed_out (start, "action chunk for the observation", error))
         return false;
-      const double waited =
-          std::chrono::duration<double> (std::chrono::steady_clock::now () - start).count ();
-      if (waited > o_.timeout_s) {
-        *error = "no action chunk for the observation at tick " + std::to_string (world_.ticks ()) +
-                 " within " + std::to_string (o_.timeout_s) + " s";
-        return false;
-      }
     }
   }
 
   /* EOS (the recorder commits the episode on it), then the pipeline stops. */
   void finish (bool ok, std::string *error)
   {
+    {
+      std::lock_guard<std::mutex> lk (arrivals_.lock);
+      arrivals_.opened = true; // a chunk still held goes on (and is too late for the robot)
+      arrivals_.changed.notify_all ();
+    }
     if (ok) {
       for (auto &c : cams_)
         gst_app_src_end_of_stream (GST_APP_SRC (c.get ()));
@@ -545,6 +747,19 @@ private:
   SinkArrivals arrivals_;
   std::atomic<unsigned> signalled_{0}; /* `action` signals of kind action, handled */
   unsigned action_frames_ = 0;         /* ACTION frames the robot received */
+  ExecutingEvents executing_;
+  unsigned feedback_sent_ = 0;                  /* FEEDBACK frames the robot sent */
+  std::pair<uint64_t, uint32_t> last_feedback_; /* the last one's chunk and row */
+  guint64 dropped_seen_ = 0;                    /* the sink's feedback-dropped, last settled */
+  ElementPtr sink_;                             /* pi0actionsink */
+  ElementPtr policy_;                           /* pi0infer (none with the expert) */
+  unsigned observations_ = 0;
+  bool playing_ = false;
+  struct Traced {
+    std::vector<float> q;
+    uint64_t chunk; /* the chunk whose row was run (0: none yet) */
+  };
+  std::vector<Traced> trace_;
 };
 
 } // namespace
@@ -568,6 +783,10 @@ run_loop (const LoopOptions &o, const std::function<void (const EpisodeResult &)
   if (std::fabs (o.scene.control_rate - std::round (o.scene.control_rate)) > 1e-9 ||
       o.scene.control_rate < 1) {
     *error = "the control rate must be a whole number of Hz";
+    return false;
+  }
+  if (o.delay_ns >= o.execute * (uint64_t)std::llround (1e9 / o.scene.control_rate)) {
+    *error = "the delay must be shorter than the rows executed per observation (execute periods)";
     return false;
   }
   for (unsigned e = 0; e < o.episodes; e++) {

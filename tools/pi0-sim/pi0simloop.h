@@ -33,6 +33,10 @@ struct LoopOptions {
   std::string record;     /* a LeRobotDataset directory to append each episode to, or "" */
   bool lossless = false;  /* record the cameras bit-exact (pi0lerobotsink lossless=true) */
   double timeout_s = 120; /* real seconds the loop waits for one chunk before it gives up */
+  /* World time from an observation's capture to its chunk reaching the robot, ns: the chunk
+   * waits at the sink's pad while the robot runs on what it has (the paper's inference delay,
+   * wherever it is spent). Below execute periods. */
+  uint64_t delay_ns = 0;
   SceneOptions scene;
 };
 
@@ -47,6 +51,14 @@ struct EpisodeResult {
                             * with the rows it had, or held */
   unsigned rejected = 0;   /* frames the robot's receiver refused */
   unsigned executed = 0;   /* rows the receiver scheduled */
+  unsigned guided = 0;     /* chunks pi0infer sampled with real-time chunking's guidance */
+  unsigned delay_rows = 0; /* the delay it measured for the last of them, in rows */
+  /* What the arm did, from its joint positions at each tick (ticks that held count too): */
+  double jerk = 0;       /* mean |third difference| / period^3 over ticks and joints, rad/s^3 */
+  unsigned switches = 0; /* ticks whose row came from a newer chunk than the tick before's */
+  double switch_step_max = 0; /* the largest joint step at those ticks, rad */
+  double switch_step_sum = 0; /* their sum (for the mean over episodes) */
+  double step_max = 0;        /* the largest joint step at the other ticks, rad */
 };
 
 /* Runs the episodes, calling @on_episode after each. False (with *error) when the chain
