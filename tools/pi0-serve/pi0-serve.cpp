@@ -22,6 +22,7 @@
 #endif
 
 #include "gstpi0elements.h"
+#include "pi0elementstats.h"
 #include "pi0json.h"
 #include "pi0mapping.h"
 #include "pi0transformnames.h"
@@ -76,24 +77,13 @@ on_signal (gpointer data)
   return G_SOURCE_CONTINUE;
 }
 
-guint64
-stat_of (GstElement *src, const char *field)
-{
-  GstStructure *s = nullptr;
-  g_object_get (src, "stats", &s, nullptr);
-  guint64 v = 0;
-  if (s) {
-    gst_structure_get_uint64 (s, field, &v);
-    gst_structure_free (s);
-  }
-  return v;
-}
+using pi0::tools::stat_u64;
 
 gboolean
 on_drain_tick (gpointer data)
 {
   auto run = static_cast<Run *> (data);
-  const guint64 open = stat_of (run->src, "open");
+  const guint64 open = stat_u64 (run->src, "open");
   if (open == 0 || g_get_monotonic_time () >= run->drain_deadline_us) {
     if (open > 0)
       g_printerr ("pi0-serve: %" G_GUINT64_FORMAT " sessions still open after --drain-timeout\n",
