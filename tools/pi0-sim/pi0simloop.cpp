@@ -652,7 +652,7 @@ private:
                            trace_[i - 3].q[j]) /
                 (p * p * p);
     r->jerk = n ? jerk / n : 0;
-    for (size_t i = 2; i < trace_.size (); i++) {
+    for (size_t i = 1; i < trace_.size (); i++) {
       double step = 0;
       for (size_t j = 0; j < 3; j++)
         step = std::max (step, (double)std::fabs (trace_[i].q[j] - trace_[i - 1].q[j]));
