@@ -4,7 +4,17 @@ simulated robot (`pi0-sim run --record`, docs/sim.md), and saves it as LeRobot s
 `save_pretrained()` of the policy and of its pre/post-processors (the normalization in the
 processor files), which `pi0infer model=DIR` opens as it is.
 
-    .lerobot-venv/bin/python scripts/train_sim_pi0.py DATASET OUT [--steps 3000] [--batch 16]
+    .lerobot-venv/bin/python scripts/train_sim_pi0.py DATASET [DATASET...] OUT [--steps 3000]
+        [--batch 16] [--holdout DATASET] [--eval-every 1000]
+
+Several DATASETs (shards recorded side by side, each its own `pi0-sim run --record`; appending
+to one dataset slows as it grows, docs/sim.md) train as one: their frames together, their
+statistics merged with LeRobot's own `aggregate_stats`. `--holdout` scores the policy open
+loop every `--eval-every` steps on the first frame of each episode of a dataset it does not
+train on: the mean distance, in radians per joint, from LeRobot's predicted chunk (through its
+pre- and post-processors, the noise seeded) to the recorded expert's; a policy that ignores
+the views and the instruction cannot get it low, so a run says whether it learns before it is
+deployed.
 
 LeRobot 0.6.1 does the work: `PI0Policy` (its flow-matching loss, `forward`), its
 `make_pi0_pre_post_processors` with the dataset's own statistics (LeRobot's normalization and
@@ -45,8 +55,9 @@ SIZES = dict(vision=dict(image_size=64, patch_size=8, width=64, depth=2, mlp_dim
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("dataset")
-    ap.add_argument("out")
+    ap.add_argument("datasets", nargs="+", metavar="DATASET... OUT")
+    ap.add_argument("--holdout", help="a dataset to score the policy on open loop while it trains")
+    ap.add_argument("--eval-every", type=int, default=1000)
     ap.add_argument("--steps", type=int, default=3000,
                     help="0 saves the untrained policy (LeRobot's initialization): the control")
     ap.add_argument("--batch", type=int, default=16)
@@ -61,10 +72,19 @@ def main() -> None:
                     help="the model's image size (record the cameras at it: no resize)")
     ap.add_argument("--patch", type=int, default=SIZES["vision"]["patch_size"],
                     help="the vision patch; image/patch squared tokens per view (64 by default)")
+    ap.add_argument("--width", type=int, default=SIZES["vision"]["width"],
+                    help="the width of the vision tower, the language model and the action expert"
+                         " (their MLPs twice it)")
+    ap.add_argument("--depth", type=int, default=SIZES["vision"]["depth"], help="layers of each")
     a = ap.parse_args()
+    if len(a.datasets) < 2:
+        ap.error("give at least one DATASET and the OUT directory")
+    *a.datasets, a.out = a.datasets
     if a.image % a.patch:
         ap.error("--image must be a multiple of --patch")
     SIZES["vision"].update(image_size=a.image, patch_size=a.patch)
+    for part in SIZES.values():
+        part.update(width=a.width, depth=a.depth, mlp_dim=2 * a.width)
 
     torch.manual_seed(a.seed)
     torch.set_num_threads(a.threads)
@@ -81,8 +101,16 @@ def main() -> None:
     tokenizer, vocab = parity.gemma_tokenizer()
     parity.patch_lerobot(modeling, processor, SIZES, tokenizer)
 
+    from lerobot.datasets.compute_stats import aggregate_stats
+
     repo = "pi0-sim/expert"
-    meta = LeRobotDatasetMetadata(repo, root=a.dataset)
+    metas = [LeRobotDatasetMetadata(repo, root=d) for d in a.datasets]
+    meta = metas[0]
+    for d, m in zip(a.datasets[1:], metas[1:]):
+        if m.features != meta.features or m.fps != meta.fps:
+            sys.exit(f"{d}: its features or fps differ from {a.datasets[0]}'s: the shards must be recorded alike")
+    stats = aggregate_stats([m.stats for m in metas]) if len(metas) > 1 else meta.stats
+    episodes = sum(m.total_episodes for m in metas)
     features = dataset_to_policy_features(meta.features)
     s = SIZES["vision"]["image_size"]
     cfg = PI0Config(device="cpu", dtype="float32", image_resolution=(s, s), chunk_size=a.chunk,
@@ -93,21 +121,61 @@ def main() -> None:
                     scheduler_decay_lr=a.lr / 20)
     policy = modeling.PI0Policy(cfg)
     parity.shrink(policy, SIZES, vocab)
-    pre, post = processor.make_pi0_pre_post_processors(cfg, dataset_stats=meta.stats)
+    pre, post = processor.make_pi0_pre_post_processors(cfg, dataset_stats=stats)
+    cameras = [k for k in features if k.startswith("observation.images.")]
 
-    ds = LeRobotDataset(repo, root=a.dataset, delta_timestamps=resolve_delta_timestamps(cfg, meta))
+    def load(root, first_frames_only=False):
+        """The dataset's frames in memory, the views as uint8 (the videos' own values: a quarter
+        of float32's memory, and exact: x = round(255 x) / 255 for every decoded value)."""
+        ds = LeRobotDataset(repo, root=root, delta_timestamps=resolve_delta_timestamps(cfg, ds_meta(root)))
+        out = []
+        for i in range(len(ds)):
+            if first_frames_only and int(ds.hf_dataset[i]["frame_index"]) != 0:
+                continue
+            item = ds[i]
+            for k in cameras:
+                item[k] = (item[k] * 255).round().to(torch.uint8)
+            out.append(item)
+        return out
+
+    def ds_meta(root):
+        return metas[a.datasets.index(root)] if root in a.datasets else LeRobotDatasetMetadata(repo, root=root)
+
     t0 = time.time()
-    items = [ds[i] for i in range(len(ds))]
+    items = [item for d in a.datasets for item in load(d)]
+    held = load(a.holdout, first_frames_only=True) if a.holdout else []
     decode_s = time.time() - t0
-    print(json.dumps({"frames": len(items), "episodes": meta.total_episodes, "decode_s": round(decode_s, 1),
+    print(json.dumps({"frames": len(items), "episodes": episodes, "holdout_episodes": len(held),
+                      "decode_s": round(decode_s, 1),
                       "parameters": sum(p.numel() for p in policy.parameters())}), flush=True)
 
-    def collate(idx):
+    def collate(rows):
         batch = {}
-        for k in items[0]:
-            vals = [items[i][k] for i in idx]
+        for k in rows[0]:
+            vals = [r[k] for r in rows]
             batch[k] = torch.stack(vals) if isinstance(vals[0], torch.Tensor) else vals
+            if k in cameras:
+                batch[k] = batch[k].float() / 255
         return batch
+
+    def open_loop_score():
+        """Mean |predicted - expert| per joint and row (radians) over the held-out first frames."""
+        if not held:
+            return None
+        policy.eval()
+        err, n = 0.0, 0
+        with torch.no_grad(), torch.random.fork_rng():
+            torch.manual_seed(0)
+            for i in range(0, len(held), 16):
+                rows = held[i:i + 16]
+                batch = collate(rows)
+                chunk = post(policy.predict_action_chunk(pre(dict(batch))))
+                want = batch["action"]
+                keep = ~batch["action_is_pad"]
+                err += float((chunk - want).abs().mean(-1)[keep].sum())
+                n += int(keep.sum())
+        policy.train()
+        return round(err / max(1, n), 4)
 
     opt = cfg.get_optimizer_preset().build(policy.parameters())
     sched = cfg.get_scheduler_preset().build(opt, max(1, a.steps))
@@ -117,10 +185,13 @@ def main() -> None:
     t0 = time.time()
     policy.train()
     losses = []
+    scores = {0: open_loop_score()} if held else {}
+    if held:
+        print(json.dumps({"step": 0, "holdout_rad": scores[0]}), flush=True)
     for step in range(1, a.steps + 1):
         if pos + a.batch > len(order):
             order, pos = torch.randperm(len(items), generator=gen).tolist(), 0
-        batch = pre(collate(order[pos:pos + a.batch]))
+        batch = pre(collate([items[i] for i in order[pos:pos + a.batch]]))
         pos += a.batch
         loss, _ = policy.forward(batch)
         loss.backward()
@@ -130,8 +201,11 @@ def main() -> None:
         sched.step()
         losses.append(loss.item())
         if step % 100 == 0 or step == a.steps:
-            print(json.dumps({"step": step, "loss": round(sum(losses[-100:]) / len(losses[-100:]), 5),
-                              "lr": sched.get_last_lr()[0], "s": round(time.time() - t0, 1)}), flush=True)
+            line = {"step": step, "loss": round(sum(losses[-100:]) / len(losses[-100:]), 5),
+                    "lr": sched.get_last_lr()[0], "s": round(time.time() - t0, 1)}
+            if held and (step % a.eval_every == 0 or step == a.steps):
+                line["holdout_rad"] = scores[step] = open_loop_score()
+            print(json.dumps(line), flush=True)
     train_s = time.time() - t0
 
     policy.eval()
@@ -151,7 +225,9 @@ def main() -> None:
                    "torch": torch.__version__, "python": platform.python_version(),
                    "machine": platform.machine(), "threads": a.threads, "seed": a.seed, "steps": a.steps,
                    "batch": a.batch, "image": a.image, "patch": a.patch, "lr": a.lr, "chunk": a.chunk, "frames": len(items),
-                   "episodes": meta.total_episodes, "decode_s": round(decode_s, 1),
+                   "datasets": [os.path.abspath(d) for d in a.datasets], "episodes": episodes,
+                   "holdout": os.path.abspath(a.holdout) if a.holdout else None,
+                   "holdout_rad": scores, "decode_s": round(decode_s, 1),
                    "train_s": round(train_s, 1),
                    "final_loss": sum(losses[-100:]) / len(losses[-100:]) if losses else None},
                   f, indent=2)
