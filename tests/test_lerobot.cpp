@@ -25,6 +25,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <sstream>
 
 namespace fs = std::filesystem;
@@ -670,6 +671,187 @@ TEST (Pi0LeRobotSrc, PlaysEveryEpisodeOfDatasetsLeRobotWrote)
                0)
         << out;
   }
+}
+
+/* A stand-in AV1 decoder, ranked above the installed ones while a test needs it: gray I420
+ * frames at the input's size and PTS. With fail_after_eos, when a frame it pushes is answered
+ * GST_FLOW_EOS it then fails as libaom's av1dec now and then does there ("Failed to decode
+ * frame", an element error, GST_FLOW_ERROR upstream); with fail_at = N it fails on frame N. */
+struct FakeAv1Dec {
+  GstElement parent;
+  GstPad *sink, *src;
+  int width, height, n;
+};
+struct FakeAv1DecClass {
+  GstElementClass parent;
+};
+static int fake_fail_at = -1;
+static bool fake_fail_after_eos = false;
+GType fake_av1_dec_get_type (void);
+G_DEFINE_TYPE (FakeAv1Dec, fake_av1_dec, GST_TYPE_ELEMENT)
+
+static GstStaticPadTemplate fake_sink_t =
+    GST_STATIC_PAD_TEMPLATE ("sink", GST_PAD_SINK, GST_PAD_ALWAYS, GST_STATIC_CAPS ("video/x-av1"));
+static GstStaticPadTemplate fake_src_t = GST_STATIC_PAD_TEMPLATE (
+    "src", GST_PAD_SRC, GST_PAD_ALWAYS, GST_STATIC_CAPS ("video/x-raw,format=I420"));
+
+static gboolean
+fake_av1_dec_event (GstPad *pad, GstObject *parent, GstEvent *ev)
+{
+  FakeAv1Dec *d = (FakeAv1Dec *)parent;
+  if (GST_EVENT_TYPE (ev) == GST_EVENT_CAPS) {
+    GstCaps *in;
+    gst_event_parse_caps (ev, &in);
+    const GstStructure *st = gst_caps_get_structure (in, 0);
+    gint fn = 30, fd = 1;
+    gst_structure_get_int (st, "width", &d->width);
+    gst_structure_get_int (st, "height", &d->height);
+    gst_structure_get_fraction (st, "framerate", &fn, &fd);
+    GstCaps *out = gst_caps_new_simple ("video/x-raw", "format", G_TYPE_STRING, "I420", "width",
+                                        G_TYPE_INT, d->width, "height", G_TYPE_INT, d->height,
+                                        "framerate", GST_TYPE_FRACTION, fn, fd, nullptr);
+    gst_event_unref (ev);
+    const gboolean ok = gst_pad_push_event (d->src, gst_event_new_caps (out));
+    gst_caps_unref (out);
+    return ok;
+  }
+  return gst_pad_event_default (pad, parent, ev);
+}
+
+static GstFlowReturn
+fake_av1_dec_chain (GstPad *, GstObject *parent, GstBuffer *in)
+{
+  FakeAv1Dec *d = (FakeAv1Dec *)parent;
+  const int k = d->n++;
+  if (k == fake_fail_at) {
+    gst_buffer_unref (in);
+    GST_ELEMENT_ERROR (d, LIBRARY, INIT, ("Failed to decode frame"), ("stand-in, frame %d", k));
+    return GST_FLOW_ERROR;
+  }
+  const gsize size = (gsize)d->width * d->height * 3 / 2;
+  GstBuffer *out = gst_buffer_new_allocate (nullptr, size, nullptr);
+  gst_buffer_memset (out, 0, 128, size);
+  GST_BUFFER_PTS (out) = GST_BUFFER_PTS (in);
+  GST_BUFFER_DURATION (out) = GST_BUFFER_DURATION (in);
+  gst_buffer_unref (in);
+  const GstFlowReturn ret = gst_pad_push (d->src, out);
+  if (ret == GST_FLOW_EOS && fake_fail_after_eos) {
+    GST_ELEMENT_ERROR (d, LIBRARY, INIT, ("Failed to decode frame"), ("stand-in, after EOS"));
+    return GST_FLOW_ERROR;
+  }
+  return ret;
+}
+
+static void
+fake_av1_dec_init (FakeAv1Dec *d)
+{
+  d->width = d->height = 16;
+  d->n = 0;
+  d->sink = gst_pad_new_from_static_template (&fake_sink_t, "sink");
+  gst_pad_set_chain_function (d->sink, fake_av1_dec_chain);
+  gst_pad_set_event_function (d->sink, fake_av1_dec_event);
+  GST_PAD_SET_PROXY_ALLOCATION (d->sink);
+  gst_element_add_pad (GST_ELEMENT (d), d->sink);
+  d->src = gst_pad_new_from_static_template (&fake_src_t, "src");
+  gst_pad_use_fixed_caps (d->src);
+  gst_element_add_pad (GST_ELEMENT (d), d->src);
+}
+
+static void
+fake_av1_dec_class_init (FakeAv1DecClass *klass)
+{
+  GstElementClass *ec = GST_ELEMENT_CLASS (klass);
+  gst_element_class_add_static_pad_template (ec, &fake_sink_t);
+  gst_element_class_add_static_pad_template (ec, &fake_src_t);
+  gst_element_class_set_static_metadata (ec, "stand-in AV1 decoder", "Codec/Decoder/Video",
+                                         "Gray frames; fails where a test says", "gst-pi0 tests");
+}
+
+/* Plays episode @episode of @root's camera `main` with the stand-in decoder; @frames: how
+ * many frames came out. */
+static std::string
+play_with_fake_decoder (const std::string &root, guint episode, int *frames)
+{
+  GstPluginFeature *f = GST_PLUGIN_FEATURE (gst_element_factory_find ("pi0testfakeav1dec"));
+  gst_plugin_feature_set_rank (f, GST_RANK_PRIMARY + 1000);
+  GError *err = nullptr;
+  const std::string line = "pi0lerobotsrc name=ds location=" + root +
+                           " episode=" + std::to_string (episode) +
+                           " ds.main ! fakesink name=v signal-handoffs=true ds.state ! fakesink";
+  ElementPtr pipe (gst_parse_launch (line.c_str (), &err));
+  if (err) {
+    std::string m = err->message;
+    g_error_free (err);
+    return m;
+  }
+  *frames = 0;
+  ObjectPtr<GstElement> v (by_name (pipe.get (), "v"));
+  g_signal_connect (
+      v.get (), "handoff",
+      G_CALLBACK (+[] (GstElement *, GstBuffer *, GstPad *, gpointer n) { ++*(int *)n; }), frames);
+  /* Every error posted, also after EOS (the stand-in fails just after the branch's EOS went
+   * downstream, and the pipeline's EOS may come first): seen synchronously, counted once the
+   * pipeline is back in NULL, its streaming threads joined. */
+  std::vector<std::string> errors;
+  std::mutex lock;
+  ObjectPtr<GstBus> bus (gst_element_get_bus (pipe.get ()));
+  struct Seen {
+    std::vector<std::string> *errors;
+    std::mutex *lock;
+  } seen{&errors, &lock};
+  gst_bus_set_sync_handler (
+      bus.get (),
+      +[] (GstBus *, GstMessage *m, gpointer p) {
+        if (GST_MESSAGE_TYPE (m) == GST_MESSAGE_ERROR) {
+          Seen *s = (Seen *)p;
+          std::lock_guard<std::mutex> g (*s->lock);
+          s->errors->push_back (message_text (m));
+        }
+        return GST_BUS_PASS;
+      },
+      &seen, nullptr);
+  gst_element_set_state (pipe.get (), GST_STATE_PLAYING);
+  std::string result = run_to_eos (pipe.get (), 60);
+  gst_element_set_state (pipe.get (), GST_STATE_NULL);
+  gst_bus_set_sync_handler (bus.get (), nullptr, nullptr, nullptr);
+  gst_plugin_feature_set_rank (f, GST_RANK_NONE);
+  gst_object_unref (f);
+  for (auto &e : errors)
+    if (result.find (e) == std::string::npos)
+      result += (result.empty () ? "" : " ; ") + e;
+  return result;
+}
+
+/* Once the episode's frames are out, the camera's upstream is told to stop (GST_FLOW_EOS) and
+ * the rest of the file is not decoded; a decoder that fails on learning it (libaom's av1dec did,
+ * about one run in fifty, and failed CI) does not fail the pipeline: the episode ends with
+ * EOS and all its frames. An error before then is the pipeline's, as ever (the control). */
+TEST (Pi0LeRobotSrc, ADecoderFailingAfterTheEpisodeEndedDoesNotFailIt)
+{
+  const std::string py = lerobot_python ();
+  if (py.empty () && g_getenv ("PI0_CI") != nullptr)
+    FAIL () << "no .lerobot-venv: CI must play datasets the real lerobot wrote";
+  if (py.empty ())
+    GTEST_SKIP () << "no .lerobot-venv (scripts/setup.sh makes it with Python 3.12)";
+  ASSERT_TRUE (
+      gst_element_register (nullptr, "pi0testfakeav1dec", GST_RANK_NONE, fake_av1_dec_get_type ()));
+  Dir dir;
+  const std::string root = dir.path + "/av1";
+  ASSERT_TRUE (lerobot_made (py, dir.path, root, {"--codec", "libsvtav1", "--lengths", "7,12,9"}));
+  int frames = -1;
+  fake_fail_after_eos = true;
+  fake_fail_at = -1;
+  EXPECT_EQ (play_with_fake_decoder (root, 0, &frames), "");
+  EXPECT_EQ (frames, 7) << "episode 0's frames, then EOS";
+  EXPECT_EQ (play_with_fake_decoder (root, 1, &frames), "");
+  EXPECT_EQ (frames, 12);
+  /* The control: the same failure inside the episode (file frame 3 is episode 0's fourth). */
+  fake_fail_after_eos = false;
+  fake_fail_at = 3;
+  const std::string e = play_with_fake_decoder (root, 0, &frames);
+  EXPECT_NE (e.find ("Failed to decode frame"), std::string::npos) << e;
+  EXPECT_EQ (frames, 3);
+  fake_fail_at = -1;
 }
 
 /* Damaged and hostile copies of a dataset LeRobot wrote (tests/lerobot/hostile_datasets.py):

@@ -36,6 +36,7 @@
 #include <gst/pi0/pi0.h>
 #include <gst/video/video.h>
 
+#include <atomic>
 #include <cmath>
 #include <memory>
 #include <mutex>
@@ -73,13 +74,16 @@ struct Branch {
   GstElement *owner = nullptr;
   GstPad *ghost = nullptr;
   GstElement *conv = nullptr, *filter = nullptr;
+  GstElement *file = nullptr, *dec = nullptr; /* filesrc and decodebin, for handle_message */
   int fps = 30;
   std::vector<int64_t> want; /* file frame index of each episode frame, increasing */
   size_t next = 0;           /* the next episode frame to give */
   GstClockTime origin = GST_CLOCK_TIME_NONE; /* PTS of the file's first frame */
   guint64 decoded = 0;
   guint64 missing = 0; /* episode frames the file does not have */
-  enum { PLAYING, SENDING_EOS, DONE } phase = PLAYING;
+  enum { PLAYING, SENDING_EOS, DONE };
+  /* Written on the branch's streaming thread, read where its elements post messages. */
+  std::atomic<int> phase{PLAYING};
 };
 
 /* From READY: the dataset, its pads and, from PAUSED, the branches that play it. Changed by
@@ -373,6 +377,8 @@ build (GstPi0LeRobotSrc *self, guint episode, std::string *error)
       g_object_set (b->filter, "caps", fc, nullptr);
       gst_caps_unref (fc);
     }
+    b->file = src;
+    b->dec = dec;
     gst_bin_add_many (GST_BIN (self), src, dec, b->conv, b->filter, nullptr);
     gst_element_link (src, dec);
     gst_element_link (b->conv, b->filter);
@@ -424,6 +430,45 @@ ref_object (gconstpointer o, gpointer)
   return gst_object_ref ((gpointer)o);
 }
 
+/* Once a branch has ended (its episode's last frame given, or its file refused), its upstream
+ * was told to stop with GST_FLOW_EOS, and what it does after that is not the pipeline's
+ * business: a decoder may still be inside a frame when it learns it, and some then fail the
+ * next one (libaom's av1dec, now and then, with "Failed to decode frame"). Such an error, from
+ * a branch's filesrc or decodebin after the branch ended, is logged and dropped; every error
+ * before then goes on as it is. */
+static void
+gst_pi0_lerobot_src_handle_message (GstBin *bin, GstMessage *msg)
+{
+  GstPi0LeRobotSrc *self = GST_PI0_LEROBOT_SRC (bin);
+  if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_ERROR ||
+      GST_MESSAGE_TYPE (msg) == GST_MESSAGE_WARNING) {
+    GstObject *from = GST_MESSAGE_SRC (msg);
+    for (Branch *b : self->priv->state.branches) {
+      if (b->phase.load () == Branch::PLAYING || !from)
+        continue;
+      const bool inside = (b->file && from == GST_OBJECT (b->file)) ||
+                          (b->dec && (from == GST_OBJECT (b->dec) ||
+                                      gst_object_has_as_ancestor (from, GST_OBJECT (b->dec))));
+      if (!inside)
+        continue;
+      GError *err = nullptr;
+      gchar *dbg = nullptr;
+      if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_ERROR)
+        gst_message_parse_error (msg, &err, &dbg);
+      else
+        gst_message_parse_warning (msg, &err, &dbg);
+      GST_DEBUG_OBJECT (self, "camera %s ended: dropping %s from %s: %s (%s)", b->name.c_str (),
+                        GST_MESSAGE_TYPE_NAME (msg), GST_OBJECT_NAME (from),
+                        err ? err->message : "", dbg ? dbg : "");
+      g_clear_error (&err);
+      g_free (dbg);
+      gst_message_unref (msg);
+      return;
+    }
+  }
+  GST_BIN_CLASS (parent_class)->handle_message (bin, msg);
+}
+
 static void
 teardown (GstPi0LeRobotSrc *self)
 {
@@ -435,9 +480,11 @@ teardown (GstPi0LeRobotSrc *self)
     gst_bin_remove (GST_BIN (self), GST_ELEMENT (l->data));
   }
   g_list_free_full (children, gst_object_unref);
-  for (Branch *b : st.branches)
+  for (Branch *b : st.branches) {
+    b->file = b->dec = nullptr;
     if (b->ghost)
       gst_ghost_pad_set_target (GST_GHOST_PAD (b->ghost), nullptr);
+  }
   if (st.state_pad)
     gst_ghost_pad_set_target (GST_GHOST_PAD (st.state_pad), nullptr);
   st.state_src = nullptr;
@@ -575,5 +622,6 @@ gst_pi0_lerobot_src_class_init (GstPi0LeRobotSrcClass *klass)
       "Plays an episode of a LeRobotDataset v3: its cameras and robot state, frame by frame",
       GST_PI0_AUTHOR);
   element_class->change_state = GST_DEBUG_FUNCPTR (gst_pi0_lerobot_src_change_state);
+  GST_BIN_CLASS (klass)->handle_message = GST_DEBUG_FUNCPTR (gst_pi0_lerobot_src_handle_message);
   GST_DEBUG_CATEGORY_INIT (gst_pi0_lerobot_src_debug, "pi0lerobotsrc", 0, "LeRobotDataset player");
 }
