@@ -58,6 +58,8 @@ def main() -> None:
     ap.add_argument("datasets", nargs="+", metavar="DATASET... OUT")
     ap.add_argument("--holdout", help="a dataset to score the policy on open loop while it trains")
     ap.add_argument("--eval-every", type=int, default=1000)
+    ap.add_argument("--save-every", type=int, default=0,
+                    help="also save the policy every N steps, in OUT/step-N (0: only at the end, in OUT)")
     ap.add_argument("--steps", type=int, default=3000,
                     help="0 saves the untrained policy (LeRobot's initialization): the control")
     ap.add_argument("--batch", type=int, default=16)
@@ -80,6 +82,9 @@ def main() -> None:
     if len(a.datasets) < 2:
         ap.error("give at least one DATASET and the OUT directory")
     *a.datasets, a.out = a.datasets
+    for d in a.datasets + ([a.holdout] if a.holdout else []):
+        if not os.path.isfile(os.path.join(d, "meta", "info.json")):
+            sys.exit(f"{d}: not a LeRobotDataset (no meta/info.json); record_sim.sh's shards are OUT/shard-*/")
     if a.image % a.patch:
         ap.error("--image must be a multiple of --patch")
     SIZES["vision"].update(image_size=a.image, patch_size=a.patch)
@@ -177,6 +182,36 @@ def main() -> None:
         policy.train()
         return round(err / max(1, n), 4)
 
+    def save(out, step):
+        """The policy as LeRobot saves it (with its processors), gst-pi0's sizes in config.json
+        and how it was trained in training.json."""
+        was_training = policy.training
+        policy.eval()
+        os.makedirs(out, exist_ok=True)
+        policy.save_pretrained(out)
+        pre.save_pretrained(out)
+        post.save_pretrained(out)
+        with open(f"{out}/config.json") as f:
+            config = json.load(f)
+        config["gst_pi0"] = {"name": a.name,
+                             "tokenizer": os.path.relpath(parity.TOKENIZER, os.path.abspath(out)),
+                             **parity.gst_pi0_sizes(SIZES, vocab)}
+        with open(f"{out}/config.json", "w") as f:
+            json.dump(config, f, indent=4)
+        with open(f"{out}/training.json", "w") as f:
+            json.dump({"lerobot": lerobot.__version__, "transformers": transformers.__version__,
+                       "torch": torch.__version__, "python": platform.python_version(),
+                       "machine": platform.machine(), "threads": a.threads, "seed": a.seed, "steps": step,
+                       "batch": a.batch, "image": a.image, "patch": a.patch, "lr": a.lr, "chunk": a.chunk, "frames": len(items),
+                       "datasets": [os.path.abspath(d) for d in a.datasets], "episodes": episodes,
+                       "holdout": os.path.abspath(a.holdout) if a.holdout else None,
+                       "holdout_rad": scores, "decode_s": round(decode_s, 1),
+                       "train_s": round(time.time() - t0, 1),
+                       "final_loss": sum(losses[-100:]) / len(losses[-100:]) if losses else None},
+                      f, indent=2)
+        if was_training:
+            policy.train()
+
     opt = cfg.get_optimizer_preset().build(policy.parameters())
     sched = cfg.get_scheduler_preset().build(opt, max(1, a.steps))
     gen = torch.Generator().manual_seed(a.seed)
@@ -206,31 +241,11 @@ def main() -> None:
             if held and (step % a.eval_every == 0 or step == a.steps):
                 line["holdout_rad"] = scores[step] = open_loop_score()
             print(json.dumps(line), flush=True)
+        if a.save_every and step % a.save_every == 0 and step != a.steps:
+            save(f"{a.out}/step-{step}", step)
     train_s = time.time() - t0
+    save(a.out, a.steps)
 
-    policy.eval()
-    os.makedirs(a.out, exist_ok=True)
-    policy.save_pretrained(a.out)
-    pre.save_pretrained(a.out)
-    post.save_pretrained(a.out)
-    with open(f"{a.out}/config.json") as f:
-        config = json.load(f)
-    config["gst_pi0"] = {"name": a.name,
-                         "tokenizer": os.path.relpath(parity.TOKENIZER, os.path.abspath(a.out)),
-                         **parity.gst_pi0_sizes(SIZES, vocab)}
-    with open(f"{a.out}/config.json", "w") as f:
-        json.dump(config, f, indent=4)
-    with open(f"{a.out}/training.json", "w") as f:
-        json.dump({"lerobot": lerobot.__version__, "transformers": transformers.__version__,
-                   "torch": torch.__version__, "python": platform.python_version(),
-                   "machine": platform.machine(), "threads": a.threads, "seed": a.seed, "steps": a.steps,
-                   "batch": a.batch, "image": a.image, "patch": a.patch, "lr": a.lr, "chunk": a.chunk, "frames": len(items),
-                   "datasets": [os.path.abspath(d) for d in a.datasets], "episodes": episodes,
-                   "holdout": os.path.abspath(a.holdout) if a.holdout else None,
-                   "holdout_rad": scores, "decode_s": round(decode_s, 1),
-                   "train_s": round(train_s, 1),
-                   "final_loss": sum(losses[-100:]) / len(losses[-100:]) if losses else None},
-                  f, indent=2)
     print(json.dumps({"saved": a.out, "train_s": round(train_s, 1)}))
 
 
