@@ -15,6 +15,9 @@
 #include "lerobot/gstpi0lerobotsink.h"
 #include "lerobot/gstpi0lerobotsrc.h"
 #endif
+#ifdef HAVE_PI0OVERLAY
+#include "overlay/gstpi0overlay.h"
+#endif
 #ifdef HAVE_PI0SERVE
 #include "serve/gstpi0servesink.h"
 #include "serve/gstpi0servesrc.h"
@@ -37,6 +40,9 @@ gst_pi0_elements_register (GstPlugin *plugin)
 #ifdef HAVE_PI0LEROBOT
   ok &= GST_ELEMENT_REGISTER (pi0lerobotsink, plugin);
   ok &= GST_ELEMENT_REGISTER (pi0lerobotsrc, plugin);
+#endif
+#ifdef HAVE_PI0OVERLAY
+  ok &= GST_ELEMENT_REGISTER (pi0overlay, plugin);
 #endif
 #ifdef HAVE_PI0SERVE
   ok &= GST_ELEMENT_REGISTER (pi0servesrc, plugin);

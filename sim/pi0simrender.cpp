@@ -103,11 +103,10 @@ draw_overhead (cairo_t *cr, const World &w, int width, int height)
 {
   set (cr, kFloor);
   cairo_paint (cr);
-  // x in [-0.7, 0.7], y in [-0.12, 0.78]: the table with a margin, scaled to fit, centred.
-  const double scale = std::min (width / 1.4, height / 0.9);
-  cairo_translate (cr, width / 2.0, height / 2.0 + 0.33 * scale);
-  cairo_scale (cr, scale, -scale);
-  draw_plan (cr, w, 1.0 / scale);
+  const std::array<double, 6> p = overhead_projection (width, height);
+  cairo_translate (cr, p[2], p[5]);
+  cairo_scale (cr, p[0], p[4]);
+  draw_plan (cr, w, 1.0 / p[0]);
 }
 
 void
@@ -387,6 +386,14 @@ write_png (const World &world, Camera camera, int width, int height, const std::
     return false;
   }
   return true;
+}
+
+std::array<double, 6>
+overhead_projection (int width, int height)
+{
+  // x in [-0.7, 0.7], y in [-0.12, 0.78]: the table with a margin, scaled to fit, centred.
+  const double scale = std::min (width / 1.4, height / 0.9);
+  return {scale, 0, width / 2.0, 0, -scale, height / 2.0 + 0.33 * scale};
 }
 
 } // namespace pi0::sim

@@ -7,6 +7,7 @@
 
 #include "pi0simworld.h"
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -25,6 +26,10 @@ bool camera_from_name (const std::string &name, Camera *c);
  * range or when cairo fails. */
 bool render (const World &world, Camera camera, int width, int height, uint8_t *rgb, size_t stride,
              std::string *error);
+
+/* Where the overhead camera puts a point (x, y) of the table at @width x @height: pixel
+ * (p0 x + p1 y + p2, p3 x + p4 y + p5), the affine map pi0overlay's `projection` takes. */
+std::array<double, 6> overhead_projection (int width, int height);
 
 /* The same view written as a PNG file. */
 bool write_png (const World &world, Camera camera, int width, int height, const std::string &path,

@@ -1,6 +1,8 @@
 /* The simulated world of the closed loop (sim/): its random stream, scenes, kinematics, the
  * judge of an episode, the scripted expert, and the three cameras. Counts and pixels only,
  * never times: the world advances one tick per command. */
+#include <cairo.h>
+#include <glib.h>
 #include <gtest/gtest.h>
 
 #include "pi0simrender.h"
@@ -9,6 +11,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <set>
@@ -472,6 +475,54 @@ TEST (SimLoop, ADelayedChunkArrivesLateAndGuidanceMeasuresTheDelay)
   EXPECT_EQ (std::stoi (field (l[0], "rows")), std::stoi (field (n[0], "rows")) - 2 * (chunks - 1))
       << n[0] << "\n"
       << l[0];
+}
+
+/* --overlay: the overhead view with pi0overlay's drawing of the chunk being run, one PNG per
+ * observation, and the episode exactly what it is without (the branch only watches). The first
+ * frame comes before any chunk and is the camera's own; a later one is drawn on. */
+TEST (SimLoop, TheOverlayDrawsThePlanAndChangesNoEpisode)
+{
+  const std::string args = "run --episodes 1 --seed 5003 --width 96 --height 96 --execute 1";
+  const Ran plain = pi0_sim (args);
+  ASSERT_EQ (plain.status, 0) << plain.out;
+  char tmpl[] = "/tmp/pi0-sim-overlay-XXXXXX";
+  ASSERT_NE (g_mkdtemp (tmpl), nullptr);
+  const std::string dir = std::string (tmpl) + "/png";
+  const Ran drawn = pi0_sim (args + " --overlay " + dir);
+  ASSERT_EQ (drawn.status, 0) << drawn.out;
+  EXPECT_EQ (episode_lines (drawn.out), episode_lines (plain.out));
+  const std::vector<std::string> lines = episode_lines (plain.out);
+  ASSERT_EQ (lines.size (), 1u);
+  const unsigned ticks = (unsigned)std::stoul (field (lines[0], "ticks"));
+  unsigned pngs = 0;
+  for (auto &e : std::filesystem::directory_iterator (dir))
+    pngs += e.path ().extension () == ".png";
+  EXPECT_EQ (pngs, ticks) << "one per observation";
+  /* Frame 0 came before any chunk: the camera's own view, exactly (RGB to BGRx and back is a
+   * reordering). Frame 4 has the plan's yellow line, which nothing in the scene is. */
+  auto yellow = [] (const std::string &png, std::vector<uint8_t> *rgb) {
+    cairo_surface_t *s = cairo_image_surface_create_from_png (png.c_str ());
+    EXPECT_EQ (cairo_surface_status (s), CAIRO_STATUS_SUCCESS) << png;
+    cairo_surface_flush (s);
+    const int w = cairo_image_surface_get_width (s), h = cairo_image_surface_get_height (s);
+    const int stride = cairo_image_surface_get_stride (s);
+    const uint8_t *d = cairo_image_surface_get_data (s);
+    unsigned n = 0;
+    rgb->clear ();
+    for (int y = 0; d && y < h; y++)
+      for (int x = 0; x < w; x++) {
+        const uint8_t *p = d + y * stride + 4 * x; /* B, G, R, A */
+        rgb->insert (rgb->end (), {p[2], p[1], p[0]});
+        n += p[2] > 200 && p[1] > 170 && p[0] < 90;
+      }
+    cairo_surface_destroy (s);
+    return n;
+  };
+  std::vector<uint8_t> f0, f4;
+  EXPECT_EQ (yellow (dir + "/5003-000.png", &f0), 0u);
+  EXPECT_EQ (f0, pixels (World (planar_robot (), 5003), Camera::Overhead, 96, 96));
+  EXPECT_GT (yellow (dir + "/5003-004.png", &f4), 5u);
+  std::filesystem::remove_all (tmpl);
 }
 
 TEST (SimLoop, BadArgumentsAreClearErrors)

@@ -9,7 +9,7 @@
  *       chunk (10) executed before it plans again: one JSON line per episode, then a summary
  *   pi0-sim run [--policy expert|MODEL] [--infer "PROPS"] [--episodes K] [--seed S]
  *               [--execute N] [--horizon H] [--width W] [--height H] [--prep-size P]
- *               [--record DIR [--lossless]] [--robot-config F] [--timeout S]
+ *               [--record DIR [--lossless]] [--overlay DIR] [--robot-config F] [--timeout S]
  *       the same episodes through the chain, lock-step (pi0simloop.h): the cameras and state
  *       into pi0viewmux, the policy (the expert, or pi0infer model=MODEL PROPS), the chunks
  *       to the robot over UDP; --record DIR appends each episode to a LeRobotDataset (--lossless:
@@ -54,7 +54,7 @@ usage ()
               "[--actuation-noise RAD] [--robot-config F]\n"
               "       pi0-sim run [--policy expert|MODEL] [--infer PROPS] [--episodes K] [--seed S]"
               " [--execute N] [--horizon H] [--width W] [--height H] [--prep-size P]"
-              " [--delay-ms D] [--record DIR [--lossless]] [--actuation-noise RAD]"
+              " [--delay-ms D] [--record DIR [--lossless]] [--overlay DIR] [--actuation-noise RAD]"
               " [--robot-config F] [--timeout S]\n");
   return 2;
 }
@@ -105,6 +105,8 @@ parse (int argc, char **argv, Args *a)
       a->loop.infer_properties = v;
     else if (k == "--record")
       a->loop.record = v;
+    else if (k == "--overlay")
+      a->loop.overlay = v;
     else if (k == "--actuation-noise") {
       char *end = nullptr;
       const double r = std::strtod (v, &end);

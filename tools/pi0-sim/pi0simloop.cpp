@@ -386,6 +386,7 @@ private:
     const GstClockTime hold = (n + 2) * period_;
     std::string line =
         "pi0viewmux name=mux ! tee name=obs obs. ! queue ! " + policy +
+        (o_.overlay.empty () ? "" : " ! tee name=plan") +
         " ! pi0actionsink name=robot target=udp://127.0.0.1:" + std::to_string (socket_.port ()) +
         " robot-config=\"" + o_.robot_config +
         "\" mode=chunk control-rate=" + std::to_string (o_.scene.control_rate) +
@@ -396,9 +397,34 @@ private:
               " ! pi0lerobotsink name=dataset location=\"" +
               o_.record + "\" append=true action-sink=robot robot-type=pi0-sim-planar lossless=" +
               (o_.lossless ? "true" : "false") + " instruction=\"" + instruction + "\"";
-    for (const Feed &f : kFeeds)
-      line += std::string (" appsrc name=cam_") + f.pad + " ! mux." + f.pad;
+    for (const Feed &f : kFeeds) {
+      line += std::string (" appsrc name=cam_") + f.pad;
+      if (!o_.overlay.empty () && std::string (f.pad) == "main")
+        line += " ! tee name=maincam ! queue ! mux.main";
+      else
+        line += std::string (" ! mux.") + f.pad;
+    }
     line += " appsrc name=state ! mux.state";
+    if (!o_.overlay.empty ()) {
+      if (g_mkdir_with_parents (o_.overlay.c_str (), 0755) != 0) {
+        *error = "cannot make the --overlay directory " + o_.overlay;
+        return false;
+      }
+      /* The overhead view with the chunk the arm is running: the tool's path drawn where the
+       * camera sees it (the renderer's own projection). Not synchronised to the clock (it
+       * stands still while the chain works). */
+      const auto p = overhead_projection (o_.camera_width, o_.camera_height);
+      const auto &l = o_.scene.links;
+      char geometry[256];
+      std::snprintf (geometry, sizeof geometry,
+                     "links=\"%g,%g,%g\" projection=\"%.6g,%.6g,%.6g,%.6g,%.6g,%.6g\"", l[0], l[1],
+                     l[2], p[0], p[1], p[2], p[3], p[4], p[5]);
+      line += " plan. ! queue ! ov.actions_sink maincam. ! queue ! videoconvert ! "
+              "video/x-raw,format=BGRx ! pi0overlay name=ov mode=planar max-age=0 " +
+              std::string (geometry) +
+              " ! videoconvert ! pngenc ! multifilesink sync=false async=false location=\"" +
+              o_.overlay + "/" + std::to_string (world_.seed ()) + "-%03d.png\"";
+    }
     GError *err = nullptr;
     GstElement *p = gst_parse_launch (line.c_str (), &err);
     if (err) {

@@ -32,6 +32,9 @@ struct LoopOptions {
   int prep_size = 224;    /* cudaprep's width and height: the model's image size */
   std::string record;     /* a LeRobotDataset directory to append each episode to, or "" */
   bool lossless = false;  /* record the cameras bit-exact (pi0lerobotsink lossless=true) */
+  /* A directory: the main camera with pi0overlay's drawing of the chunk being run, one PNG per
+   * observation (SEED-TICK.png), or "". */
+  std::string overlay;
   double timeout_s = 120; /* real seconds the loop waits for one chunk before it gives up */
   /* World time from an observation's capture to its chunk reaching the robot, ns: the chunk
    * waits at the sink's pad while the robot runs on what it has (the paper's inference delay,

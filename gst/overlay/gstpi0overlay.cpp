@@ -1,0 +1,490 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/**
+ * SECTION:element-pi0overlay
+ * @title: pi0overlay
+ *
+ * Draws the action chunk a policy plans over a video stream, so that a person sees what the
+ * robot is about to do. Two sink pads, like textoverlay's: `video_sink` takes the frames
+ * (32-bit BGRx or BGRA: put `videoconvert` before it), `actions_sink` takes any buffers that
+ * carry a #GstPi0ActionMeta (what `pi0infer` outputs, through a `tee`) and keeps the latest
+ * chunk; every frame is drawn on with it and pushed on `src`.
+ *
+ * - `mode=plot` (the default, any robot): each joint's planned trajectory over the chunk's
+ *   rows, in an inset at the bottom left, scaled to the joint limits of `robot-config` (the
+ *   file `pi0actionsink` reads) or, without one, to the chunk's own range.
+ * - `mode=planar`: the path of the tool of a planar arm whose joint i turns link i (`links`,
+ *   in metres; the arm of `pi0-sim`), each row's tool position mapped into the frame by an
+ *   affine `projection` (six numbers: px = a x + b y + c, py = d x + e y + f, in pixels):
+ *   a line through the rows, the row the robot runs first ringed, the last a dot.
+ *
+ * A chunk with a value that is not finite (which `pi0actionsink` refuses) clears the plan: no
+ * drawing until the next finite one. A chunk older than `max-age` (a frame's running time
+ * against the chunk's observation time) is not drawn. Without a chunk the frames pass as
+ * they came.
+ *
+ * ## Example
+ * |[
+ * gst-launch-1.0 ... pi0infer name=inf ! tee name=t  t. ! queue ! pi0actionsink ...  \
+ *   t. ! queue ! ov.actions_sink \
+ *   cam. ! videoconvert ! video/x-raw,format=BGRx ! pi0overlay name=ov mode=planar \
+ *     links="0.30,0.25,0.10" projection="68.57,0,48,0,-68.57,70.63" ! videoconvert ! autovideosink
+ * ]|
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include "overlay/gstpi0overlay.h"
+
+#include "common/gstpi0enum.h"
+#include "common/gstpi0props.h"
+#include "overlay/pi0overlaydraw.h"
+
+#include "pi0safety.h"
+
+#include <gst/pi0/pi0.h>
+#include <gst/video/video.h>
+
+#include <mutex>
+#include <string>
+
+GST_DEBUG_CATEGORY_STATIC (gst_pi0_overlay_debug);
+#define GST_CAT_DEFAULT gst_pi0_overlay_debug
+
+GST_PI0_DEFINE_ENUM_TYPE (gst_pi0_overlay_mode_get_type, "GstPi0OverlayMode",
+                          {GST_PI0_OVERLAY_PLOT,
+                           "Each joint's trajectory over the chunk, in an inset (any robot)",
+                           "plot"},
+                          {GST_PI0_OVERLAY_PLANAR,
+                           "The tool's path of a planar arm (links), projected into the frame",
+                           "planar"})
+
+namespace
+{
+
+enum {
+  PROP_0,
+  PROP_MODE,
+  PROP_LINKS,
+  PROP_PROJECTION,
+  PROP_ROBOT_CONFIG,
+  PROP_MAX_AGE,
+  PROP_STATS,
+};
+
+#define DEFAULT_MODE GST_PI0_OVERLAY_PLOT
+#define DEFAULT_MAX_AGE GST_SECOND
+
+struct Settings {
+  GstPi0OverlayMode mode = DEFAULT_MODE;
+  std::string links, projection, robot_config;
+  guint64 max_age = DEFAULT_MAX_AGE;
+};
+
+bool
+transfer (Settings &s, guint prop_id, GValue *value, bool set)
+{
+  switch (prop_id) {
+    GST_PI0_PROP_FIELD (PROP_MODE, mode, gint, enum)
+    GST_PI0_PROP_STRING (PROP_LINKS, links)
+    GST_PI0_PROP_STRING (PROP_PROJECTION, projection)
+    GST_PI0_PROP_STRING (PROP_ROBOT_CONFIG, robot_config)
+    GST_PI0_PROP_FIELD (PROP_MAX_AGE, max_age, guint64, uint64)
+  }
+  return false;
+}
+
+#define FORMATS "{ BGRx, BGRA }"
+
+GstStaticPadTemplate video_sink_template = GST_STATIC_PAD_TEMPLATE (
+    "video_sink", GST_PAD_SINK, GST_PAD_ALWAYS, GST_STATIC_CAPS (GST_VIDEO_CAPS_MAKE (FORMATS)));
+GstStaticPadTemplate actions_sink_template =
+    GST_STATIC_PAD_TEMPLATE ("actions_sink", GST_PAD_SINK, GST_PAD_ALWAYS, GST_STATIC_CAPS_ANY);
+GstStaticPadTemplate src_template = GST_STATIC_PAD_TEMPLATE (
+    "src", GST_PAD_SRC, GST_PAD_ALWAYS, GST_STATIC_CAPS (GST_VIDEO_CAPS_MAKE (FORMATS)));
+
+struct Stats {
+  guint64 chunks = 0, no_meta = 0, non_finite = 0, frames = 0, drawn = 0, stale = 0;
+};
+
+} // namespace
+
+struct GstPi0OverlayPrivate {
+  std::mutex settings_lock;
+  Settings settings; /* under settings_lock */
+  /* Taken at READY to PAUSED (the application thread), read by the streaming threads. */
+  GstPi0OverlayMode mode = DEFAULT_MODE;
+  pi0::overlay::Style style;
+  guint64 max_age = DEFAULT_MAX_AGE;
+  /* The video pad's format and segment (its streaming thread). */
+  GstVideoInfo info;
+  bool have_info = false;
+  GstSegment segment;
+  /* The latest chunk, from the actions pad's thread; under lock with the stats. */
+  std::mutex lock;
+  bool have_chunk = false;
+  pi0::overlay::Chunk chunk;
+  GstClockTime chunk_time = GST_CLOCK_TIME_NONE;
+  Stats stats;
+  bool warned = false; /* a drawing failure is posted once */
+};
+
+struct _GstPi0Overlay {
+  GstElement parent;
+  GstPad *video_sink, *actions_sink, *src;
+  GstPi0OverlayPrivate *priv;
+};
+
+G_DEFINE_TYPE (GstPi0Overlay, gst_pi0_overlay, GST_TYPE_ELEMENT);
+GST_ELEMENT_REGISTER_DEFINE (pi0overlay, "pi0overlay", GST_RANK_NONE, GST_TYPE_PI0_OVERLAY);
+
+/* Video and src are each other's only internal link; the actions pad has none (its events
+ * and queries stay here). */
+static GstIterator *
+gst_pi0_overlay_iterate_internal_links (GstPad *pad, GstObject *parent)
+{
+  GstPi0Overlay *self = GST_PI0_OVERLAY (parent);
+  GstPad *other = pad == self->src          ? self->video_sink
+                  : pad == self->video_sink ? self->src
+                                            : nullptr;
+  if (!other)
+    return gst_iterator_new_single (GST_TYPE_PAD, nullptr);
+  GValue v = G_VALUE_INIT;
+  g_value_init (&v, GST_TYPE_PAD);
+  g_value_set_object (&v, other);
+  GstIterator *it = gst_iterator_new_single (GST_TYPE_PAD, &v);
+  g_value_unset (&v);
+  return it;
+}
+
+/* Settings → what the streaming threads use; false with a posted error naming the property. */
+static bool
+take_settings (GstPi0Overlay *self)
+{
+  GstPi0OverlayPrivate *priv = self->priv;
+  Settings s;
+  {
+    std::lock_guard<std::mutex> g (priv->settings_lock);
+    s = priv->settings;
+  }
+  pi0::overlay::Style style;
+  std::string err;
+  if (!pi0::overlay::parse_numbers (s.links, "links", &style.links, &err)) {
+    GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS, ("%s", err.c_str ()), (nullptr));
+    return false;
+  }
+  std::vector<double> proj;
+  if (!pi0::overlay::parse_numbers (s.projection, "projection", &proj, &err)) {
+    GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS, ("%s", err.c_str ()), (nullptr));
+    return false;
+  }
+  if (s.mode == GST_PI0_OVERLAY_PLANAR) {
+    if (style.links.empty ()) {
+      GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS,
+                         ("mode=planar needs links: the arm's link lengths, one per joint"),
+                         (nullptr));
+      return false;
+    }
+    if (proj.size () != 6) {
+      GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS,
+                         ("mode=planar needs projection: six numbers (px = a x + b y + c, py = "
+                          "d x + e y + f), it has %u",
+                          (guint)proj.size ()),
+                         (nullptr));
+      return false;
+    }
+    std::copy (proj.begin (), proj.end (), style.projection.begin ());
+  }
+  if (!s.robot_config.empty ()) {
+    pi0::proto::RobotConfig cfg;
+    if (!pi0::proto::load_robot_config (s.robot_config, &cfg, &err)) {
+      GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS,
+                         ("Cannot read robot-config %s: %s", s.robot_config.c_str (), err.c_str ()),
+                         (nullptr));
+      return false;
+    }
+    style.lower = cfg.lower;
+    style.upper = cfg.upper;
+  }
+  priv->mode = s.mode;
+  priv->style = std::move (style);
+  priv->max_age = s.max_age;
+  return true;
+}
+
+static GstFlowReturn
+gst_pi0_overlay_actions_chain (GstPad *, GstObject *parent, GstBuffer *buf)
+{
+  GstPi0Overlay *self = GST_PI0_OVERLAY (parent);
+  GstPi0OverlayPrivate *priv = self->priv;
+  GstPi0ActionMeta *meta = gst_buffer_get_pi0_action_meta (buf);
+  std::lock_guard<std::mutex> g (priv->lock);
+  if (!meta) {
+    priv->stats.no_meta++;
+    GST_LOG_OBJECT (self, "a buffer without an action chunk");
+  } else if (!gst_pi0_action_meta_check_finite (meta)) {
+    priv->stats.non_finite++;
+    priv->have_chunk = false; /* the robot is not sent it: no plan to show */
+    GST_DEBUG_OBJECT (self, "chunk %" G_GUINT64_FORMAT " is not finite: plan cleared",
+                      meta->sequence);
+  } else {
+    priv->stats.chunks++;
+    priv->chunk.horizon = meta->horizon;
+    priv->chunk.dim = meta->dim;
+    priv->chunk.actions.assign (meta->actions, meta->actions + (size_t)meta->horizon * meta->dim);
+    priv->chunk_time = meta->observation_time;
+    priv->have_chunk = true;
+  }
+  gst_buffer_unref (buf);
+  return GST_FLOW_OK;
+}
+
+static gboolean
+gst_pi0_overlay_actions_event (GstPad *, GstObject *parent, GstEvent *ev)
+{
+  GstPi0Overlay *self = GST_PI0_OVERLAY (parent);
+  if (GST_EVENT_TYPE (ev) == GST_EVENT_FLUSH_STOP) {
+    std::lock_guard<std::mutex> g (self->priv->lock);
+    self->priv->have_chunk = false;
+  }
+  /* The actions stream ends here: its caps, segments and EOS are not the video's. */
+  gst_event_unref (ev);
+  return TRUE;
+}
+
+static gboolean
+gst_pi0_overlay_actions_query (GstPad *pad, GstObject *parent, GstQuery *q)
+{
+  if (GST_QUERY_TYPE (q) == GST_QUERY_CAPS || GST_QUERY_TYPE (q) == GST_QUERY_ACCEPT_CAPS)
+    return gst_pad_query_default (pad, parent, q);
+  return FALSE;
+}
+
+static gboolean
+gst_pi0_overlay_video_event (GstPad *pad, GstObject *parent, GstEvent *ev)
+{
+  GstPi0Overlay *self = GST_PI0_OVERLAY (parent);
+  GstPi0OverlayPrivate *priv = self->priv;
+  switch (GST_EVENT_TYPE (ev)) {
+    case GST_EVENT_CAPS: {
+      GstCaps *caps;
+      gst_event_parse_caps (ev, &caps);
+      if (!gst_video_info_from_caps (&priv->info, caps)) {
+        GST_ELEMENT_ERROR (self, STREAM, FORMAT,
+                           ("Caps that are not video: %" GST_PTR_FORMAT, caps), (nullptr));
+        gst_event_unref (ev);
+        return FALSE;
+      }
+      priv->have_info = true;
+      break;
+    }
+    case GST_EVENT_SEGMENT:
+      gst_event_copy_segment (ev, &priv->segment);
+      break;
+    case GST_EVENT_FLUSH_STOP:
+      gst_segment_init (&priv->segment, GST_FORMAT_TIME);
+      break;
+    default:
+      break;
+  }
+  return gst_pad_event_default (pad, parent, ev);
+}
+
+static GstFlowReturn
+gst_pi0_overlay_video_chain (GstPad *, GstObject *parent, GstBuffer *buf)
+{
+  GstPi0Overlay *self = GST_PI0_OVERLAY (parent);
+  GstPi0OverlayPrivate *priv = self->priv;
+  if (!priv->have_info) {
+    gst_buffer_unref (buf);
+    GST_ELEMENT_ERROR (self, CORE, NEGOTIATION, ("A video frame came before its caps"), (nullptr));
+    return GST_FLOW_NOT_NEGOTIATED;
+  }
+  pi0::overlay::Chunk chunk;
+  bool draw = false;
+  {
+    std::lock_guard<std::mutex> g (priv->lock);
+    priv->stats.frames++;
+    if (priv->have_chunk) {
+      const GstClockTime rt =
+          priv->segment.format == GST_FORMAT_TIME && GST_BUFFER_PTS_IS_VALID (buf)
+              ? gst_segment_to_running_time (&priv->segment, GST_FORMAT_TIME, GST_BUFFER_PTS (buf))
+              : GST_CLOCK_TIME_NONE;
+      const bool stale = priv->max_age > 0 && GST_CLOCK_TIME_IS_VALID (rt) &&
+                         GST_CLOCK_TIME_IS_VALID (priv->chunk_time) &&
+                         rt > priv->chunk_time + priv->max_age;
+      if (stale)
+        priv->stats.stale++;
+      else {
+        chunk = priv->chunk;
+        draw = true;
+      }
+    }
+  }
+  if (!draw)
+    return gst_pad_push (self->src, buf);
+  buf = gst_buffer_make_writable (buf);
+  GstVideoFrame frame;
+  if (!gst_video_frame_map (&frame, &priv->info, buf, GST_MAP_READWRITE)) {
+    gst_buffer_unref (buf);
+    GST_ELEMENT_ERROR (self, STREAM, FAILED, ("Cannot map a video frame to draw on"), (nullptr));
+    return GST_FLOW_ERROR;
+  }
+  const bool alpha = GST_VIDEO_INFO_FORMAT (&priv->info) == GST_VIDEO_FORMAT_BGRA;
+  uint8_t *data = (uint8_t *)GST_VIDEO_FRAME_PLANE_DATA (&frame, 0);
+  const int w = GST_VIDEO_FRAME_WIDTH (&frame), h = GST_VIDEO_FRAME_HEIGHT (&frame);
+  const int stride = GST_VIDEO_FRAME_PLANE_STRIDE (&frame, 0);
+  std::string err;
+  const bool ok =
+      priv->mode == GST_PI0_OVERLAY_PLANAR
+          ? pi0::overlay::draw_planar (data, w, h, stride, alpha, chunk, priv->style, &err)
+          : pi0::overlay::draw_plot (data, w, h, stride, alpha, chunk, priv->style, &err);
+  gst_video_frame_unmap (&frame);
+  {
+    std::lock_guard<std::mutex> g (priv->lock);
+    if (ok)
+      priv->stats.drawn++;
+    else if (!priv->warned) {
+      priv->warned = true;
+      GST_ELEMENT_WARNING (self, STREAM, FAILED, ("Cannot draw the chunk: %s", err.c_str ()),
+                           ("frames pass undrawn while it lasts; posted once"));
+    }
+  }
+  return gst_pad_push (self->src, buf);
+}
+
+static GstStateChangeReturn
+gst_pi0_overlay_change_state (GstElement *element, GstStateChange transition)
+{
+  GstPi0Overlay *self = GST_PI0_OVERLAY (element);
+  GstPi0OverlayPrivate *priv = self->priv;
+  if (transition == GST_STATE_CHANGE_READY_TO_PAUSED) {
+    if (!take_settings (self))
+      return GST_STATE_CHANGE_FAILURE;
+    std::lock_guard<std::mutex> g (priv->lock);
+    priv->have_chunk = false;
+    priv->stats = Stats ();
+    priv->warned = false;
+    priv->have_info = false;
+    gst_segment_init (&priv->segment, GST_FORMAT_TIME);
+  }
+  return GST_ELEMENT_CLASS (gst_pi0_overlay_parent_class)->change_state (element, transition);
+}
+
+static void
+gst_pi0_overlay_set_property (GObject *object, guint prop_id, const GValue *value,
+                              GParamSpec *pspec)
+{
+  GstPi0Overlay *self = GST_PI0_OVERLAY (object);
+  std::lock_guard<std::mutex> lk (self->priv->settings_lock);
+  if (!transfer (self->priv->settings, prop_id, (GValue *)value, true))
+    G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
+}
+
+static void
+gst_pi0_overlay_get_property (GObject *object, guint prop_id, GValue *value, GParamSpec *pspec)
+{
+  GstPi0Overlay *self = GST_PI0_OVERLAY (object);
+  if (prop_id == PROP_STATS) {
+    std::lock_guard<std::mutex> g (self->priv->lock);
+    const Stats &st = self->priv->stats;
+    g_value_take_boxed (value,
+                        gst_structure_new ("pi0overlay-stats", "chunks", G_TYPE_UINT64, st.chunks,
+                                           "no-meta", G_TYPE_UINT64, st.no_meta, "non-finite",
+                                           G_TYPE_UINT64, st.non_finite, "frames", G_TYPE_UINT64,
+                                           st.frames, "drawn", G_TYPE_UINT64, st.drawn, "stale",
+                                           G_TYPE_UINT64, st.stale, nullptr));
+    return;
+  }
+  std::lock_guard<std::mutex> lk (self->priv->settings_lock);
+  if (!transfer (self->priv->settings, prop_id, value, false))
+    G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
+}
+
+static void
+gst_pi0_overlay_finalize (GObject *object)
+{
+  delete GST_PI0_OVERLAY (object)->priv;
+  G_OBJECT_CLASS (gst_pi0_overlay_parent_class)->finalize (object);
+}
+
+static void
+gst_pi0_overlay_init (GstPi0Overlay *self)
+{
+  self->priv = new GstPi0OverlayPrivate ();
+  gst_video_info_init (&self->priv->info);
+  gst_segment_init (&self->priv->segment, GST_FORMAT_TIME);
+  self->video_sink = gst_pad_new_from_static_template (&video_sink_template, "video_sink");
+  gst_pad_set_chain_function (self->video_sink, gst_pi0_overlay_video_chain);
+  gst_pad_set_event_function (self->video_sink, gst_pi0_overlay_video_event);
+  gst_pad_set_iterate_internal_links_function (self->video_sink,
+                                               gst_pi0_overlay_iterate_internal_links);
+  GST_PAD_SET_PROXY_CAPS (self->video_sink);
+  GST_PAD_SET_PROXY_ALLOCATION (self->video_sink);
+  gst_element_add_pad (GST_ELEMENT (self), self->video_sink);
+  self->actions_sink = gst_pad_new_from_static_template (&actions_sink_template, "actions_sink");
+  gst_pad_set_chain_function (self->actions_sink, gst_pi0_overlay_actions_chain);
+  gst_pad_set_event_function (self->actions_sink, gst_pi0_overlay_actions_event);
+  gst_pad_set_query_function (self->actions_sink, gst_pi0_overlay_actions_query);
+  gst_pad_set_iterate_internal_links_function (self->actions_sink,
+                                               gst_pi0_overlay_iterate_internal_links);
+  gst_element_add_pad (GST_ELEMENT (self), self->actions_sink);
+  self->src = gst_pad_new_from_static_template (&src_template, "src");
+  gst_pad_set_iterate_internal_links_function (self->src, gst_pi0_overlay_iterate_internal_links);
+  GST_PAD_SET_PROXY_CAPS (self->src);
+  GST_PAD_SET_PROXY_ALLOCATION (self->src);
+  gst_element_add_pad (GST_ELEMENT (self), self->src);
+}
+
+static void
+gst_pi0_overlay_class_init (GstPi0OverlayClass *klass)
+{
+  GObjectClass *gobject_class = G_OBJECT_CLASS (klass);
+  GstElementClass *element_class = GST_ELEMENT_CLASS (klass);
+  gobject_class->set_property = GST_DEBUG_FUNCPTR (gst_pi0_overlay_set_property);
+  gobject_class->get_property = GST_DEBUG_FUNCPTR (gst_pi0_overlay_get_property);
+  gobject_class->finalize = GST_DEBUG_FUNCPTR (gst_pi0_overlay_finalize);
+  g_object_class_install_property (gobject_class, PROP_MODE,
+                                   g_param_spec_enum ("mode", "Mode", "What to draw of the chunk",
+                                                      GST_TYPE_PI0_OVERLAY_MODE, DEFAULT_MODE,
+                                                      GST_PI0_PARAM_READY));
+  g_object_class_install_property (
+      gobject_class, PROP_LINKS,
+      g_param_spec_string ("links", "Links",
+                           "mode=planar: the arm's link lengths in metres, joint i turning link i "
+                           "(e.g. \"0.30,0.25,0.10\")",
+                           nullptr, GST_PI0_PARAM_READY));
+  g_object_class_install_property (
+      gobject_class, PROP_PROJECTION,
+      g_param_spec_string ("projection", "Projection",
+                           "mode=planar: six numbers a,b,c,d,e,f mapping the tool's x, y (metres) "
+                           "to pixels: px = a x + b y + c, py = d x + e y + f",
+                           nullptr, GST_PI0_PARAM_READY));
+  g_object_class_install_property (
+      gobject_class, PROP_ROBOT_CONFIG,
+      g_param_spec_string ("robot-config", "Robot configuration",
+                           "mode=plot: a robot configuration (JSON, as pi0actionsink reads) whose "
+                           "joint limits scale the plot; unset: each chunk's own range",
+                           nullptr, GST_PI0_PARAM_READY));
+  g_object_class_install_property (
+      gobject_class, PROP_MAX_AGE,
+      g_param_spec_uint64 ("max-age", "Maximum age",
+                           "A chunk is not drawn on frames later than its observation by more "
+                           "than this (running time, ns; 0: always drawn)",
+                           0, G_MAXUINT64, DEFAULT_MAX_AGE, GST_PI0_PARAM_READY));
+  g_object_class_install_property (
+      gobject_class, PROP_STATS,
+      g_param_spec_boxed ("stats", "Stats",
+                          "chunks (finite ones kept), no-meta (buffers without a chunk), "
+                          "non-finite (chunks that cleared the plan), frames, drawn, stale",
+                          GST_TYPE_STRUCTURE, GST_PI0_PARAM_READ_ONLY));
+  gst_element_class_add_static_pad_template (element_class, &video_sink_template);
+  gst_element_class_add_static_pad_template (element_class, &actions_sink_template);
+  gst_element_class_add_static_pad_template (element_class, &src_template);
+  gst_element_class_set_static_metadata (
+      element_class, "Pi0 action overlay", "Filter/Editor/Video",
+      "Draws the action chunk a policy plans over a video stream", GST_PI0_AUTHOR);
+  element_class->change_state = GST_DEBUG_FUNCPTR (gst_pi0_overlay_change_state);
+  gst_type_mark_as_plugin_api (GST_TYPE_PI0_OVERLAY_MODE, (GstPluginAPIFlags)0);
+  GST_DEBUG_CATEGORY_INIT (gst_pi0_overlay_debug, "pi0overlay", 0, "Pi0 action overlay");
+}
