@@ -382,12 +382,17 @@ class SimProc
 public:
   ~SimProc () { stop (); }
 
+  /* Words run before the simulator's own command line (`ip netns exec NS`). */
+  void set_prefix (const std::vector<std::string> &prefix) { prefix_ = prefix; }
+
   bool start (const std::vector<std::string> &args, const std::string &log)
   {
     log_ = log;
-    std::vector<const gchar *> argv = {nullptr};
+    std::vector<const gchar *> argv;
+    for (auto &w : prefix_)
+      argv.push_back (w.c_str ());
     std::string path = robotsim_path ();
-    argv[0] = path.c_str ();
+    argv.push_back (path.c_str ());
     std::string log_arg = "--log=" + log;
     argv.push_back (log_arg.c_str ());
     for (auto &a : args)
@@ -459,6 +464,7 @@ private:
   GSubprocess *proc_ = nullptr;
   int port_ = -1;
   std::string log_;
+  std::vector<std::string> prefix_;
   bool exited_ok_ = false;
 };
 

@@ -28,6 +28,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 using namespace pi0test;
 
 namespace
@@ -759,6 +761,149 @@ TEST_F (PipelinesRemote, LoopbackDeliversActionsToTheRobotAndHoldsWhenTheRobotEn
   EXPECT_TRUE (sim.wait_count ("execute", 1)) << "no action reached the robot";
   EXPECT_TRUE (sim.wait_count ("stop", 1)) << "no STOP after the cameras went away";
   expect_held_then_stopped (sim);
+}
+
+/* The robot in a network namespace of its own, as on a robot's own computer: joined to this
+ * (the GPU end's) namespace by a veth pair, 10.213.0.2 there and 10.213.0.1 here. The robot's
+ * end (its cameras as RTP, its state) and pi0-robotsim run inside it; the GPU end runs here
+ * and sends the actions to 10.213.0.2. With tc netem where the kernel has it, the link delays
+ * (20 ms +- 5 ms), and loses 1 % of the packets; without it the test says so and runs the link
+ * as it is. Then the link is cut: the robot, hearing nothing more, holds and stops on its own
+ * watchdog (the GPU end's STOP cannot reach it). Needs root for the namespace; skips, saying
+ * so, without. */
+class PipelinesNetns : public ::testing::Test
+{
+protected:
+  static int sh (const std::string &cmd, std::string *out = nullptr)
+  {
+    gchar *o = nullptr, *e = nullptr;
+    gint status = -1;
+    const gchar *argv[] = {"sh", "-c", cmd.c_str (), nullptr};
+    if (!g_spawn_sync (nullptr, (gchar **)argv, nullptr, G_SPAWN_SEARCH_PATH, nullptr, nullptr, &o,
+                       &e, &status, nullptr))
+      return -1;
+    if (out)
+      *out = std::string (o ? o : "") + (e ? e : "");
+    g_free (o);
+    g_free (e);
+    return g_spawn_check_wait_status (status, nullptr) ? 0 : 1;
+  }
+  void SetUp () override
+  {
+    if (geteuid () != 0)
+      GTEST_SKIP () << "network namespaces need root (CI runs as root)";
+    if (sh ("command -v ip >/dev/null && command -v tc >/dev/null") != 0)
+      GTEST_SKIP () << "ip or tc (iproute2) is missing";
+    auto all = load_pipelines ();
+    const PipelineFile *robot = find_pipeline (all, "remote-robot"),
+                       *gpu = find_pipeline (all, "remote-gpu");
+    ASSERT_TRUE (robot && gpu);
+    if (std::string e = missing_element ({"x264enc", "avdec_h264", "rtpgstpay"}); !e.empty ())
+      GTEST_SKIP () << e << " is missing";
+    const std::string id = std::to_string (getpid () % 100000);
+    ns = "pi0robot" + id;
+    here = "pi0h" + id;
+    there = "pi0r" + id;
+    std::string out;
+    if (sh ("ip netns add " + ns, &out) != 0)
+      GTEST_SKIP () << "cannot make a network namespace: " << out;
+    made = true;
+    const std::string in = "ip netns exec " + ns + " ";
+    for (const std::string &c :
+         {"ip link add " + here + " type veth peer name " + there,
+          "ip link set " + there + " netns " + ns, "ip addr add 10.213.0.1/30 dev " + here,
+          "ip link set " + here + " up", in + "ip addr add 10.213.0.2/30 dev " + there,
+          in + "ip link set " + there + " up", in + "ip link set lo up"})
+      ASSERT_EQ (sh (c, &out), 0) << c << ": " << out;
+    netem = sh ("tc qdisc add dev " + here + " root netem delay 20ms 5ms loss 1%", &out) == 0 &&
+            sh (in + "tc qdisc add dev " + there + " root netem delay 20ms 5ms loss 1%") == 0;
+    if (!netem)
+      std::printf ("netem: not in this kernel (%s): the veth link runs unimpaired\n",
+                   g_strstrip ((gchar *)out.data ()));
+    else
+      std::printf ("netem: 20 ms +- 5 ms and 1 %% loss each way\n");
+    vars.v["GPU_HOST"] = "10.213.0.1";
+    vars.v["ROBOT_HOST"] = "10.213.0.2";
+    sim.set_prefix ({"ip", "netns", "exec", ns});
+    ASSERT_TRUE (
+        sim.start ({"--proto=udp", "--bind=10.213.0.2", "--port=" + vars.v.at ("ROBOT_PORT"),
+                    "--dim=7", "--robot-config=" + vars.v.at ("ROBOT_CONFIG"),
+                    "--state-to=127.0.0.1:" + vars.v.at ("STATE_PORT"), "--hold-timeout=0.5",
+                    "--stop-timeout=1.5"},
+                   dir.file ("robot.jsonl")));
+    gpu_pipe.reset (launch_line (gpu->line, vars.v));
+    ASSERT_TRUE (gpu_pipe);
+    ASSERT_NE (gst_element_set_state (gpu_pipe.get (), GST_STATE_PLAYING),
+               GST_STATE_CHANGE_FAILURE);
+    std::string xerr;
+    auto args = expand_line (robot->line, vars.v, &xerr);
+    ASSERT_TRUE (xerr.empty ()) << xerr;
+    std::vector<const gchar *> argv = {"ip", "netns", "exec", ns.c_str (), "gst-launch-1.0", "-q"};
+    for (auto &a : args)
+      argv.push_back (a.c_str ());
+    argv.push_back (nullptr);
+    GError *err = nullptr;
+    robot_end = g_subprocess_newv (argv.data (), G_SUBPROCESS_FLAGS_STDOUT_SILENCE, &err);
+    ASSERT_NE (robot_end, nullptr) << err->message;
+  }
+  void TearDown () override
+  {
+    if (robot_end) {
+      g_subprocess_send_signal (robot_end, SIGINT);
+      g_subprocess_wait (robot_end, nullptr, nullptr);
+      g_clear_object (&robot_end);
+    }
+    sim.stop ();
+    if (gpu_pipe)
+      gst_element_set_state (gpu_pipe.get (), GST_STATE_NULL);
+    if (made)
+      sh ("ip netns del " + ns); /* the veth pair goes with it */
+  }
+  guint64 mux_stat (const char *field)
+  {
+    ElementPtr mux (find_factory (gpu_pipe.get (), "pi0viewmux"));
+    return stat (mux.get (), field);
+  }
+
+  std::string ns, here, there;
+  bool made = false, netem = false;
+  TempDir dir;
+  Vars vars{dir.path ()};
+  SimProc sim;
+  ElementPtr gpu_pipe;
+  GSubprocess *robot_end = nullptr;
+};
+
+TEST_F (PipelinesNetns, TheRobotInItsOwnNamespaceIsDrivenAcrossAVethPairAndHoldsWhenItIsCut)
+{
+  /* The chain works across the link: cameras and state arrive, actions reach the robot. */
+  EXPECT_TRUE (sim.wait_count ("execute", 20)) << "no actions reached the robot across the link";
+  EXPECT_GT (mux_stat ("observations"), 0u) << "no camera frame crossed the link";
+  EXPECT_GT (mux_stat ("state-samples"), 0u) << "the robot's state did not cross the link";
+  EXPECT_EQ (sim.count ("reject"), 0u) << "a frame the robot refused";
+  /* And it came over the veth pair (the namespace has no other way out). */
+  std::string rx;
+  ASSERT_EQ (sh ("cat /sys/class/net/" + here + "/statistics/rx_bytes", &rx), 0);
+  EXPECT_GT (std::stoull (rx), 100000ull) << "the cameras' RTP did not cross the veth pair";
+  /* Cut: nothing crosses any more. The robot holds, then stops, by itself. */
+  std::string out;
+  ASSERT_EQ (sh ("ip link set " + here + " down", &out), 0) << out;
+  const size_t executed = sim.count ("execute");
+  EXPECT_TRUE (sim.wait_for ([&] {
+    for (auto &l : sim.lines ())
+      if (l.find ("\"event\":\"watchdog\"") != std::string::npos &&
+          l.find ("\"action\":\"stop\"") != std::string::npos)
+        return true;
+    return false;
+  })) << "the robot did not stop on its own watchdog";
+  bool held = false;
+  for (auto &l : sim.lines ())
+    held |= l.find ("\"event\":\"watchdog\"") != std::string::npos &&
+            l.find ("\"action\":\"hold\"") != std::string::npos;
+  EXPECT_TRUE (held) << "a HOLD comes before the STOP";
+  /* What ran after the cut was what the robot already had (a chunk's rows), no new chunk. */
+  EXPECT_LE (sim.count ("execute"), executed + 60);
+  EXPECT_EQ (sim.count ("reject"), 0u);
 }
 
 /* Garbage (random bytes, and random payloads behind a valid RTP header) arriving on every
