@@ -548,4 +548,13 @@ TEST (SimLoop, BadArgumentsAreClearErrors)
   r = pi0_sim ("snapshot --out /nonexistent/dir");
   EXPECT_EQ (r.status, 1);
   EXPECT_NE (r.out.find ("/nonexistent/dir/overhead.png"), std::string::npos) << r.out;
+  for (const char *b : {"0", "6"}) {
+    r = pi0_sim (std::string ("expert --blocks ") + b);
+    EXPECT_EQ (r.status, 2) << b;
+    EXPECT_NE (r.out.find ("--blocks"), std::string::npos) << r.out;
+  }
+  /* One block: it is the named one, and the expert touches it. */
+  r = pi0_sim ("expert --blocks 1 --episodes 5");
+  EXPECT_EQ (r.status, 0) << r.out;
+  EXPECT_NE (r.out.find ("{\"episodes\":5,\"success\":5}"), std::string::npos) << r.out;
 }

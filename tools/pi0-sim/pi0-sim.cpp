@@ -55,7 +55,7 @@ usage ()
               "       pi0-sim run [--policy expert|MODEL] [--infer PROPS] [--episodes K] [--seed S]"
               " [--execute N] [--horizon H] [--width W] [--height H] [--prep-size P]"
               " [--delay-ms D] [--record DIR [--lossless]] [--overlay DIR] [--actuation-noise RAD]"
-              " [--robot-config F] [--timeout S]\n");
+              " [--blocks N] [--robot-config F] [--timeout S]\n");
   return 2;
 }
 
@@ -131,6 +131,7 @@ parse (int argc, char **argv, Args *a)
                            {"--horizon", 50, &a->loop.horizon, nullptr},
                            {"--timeout", 3600, &a->timeout, nullptr},
                            {"--delay-ms", 60000, &a->delay_ms, nullptr},
+                           {"--blocks", 5, &a->loop.scene.blocks, nullptr},
                            {"--width", 4096, nullptr, &a->loop.camera_width},
                            {"--height", 4096, nullptr, &a->loop.camera_height},
                            {"--prep-size", 4096, nullptr, &a->loop.prep_size}};
@@ -150,6 +151,10 @@ parse (int argc, char **argv, Args *a)
         return false;
       }
     }
+  }
+  if (a->loop.scene.blocks == 0) {
+    std::fprintf (stderr, "pi0-sim: --blocks must be from 1 to 5\n");
+    return false;
   }
   if (a->loop.execute == 0 || a->loop.horizon == 0) {
     std::fprintf (stderr, "pi0-sim: --execute and --horizon must be at least 1\n");
