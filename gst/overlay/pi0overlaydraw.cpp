@@ -40,8 +40,8 @@ row_finite (const Chunk &c, unsigned r)
 
 /* A cairo context on the frame, or null with *error. */
 CairoPtr
-open (uint8_t *data, int width, int height, int stride, bool alpha, SurfacePtr *surface,
-      std::string *error)
+open_frame (uint8_t *data, int width, int height, int stride, bool alpha, SurfacePtr *surface,
+            std::string *error)
 {
   const cairo_format_t fmt = alpha ? CAIRO_FORMAT_ARGB32 : CAIRO_FORMAT_RGB24;
   if (stride < cairo_format_stride_for_width (fmt, width)) {
@@ -62,7 +62,7 @@ open (uint8_t *data, int width, int height, int stride, bool alpha, SurfacePtr *
 }
 
 bool
-close (CairoPtr cr, SurfacePtr surface, std::string *error)
+close_frame (CairoPtr cr, SurfacePtr surface, std::string *error)
 {
   const cairo_status_t st = cairo_status (cr.get ());
   cr.reset ();
@@ -119,7 +119,7 @@ draw_plot (uint8_t *data, int width, int height, int stride, bool alpha, const C
            const Style &style, std::string *error)
 {
   SurfacePtr surface;
-  CairoPtr cr = open (data, width, height, stride, alpha, &surface, error);
+  CairoPtr cr = open_frame (data, width, height, stride, alpha, &surface, error);
   if (!cr)
     return false;
   const double bx = std::floor (0.02 * width), bw = std::max (8.0, std::round (width / 3.0));
@@ -172,7 +172,7 @@ draw_plot (uint8_t *data, int width, int height, int stride, bool alpha, const C
     }
     cairo_stroke (cr.get ());
   }
-  return close (std::move (cr), std::move (surface), error);
+  return close_frame (std::move (cr), std::move (surface), error);
 }
 
 bool
@@ -185,7 +185,7 @@ draw_planar (uint8_t *data, int width, int height, int stride, bool alpha, const
     return false;
   }
   SurfacePtr surface;
-  CairoPtr cr = open (data, width, height, stride, alpha, &surface, error);
+  CairoPtr cr = open_frame (data, width, height, stride, alpha, &surface, error);
   if (!cr)
     return false;
   const auto &p = style.projection;
@@ -203,7 +203,7 @@ draw_planar (uint8_t *data, int width, int height, int stride, bool alpha, const
     breaks.push_back (false);
   }
   if (pts.empty ())
-    return close (std::move (cr), std::move (surface), error);
+    return close_frame (std::move (cr), std::move (surface), error);
   const double lw = std::max (1.0, std::min (width, height) / 120.0);
   cairo_set_line_join (cr.get (), CAIRO_LINE_JOIN_ROUND);
   cairo_set_line_cap (cr.get (), CAIRO_LINE_CAP_ROUND);
@@ -233,7 +233,7 @@ draw_planar (uint8_t *data, int width, int height, int stride, bool alpha, const
   cairo_set_source_rgb (cr.get (), kPalette[2][0], kPalette[2][1], kPalette[2][2]);
   cairo_arc (cr.get (), pts.back ()[0], pts.back ()[1], 2 * lw, 0, 2 * M_PI);
   cairo_fill (cr.get ());
-  return close (std::move (cr), std::move (surface), error);
+  return close_frame (std::move (cr), std::move (surface), error);
 }
 
 } // namespace pi0::overlay
