@@ -16,6 +16,7 @@ APT_PACKAGES=(
   clang libclang-rt-14-dev
   libsoup-3.0-dev libmsgpack-cxx-dev
   libcairo2-dev
+  iproute2
 )
 
 missing=()
