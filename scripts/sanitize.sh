@@ -8,7 +8,7 @@
 # Usage: scripts/sanitize.sh [--elements] [builddir] [-- extra meson test args]
 #   (default)    builds everything in builddir (default: build-asan) and runs every CPU test.
 #   --elements   builds and runs only each element's test binary (test_pi0viewmux, test_cudaprep,
-#                test_pi0infer, test_pi0actionsink) and what they run: the part CI runs.
+#                test_pi0infer, test_pi0actionsink, test_pi0overlay) and what they run: the part CI runs.
 # Any sanitizer report fails the test that produced it; the report is in the test's log (printed
 # with --print-errorlogs, and in builddir/meson-logs/testlog.txt).
 set -euo pipefail
@@ -32,7 +32,7 @@ if [ ! -f "$BUILD/build.ninja" ]; then
     -Db_sanitize=address,undefined -Doptimization=1
 fi
 
-ELEMENT_TESTS=(test_pi0viewmux test_cudaprep test_pi0infer test_pi0actionsink)
+ELEMENT_TESTS=(test_pi0viewmux test_cudaprep test_pi0infer test_pi0actionsink test_pi0overlay)
 if [ $ELEMENTS = 1 ]; then
   targets=()
   for t in "${ELEMENT_TESTS[@]}"; do targets+=("tests/$t"); done
