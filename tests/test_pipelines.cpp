@@ -14,6 +14,7 @@
 
 #include "pi0testimpair.h"
 #include "pi0testlaunch.h"
+#include "pi0testrun.h"
 #include "pi0testsink.h"
 #include "pi0testgst.h"
 
@@ -771,25 +772,19 @@ TEST_F (PipelinesRemote, LoopbackDeliversActionsToTheRobotAndHoldsWhenTheRobotEn
  * and sends the actions to 10.213.0.2. The link delays each packet 20 ms +- 5 ms and loses 1 %,
  * each way: with tc netem where the kernel has it, otherwise (this VM's kernel has no netem)
  * with user-space UDP relays on this side of the veth (tests/pi0testimpair.h), which the test
- * says. Then the link is cut: the robot, hearing nothing more, holds and stops on its own
- * watchdog (the GPU end's STOP cannot reach it). Needs root for the namespace; skips, saying
- * so, without. */
+ * says. Then the link is cut: the robot ends held and stopped, by its own watchdog or by the
+ * GPU end's HOLD and STOP if those crossed before the cut. Needs root for the namespace; skips,
+ * saying so, without. */
 class PipelinesNetns : public ::testing::Test
 {
 protected:
+  /* @cmd's exit status, its output in *out (run_command: sh, stdout and stderr together). */
   static int sh (const std::string &cmd, std::string *out = nullptr)
   {
-    gchar *o = nullptr, *e = nullptr;
-    gint status = -1;
-    const gchar *argv[] = {"sh", "-c", cmd.c_str (), nullptr};
-    if (!g_spawn_sync (nullptr, (gchar **)argv, nullptr, G_SPAWN_SEARCH_PATH, nullptr, nullptr, &o,
-                       &e, &status, nullptr))
-      return -1;
+    CommandResult r = run_command (cmd);
     if (out)
-      *out = std::string (o ? o : "") + (e ? e : "");
-    g_free (o);
-    g_free (e);
-    return g_spawn_check_wait_status (status, nullptr) ? 0 : 1;
+      *out = r.out;
+    return r.status;
   }
   void SetUp () override
   {
