@@ -9,11 +9,13 @@
 #include <gst/pi0/pi0.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace pi0test;
@@ -257,4 +259,98 @@ TEST (Pi0Overlay, OtherVideoFormatsAreRefused)
                                 "video/x-raw,format=RGB,width=64,height=48,framerate=10/1");
   GstBuffer *b = gst_buffer_new_allocate (nullptr, W * H * 3, nullptr);
   EXPECT_EQ (gst_harness_push (p.video.get (), b), GST_FLOW_NOT_NEGOTIATED);
+}
+
+/* A chunk is drawn from its observation on, never on an earlier frame: one observed at 1 s is
+ * not drawn at 0 (nor does the frame wait, without wait-actions), and is at 1 s. */
+TEST (Pi0Overlay, AChunkIsNotDrawnOnAFrameBeforeItsObservation)
+{
+  Pair p = make ("mode=planar links=1 projection=\"20,0,32,0,-20,24\"");
+  ASSERT_EQ (gst_harness_push (p.actions.get (), chunk (quarter_turn (), 10, 3, GST_SECOND)),
+             GST_FLOW_OK);
+  ASSERT_EQ (gst_harness_push (p.video.get (), frame (0)), GST_FLOW_OK);
+  EXPECT_FALSE (changed_near (pull (p.video.get ()), W / 2, H / 2, W)) << "observed later";
+  ASSERT_EQ (gst_harness_push (p.video.get (), frame (GST_SECOND)), GST_FLOW_OK);
+  EXPECT_TRUE (changed_near (pull (p.video.get ()), 32, 4, 1));
+  EXPECT_EQ (stat (p.video.get (), "waited"), 0u);
+}
+
+namespace
+{
+/* Joint 0 still at 0 over ten rows: the whole path at the tool's start, (52, 24). */
+std::vector<float>
+still ()
+{
+  return std::vector<float> (30, 0.f);
+}
+
+/* Pushes one frame on its own thread: with wait-actions it may wait for its chunk. */
+struct Pusher {
+  std::thread t;
+  std::atomic<int> ret{1};
+  Pusher (GstHarness *h, GstClockTime pts)
+      : t ([this, h, pts] { ret = (int)gst_harness_push (h, frame (pts)); })
+  {
+  }
+  ~Pusher ()
+  {
+    if (t.joinable ())
+      t.join ();
+  }
+};
+} // namespace
+
+/* wait-actions: each frame waits for the chunk made from it, and is drawn with that one, not
+ * an earlier or a later one, whichever thread is first. The frame at 0 is not out until the
+ * chunk observed at 0 is in; the chunk observed at 0.2 s, in before the frame at 0.1 s, lets
+ * that frame through at once with the plan from 0, and is the plan at 0.2 s. */
+TEST (Pi0Overlay, WaitActionsDrawsEachFrameWithTheChunkMadeFromIt)
+{
+  Pair p = make ("mode=planar links=1 projection=\"20,0,32,0,-20,24\" wait-actions=true");
+  {
+    Pusher f0 (p.video.get (), 0);
+    g_usleep (100 * 1000);
+    /* Not a timing claim: were the frame not waiting it would be out by now, and a late
+     * scheduler only lets this pass. */
+    BufferPtr early (gst_harness_try_pull (p.video.get ()));
+    EXPECT_EQ (early, nullptr) << "the frame did not wait for its chunk";
+    ASSERT_EQ (gst_harness_push (p.actions.get (), chunk (quarter_turn (), 10, 3, 0)), GST_FLOW_OK);
+    f0.t.join ();
+    EXPECT_EQ (f0.ret, GST_FLOW_OK);
+  }
+  EXPECT_TRUE (changed_near (pull (p.video.get ()), 32, 4, 1)) << "the plan from 0";
+  ASSERT_EQ (gst_harness_push (p.actions.get (), chunk (still (), 10, 3, GST_SECOND / 5)),
+             GST_FLOW_OK);
+  ASSERT_EQ (gst_harness_push (p.video.get (), frame (GST_SECOND / 10)), GST_FLOW_OK);
+  EXPECT_TRUE (changed_near (pull (p.video.get ()), 32, 4, 1)) << "still the plan from 0";
+  ASSERT_EQ (gst_harness_push (p.video.get (), frame (GST_SECOND / 5)), GST_FLOW_OK);
+  auto f = pull (p.video.get ());
+  EXPECT_TRUE (changed_near (f, 52, 24, 1));
+  EXPECT_FALSE (changed_near (f, 32, 4, 2)) << "the plan from 0.2 s: no quarter turn";
+  EXPECT_EQ (stat (p.video.get (), "waited"), 1u);
+  EXPECT_EQ (stat (p.video.get (), "drawn"), 3u);
+}
+
+/* A waiting frame never hangs: the actions pad's EOS lets it through undrawn (and the frames
+ * after it do not wait), and so does the element going down (the push is flushed). */
+TEST (Pi0Overlay, AWaitingFrameLeavesOnTheActionsEosOrAStop)
+{
+  {
+    Pair p = make ("wait-actions=true");
+    Pusher f0 (p.video.get (), 0);
+    ASSERT_TRUE (gst_harness_push_event (p.actions.get (), gst_event_new_eos ()));
+    f0.t.join ();
+    EXPECT_EQ (f0.ret, GST_FLOW_OK);
+    EXPECT_FALSE (changed_near (pull (p.video.get ()), W / 2, H / 2, W));
+    ASSERT_EQ (gst_harness_push (p.video.get (), frame (GST_SECOND)), GST_FLOW_OK);
+    EXPECT_NE (BufferPtr (gst_harness_pull (p.video.get ())), nullptr);
+  }
+  {
+    Pair p = make ("wait-actions=true");
+    Pusher f0 (p.video.get (), 0);
+    g_usleep (50 * 1000);
+    ASSERT_EQ (gst_element_set_state (p.video->element, GST_STATE_NULL), GST_STATE_CHANGE_SUCCESS);
+    f0.t.join ();
+    EXPECT_EQ (f0.ret, GST_FLOW_FLUSHING);
+  }
 }

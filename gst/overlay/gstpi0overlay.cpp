@@ -17,10 +17,15 @@
  *   affine `projection` (six numbers: px = a x + b y + c, py = d x + e y + f, in pixels):
  *   a line through the rows, the row the robot runs first ringed, the last a dot.
  *
- * A chunk with a value that is not finite (which `pi0actionsink` refuses) clears the plan: no
- * drawing until the next finite one. A chunk older than `max-age` (a frame's running time
- * against the chunk's observation time) is not drawn. Without a chunk the frames pass as
- * they came.
+ * A chunk is drawn on the frames from its observation on (a frame's running time against the
+ * chunk's `observation_time`), so a frame never shows a plan made from a later one. With
+ * `wait-actions` (like textoverlay's `wait-text`) each frame waits until the actions stream
+ * has reached its time (a chunk observed at or after it, the actions pad's EOS, a flush, or the
+ * pad unlinked), so each frame shows the plan made from it whatever the threads do: for
+ * recordings and lock-step runs; a live view leaves it off (the frames would wait for the
+ * policy). A chunk with a value that is not finite (which `pi0actionsink` refuses) clears the
+ * plan: no drawing until the next finite one. A chunk older than `max-age` is not drawn.
+ * Without a chunk the frames pass as they came.
  *
  * ## Example
  * |[
@@ -45,6 +50,9 @@
 #include <gst/pi0/pi0.h>
 #include <gst/video/video.h>
 
+#include <chrono>
+#include <condition_variable>
+#include <deque>
 #include <mutex>
 #include <string>
 
@@ -69,16 +77,19 @@ enum {
   PROP_PROJECTION,
   PROP_ROBOT_CONFIG,
   PROP_MAX_AGE,
+  PROP_WAIT_ACTIONS,
   PROP_STATS,
 };
 
 #define DEFAULT_MODE GST_PI0_OVERLAY_PLOT
 #define DEFAULT_MAX_AGE GST_SECOND
+#define DEFAULT_WAIT_ACTIONS FALSE
 
 struct Settings {
   GstPi0OverlayMode mode = DEFAULT_MODE;
   std::string links, projection, robot_config;
   guint64 max_age = DEFAULT_MAX_AGE;
+  gboolean wait_actions = DEFAULT_WAIT_ACTIONS;
 };
 
 bool
@@ -90,6 +101,7 @@ transfer (Settings &s, guint prop_id, GValue *value, bool set)
     GST_PI0_PROP_STRING (PROP_PROJECTION, projection)
     GST_PI0_PROP_STRING (PROP_ROBOT_CONFIG, robot_config)
     GST_PI0_PROP_FIELD (PROP_MAX_AGE, max_age, guint64, uint64)
+    GST_PI0_PROP_FIELD (PROP_WAIT_ACTIONS, wait_actions, gboolean, boolean)
   }
   return false;
 }
@@ -104,8 +116,20 @@ GstStaticPadTemplate src_template = GST_STATIC_PAD_TEMPLATE (
     "src", GST_PAD_SRC, GST_PAD_ALWAYS, GST_STATIC_CAPS (GST_VIDEO_CAPS_MAKE (FORMATS)));
 
 struct Stats {
-  guint64 chunks = 0, no_meta = 0, non_finite = 0, frames = 0, drawn = 0, stale = 0;
+  guint64 chunks = 0, no_meta = 0, non_finite = 0, frames = 0, drawn = 0, stale = 0, waited = 0;
 };
+
+/* A chunk that came on the actions pad, to be drawn from its observation time on; a non-finite
+ * one clears the plan from then. */
+struct Plan {
+  bool finite = false;
+  pi0::overlay::Chunk chunk;
+  GstClockTime time = GST_CLOCK_TIME_NONE;
+};
+
+/* Chunks observed after the frame being drawn wait here; past this many (the video far behind)
+ * the oldest is taken as the plan at once. */
+constexpr size_t kMaxPending = 64;
 
 } // namespace
 
@@ -116,15 +140,23 @@ struct GstPi0OverlayPrivate {
   GstPi0OverlayMode mode = DEFAULT_MODE;
   pi0::overlay::Style style;
   guint64 max_age = DEFAULT_MAX_AGE;
+  bool wait_actions = false;
   /* The video pad's format and segment (its streaming thread). */
   GstVideoInfo info;
   bool have_info = false;
   GstSegment segment;
-  /* The latest chunk, from the actions pad's thread; under lock with the stats. */
+  /* Under lock, with the stats: the plan drawn now (the latest chunk observed at or before the
+   * last frame), the chunks observed after it, and how far the actions stream has come. */
   std::mutex lock;
+  std::condition_variable cond; /* a chunk, the actions' EOS or a flush: a waiting frame looks */
   bool have_chunk = false;
   pi0::overlay::Chunk chunk;
   GstClockTime chunk_time = GST_CLOCK_TIME_NONE;
+  std::deque<Plan> pending;
+  GstClockTime actions_time = GST_CLOCK_TIME_NONE; /* the latest chunk's observation */
+  bool actions_untimed = false;                    /* a chunk without one: no waiting */
+  bool actions_eos = false;
+  bool flushing = false; /* the video pad flushing or the element going down */
   Stats stats;
   bool warned = false; /* a drawing failure is posted once */
 };
@@ -209,7 +241,29 @@ take_settings (GstPi0Overlay *self)
   priv->mode = s.mode;
   priv->style = std::move (style);
   priv->max_age = s.max_age;
+  priv->wait_actions = s.wait_actions;
   return true;
+}
+
+/* A chunk becomes the plan (under lock). */
+static void
+take_plan (GstPi0OverlayPrivate *priv, Plan &&p)
+{
+  priv->have_chunk = p.finite;
+  priv->chunk = std::move (p.chunk);
+  priv->chunk_time = p.time;
+}
+
+/* Forget every chunk (under lock): a flush or a new start. */
+static void
+reset_plans (GstPi0OverlayPrivate *priv)
+{
+  priv->have_chunk = false;
+  priv->chunk_time = GST_CLOCK_TIME_NONE;
+  priv->pending.clear ();
+  priv->actions_time = GST_CLOCK_TIME_NONE;
+  priv->actions_untimed = false;
+  priv->actions_eos = false;
 }
 
 static GstFlowReturn
@@ -222,20 +276,33 @@ gst_pi0_overlay_actions_chain (GstPad *, GstObject *parent, GstBuffer *buf)
   if (!meta) {
     priv->stats.no_meta++;
     GST_LOG_OBJECT (self, "a buffer without an action chunk");
-  } else if (!gst_pi0_action_meta_check_finite (meta)) {
-    priv->stats.non_finite++;
-    priv->have_chunk = false; /* the robot is not sent it: no plan to show */
-    GST_DEBUG_OBJECT (self, "chunk %" G_GUINT64_FORMAT " is not finite: plan cleared",
+    gst_buffer_unref (buf);
+    return GST_FLOW_OK;
+  }
+  Plan p;
+  p.time = meta->observation_time;
+  p.finite = gst_pi0_action_meta_check_finite (meta);
+  if (!p.finite) {
+    priv->stats.non_finite++; /* the robot is not sent it: no plan to show from then */
+    GST_DEBUG_OBJECT (self, "chunk %" G_GUINT64_FORMAT " is not finite: it clears the plan",
                       meta->sequence);
   } else {
     priv->stats.chunks++;
-    priv->chunk.horizon = meta->horizon;
-    priv->chunk.dim = meta->dim;
-    priv->chunk.actions.assign (meta->actions, meta->actions + (size_t)meta->horizon * meta->dim);
-    priv->chunk_time = meta->observation_time;
-    priv->have_chunk = true;
+    p.chunk.horizon = meta->horizon;
+    p.chunk.dim = meta->dim;
+    p.chunk.actions.assign (meta->actions, meta->actions + (size_t)meta->horizon * meta->dim);
   }
   gst_buffer_unref (buf);
+  if (GST_CLOCK_TIME_IS_VALID (p.time))
+    priv->actions_time = p.time;
+  else
+    priv->actions_untimed = true;
+  if (priv->pending.size () >= kMaxPending) {
+    take_plan (priv, std::move (priv->pending.front ()));
+    priv->pending.pop_front ();
+  }
+  priv->pending.push_back (std::move (p));
+  priv->cond.notify_all ();
   return GST_FLOW_OK;
 }
 
@@ -243,9 +310,17 @@ static gboolean
 gst_pi0_overlay_actions_event (GstPad *, GstObject *parent, GstEvent *ev)
 {
   GstPi0Overlay *self = GST_PI0_OVERLAY (parent);
+  GstPi0OverlayPrivate *priv = self->priv;
   if (GST_EVENT_TYPE (ev) == GST_EVENT_FLUSH_STOP) {
-    std::lock_guard<std::mutex> g (self->priv->lock);
-    self->priv->have_chunk = false;
+    std::lock_guard<std::mutex> g (priv->lock);
+    reset_plans (priv);
+  } else if (GST_EVENT_TYPE (ev) == GST_EVENT_EOS) {
+    std::lock_guard<std::mutex> g (priv->lock);
+    priv->actions_eos = true; /* no chunk to wait for any more */
+    priv->cond.notify_all ();
+  } else if (GST_EVENT_TYPE (ev) == GST_EVENT_STREAM_START) {
+    std::lock_guard<std::mutex> g (priv->lock);
+    priv->actions_eos = false;
   }
   /* The actions stream ends here: its caps, segments and EOS are not the video's. */
   gst_event_unref (ev);
@@ -281,9 +356,18 @@ gst_pi0_overlay_video_event (GstPad *pad, GstObject *parent, GstEvent *ev)
     case GST_EVENT_SEGMENT:
       gst_event_copy_segment (ev, &priv->segment);
       break;
-    case GST_EVENT_FLUSH_STOP:
-      gst_segment_init (&priv->segment, GST_FORMAT_TIME);
+    case GST_EVENT_FLUSH_START: {
+      std::lock_guard<std::mutex> g (priv->lock);
+      priv->flushing = true; /* a frame waiting for its chunk leaves */
+      priv->cond.notify_all ();
       break;
+    }
+    case GST_EVENT_FLUSH_STOP: {
+      gst_segment_init (&priv->segment, GST_FORMAT_TIME);
+      std::lock_guard<std::mutex> g (priv->lock);
+      priv->flushing = false;
+      break;
+    }
     default:
       break;
   }
@@ -300,16 +384,37 @@ gst_pi0_overlay_video_chain (GstPad *, GstObject *parent, GstBuffer *buf)
     GST_ELEMENT_ERROR (self, CORE, NEGOTIATION, ("A video frame came before its caps"), (nullptr));
     return GST_FLOW_NOT_NEGOTIATED;
   }
+  const GstClockTime rt =
+      priv->segment.format == GST_FORMAT_TIME && GST_BUFFER_PTS_IS_VALID (buf)
+          ? gst_segment_to_running_time (&priv->segment, GST_FORMAT_TIME, GST_BUFFER_PTS (buf))
+          : GST_CLOCK_TIME_NONE;
   pi0::overlay::Chunk chunk;
   bool draw = false;
   {
-    std::lock_guard<std::mutex> g (priv->lock);
+    std::unique_lock<std::mutex> g (priv->lock);
     priv->stats.frames++;
+    /* wait-actions: until the actions stream has come as far as this frame. Unlinking the pad
+     * notifies nothing: looked at again every 100 ms. */
+    bool waited = false;
+    while (priv->wait_actions && GST_CLOCK_TIME_IS_VALID (rt) && !priv->flushing &&
+           !priv->actions_eos && !priv->actions_untimed && gst_pad_is_linked (self->actions_sink) &&
+           !(GST_CLOCK_TIME_IS_VALID (priv->actions_time) && priv->actions_time >= rt)) {
+      waited = true;
+      priv->cond.wait_for (g, std::chrono::milliseconds (100));
+    }
+    if (priv->flushing) {
+      gst_buffer_unref (buf);
+      return GST_FLOW_FLUSHING;
+    }
+    priv->stats.waited += waited;
+    /* The plan for this frame: the latest chunk observed at or before it. */
+    while (!priv->pending.empty () && (!GST_CLOCK_TIME_IS_VALID (rt) ||
+                                       !GST_CLOCK_TIME_IS_VALID (priv->pending.front ().time) ||
+                                       priv->pending.front ().time <= rt)) {
+      take_plan (priv, std::move (priv->pending.front ()));
+      priv->pending.pop_front ();
+    }
     if (priv->have_chunk) {
-      const GstClockTime rt =
-          priv->segment.format == GST_FORMAT_TIME && GST_BUFFER_PTS_IS_VALID (buf)
-              ? gst_segment_to_running_time (&priv->segment, GST_FORMAT_TIME, GST_BUFFER_PTS (buf))
-              : GST_CLOCK_TIME_NONE;
       const bool stale = priv->max_age > 0 && GST_CLOCK_TIME_IS_VALID (rt) &&
                          GST_CLOCK_TIME_IS_VALID (priv->chunk_time) &&
                          rt > priv->chunk_time + priv->max_age;
@@ -358,11 +463,17 @@ gst_pi0_overlay_change_state (GstElement *element, GstStateChange transition)
 {
   GstPi0Overlay *self = GST_PI0_OVERLAY (element);
   GstPi0OverlayPrivate *priv = self->priv;
+  if (transition == GST_STATE_CHANGE_PAUSED_TO_READY) {
+    std::lock_guard<std::mutex> g (priv->lock);
+    priv->flushing = true; /* before the pads deactivate: a waiting frame must leave */
+    priv->cond.notify_all ();
+  }
   if (transition == GST_STATE_CHANGE_READY_TO_PAUSED) {
     if (!take_settings (self))
       return GST_STATE_CHANGE_FAILURE;
     std::lock_guard<std::mutex> g (priv->lock);
-    priv->have_chunk = false;
+    reset_plans (priv);
+    priv->flushing = false;
     priv->stats = Stats ();
     priv->warned = false;
     priv->have_info = false;
@@ -388,12 +499,12 @@ gst_pi0_overlay_get_property (GObject *object, guint prop_id, GValue *value, GPa
   if (prop_id == PROP_STATS) {
     std::lock_guard<std::mutex> g (self->priv->lock);
     const Stats &st = self->priv->stats;
-    g_value_take_boxed (value,
-                        gst_structure_new ("pi0overlay-stats", "chunks", G_TYPE_UINT64, st.chunks,
-                                           "no-meta", G_TYPE_UINT64, st.no_meta, "non-finite",
-                                           G_TYPE_UINT64, st.non_finite, "frames", G_TYPE_UINT64,
-                                           st.frames, "drawn", G_TYPE_UINT64, st.drawn, "stale",
-                                           G_TYPE_UINT64, st.stale, nullptr));
+    g_value_take_boxed (
+        value, gst_structure_new ("pi0overlay-stats", "chunks", G_TYPE_UINT64, st.chunks, "no-meta",
+                                  G_TYPE_UINT64, st.no_meta, "non-finite", G_TYPE_UINT64,
+                                  st.non_finite, "frames", G_TYPE_UINT64, st.frames, "drawn",
+                                  G_TYPE_UINT64, st.drawn, "stale", G_TYPE_UINT64, st.stale,
+                                  "waited", G_TYPE_UINT64, st.waited, nullptr));
     return;
   }
   std::lock_guard<std::mutex> lk (self->priv->settings_lock);
@@ -473,10 +584,18 @@ gst_pi0_overlay_class_init (GstPi0OverlayClass *klass)
                            "than this (running time, ns; 0: always drawn)",
                            0, G_MAXUINT64, DEFAULT_MAX_AGE, GST_PI0_PARAM_READY));
   g_object_class_install_property (
+      gobject_class, PROP_WAIT_ACTIONS,
+      g_param_spec_boolean ("wait-actions", "Wait for actions",
+                            "Each frame waits for the chunk observed from it (or a later one, the "
+                            "actions pad's EOS or unlinking): every frame shows its own plan. For "
+                            "recordings and lock-step runs; a live view leaves it off",
+                            DEFAULT_WAIT_ACTIONS, GST_PI0_PARAM_READY));
+  g_object_class_install_property (
       gobject_class, PROP_STATS,
       g_param_spec_boxed ("stats", "Stats",
                           "chunks (finite ones kept), no-meta (buffers without a chunk), "
-                          "non-finite (chunks that cleared the plan), frames, drawn, stale",
+                          "non-finite (chunks that cleared the plan), frames, drawn, stale, "
+                          "waited (frames that waited for their chunk)",
                           GST_TYPE_STRUCTURE, GST_PI0_PARAM_READ_ONLY));
   gst_element_class_add_static_pad_template (element_class, &video_sink_template);
   gst_element_class_add_static_pad_template (element_class, &actions_sink_template);
