@@ -9,8 +9,10 @@
  *       chunk (10) executed before it plans again: one JSON line per episode, then a summary
  *   pi0-sim run [--policy expert|MODEL] [--infer "PROPS"] [--episodes K] [--seed S]
  *               [--execute N] [--horizon H] [--width W] [--height H] [--prep-size P]
- *               [--record DIR [--lossless]] [--overlay DIR] [--robot-config F] [--timeout S]
- *       the same episodes through the chain, lock-step (pi0simloop.h): the cameras and state
+ *               [--record DIR [--lossless]] [--overlay DIR] [--real-time] [--robot-config F]
+ *               [--timeout S]
+ *       the same episodes through the chain, lock-step (pi0simloop.h; --real-time: on the
+ *       clock, the cameras live, nothing waiting for the policy): the cameras and state
  *       into pi0viewmux, the policy (the expert, or pi0infer model=MODEL PROPS), the chunks
  *       to the robot over UDP; --record DIR appends each episode to a LeRobotDataset (--lossless:
  *       the cameras bit-exact)
@@ -55,7 +57,7 @@ usage ()
               "       pi0-sim run [--policy expert|MODEL] [--infer PROPS] [--episodes K] [--seed S]"
               " [--execute N] [--horizon H] [--width W] [--height H] [--prep-size P]"
               " [--delay-ms D] [--record DIR [--lossless]] [--overlay DIR] [--actuation-noise RAD]"
-              " [--blocks N] [--robot-config F] [--timeout S]\n");
+              " [--blocks N] [--real-time] [--robot-config F] [--timeout S]\n");
   return 2;
 }
 
@@ -81,6 +83,10 @@ parse (int argc, char **argv, Args *a)
     const std::string k = argv[i];
     if (k == "--lossless") {
       a->loop.lossless = true;
+      continue;
+    }
+    if (k == "--real-time") {
+      a->loop.real_time = true;
       continue;
     }
     if (i + 1 >= argc) {
@@ -246,11 +252,11 @@ main (int argc, char **argv)
                          "\"chunks\":%u,\"guided\":%u,\"delay_rows\":%u,\"unanswered\":%u,\"rows\":"
                          "%u,\"rejected\":%u,"
                          "\"jerk\":%.3f,\"switches\":%u,\"switch_step_max\":%.5f,"
-                         "\"step_max\":%.5f}\n",
+                         "\"step_max\":%.5f,\"late\":%u}\n",
                          (unsigned long long)r.seed, r.instruction.c_str (),
                          pi0::sim::outcome_name (r.outcome), r.ticks, r.chunks, r.guided,
                          r.delay_rows, r.unanswered, r.executed, r.rejected, r.jerk, r.switches,
-                         r.switch_step_max, r.step_max);
+                         r.switch_step_max, r.step_max, r.late);
             std::fflush (stdout);
           },
           &err);

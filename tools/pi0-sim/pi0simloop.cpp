@@ -349,8 +349,11 @@ public:
     gst_element_set_state (pipeline_.get (), GST_STATE_PLAYING);
     trace_.push_back ({world_.joints (), 0});
     bool ok = true;
-    while (ok && !world_.done ())
-      ok = observe_and_execute (result, error);
+    if (o_.real_time)
+      ok = run_real_time (result, error);
+    else
+      while (ok && !world_.done ())
+        ok = observe_and_execute (result, error);
     if (policy_) {
       result->guided = (unsigned)stat_u64 (policy_.get (), "rtc-guided");
       result->delay_rows = (unsigned)stat_u64 (policy_.get (), "rtc-delay");
@@ -410,20 +413,22 @@ private:
         *error = "cannot make the --overlay directory " + o_.overlay;
         return false;
       }
-      /* The overhead view with the chunk the arm is running: the tool's path drawn where the
-       * camera sees it (the renderer's own projection). Not synchronised to the clock (it
-       * stands still while the chain works). */
+      /* The overhead view with the chunk made from it: the tool's path drawn where the camera
+       * sees it (the renderer's own projection). wait-actions: each frame waits for its own
+       * chunk, so which thread runs first changes no picture. Not synchronised to the clock
+       * (it stands still while the chain works). */
       const auto p = overhead_projection (o_.camera_width, o_.camera_height);
       const auto &l = o_.scene.links;
       char geometry[256];
       std::snprintf (geometry, sizeof geometry,
                      "links=\"%g,%g,%g\" projection=\"%.6g,%.6g,%.6g,%.6g,%.6g,%.6g\"", l[0], l[1],
                      l[2], p[0], p[1], p[2], p[3], p[4], p[5]);
-      line += " plan. ! queue ! ov.actions_sink maincam. ! queue ! videoconvert ! "
-              "video/x-raw,format=BGRx ! pi0overlay name=ov mode=planar max-age=0 " +
-              std::string (geometry) +
-              " ! videoconvert ! pngenc ! multifilesink sync=false async=false location=\"" +
-              o_.overlay + "/" + std::to_string (world_.seed ()) + "-%03d.png\"";
+      line +=
+          " plan. ! queue ! ov.actions_sink maincam. ! queue ! videoconvert ! "
+          "video/x-raw,format=BGRx ! pi0overlay name=ov mode=planar max-age=0 wait-actions=true " +
+          std::string (geometry) +
+          " ! videoconvert ! pngenc ! multifilesink sync=false async=false location=\"" +
+          o_.overlay + "/" + std::to_string (world_.seed ()) + "-%03d.png\"";
     }
     GError *err = nullptr;
     GstElement *p = gst_parse_launch (line.c_str (), &err);
@@ -435,8 +440,10 @@ private:
       return false;
     }
     pipeline_.reset (p);
-    clock_.reset (PI0_SIM_CLOCK (g_object_new (PI0_TYPE_SIM_CLOCK, nullptr)));
-    gst_pipeline_use_clock (GST_PIPELINE (p), GST_CLOCK (clock_.get ()));
+    if (!o_.real_time) {
+      clock_.reset (PI0_SIM_CLOCK (g_object_new (PI0_TYPE_SIM_CLOCK, nullptr)));
+      gst_pipeline_use_clock (GST_PIPELINE (p), GST_CLOCK (clock_.get ()));
+    }
     const int fps_num = (int)std::lround (o_.scene.control_rate);
     for (const Feed &f : kFeeds) {
       GstElement *src = gst_bin_get_by_name (GST_BIN (p), (std::string ("cam_") + f.pad).c_str ());
@@ -444,14 +451,22 @@ private:
           gst_caps_new_simple ("video/x-raw", "format", G_TYPE_STRING, "RGB", "width", G_TYPE_INT,
                                o_.camera_width, "height", G_TYPE_INT, o_.camera_height, "framerate",
                                GST_TYPE_FRACTION, fps_num, (int)n, nullptr);
-      g_object_set (src, "caps", caps, "format", GST_FORMAT_TIME, "is-live", FALSE, "max-bytes",
-                    (guint64)0, nullptr);
+      g_object_set (src, "caps", caps, "format", GST_FORMAT_TIME, "is-live", (gboolean)o_.real_time,
+                    "max-bytes", (guint64)0, nullptr);
+      /* Real time: a frame is pushed after all three are drawn, which takes a while on a busy
+       * machine; a camera's latency says how long (one period: the muxer pairs at once when
+       * every input has delivered, this is only how long it may wait). */
+      if (o_.real_time)
+        g_object_set (src, "min-latency", (gint64)period_, "max-latency", (gint64)period_, nullptr);
       gst_caps_unref (caps);
       cams_.emplace_back (src);
     }
     GstElement *state = gst_bin_get_by_name (GST_BIN (p), "state");
     GstCaps *caps = gst_caps_new_simple ("application/x-pi0-state", "dim", G_TYPE_INT, 3, nullptr);
-    g_object_set (state, "caps", caps, "format", GST_FORMAT_TIME, "is-live", FALSE, nullptr);
+    g_object_set (state, "caps", caps, "format", GST_FORMAT_TIME, "is-live", (gboolean)o_.real_time,
+                  nullptr);
+    if (o_.real_time)
+      g_object_set (state, "min-latency", (gint64)period_, "max-latency", (gint64)period_, nullptr);
     gst_caps_unref (caps);
     state_.reset (state);
     GstElement *robot = gst_bin_get_by_name (GST_BIN (p), "robot");
@@ -491,36 +506,8 @@ private:
       return false;
     const GstClockTime v = world_.ticks () * period_;
     pi0_sim_clock_set (clock_.get (), v);
-    if (o_.policy == "expert") {
-      std::lock_guard<std::mutex> lk (expert_.lock);
-      expert_.by_time[v] = expert_chunk (world_, o_.horizon);
-    }
-    GstVideoInfo info;
-    gst_video_info_set_format (&info, GST_VIDEO_FORMAT_RGB, o_.camera_width, o_.camera_height);
-    for (size_t i = 0; i < std::size (kFeeds); i++) {
-      GstBuffer *buf = gst_buffer_new_allocate (nullptr, GST_VIDEO_INFO_SIZE (&info), nullptr);
-      GstMapInfo map;
-      gst_buffer_map (buf, &map, GST_MAP_WRITE);
-      const bool drawn = render (world_, kFeeds[i].camera, o_.camera_width, o_.camera_height,
-                                 map.data, GST_VIDEO_INFO_PLANE_STRIDE (&info, 0), error);
-      gst_buffer_unmap (buf, &map);
-      if (!drawn) {
-        gst_buffer_unref (buf);
-        return false;
-      }
-      if (!push (cams_[i].get (), buf, v)) {
-        *error = std::string ("the chain refused the ") + kFeeds[i].pad + " camera's frame";
-        bus_error (pipeline_.get (), error);
-        return false;
-      }
-    }
-    const std::vector<float> &q = world_.joints ();
-    GstBuffer *sb = gst_buffer_new_memdup (q.data (), q.size () * sizeof (float));
-    if (!push (state_.get (), sb, v)) {
-      *error = "the chain refused the state";
-      bus_error (pipeline_.get (), error);
+    if (!capture (v, error))
       return false;
-    }
     // The first chunk of an episode is not held: it prerolls the chain, which is PLAYING (its
     // running time the world's) only once it has.
     bool held = o_.delay_ns > 0 && observations_ > 0;
@@ -565,6 +552,102 @@ private:
       tick (now);
     }
     pi0_sim_clock_set (clock_.get (), world_.ticks () * period_);
+    return true;
+  }
+
+  /* Real time: the world ticks at the control rate on the pipeline's clock (the system's),
+   * capturing an observation every `execute` ticks; between ticks the robot takes the frames
+   * that come, stamped with their arrival. Nothing waits for the policy: the robot runs the
+   * rows due by each tick, or holds. */
+  bool run_real_time (EpisodeResult *result, std::string *error)
+  {
+    // Live sources: no preroll; the sinks complete PLAYING on their first chunk, so the wait
+    // is for the cameras' sources to play (the pipeline has chosen its clock and base time
+    // before it sets them).
+    const auto start = std::chrono::steady_clock::now ();
+    for (GstState cur = GST_STATE_NULL; cur != GST_STATE_PLAYING;) {
+      if (gst_element_get_state (cams_[0].get (), &cur, nullptr, 100 * GST_MSECOND) ==
+          GST_STATE_CHANGE_FAILURE) {
+        *error = "the chain did not start playing";
+        bus_error (pipeline_.get (), error);
+        return false;
+      }
+      if (bus_error (pipeline_.get (), error) || timed_out (start, "PLAYING state", error))
+        return false;
+    }
+    GstClock *clock = gst_pipeline_get_clock (GST_PIPELINE (pipeline_.get ()));
+    const GstClockTime base = gst_element_get_base_time (pipeline_.get ());
+    const GstClockTime t0 = gst_clock_get_time (clock);
+    std::vector<uint8_t> data;
+    proto::Received r;
+    auto take = [&] (int timeout_ms) {
+      if (!socket_.receive (timeout_ms, &data))
+        return false;
+      rx_->receive (gst_clock_get_time (clock), data.data (), data.size (), r);
+      if (!r.reject && r.frame.header.kind == proto::Kind::kAction && !r.rows.empty ())
+        result->chunks++;
+      return true;
+    };
+    bool ok = true;
+    for (uint64_t k = 0; ok && !world_.done (); k++) {
+      const GstClockTime due = t0 + k * period_;
+      for (GstClockTime now = gst_clock_get_time (clock); now < due;
+           now = gst_clock_get_time (clock))
+        take ((int)((due - now + GST_MSECOND - 1) / GST_MSECOND));
+      while (take (0)) {
+      }
+      const GstClockTime now = gst_clock_get_time (clock);
+      if (now >= due + period_)
+        result->late++;
+      if (k % o_.execute == 0) {
+        // Stamped with the tick's own time (its running time), as a camera stamps its nominal
+        // frame times: the frames and the state of one observation then last exactly until the
+        // next (their durations), however late the loop ran.
+        ok = capture (due - base, error);
+      }
+      if (ok)
+        tick (now);
+      if (ok && bus_error (pipeline_.get (), error))
+        ok = false;
+    }
+    gst_object_unref (clock);
+    return ok;
+  }
+
+  /* One observation at @v: the three cameras' frames and the joint state pushed into the chain
+   * (with the expert, its chunk for it set aside first). */
+  bool capture (GstClockTime v, std::string *error)
+  {
+    if (o_.policy == "expert") {
+      std::lock_guard<std::mutex> lk (expert_.lock);
+      expert_.by_time[v] = expert_chunk (world_, o_.horizon);
+    }
+    GstVideoInfo info;
+    gst_video_info_set_format (&info, GST_VIDEO_FORMAT_RGB, o_.camera_width, o_.camera_height);
+    for (size_t i = 0; i < std::size (kFeeds); i++) {
+      GstBuffer *buf = gst_buffer_new_allocate (nullptr, GST_VIDEO_INFO_SIZE (&info), nullptr);
+      GstMapInfo map;
+      gst_buffer_map (buf, &map, GST_MAP_WRITE);
+      const bool drawn = render (world_, kFeeds[i].camera, o_.camera_width, o_.camera_height,
+                                 map.data, GST_VIDEO_INFO_PLANE_STRIDE (&info, 0), error);
+      gst_buffer_unmap (buf, &map);
+      if (!drawn) {
+        gst_buffer_unref (buf);
+        return false;
+      }
+      if (!push (cams_[i].get (), buf, v)) {
+        *error = std::string ("the chain refused the ") + kFeeds[i].pad + " camera's frame";
+        bus_error (pipeline_.get (), error);
+        return false;
+      }
+    }
+    const std::vector<float> &q = world_.joints ();
+    GstBuffer *sb = gst_buffer_new_memdup (q.data (), q.size () * sizeof (float));
+    if (!push (state_.get (), sb, v)) {
+      *error = "the chain refused the state";
+      bus_error (pipeline_.get (), error);
+      return false;
+    }
     return true;
   }
 
@@ -809,6 +892,14 @@ run_loop (const LoopOptions &o, const std::function<void (const EpisodeResult &)
   if (std::fabs (o.scene.control_rate - std::round (o.scene.control_rate)) > 1e-9 ||
       o.scene.control_rate < 1) {
     *error = "the control rate must be a whole number of Hz";
+    return false;
+  }
+  if (o.real_time && o.delay_ns > 0) {
+    *error = "--delay-ms is lock-step's: in real time the delay is the chain's own";
+    return false;
+  }
+  if (o.real_time && !o.record.empty ()) {
+    *error = "recording is lock-step only: a dataset must not depend on how fast the machine is";
     return false;
   }
   if (o.delay_ns >= o.execute * (uint64_t)std::llround (1e9 / o.scene.control_rate)) {

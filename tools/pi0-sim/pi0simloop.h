@@ -5,7 +5,7 @@
  * (pi0::proto::Receiver, with FEEDBACK), and the world advances only when the chunk for its
  * observation has arrived. The pipeline runs on a clock this program advances (one control
  * period per executed row), so nothing depends on how fast the machine is: the same seed and
- * policy give the same episodes. */
+ * policy give the same episodes. LoopOptions::real_time runs it on the clock instead. */
 #pragma once
 
 #include "pi0simworld.h"
@@ -40,6 +40,11 @@ struct LoopOptions {
    * waits at the sink's pad while the robot runs on what it has (the paper's inference delay,
    * wherever it is spent). Below execute periods. */
   uint64_t delay_ns = 0;
+  /* Real time instead of lock-step: the world ticks on the pipeline's (system) clock at the
+   * control rate whether or not a chunk has come, the cameras are live sources captured every
+   * `execute` ticks, and the robot runs what has arrived by each tick (or holds), as a real one
+   * would. For demos and benches: how fast the machine is changes the episodes. */
+  bool real_time = false;
   SceneOptions scene;
 };
 
@@ -62,6 +67,7 @@ struct EpisodeResult {
   double switch_step_max = 0; /* the largest joint step at those ticks, rad */
   double switch_step_sum = 0; /* their sum (for the mean over episodes) */
   double step_max = 0;        /* the largest joint step at the other ticks, rad */
+  unsigned late = 0; /* real time: ticks run a period or more after their time (the loop slow) */
 };
 
 /* Runs the episodes, calling @on_episode after each. False (with *error) when the chain
