@@ -5,7 +5,12 @@ simulated robot (`pi0-sim run --record`, docs/sim.md), and saves it as LeRobot s
 processor files), which `pi0infer model=DIR` opens as it is.
 
     .lerobot-venv/bin/python scripts/train_sim_pi0.py DATASET [DATASET...] OUT [--steps 3000]
-        [--batch 16] [--holdout DATASET] [--eval-every 1000]
+        [--batch 16] [--holdout DATASET] [--eval-every 1000] [--init CHECKPOINT]
+
+`--init` goes on from a checkpoint this script saved (its weights; the sizes must be the same
+and the datasets those it was trained on, whose statistics it holds): e.g. a run stopped before
+its learning rate decayed, given a schedule of its own from `--lr` down (the optimizer's moments
+start afresh: give it a short `--warmup`).
 
 Several DATASETs (shards recorded side by side, each its own `pi0-sim run --record`; appending
 to one dataset slows as it grows, docs/sim.md) train as one: their frames together, their
@@ -78,6 +83,7 @@ def main() -> None:
                     help="the width of the vision tower, the language model and the action expert"
                          " (their MLPs twice it)")
     ap.add_argument("--depth", type=int, default=SIZES["vision"]["depth"], help="layers of each")
+    ap.add_argument("--init", help="start from this checkpoint's weights (saved by this script, same sizes)")
     a = ap.parse_args()
     if len(a.datasets) < 2:
         ap.error("give at least one DATASET and the OUT directory")
@@ -85,6 +91,8 @@ def main() -> None:
     for d in a.datasets + ([a.holdout] if a.holdout else []):
         if not os.path.isfile(os.path.join(d, "meta", "info.json")):
             sys.exit(f"{d}: not a LeRobotDataset (no meta/info.json); record_sim.sh's shards are OUT/shard-*/")
+    if a.init and not os.path.isfile(os.path.join(a.init, "model.safetensors")):
+        sys.exit(f"--init {a.init}: no model.safetensors there")
     if a.image % a.patch:
         ap.error("--image must be a multiple of --patch")
     SIZES["vision"].update(image_size=a.image, patch_size=a.patch)
@@ -126,6 +134,18 @@ def main() -> None:
                     scheduler_decay_lr=a.lr / 20)
     policy = modeling.PI0Policy(cfg)
     parity.shrink(policy, SIZES, vocab)
+    init_steps = 0
+    if a.init:
+        from safetensors.torch import load_file
+        try:
+            policy.load_state_dict(load_file(os.path.join(a.init, "model.safetensors")), strict=True)
+        except RuntimeError as e:
+            sys.exit(f"--init {a.init}: its weights do not fit these sizes: {str(e).splitlines()[0]}")
+        try:
+            with open(os.path.join(a.init, "training.json")) as f:
+                init_steps = int(json.load(f).get("steps", 0))
+        except (OSError, ValueError):
+            pass
     pre, post = processor.make_pi0_pre_post_processors(cfg, dataset_stats=stats)
     cameras = [k for k in features if k.startswith("observation.images.")]
 
@@ -202,6 +222,7 @@ def main() -> None:
             json.dump({"lerobot": lerobot.__version__, "transformers": transformers.__version__,
                        "torch": torch.__version__, "python": platform.python_version(),
                        "machine": platform.machine(), "threads": a.threads, "seed": a.seed, "steps": step,
+                       "init": os.path.abspath(a.init) if a.init else None, "init_steps": init_steps,
                        "batch": a.batch, "image": a.image, "patch": a.patch, "lr": a.lr, "chunk": a.chunk, "frames": len(items),
                        "datasets": [os.path.abspath(d) for d in a.datasets], "episodes": episodes,
                        "holdout": os.path.abspath(a.holdout) if a.holdout else None,
