@@ -604,6 +604,42 @@ TEST (SimLoop, RealTimeRunsTheChainOnTheClock)
   }
 }
 
+/* scripts/train_sim_pi0.py refuses, before any training, what it cannot train on or start
+ * from: a directory that is not a LeRobotDataset (the glob docs/sim.md once gave took
+ * record_sim.sh's logs too) and an --init without a checkpoint, each naming the path. */
+TEST (SimLoop, TheTrainingScriptRefusesWhatIsNotADatasetOrACheckpoint)
+{
+  const std::string root = env_or ("PI0_SOURCE_ROOT", ".");
+  const std::string py = root + "/.lerobot-venv/bin/python";
+  if (!std::ifstream (py).good ()) {
+    if (std::getenv ("PI0_CI"))
+      FAIL () << "no .lerobot-venv: CI must run the training script with the real LeRobot";
+    GTEST_SKIP () << "no .lerobot-venv (scripts/setup.sh makes it with Python 3.12)";
+  }
+  char tmpl[] = "/tmp/pi0-sim-train-XXXXXX";
+  ASSERT_NE (mkdtemp (tmpl), nullptr);
+  const std::string dir = tmpl, script = py + " " + root + "/scripts/train_sim_pi0.py ";
+  {
+    std::ofstream (dir + "/shard-000.log") << "{}\n";
+  }
+  Ran r = run_command (script + dir + "/shard-000.log " + dir + "/out 2>&1");
+  EXPECT_NE (r.status, 0);
+  EXPECT_NE (r.out.find (dir + "/shard-000.log: not a LeRobotDataset"), std::string::npos) << r.out;
+  /* A real dataset (recorded here, two episodes), and --init naming a directory without
+   * weights. */
+  const Ran rec = pi0_sim ("run --episodes 2 --seed 40 --execute 1 --width 32 --height 32 "
+                           "--lossless --record " +
+                           dir + "/ds");
+  ASSERT_EQ (rec.status, 0) << rec.out;
+  r = run_command (script + dir + "/ds " + dir + "/out --init " + dir + "/nothing 2>&1");
+  EXPECT_NE (r.status, 0);
+  EXPECT_NE (r.out.find ("--init " + dir + "/nothing: no model.safetensors there"),
+             std::string::npos)
+      << r.out;
+  EXPECT_FALSE (std::filesystem::exists (dir + "/out")) << "nothing saved";
+  std::filesystem::remove_all (dir);
+}
+
 TEST (SimLoop, BadArgumentsAreClearErrors)
 {
   Ran r = pi0_sim ("run --execute 5 --record /tmp/pi0-sim-never");
