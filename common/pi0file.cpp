@@ -57,6 +57,27 @@ is_regular_file (const std::string &path, std::string *error)
 }
 
 bool
+path_exists (const std::string &path)
+{
+  struct stat st;
+  return ::stat (path.c_str (), &st) == 0;
+}
+
+bool
+is_directory (const std::string &path)
+{
+  struct stat st;
+  return ::stat (path.c_str (), &st) == 0 && S_ISDIR (st.st_mode);
+}
+
+std::string
+parent_dir (const std::string &path)
+{
+  const auto slash = path.find_last_of ('/');
+  return slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr (0, slash);
+}
+
+bool
 read_regular_file (const std::string &path, size_t max_bytes, std::string *out,
                    std::string *error)
 {

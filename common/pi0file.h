@@ -26,4 +26,11 @@ bool read_regular_file (const std::string &path, size_t max_bytes, std::string *
  * a TorchScript file): true if @path is a regular file; otherwise *@error says what it is. */
 bool is_regular_file (const std::string &path, std::string *error);
 
+/* Whether anything is at @path (stat succeeds), and whether it is a directory. */
+bool path_exists (const std::string &path);
+bool is_directory (const std::string &path);
+
+/* The directory part of @path: "." for a bare name, "/" for a file in the root. */
+std::string parent_dir (const std::string &path);
+
 } // namespace pi0

@@ -30,7 +30,7 @@ config's optimizer and scheduler presets (AdamW, cosine decay with warm-up). The
 backward, gradient clipping at the config's norm, optimizer and scheduler steps.
 
 LeRobot's configs know only the full-size Gemma variants: the sizes are set as
-tests/parity/lerobot_processor_parity.py sets them (its `patch_lerobot` and `shrink`) and
+tests/parity/lerobot_processor_parity.py sets them (lerobot_sizes.py's `patch_lerobot` and `shrink`) and
 written into config.json's "gst_pi0" object, with the tokenizer (the test tokenizer, as
 transformers' GemmaTokenizer). The decoded frames are held in memory for the run (decoding
 videos for every batch would be most of the time).
@@ -48,7 +48,8 @@ import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "parity"))
-import lerobot_processor_parity as parity  # noqa: E402  (the size patches, the test tokenizer)
+import lerobot_processor_parity as parity  # noqa: E402  (the test tokenizer, the gst_pi0 sizes)
+import lerobot_sizes as sizes  # noqa: E402  (LeRobot at small sizes)
 
 # Small enough to train on a CPU; 64-pixel views in patches of 8 (64 tokens per view). LeRobot's
 # pi0 fixes 8 attention heads in code, so the attention over the prefix (3 x 64 image tokens and
@@ -112,7 +113,7 @@ def main() -> None:
     from lerobot.policies.pi0.configuration_pi0 import PI0Config
 
     tokenizer, vocab = parity.gemma_tokenizer()
-    parity.patch_lerobot(modeling, processor, SIZES, tokenizer)
+    sizes.patch_lerobot(modeling, SIZES, processor, tokenizer)
 
     from lerobot.datasets.compute_stats import aggregate_stats
 
@@ -133,7 +134,7 @@ def main() -> None:
                     optimizer_lr=a.lr, scheduler_warmup_steps=a.warmup, scheduler_decay_steps=max(1, a.steps),
                     scheduler_decay_lr=a.lr / 20)
     policy = modeling.PI0Policy(cfg)
-    parity.shrink(policy, SIZES, vocab)
+    sizes.shrink(policy.model, SIZES, vocab, lm_heads=True)
     init_steps = 0
     if a.init:
         from safetensors.torch import load_file

@@ -10,6 +10,7 @@
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
+#include "io/pi0safetensors.h"
 #include "model/pi0config.h"
 #include "model/pi0model.h"
 #include "model/pi0policy.h"
@@ -47,6 +48,21 @@ tiny_input (const pi0::Pi0Config &cfg, uint64_t seed, int valid_tokens = 12)
               in.token_mask;
   in.state = at::empty ({cfg.state_dim}).uniform_ (-1, 1, gen);
   in.noise = at::empty ({cfg.horizon, cfg.action_dim}).normal_ (0, 1, gen);
+  return in;
+}
+
+/* A LeRobot golden's observation (the io.safetensors of tests/parity/lerobot_pi0 and _pi05).
+ * pi0.5's goldens have no state tensor (its model reads none): zeros then. */
+inline pi0::PolicyInput
+golden_input (const pi0::TensorMap &io)
+{
+  pi0::PolicyInput in;
+  in.images = io.at ("images");
+  in.image_masks = io.at ("image_masks");
+  in.tokens = io.at ("tokens");
+  in.token_mask = io.at ("token_mask");
+  in.state = io.count ("state") ? io.at ("state") : at::zeros ({32});
+  in.noise = io.at ("noise");
   return in;
 }
 

@@ -1,9 +1,12 @@
-/* Running a command-line tool from a test, as a user would (through popen). */
+/* Running a command-line tool from a test, as a user would (through popen), and finding the
+ * real lerobot's Python that some tests run. */
 #pragma once
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 namespace pi0test
@@ -31,4 +34,24 @@ run_command (const std::string &cmd)
   return r;
 }
 
+/* The real lerobot's Python (@root/.lerobot-venv/bin/python, which scripts/setup.sh makes), or
+ * "" when there is none. */
+inline std::string
+lerobot_python_in (const std::string &root)
+{
+  const std::string py = root + "/.lerobot-venv/bin/python";
+  return ::access (py.c_str (), X_OK) == 0 ? py : std::string ();
+}
+
 } // namespace pi0test
+
+/* Declares `py`, the real lerobot's Python under the source tree @root. Without one: a failure
+ * in CI (PI0_CI set), saying what CI must do with it (@why; LeRobot's own code is the peer these
+ * tests hold us to), a skip elsewhere. A macro: FAIL and GTEST_SKIP return from the test that
+ * uses it. */
+#define REQUIRE_LEROBOT_PYTHON(py, root, why)                                                      \
+  const std::string py = pi0test::lerobot_python_in (root);                                        \
+  if (py.empty () && std::getenv ("PI0_CI") != nullptr)                                            \
+    FAIL () << "no .lerobot-venv: CI must " why;                                                   \
+  if (py.empty ())                                                                                 \
+  GTEST_SKIP () << "no .lerobot-venv (scripts/setup.sh makes it with Python 3.12)"

@@ -21,6 +21,8 @@
 #include <gst/pi0/pi0.h>
 #include <gtest/gtest.h>
 
+#include "pi0testrun.h"
+
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -63,23 +65,6 @@ struct Dir {
     fs::remove_all (path, ec);
   }
 };
-
-std::string
-lerobot_python ()
-{
-  const std::string py = source_root () + "/.lerobot-venv/bin/python";
-  return g_file_test (py.c_str (), G_FILE_TEST_IS_EXECUTABLE) ? py : "";
-}
-
-/* Declares `py`, the real lerobot's Python. Without one: a failure in CI, saying what CI must
- * do with it (@why; LeRobot's own code is the peer these tests hold us to), a skip elsewhere.
- * A macro: FAIL and GTEST_SKIP return from the test that uses it. */
-#define REQUIRE_LEROBOT_PYTHON(py, why)                                                            \
-  const std::string py = lerobot_python ();                                                        \
-  if (py.empty () && g_getenv ("PI0_CI") != nullptr)                                               \
-    FAIL () << "no .lerobot-venv: CI must " why;                                                   \
-  if (py.empty ())                                                                                 \
-    GTEST_SKIP () << "no .lerobot-venv (scripts/setup.sh makes it with Python 3.12)"
 
 /* Runs @argv, returns its exit status; its output (bytes, with stderr unless @merge is false)
  * goes to *out. */
@@ -648,7 +633,7 @@ lerobot_made (const std::string &py, const std::string &dir, const std::string &
  * of its frames byte for byte the frame LeRobot's decoder selects for it, and its state rows. */
 TEST (Pi0LeRobotSrc, PlaysEveryEpisodeOfDatasetsLeRobotWrote)
 {
-  REQUIRE_LEROBOT_PYTHON (py, "play datasets the real lerobot wrote");
+  REQUIRE_LEROBOT_PYTHON (py, source_root (), "play datasets the real lerobot wrote");
   Dir dir;
   const std::string tool = source_root () + "/tests/lerobot/lerobot_made.py";
   for (const char *codec : {"h264", "libsvtav1"}) {
@@ -834,7 +819,7 @@ play_with_fake_decoder (const std::string &root, guint episode, int *frames)
  * EOS and all its frames. An error before then is the pipeline's, as ever (the control). */
 TEST (Pi0LeRobotSrc, ADecoderFailingAfterTheEpisodeEndedDoesNotFailIt)
 {
-  REQUIRE_LEROBOT_PYTHON (py, "play datasets the real lerobot wrote");
+  REQUIRE_LEROBOT_PYTHON (py, source_root (), "play datasets the real lerobot wrote");
   ASSERT_TRUE (
       gst_element_register (nullptr, "pi0testfakeav1dec", GST_RANK_NONE, fake_av1_dec_get_type ()));
   Dir dir;
@@ -862,7 +847,7 @@ TEST (Pi0LeRobotSrc, ADecoderFailingAfterTheEpisodeEndedDoesNotFailIt)
  * Then append=true onto damaged datasets is refused, naming the damage. */
 TEST (Pi0LeRobotSrc, HostileDatasetsGiveErrorsNamingTheFieldNeverAbortsOrHangs)
 {
-  REQUIRE_LEROBOT_PYTHON (py, "make the hostile datasets from a LeRobot one");
+  REQUIRE_LEROBOT_PYTHON (py, source_root (), "make the hostile datasets from a LeRobot one");
   Dir dir;
   const std::string good = dir.path + "/good", cases_dir = dir.path + "/cases";
   std::string out;
@@ -939,7 +924,7 @@ drop_four_frames (GstPad *, GstPadProbeInfo *info, gpointer)
  * with a true timeline). The episode is replayed from a dataset LeRobot wrote. */
 TEST (Pi0LeRobotSink, AGapIsCountedPostedAndKeptOrSplitAsAsked)
 {
-  REQUIRE_LEROBOT_PYTHON (py, "make the dataset with the real lerobot");
+  REQUIRE_LEROBOT_PYTHON (py, source_root (), "make the dataset with the real lerobot");
   Dir dir;
   const std::string good = dir.path + "/good";
   ASSERT_TRUE (lerobot_made (py, dir.path, good));
@@ -1005,7 +990,7 @@ TEST (Pi0LeRobotSink, AGapIsCountedPostedAndKeptOrSplitAsAsked)
  * error that stops the pipeline. */
 TEST (Pi0LeRobotSink, ARecordingFailureStopsTheRecordingNotThePipelineUnlessAsked)
 {
-  REQUIRE_LEROBOT_PYTHON (py, "make the dataset with the real lerobot");
+  REQUIRE_LEROBOT_PYTHON (py, source_root (), "make the dataset with the real lerobot");
   Dir dir;
   const std::string good = dir.path + "/good";
   ASSERT_TRUE (lerobot_made (py, dir.path, good));
@@ -1054,7 +1039,7 @@ TEST (Pi0LeRobotSink, ARecordingFailureStopsTheRecordingNotThePipelineUnlessAske
  * itself, frames intact (tests/lerobot/merge_and_quality.py). */
 TEST (Pi0LeRobotSinkRecord, LossyEpisodesKeepTheirQualityAndLeRobotMergesThem)
 {
-  REQUIRE_LEROBOT_PYTHON (py, "merge the recording with the real lerobot");
+  REQUIRE_LEROBOT_PYTHON (py, source_root (), "merge the recording with the real lerobot");
   Dir dir;
   auto vars = robot_vars (dir.path);
   vars["EPISODE_LENGTH"] = "8";
@@ -1106,7 +1091,7 @@ TEST (Pi0LeRobotSinkRecord, LossyEpisodesKeepTheirQualityAndLeRobotMergesThem)
 /* Record two lossless episodes from the demo chain, load them with lerobot, replay one. */
 TEST (Pi0LeRobotSinkRecord, TwoEpisodesLoadInLeRobotAndReplayGivesTheLiveActions)
 {
-  REQUIRE_LEROBOT_PYTHON (py, "load the recording with the real lerobot");
+  REQUIRE_LEROBOT_PYTHON (py, source_root (), "load the recording with the real lerobot");
   Dir dir;
   auto vars = robot_vars (dir.path);
   vars["LOSSLESS"] = "true";
@@ -1212,7 +1197,7 @@ TEST (Pi0LeRobotSinkRecord, TwoEpisodesLoadInLeRobotAndReplayGivesTheLiveActions
 /* A recording killed mid-episode keeps its finished episodes loadable; appending cleans up. */
 TEST (Pi0LeRobotSinkRecord, KilledRecordingKeepsItsFinishedEpisodes)
 {
-  REQUIRE_LEROBOT_PYTHON (py, "load the recording with the real lerobot");
+  REQUIRE_LEROBOT_PYTHON (py, source_root (), "load the recording with the real lerobot");
   Dir dir;
   auto vars = robot_vars (dir.path);
   vars["EPISODE_LENGTH"] = "12";

@@ -15,19 +15,12 @@
 #include "io/pi0safetensors.h"
 #include "model/pi0openpolicy.h"
 #include "pi0testmodel.h"
+#include "pi0testrun.h"
 
 using namespace pi0test;
 
 namespace
 {
-
-std::string
-lerobot_python ()
-{
-  const std::string py = source_root () + "/.lerobot-venv/bin/python";
-  std::ifstream f (py);
-  return f.good () ? py : std::string ();
-}
 
 /* Runs the maker for @kind and @size into a fresh directory; the directory, or "" on failure
  * (with the log in *log). */
@@ -39,7 +32,7 @@ make_checkpoint (const TempDir &dir, const std::string &kind, const std::string 
   // One thread beside the other tests; the full size runs by hand, alone, on every core.
   const std::string threads = size == "full" ? "" : "OMP_NUM_THREADS=1 ";
   const std::string cmd = threads + "PYTHONPATH='" + source_root () + "/tests/parity' '" +
-                          lerobot_python () + "' '" + source_root () +
+                          lerobot_python_in (source_root ()) + "' '" + source_root () +
                           "/tests/parity/lerobot_processor_parity.py' '" + out + "' " + kind + " " +
                           size + " > '" + out + ".log' 2>&1";
   const int status = std::system (cmd.c_str ());
@@ -67,16 +60,11 @@ checkpoint (const std::string &kind, const std::string &size)
   return made[key];
 }
 
+/* The real LeRobot (a CI failure without it, a skip elsewhere) and SentencePiece. */
 #define PI0_REQUIRE_LEROBOT()                                                                      \
-  do {                                                                                             \
-    if (lerobot_python ().empty ()) {                                                              \
-      if (std::getenv ("PI0_CI"))                                                                  \
-        FAIL () << "no .lerobot-venv: CI must hold checkpoints against the real LeRobot";          \
-      GTEST_SKIP () << "no .lerobot-venv (scripts/setup.sh makes it with Python 3.12)";            \
-    }                                                                                              \
-    if (!pi0::Tokenizer::available ())                                                             \
-      GTEST_SKIP () << "built without libsentencepiece";                                           \
-  } while (0)
+  REQUIRE_LEROBOT_PYTHON (py_, source_root (), "hold checkpoints against the real LeRobot");       \
+  if (!pi0::Tokenizer::available ())                                                               \
+  GTEST_SKIP () << "built without libsentencepiece"
 
 /* What LeRobot gave for its raw observation, and ours for the same one through open_policy(). */
 struct Compared {

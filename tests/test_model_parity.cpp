@@ -181,13 +181,7 @@ TEST (LeRobotGolden, ActionsAndPrefixCacheMatch)
   const std::string dir = source_root () + "/tests/parity/lerobot_pi0";
   auto model = pi0::load_pi0_model (dir);
   pi0::TensorMap io = pi0::load_safetensors (dir + "/io.safetensors");
-  pi0::PolicyInput in;
-  in.images = io.at ("images");
-  in.image_masks = io.at ("image_masks");
-  in.tokens = io.at ("tokens");
-  in.token_mask = io.at ("token_mask");
-  in.state = io.at ("state");
-  in.noise = io.at ("noise");
+  pi0::PolicyInput in = golden_input (io);
   ASSERT_FALSE (in.image_masks[2].item<bool> ()) << "the golden masks its third camera";
 
   {
@@ -234,13 +228,8 @@ TEST (LeRobotGolden, Pi05ActionsMatchWithTheTimeConditioningAndControls)
   ASSERT_EQ (model->config ().horizon, 10);
   ASSERT_EQ (model->config ().suffix_len (), 10);
   pi0::TensorMap io = pi0::load_safetensors (dir + "/io.safetensors");
-  pi0::PolicyInput in;
-  in.images = io.at ("images");
-  in.image_masks = io.at ("image_masks");
-  in.tokens = io.at ("tokens");
-  in.token_mask = io.at ("token_mask");
-  in.state = at::zeros ({32}); // pi0.5's model reads no state tensor (it is in the prompt)
-  in.noise = io.at ("noise");
+  ASSERT_FALSE (io.count ("state")) << "pi0.5's model reads no state tensor (it is in the prompt)";
+  pi0::PolicyInput in = golden_input (io);
   auto policy = pi0::make_pi0_policy (model, {});
   const at::Tensor actions = policy->infer (in);
   const at::Tensor &expect = io.at ("actions");

@@ -144,14 +144,7 @@ check_rtc_goldens (const std::string &dir, const std::vector<const char *> &name
   auto model = pi0::load_pi0_model (dir);
   pi0::TensorMap io = pi0::load_safetensors (dir + "/io.safetensors");
   pi0::TensorMap g = pi0::load_safetensors (dir + "/rtc.safetensors");
-  // pi0.5's goldens have no state tensor: its model reads none.
-  const at::Tensor state = io.count ("state") ? io.at ("state") : at::zeros ({32});
-  Batch b{io.at ("images").unsqueeze (0),
-          io.at ("image_masks").unsqueeze (0),
-          io.at ("tokens").unsqueeze (0),
-          io.at ("token_mask").unsqueeze (0),
-          state.unsqueeze (0),
-          io.at ("noise").unsqueeze (0)};
+  const Batch b = batch_of (golden_input (io));
   c10::InferenceMode guard; // as the Policy runs it: the guided loop must turn autograd back on
   const at::Tensor unguided = plain (*model, b);
   const int64_t h = model->config ().horizon;

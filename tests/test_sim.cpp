@@ -396,12 +396,7 @@ TEST (SimLoop, ARandomPolicyIsTheControl)
 TEST (SimLoop, RecordedEpisodesLoadInLeRobotWithTheCommandsAsActions)
 {
   const std::string root = env_or ("PI0_SOURCE_ROOT", ".");
-  const std::string py = root + "/.lerobot-venv/bin/python";
-  if (!std::ifstream (py).good ()) {
-    if (std::getenv ("PI0_CI"))
-      FAIL () << "no .lerobot-venv: CI must load the recording with the real LeRobot";
-    GTEST_SKIP () << "no .lerobot-venv (scripts/setup.sh makes it with Python 3.12)";
-  }
+  REQUIRE_LEROBOT_PYTHON (py, root, "load the recording with the real LeRobot");
   char tmpl[] = "/tmp/pi0-sim-rec-XXXXXX";
   ASSERT_NE (mkdtemp (tmpl), nullptr);
   const std::string dir = tmpl;
@@ -610,12 +605,7 @@ TEST (SimLoop, RealTimeRunsTheChainOnTheClock)
 TEST (SimLoop, TheTrainingScriptRefusesWhatIsNotADatasetOrACheckpoint)
 {
   const std::string root = env_or ("PI0_SOURCE_ROOT", ".");
-  const std::string py = root + "/.lerobot-venv/bin/python";
-  if (!std::ifstream (py).good ()) {
-    if (std::getenv ("PI0_CI"))
-      FAIL () << "no .lerobot-venv: CI must run the training script with the real LeRobot";
-    GTEST_SKIP () << "no .lerobot-venv (scripts/setup.sh makes it with Python 3.12)";
-  }
+  REQUIRE_LEROBOT_PYTHON (py, root, "run the training script with the real LeRobot");
   char tmpl[] = "/tmp/pi0-sim-train-XXXXXX";
   ASSERT_NE (mkdtemp (tmpl), nullptr);
   const std::string dir = tmpl, script = py + " " + root + "/scripts/train_sim_pi0.py ";

@@ -314,38 +314,29 @@ Runner::prepare (GstBuffer *buf, const Settings &s, GstClockTime now, Prepared *
     return GST_FLOW_NOT_NEGOTIATED;
   }
 
-  /* No state: no actions, unless the user said a missing state is zeros. */
+  /* No state: no actions, unless the user said a missing state is zeros. pi0.5 reads the state
+   * as prompt bins: a made-up (zero) state would be a wrong prompt, not a neutral one, so
+   * require-state=false does not apply to it. */
   guint state_dim = 0;
   const gfloat *state = gst_pi0_observation_meta_get_state (om, &state_dim);
   bool stale = (om->state_flags & GST_PI0_STATE_FLAG_STALE) != 0;
-  if ((!state || stale) && s.require_state) {
+  if ((!state || stale) && (s.require_state || spec.state_in_prompt)) {
     {
       std::lock_guard<std::mutex> lk (stats_lock_);
       stats_.skipped_state++;
     }
     if (!warned_no_state_) {
       warned_no_state_ = true;
+      const char *what = state ? "a stale" : "no";
       n.warning (GST_STREAM_ERROR, GST_STREAM_ERROR_FAILED,
-                 strf ("Observation %" G_GUINT64_FORMAT " has %s robot state: no actions for it "
-                       "(set require-state=false to use zeros).",
-                       om->sequence, state ? "a stale" : "no"));
-    }
-    return GST_FLOW_OK;
-  }
-  /* pi0.5 reads the state as prompt bins: a made-up (zero) state would be a wrong prompt, not a
-   * neutral one, so require-state=false does not apply to it. */
-  if ((!state || stale) && spec.state_in_prompt) {
-    {
-      std::lock_guard<std::mutex> lk (stats_lock_);
-      stats_.skipped_state++;
-    }
-    if (!warned_no_state_) {
-      warned_no_state_ = true;
-      n.warning (GST_STREAM_ERROR, GST_STREAM_ERROR_FAILED,
-                 strf ("Observation %" G_GUINT64_FORMAT " has %s robot state, and this %s model "
-                       "reads the state in its prompt: no actions for it (require-state=false "
-                       "does not make up a state for it).",
-                       om->sequence, state ? "a stale" : "no", spec.model_type.c_str ()));
+                 s.require_state
+                     ? strf ("Observation %" G_GUINT64_FORMAT " has %s robot state: no actions "
+                             "for it (set require-state=false to use zeros).",
+                             om->sequence, what)
+                     : strf ("Observation %" G_GUINT64_FORMAT " has %s robot state, and this %s "
+                             "model reads the state in its prompt: no actions for it "
+                             "(require-state=false does not make up a state for it).",
+                             om->sequence, what, spec.model_type.c_str ()));
     }
     return GST_FLOW_OK;
   }

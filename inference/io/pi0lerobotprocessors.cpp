@@ -2,7 +2,6 @@
 // {"name": ..., "steps": [{"registry_name": ..., "config": {...}, "state_file": ...}, ...]},
 // the normalizer steps' statistics in the state files as "<feature>.<stat>" tensors.
 #include <set>
-#include <sys/stat.h>
 
 #include "io/pi0error.h"
 #include "io/pi0normstats.h"
@@ -153,8 +152,7 @@ check_disabled (const Json &step, const std::string &where)
 bool
 has_lerobot_processors (const std::string &dir)
 {
-  struct stat st;
-  return ::stat ((dir + "/" + kPre).c_str (), &st) == 0;
+  return path_exists (dir + "/" + kPre);
 }
 
 LeRobotProcessors
@@ -162,8 +160,7 @@ load_lerobot_processors (const std::string &dir)
 {
   const std::string pre_path = dir + "/" + kPre, post_path = dir + "/" + kPost;
   const Json pre = read_pipeline (pre_path);
-  struct stat st;
-  if (::stat (post_path.c_str (), &st) != 0)
+  if (!path_exists (post_path))
     throw Error (dir + " has " + kPre + " but no " + kPost +
                  ": the actions could not be unnormalized");
   const Json post = read_pipeline (post_path);
@@ -212,23 +209,15 @@ load_lerobot_processors (const std::string &dir)
         }
         const TensorMap t = step_tensors (step, dir, path);
         const std::string file = dir + "/" + step["state_file"].get<std::string> ();
-        if (name == "normalizer_processor") {
-          auto [key, dim] = feature_of (features, "STATE", where);
-          if (key.empty ())
-            throw Error (where + ": no STATE feature");
-          ns.state_mode_ = mode_of (norm_map, "STATE", where);
-          ns.state_ = vectors_of (t, key, dim, file);
-          out.state_dims = dim;
-          have_state = true;
-        } else {
-          auto [key, dim] = feature_of (features, "ACTION", where);
-          if (key.empty ())
-            throw Error (where + ": no ACTION feature");
-          ns.action_mode_ = mode_of (norm_map, "ACTION", where);
-          ns.actions_ = vectors_of (t, key, dim, file);
-          out.action_dims = dim;
-          have_actions = true;
-        }
+        const bool state = name == "normalizer_processor";
+        const char *type = state ? "STATE" : "ACTION";
+        auto [key, dim] = feature_of (features, type, where);
+        if (key.empty ())
+          throw Error (where + ": no " + type + " feature");
+        (state ? ns.state_mode_ : ns.action_mode_) = mode_of (norm_map, type, where);
+        (state ? ns.state_ : ns.actions_) = vectors_of (t, key, dim, file);
+        (state ? out.state_dims : out.action_dims) = dim;
+        (state ? have_state : have_actions) = true;
       }
     }
   }

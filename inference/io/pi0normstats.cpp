@@ -5,9 +5,9 @@
 #include <cmath>
 #include <fstream>
 #include <sstream>
-#include <sys/stat.h>
 
 #include "io/pi0error.h"
+#include "pi0file.h"
 #include "pi0json.h"
 
 namespace pi0
@@ -227,10 +227,9 @@ NormStats
 NormStats::load (const std::string &path)
 {
   std::string file = path;
-  struct stat st;
-  if (::stat (path.c_str (), &st) == 0 && S_ISDIR (st.st_mode)) {
+  if (is_directory (path)) {
     file = path + "/norm_stats.json";
-    if (::stat (file.c_str (), &st) != 0 && has_lerobot_processors (path))
+    if (!path_exists (file) && has_lerobot_processors (path))
       return load_lerobot_processors (path).stats;
   }
   std::string text, err;

@@ -2,6 +2,7 @@
 #include <fstream>
 #include <sys/stat.h>
 
+#include "pi0file.h"
 #include "io/pi0checkpoint.h"
 #include "io/pi0error.h"
 #include "io/pi0safetensors.h"
@@ -10,32 +11,6 @@
 
 namespace pi0
 {
-
-namespace
-{
-
-bool
-is_dir (const std::string &p)
-{
-  struct stat st;
-  return ::stat (p.c_str (), &st) == 0 && S_ISDIR (st.st_mode);
-}
-
-bool
-exists (const std::string &p)
-{
-  struct stat st;
-  return ::stat (p.c_str (), &st) == 0;
-}
-
-std::string
-parent_dir (const std::string &file)
-{
-  auto slash = file.find_last_of ('/');
-  return slash == std::string::npos ? "." : file.substr (0, slash);
-}
-
-} // namespace
 
 ModelKind
 model_kind_of (const TensorMap &tensors)
@@ -55,13 +30,13 @@ model_kind_of (const TensorMap &tensors)
 std::shared_ptr<Pi0Model>
 load_pi0_model (const std::string &path, int num_steps)
 {
-  std::string dir = is_dir (path) ? path : parent_dir (path);
-  std::string weights = is_dir (path) ? dir + "/model.safetensors" : path;
-  if (!exists (weights))
+  std::string dir = is_directory (path) ? path : parent_dir (path);
+  std::string weights = is_directory (path) ? dir + "/model.safetensors" : path;
+  if (!path_exists (weights))
     throw Error ("no checkpoint at '" + weights +
                  "' (expected a directory with model.safetensors and config.json)");
   std::string config_path = dir + "/config.json";
-  if (!exists (config_path))
+  if (!path_exists (config_path))
     throw Error ("checkpoint '" + weights + "' has no config.json next to it (" + config_path +
                  "): the architecture cannot be known");
   // The file first (memory-mapped, validated): a corrupt one fails before gigabytes of
@@ -91,7 +66,7 @@ load_pi0_model (const std::string &path, int num_steps)
 void
 save_pi0_model (const Pi0Model &model, const std::string &dir)
 {
-  if (!is_dir (dir) && ::mkdir (dir.c_str (), 0755) != 0)
+  if (!is_directory (dir) && ::mkdir (dir.c_str (), 0755) != 0)
     throw Error ("cannot create checkpoint directory '" + dir + "'");
   TensorMap tensors;
   for (const auto &p : model.named_parameters (true))

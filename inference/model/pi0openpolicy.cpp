@@ -2,12 +2,11 @@
  * request path. */
 #include "model/pi0openpolicy.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
 
 #include <ATen/ATen.h>
 
+#include "pi0file.h"
 #include "model/pi0config.h"
 #include "model/pi0cudasupport.h"
 #include "model/pi0model.h"
@@ -25,31 +24,10 @@ using Kind = OpenError::Kind;
 constexpr size_t kTokenCacheSize = 64;
 
 bool
-exists (const std::string &p)
-{
-  struct stat st;
-  return ::stat (p.c_str (), &st) == 0;
-}
-
-bool
-is_dir (const std::string &p)
-{
-  struct stat st;
-  return ::stat (p.c_str (), &st) == 0 && S_ISDIR (st.st_mode);
-}
-
-bool
 ends_with (const std::string &s, const char *suffix)
 {
   const std::string x (suffix);
   return s.size () >= x.size () && s.compare (s.size () - x.size (), x.size (), x) == 0;
-}
-
-std::string
-parent_dir (const std::string &file)
-{
-  auto slash = file.find_last_of ('/');
-  return slash == std::string::npos ? "." : slash == 0 ? "/" : file.substr (0, slash);
 }
 
 bool
@@ -97,23 +75,23 @@ open_backend (const std::string &uri, const OpenOptions &o, const PolicyOptions 
       *model_id = uri + " (untrained, random weights)";
       *untrained = true;
       for (const auto &d : o.data_dirs) {
-        if (exists (d + "/tiny_paligemma.model")) {
+        if (path_exists (d + "/tiny_paligemma.model")) {
           *tokenizer = d + "/tiny_paligemma.model";
           break;
         }
       }
       return make_pi0_policy (model, po);
     }
-    if (!exists (uri))
+    if (!path_exists (uri))
       throw OpenError (Kind::NotFound, "Model '" + uri + "' does not exist.");
     *model_id = uri;
-    if (is_dir (uri) || ends_with (uri, ".safetensors")) {
+    if (is_directory (uri) || ends_with (uri, ".safetensors")) {
       auto model = load_pi0_model (uri, o.num_steps);
       const std::string &named = model->config ().tokenizer;
       if (!named.empty ()) {
         std::string path =
-            named[0] == '/' ? named : (is_dir (uri) ? uri : parent_dir (uri)) + "/" + named;
-        if (exists (path))
+            named[0] == '/' ? named : (is_directory (uri) ? uri : parent_dir (uri)) + "/" + named;
+        if (path_exists (path))
           *tokenizer = path;
       }
       return make_pi0_policy (model, po);
@@ -167,11 +145,11 @@ open_policy (const std::string &uri, const OpenOptions &o)
   if (!o.norm_stats.empty ()) {
     if (ends_with (o.norm_stats, "/policy_preprocessor.json"))
       processors = parent_dir (o.norm_stats);
-    else if (is_dir (o.norm_stats) && !exists (o.norm_stats + "/norm_stats.json") &&
+    else if (is_directory (o.norm_stats) && !path_exists (o.norm_stats + "/norm_stats.json") &&
              has_lerobot_processors (o.norm_stats))
       processors = o.norm_stats;
   } else if (!is_torchscript (uri) && uri.rfind ("builtin:", 0) != 0) {
-    const std::string dir = is_dir (uri) ? uri : parent_dir (uri);
+    const std::string dir = is_directory (uri) ? uri : parent_dir (uri);
     if (has_lerobot_processors (dir))
       processors = dir;
   }

@@ -23,8 +23,8 @@ expert layers; about 11 GB of fp32 weights, for the by-hand run of docs/testing.
 
 LeRobot's configs know only the full-size variants, so the Gemma variant table, the PaliGemma
 vision config and the modules whose sizes LeRobot fixes in code (SigLIP's MLP, the projector,
-the token embedding, the unused lm_heads) are set here before the weights are drawn; nothing in the computation
-changes. Those sizes are added to the saved config.json as a "gst_pi0" object (LeRobot's keys
+the token embedding, the unused lm_heads) are set by lerobot_sizes.py before the weights are
+drawn; nothing in the computation changes. Those sizes are added to the saved config.json as a "gst_pi0" object (LeRobot's keys
 cannot say them); the rest of every file is LeRobot's as it wrote it. The PaliGemma tokenizer is not downloadable here: LeRobot's tokenizer step gets the
 transformers GemmaTokenizer of tests/data/tokenizer/tiny_paligemma.model (the files still name
 google/paligemma-3b-pt-224, as LeRobot writes them).
@@ -37,7 +37,8 @@ import sys
 import tempfile
 
 import torch
-from torch import nn
+
+from lerobot_sizes import patch_lerobot, shrink
 
 SIZES = {
     "tiny": dict(vision=dict(image_size=32, patch_size=8, width=32, depth=1, mlp_dim=64, num_heads=4),
@@ -72,52 +73,6 @@ def gemma_tokenizer():
     tok = AutoTokenizer.from_pretrained(d)
     shutil.rmtree(d)
     return tok, sp.get_piece_size()
-
-
-def patch_lerobot(modeling, processor, dims, tokenizer) -> None:
-    """What LeRobot's pi0 / pi0.5 module (@modeling, with its @processor module) fixes by name,
-    set to @dims before a policy is made: the Gemma variant table, the PaliGemma vision config,
-    and the tokenizer step's tokenizer (it loads google/paligemma-3b-pt-224 by name; it gets
-    @tokenizer). Nothing in the computation changes."""
-    from transformers.models.auto import CONFIG_MAPPING
-
-    variants = {"gemma_2b": modeling.GemmaConfig(**dims["text"]), "gemma_300m": modeling.GemmaConfig(**dims["expert"])}
-    modeling.get_gemma_config = lambda name: variants[name]
-    vision = dims["vision"]
-
-    def paligemma_config():
-        c = CONFIG_MAPPING["paligemma"]()
-        v = c.vision_config
-        v.hidden_size, v.num_hidden_layers = vision["width"], vision["depth"]
-        v.num_attention_heads, v.patch_size = vision["num_heads"], vision["patch_size"]
-        return c
-
-    class Mapping(dict):
-        def __getitem__(self, key):
-            return paligemma_config if key == "paligemma" else CONFIG_MAPPING[key]
-
-    modeling.CONFIG_MAPPING = Mapping()
-    processor.TokenizerProcessorStep.__post_init__.__globals__["AutoTokenizer"].from_pretrained = (
-        lambda *a, **k: tokenizer)
-
-
-def shrink(policy, dims, vocab) -> None:
-    """The modules whose sizes LeRobot fixes in code, remade at @dims and @vocab (before the
-    weights are drawn): SigLIP's MLPs (4304), the projector (to 2048), the token embedding and
-    the unused lm_heads (LeRobot saves them; at the test vocabulary, 3 GB less to write)."""
-    from transformers.models.gemma.modeling_gemma import GemmaTextScaledWordEmbedding
-
-    vision = dims["vision"]
-    pg = policy.model.paligemma_with_expert.paligemma.model
-    for layer in pg.vision_tower.vision_model.encoder.layers:
-        layer.mlp.fc1 = nn.Linear(vision["width"], vision["mlp_dim"])
-        layer.mlp.fc2 = nn.Linear(vision["mlp_dim"], vision["width"])
-    pg.multi_modal_projector.linear = nn.Linear(vision["width"], dims["text"]["width"])
-    w = dims["text"]["width"]
-    pg.language_model.embed_tokens = GemmaTextScaledWordEmbedding(vocab, w, 0, embed_scale=w ** 0.5)
-    pwe = policy.model.paligemma_with_expert
-    pwe.paligemma.lm_head = nn.Linear(w, vocab, bias=False)
-    pwe.gemma_expert.lm_head = nn.Linear(dims["expert"]["width"], vocab, bias=False)
 
 
 def gst_pi0_sizes(dims, vocab) -> dict:
@@ -155,7 +110,7 @@ def main() -> None:
         policy_class, make_processors = modeling.PI0Policy, processor.make_pi0_pre_post_processors
         horizon, tokens = 10, 48
 
-    patch_lerobot(modeling, processor, dims, tokenizer)
+    patch_lerobot(modeling, dims, processor, tokenizer)
     vision = dims["vision"]
     s = vision["image_size"]
     cfg = Config(device="cpu", dtype="float32", image_resolution=(s, s), chunk_size=horizon, n_action_steps=horizon,
@@ -166,7 +121,7 @@ def main() -> None:
                  output_features={"action": PolicyFeature(FeatureType.ACTION, (ACTION_DIM,))})
     torch.manual_seed(SEED)
     policy = policy_class(cfg)
-    shrink(policy, dims, vocab)
+    shrink(policy.model, dims, vocab, lm_heads=True)  # LeRobot saves the lm_heads: small ones
     gen = torch.Generator().manual_seed(SEED)
     randomize(policy.model, gen)
     policy.eval()

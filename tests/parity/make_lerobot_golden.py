@@ -13,7 +13,7 @@ out), config.json (our gst_pi0 layout: LeRobot's own config cannot express tiny 
 io.safetensors: inputs, noise, sample_actions() output and the prefix KV cache.
 
 LeRobot fixes the Gemma widths by variant name, the SigLIP So400m shape and the 257,152-entry
-vocabulary in code, so the script patches the variant table and swaps in smaller modules before
+vocabulary in code: lerobot_sizes.py patches the variant table and swaps in smaller modules before
 initialising (every swapped module keeps its name and role; nothing in the computation changes).
 """
 import json
@@ -27,44 +27,24 @@ import lerobot
 import transformers
 from lerobot.policies.pi0 import modeling_pi0
 from lerobot.policies.pi0.configuration_pi0 import PI0Config
-from transformers.models.auto import CONFIG_MAPPING
-from transformers.models.gemma.modeling_gemma import GemmaTextScaledWordEmbedding
 
+import lerobot_sizes as sizes  # LeRobot at the sizes below
 from transformers_parity import randomize  # the same weight rules as the live parity test
 
 VISION = dict(image_size=32, patch_size=8, width=32, depth=1, mlp_dim=64, num_heads=4)
 TEXT = dict(width=64, depth=2, mlp_dim=128, num_heads=8, num_kv_heads=1, head_dim=16)
 EXPERT = dict(width=32, depth=2, mlp_dim=64, num_heads=8, num_kv_heads=1, head_dim=16)
+TINY = dict(vision=VISION, text=TEXT, expert=EXPERT)  # the same dicts: a caller may change one
 VOCAB = 1024
 SEED = 4242
 
 
 def patch_lerobot() -> None:
-    variants = {"gemma_2b": modeling_pi0.GemmaConfig(**TEXT), "gemma_300m": modeling_pi0.GemmaConfig(**EXPERT)}
-    modeling_pi0.get_gemma_config = lambda name: variants[name]
-
-    def paligemma_config():
-        c = CONFIG_MAPPING["paligemma"]()
-        v = c.vision_config
-        v.hidden_size, v.num_hidden_layers = VISION["width"], VISION["depth"]
-        v.num_attention_heads, v.patch_size = VISION["num_heads"], VISION["patch_size"]
-        return c
-
-    class Mapping(dict):
-        def __getitem__(self, key):
-            return paligemma_config if key == "paligemma" else CONFIG_MAPPING[key]
-
-    modeling_pi0.CONFIG_MAPPING = Mapping()
+    sizes.patch_lerobot(modeling_pi0, TINY)
 
 
 def shrink(model: nn.Module) -> None:
-    pg = model.paligemma_with_expert.paligemma.model
-    for layer in pg.vision_tower.vision_model.encoder.layers:  # LeRobot hard-codes mlp 4304
-        layer.mlp.fc1 = nn.Linear(VISION["width"], VISION["mlp_dim"])
-        layer.mlp.fc2 = nn.Linear(VISION["mlp_dim"], VISION["width"])
-    pg.multi_modal_projector.linear = nn.Linear(VISION["width"], TEXT["width"])  # projection_dim 2048 in code
-    pg.language_model.embed_tokens = GemmaTextScaledWordEmbedding(VOCAB, TEXT["width"], 0,
-                                                                  embed_scale=TEXT["width"] ** 0.5)
+    sizes.shrink(model, TINY, VOCAB)
 
 
 def lerobot_state_dict(model: nn.Module) -> dict:

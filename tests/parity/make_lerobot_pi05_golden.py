@@ -35,14 +35,14 @@ from lerobot.policies.pi05 import modeling_pi05
 from lerobot.policies.pi05.configuration_pi05 import PI05Config
 from lerobot.policies.pi05.processor_pi05 import Pi05PrepareStateTokenizerProcessorStep
 from lerobot.lerobot_types import TransitionKey
-from transformers.models.auto import CONFIG_MAPPING
-from transformers.models.gemma.modeling_gemma import GemmaTextScaledWordEmbedding
 
+import lerobot_sizes as sizes
 from transformers_parity import randomize
 
 VISION = dict(image_size=32, patch_size=8, width=32, depth=1, mlp_dim=64, num_heads=4)
 TEXT = dict(width=64, depth=2, mlp_dim=128, num_heads=8, num_kv_heads=1, head_dim=16)
 EXPERT = dict(width=32, depth=2, mlp_dim=64, num_heads=8, num_kv_heads=1, head_dim=16)
+TINY = dict(vision=VISION, text=TEXT, expert=EXPERT)
 VOCAB = 1024
 HORIZON = 10  # pi05_libero's
 SEED = 5050
@@ -50,31 +50,11 @@ TOKENIZER = "tests/data/tokenizer/tiny_paligemma.model"
 
 
 def patch_lerobot() -> None:
-    variants = {"gemma_2b": modeling_pi05.GemmaConfig(**TEXT), "gemma_300m": modeling_pi05.GemmaConfig(**EXPERT)}
-    modeling_pi05.get_gemma_config = lambda name: variants[name]
-
-    def paligemma_config():
-        c = CONFIG_MAPPING["paligemma"]()
-        v = c.vision_config
-        v.hidden_size, v.num_hidden_layers = VISION["width"], VISION["depth"]
-        v.num_attention_heads, v.patch_size = VISION["num_heads"], VISION["patch_size"]
-        return c
-
-    class Mapping(dict):
-        def __getitem__(self, key):
-            return paligemma_config if key == "paligemma" else CONFIG_MAPPING[key]
-
-    modeling_pi05.CONFIG_MAPPING = Mapping()
+    sizes.patch_lerobot(modeling_pi05, TINY)
 
 
 def shrink(model: nn.Module) -> None:
-    pg = model.paligemma_with_expert.paligemma.model
-    for layer in pg.vision_tower.vision_model.encoder.layers:  # LeRobot hard-codes mlp 4304
-        layer.mlp.fc1 = nn.Linear(VISION["width"], VISION["mlp_dim"])
-        layer.mlp.fc2 = nn.Linear(VISION["mlp_dim"], VISION["width"])
-    pg.multi_modal_projector.linear = nn.Linear(VISION["width"], TEXT["width"])
-    pg.language_model.embed_tokens = GemmaTextScaledWordEmbedding(VOCAB, TEXT["width"], 0,
-                                                                  embed_scale=TEXT["width"] ** 0.5)
+    sizes.shrink(model, TINY, VOCAB)
 
 
 def prompts(meta: dict, out: str) -> None:

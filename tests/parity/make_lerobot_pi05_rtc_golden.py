@@ -20,11 +20,9 @@ import transformers
 from lerobot.configs import RTCAttentionSchedule
 from lerobot.policies.pi05 import modeling_pi05
 from lerobot.policies.pi05.configuration_pi05 import PI05Config
-from lerobot.policies.rtc.configuration_rtc import RTCConfig
-from lerobot.policies.rtc.modeling_rtc import RTCProcessor
 
 import make_lerobot_pi05_golden as base
-from make_lerobot_rtc_golden import SCHEDULES, STEPS, PaperVjpRTCProcessor
+from make_lerobot_rtc_golden import STEPS, run_cases
 
 H = base.HORIZON
 
@@ -63,30 +61,13 @@ def main() -> None:
     assert torch.equal(plain[0], io["actions"]), "the plain goldens no longer reproduce"
     prev = sample(torch.randn(1, H, 32, generator=torch.Generator().manual_seed(base.SEED + 1)))
 
-    tensors = {}
-    for name, jac, schedule, beta, delay, s, rows in CASES:
-        rtc_cfg = RTCConfig(enabled=True, prefix_attention_schedule=schedule, max_guidance_weight=beta,
-                            execution_horizon=H - s, debug=True, debug_maxlen=4 * STEPS)
-        processor = (RTCProcessor if jac == "identity" else PaperVjpRTCProcessor)(rtc_cfg)
-        model.config.rtc_config, model.rtc_processor = rtc_cfg, processor
-        prefix = prev[:, H - rows:].clone()
-        actions = sample(noise, inference_delay=delay, prev_chunk_left_over=prefix, execution_horizon=H - s)
-        steps = [st for st in processor.get_all_debug_steps() if st.correction is not None]
-        assert len(steps) == STEPS, len(steps)
-        same = all(torch.equal(st.correction, st.err) for st in steps)
-        assert same == (jac == "identity"), f"{name}: correction == err is {same}"
-        tensors[f"{name}.prefix"] = prefix[0].contiguous()
-        tensors[f"{name}.actions"] = actions[0].detach().contiguous()
-        tensors[f"{name}.weights"] = steps[0].weights.reshape(H).contiguous()
-        tensors[f"{name}.guidance"] = torch.stack([torch.as_tensor(st.guidance_weight, dtype=torch.float32)
-                                                   for st in steps])
-        tensors[f"{name}.params"] = torch.tensor([delay, s, rows, 0 if jac == "vjp" else 1, SCHEDULES[schedule]])
-        tensors[f"{name}.beta"] = torch.tensor(beta, dtype=torch.float64)
+    tensors, summary = run_cases(model, sample, noise, plain, prev, CASES, H)
 
     meta = {"lerobot": lerobot.__version__, "transformers": transformers.__version__, "torch": torch.__version__,
             "python": platform.python_version(), "machine": platform.platform()}
     save_file(tensors, f"{out}/rtc.safetensors", metadata=meta)
     print(json.dumps(meta))
+    print(json.dumps(summary, indent=1))
 
 
 if __name__ == "__main__":

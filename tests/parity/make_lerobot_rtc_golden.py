@@ -74,6 +74,39 @@ class PaperVjpRTCProcessor(RTCProcessor):
                                     execution_horizon)
 
 
+def run_cases(model, sample, noise, plain, prev, cases, horizon):
+    """LeRobot's RTC on @model for each of @cases (name, jacobian, schedule, beta, delay d,
+    execution horizon s, prefix rows R), from @noise, the prefix the last R rows of @prev: the
+    tensors of each case (see the module docstring) and a summary of what guidance did against
+    @plain. @sample(noise, **rtc) runs sample_actions on the goldens' inputs."""
+    tensors, summary = {}, {}
+    for name, jac, schedule, beta, delay, s, rows in cases:
+        rtc_cfg = RTCConfig(enabled=True, prefix_attention_schedule=schedule, max_guidance_weight=beta,
+                            execution_horizon=horizon - s, debug=True, debug_maxlen=4 * STEPS)
+        processor = (RTCProcessor if jac == "identity" else PaperVjpRTCProcessor)(rtc_cfg)
+        model.config.rtc_config, model.rtc_processor = rtc_cfg, processor
+        prefix = prev[:, horizon - rows:].clone()
+        actions = sample(noise, inference_delay=delay, prev_chunk_left_over=prefix, execution_horizon=horizon - s)
+        steps = [st for st in processor.get_all_debug_steps() if st.correction is not None]
+        assert len(steps) == STEPS, len(steps)
+        same = all(torch.equal(st.correction, st.err) for st in steps)
+        assert same == (jac == "identity"), f"{name}: correction == err is {same}"
+        tensors[f"{name}.prefix"] = prefix[0].contiguous()
+        tensors[f"{name}.actions"] = actions[0].detach().contiguous()
+        tensors[f"{name}.weights"] = steps[0].weights.reshape(horizon).contiguous()
+        tensors[f"{name}.guidance"] = torch.stack([torch.as_tensor(st.guidance_weight, dtype=torch.float32)
+                                                   for st in steps])
+        tensors[f"{name}.params"] = torch.tensor([delay, s, rows, 0 if jac == "vjp" else 1, SCHEDULES[schedule]])
+        tensors[f"{name}.beta"] = torch.tensor(beta, dtype=torch.float64)
+        head = slice(0, delay)
+        summary[name] = {
+            "max |guided - plain|": (actions - plain).abs().max().item(),
+            "first d rows: max |guided - prefix|": (actions[:, head] - prefix[:, head]).abs().max().item(),
+            "first d rows: max |plain - prefix|": (plain[:, head] - prefix[:, head]).abs().max().item(),
+        }
+    return tensors, summary
+
+
 def build_model(out: str) -> modeling_pi0.PI0Pytorch:
     base.patch_lerobot()
     torch.manual_seed(base.SEED)
@@ -105,32 +138,7 @@ def main() -> None:
     prev_noise = torch.randn(1, H, 32, generator=torch.Generator().manual_seed(base.SEED + 1))
     prev = sample(prev_noise)
 
-    tensors = {}
-    summary = {}
-    for name, jac, schedule, beta, delay, s, rows in CASES:
-        rtc_cfg = RTCConfig(enabled=True, prefix_attention_schedule=schedule, max_guidance_weight=beta,
-                            execution_horizon=H - s, debug=True, debug_maxlen=4 * STEPS)
-        processor = (RTCProcessor if jac == "identity" else PaperVjpRTCProcessor)(rtc_cfg)
-        model.config.rtc_config, model.rtc_processor = rtc_cfg, processor
-        prefix = prev[:, H - rows:].clone()
-        actions = sample(noise, inference_delay=delay, prev_chunk_left_over=prefix, execution_horizon=H - s)
-        steps = [st for st in processor.get_all_debug_steps() if st.correction is not None]
-        assert len(steps) == STEPS, len(steps)
-        same = all(torch.equal(st.correction, st.err) for st in steps)
-        assert same == (jac == "identity"), f"{name}: correction == err is {same}"
-        tensors[f"{name}.prefix"] = prefix[0].contiguous()
-        tensors[f"{name}.actions"] = actions[0].detach().contiguous()
-        tensors[f"{name}.weights"] = steps[0].weights.reshape(H).contiguous()
-        tensors[f"{name}.guidance"] = torch.stack([torch.as_tensor(st.guidance_weight, dtype=torch.float32)
-                                                   for st in steps])
-        tensors[f"{name}.params"] = torch.tensor([delay, s, rows, 0 if jac == "vjp" else 1, SCHEDULES[schedule]])
-        tensors[f"{name}.beta"] = torch.tensor(beta, dtype=torch.float64)
-        head = slice(0, delay)
-        summary[name] = {
-            "max |guided - plain|": (actions - plain).abs().max().item(),
-            "first d rows: max |guided - prefix|": (actions[:, head] - prefix[:, head]).abs().max().item(),
-            "first d rows: max |plain - prefix|": (plain[:, head] - prefix[:, head]).abs().max().item(),
-        }
+    tensors, summary = run_cases(model, sample, noise, plain, prev, CASES, H)
 
     meta = {"lerobot": lerobot.__version__, "transformers": transformers.__version__, "torch": torch.__version__,
             "python": platform.python_version(), "machine": platform.platform()}

@@ -578,15 +578,11 @@ private:
     GstClock *clock = gst_pipeline_get_clock (GST_PIPELINE (pipeline_.get ()));
     const GstClockTime base = gst_element_get_base_time (pipeline_.get ());
     const GstClockTime t0 = gst_clock_get_time (clock);
-    std::vector<uint8_t> data;
-    proto::Received r;
     auto take = [&] (int timeout_ms) {
-      if (!socket_.receive (timeout_ms, &data))
-        return false;
-      rx_->receive (gst_clock_get_time (clock), data.data (), data.size (), r);
-      if (!r.reject && r.frame.header.kind == proto::Kind::kAction && !r.rows.empty ())
+      const Got got = receive_one (timeout_ms, gst_clock_get_time (clock));
+      if (got == Got::kChunk)
         result->chunks++;
-      return true;
+      return got != Got::kNothing;
     };
     bool ok = true;
     for (uint64_t k = 0; ok && !world_.done (); k++) {
@@ -776,22 +772,31 @@ private:
     }
   }
 
+  /* What receive_one took: nothing (none came in time), a frame, or an action chunk with rows. */
+  enum class Got { kNothing, kFrame, kChunk };
+
+  /* One frame from the chain, waited for up to @timeout_ms, given to the robot at @now; ACTION
+   * frames are counted in action_frames_. */
+  Got receive_one (int timeout_ms, GstClockTime now)
+  {
+    if (!socket_.receive (timeout_ms, &rx_data_))
+      return Got::kNothing;
+    rx_->receive (now, rx_data_.data (), rx_data_.size (), rx_got_);
+    if (rx_got_.reject || rx_got_.frame.header.kind != proto::Kind::kAction)
+      return Got::kFrame;
+    action_frames_++;
+    return rx_got_.rows.empty () ? Got::kFrame : Got::kChunk;
+  }
+
   /* Receives frames until an action chunk for the observation at @v has been scheduled
    * (*answered true), or the sink has had the observation without a chunk it may send (false). */
   bool wait_chunk (GstClockTime v, GstClockTime now, bool *answered, std::string *error)
   {
     const auto start = std::chrono::steady_clock::now ();
-    std::vector<uint8_t> data;
-    proto::Received r;
     bool got = false;
     for (;;) {
-      if (socket_.receive (got ? 1 : 50, &data)) {
-        rx_->receive (now, data.data (), data.size (), r);
-        if (!r.reject && r.frame.header.kind == proto::Kind::kAction)
-          action_frames_++;
-        if (!r.reject && r.frame.header.kind == proto::Kind::kAction && !r.rows.empty ())
-          got = true;
-      }
+      if (receive_one (got ? 1 : 50, now) == Got::kChunk)
+        got = true;
       // The chunk is here, and the sink's signal for every action frame has been handled.
       if (got && signalled_.load () >= action_frames_) {
         *answered = true;
@@ -856,6 +861,8 @@ private:
   SinkArrivals arrivals_;
   std::atomic<unsigned> signalled_{0}; /* `action` signals of kind action, handled */
   unsigned action_frames_ = 0;         /* ACTION frames the robot received */
+  std::vector<uint8_t> rx_data_;       /* receive_one's frame, and what the robot made of it */
+  proto::Received rx_got_;
   ExecutingEvents executing_;
   unsigned feedback_sent_ = 0;                  /* FEEDBACK frames the robot sent */
   std::pair<uint64_t, uint32_t> last_feedback_; /* the last one's chunk and row */
