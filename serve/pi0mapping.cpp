@@ -73,7 +73,8 @@ presets ()
   "prompt": "prompt",
   "action_dim": 8,
   "transforms": "droid",
-  "norm_mode": "quantile"
+  "norm_mode": "quantile",
+  "discrete_state_input": true
 }
 )"},
       {"pi05_libero", R"({
@@ -84,7 +85,8 @@ presets ()
   "prompt": "prompt",
   "action_dim": 7,
   "transforms": "libero_absolute",
-  "norm_mode": "quantile"
+  "norm_mode": "quantile",
+  "discrete_state_input": false
 }
 )"},
       {"aloha_towel", aloha ("aloha_towel", "aloha", "fold the towel")},
@@ -191,8 +193,9 @@ parse_mapping (const std::string &json_text, const std::string &source, std::str
     return std::nullopt;
   }
   static const std::set<std::string> known = {
-      "name", "views",      "optional_views", "state",      "state_dim",      "prompt",
-      "seed", "action_dim", "ignore",         "transforms", "default_prompt", "norm_mode"};
+      "name",           "views",     "optional_views",      "state",  "state_dim",
+      "prompt",         "seed",      "action_dim",          "ignore", "transforms",
+      "default_prompt", "norm_mode", "discrete_state_input"};
   for (auto it = doc->begin (); it != doc->end (); ++it)
     if (!known.count (it.key ())) {
       fail (error, source, "unknown field \"" + it.key () + "\"");
@@ -301,6 +304,16 @@ parse_mapping (const std::string &json_text, const std::string &source, std::str
       return std::nullopt;
     }
     m.norm_mode = n.get<std::string> ();
+  }
+  if (doc->contains ("discrete_state_input")) {
+    const auto &d = (*doc)["discrete_state_input"];
+    if (!d.is_boolean ()) {
+      fail (error, source,
+            "\"discrete_state_input\" must be true or false (openpi's: does the pi0.5 model "
+            "read the state as prompt bins)");
+      return std::nullopt;
+    }
+    m.discrete_state_input = d.get<bool> ();
   }
   if (doc->contains ("default_prompt")) {
     const auto &d = (*doc)["default_prompt"];

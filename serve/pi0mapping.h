@@ -26,7 +26,8 @@
  * sends that the mapping does not name are refused, unless listed in "ignore".
  *
  * The presets are openpi's inference configs (pi0_aloha, pi0_droid, pi0_libero, pi05_droid,
- * pi05_libero ("norm_mode": "quantile", as openpi normalizes for pi0.5), and the ALOHA
+ * pi05_libero ("norm_mode": "quantile", as openpi normalizes for pi0.5, and openpi's
+ * "discrete_state_input", which its converter leaves out of the checkpoint), and the ALOHA
  * checkpoints that differ: pi0_aloha_towel, pi0_aloha_tupperware, pi0_aloha_pen_uncap,
  * pi0_aloha_sim), each with the robot transforms its checkpoint needs ("transforms": the name
  * pi0infer's `transforms` takes, common/pi0transformnames.h) and openpi's default prompt where
@@ -62,6 +63,9 @@ struct Mapping {
   std::string transforms = "none";        /* the checkpoint's robot transforms, for pi0infer */
   std::string default_prompt;             /* empty: none (requests must carry a prompt) */
   std::string norm_mode;                  /* "zscore", "quantile"; empty: pi0infer's default */
+  /* openpi's discrete_state_input of the training config, which its converter does not write
+   * into the checkpoint (pi0infer's discrete-state-input); unset: pi0infer's default. */
+  std::optional<bool> discrete_state_input;
 };
 
 /* "aloha", "droid", "libero", "pi05_droid", "pi05_libero", then the ALOHA checkpoints that

@@ -130,6 +130,18 @@ TEST (ModelConfig, Pi05KeysTypesAndLayouts)
   EXPECT_FALSE (pi0::config_from_json (openpi, "o", pi0::ModelKind::Pi0).pi05);
   EXPECT_FALSE (pi0::config_from_json (openpi, "o").pi05);
   EXPECT_EQ (pi0::config_from_json (openpi, "o", pi0::ModelKind::Pi05).horizon, 15);
+  // Nor its training config's discrete_state_input (pi05_libero: false): the caller's default
+  // applies to such a config.json, for pi0.5 only, and never over one that says or declares.
+  EXPECT_TRUE (pi0::config_from_json (openpi, "o", pi0::ModelKind::Pi05).uses_state ());
+  EXPECT_FALSE (pi0::config_from_json (openpi, "o", pi0::ModelKind::Pi05, false).uses_state ());
+  EXPECT_TRUE (pi0::config_from_json (openpi, "o", pi0::ModelKind::Pi05, true).uses_state ());
+  EXPECT_FALSE (pi0::config_from_json (openpi, "o", pi0::ModelKind::Pi0, false).pi05);
+  EXPECT_TRUE (pi0::config_from_json (openpi, "o", pi0::ModelKind::Pi0, false).uses_state ());
+  EXPECT_TRUE (pi0::config_from_json (R"({"type": "pi05"})", "l", pi0::ModelKind::Pi05, false)
+                   .uses_state ());
+  EXPECT_TRUE (pi0::config_from_json (R"({"action_horizon": 10, "discrete_state_input": true})",
+                                      "o", pi0::ModelKind::Pi05, false)
+                   .uses_state ());
   expect_error ([] { pi0::config_from_json (R"({"type": "pi0"})", "c", pi0::ModelKind::Pi05); },
                 {"c says the model is pi0, but the weights are pi05's",
                  "time_mlp_in/out and adaRMSNorm dense layers"});
@@ -533,16 +545,21 @@ TEST (ModelCheckpoint, Pi05SaveLoadAndTheWeightsDecideForOpenpisConfig)
   pi0::TensorMap t = pi0::load_safetensors (dir.path + "/model.safetensors");
   EXPECT_EQ (pi0::model_kind_of (t), pi0::ModelKind::Pi05);
   std::string json = m->config ().to_json ();
-  for (const char *k : {"  \"type\": \"pi05\",\n", "  \"pi05\": true,\n", "\"pi05\": true, "}) {
+  for (const char *k : {"  \"type\": \"pi05\",\n", "  \"pi05\": true,\n", "\"pi05\": true, ",
+                        "  \"discrete_state_input\": true,\n"}) {
     auto at = json.find (k);
     if (at != std::string::npos)
       json.erase (at, std::strlen (k));
   }
   ASSERT_EQ (json.find ("pi05\": true"), std::string::npos) << json;
+  ASSERT_EQ (json.find ("discrete_state_input"), std::string::npos) << json;
   std::ofstream (dir.path + "/config.json", std::ios::trunc) << json;
   auto loaded = pi0::load_pi0_model (dir.path);
   EXPECT_TRUE (loaded->config ().pi05);
+  EXPECT_TRUE (loaded->config ().discrete_state_input);
   EXPECT_TRUE (at::equal (pi0::make_pi0_policy (loaded, {})->infer (in), expect));
+  // What openpi's training config says of the state prompt, which that file cannot.
+  EXPECT_FALSE (pi0::load_pi0_model (dir.path, 0, false)->config ().discrete_state_input);
   // A pi0 config over these weights is refused naming both sides.
   pi0::Pi0Config as_pi0 = m->config ();
   as_pi0.pi05 = false;

@@ -180,6 +180,14 @@ TEST (Mapping, PresetsCarryOpenpisTransformsAndDefaultPrompts)
     EXPECT_EQ (m.norm_mode, c["norm"] == "quantile" ? "quantile" : "");
     EXPECT_EQ (m.default_prompt,
                c["default_prompt"].is_null () ? "" : c["default_prompt"].get<std::string> ());
+    /* The pi0.5 presets say openpi's discrete_state_input, which openpi's converter leaves out
+     * of the checkpoint (pi05_libero's model reads no state). */
+    if (pi05) {
+      ASSERT_TRUE (m.discrete_state_input.has_value ());
+      EXPECT_EQ (*m.discrete_state_input, c["discrete_state_input"].get<bool> ());
+    } else {
+      EXPECT_FALSE (m.discrete_state_input.has_value ());
+    }
     checked++;
   }
   EXPECT_EQ (checked, 9);
@@ -212,6 +220,8 @@ TEST (Mapping, BadMappingsAreRefusedWithTheReason)
        "default_prompt"},
       {R"({"views": {"main": "a"}, "state": ["s"], "state_dim": 2, "norm_mode": "minmax"})",
        "\"norm_mode\" must be \"zscore\" or \"quantile\""},
+      {R"({"views": {"main": "a"}, "state": ["s"], "state_dim": 2, "discrete_state_input": 0})",
+       "\"discrete_state_input\" must be true or false"},
   };
   for (const auto &c : cases) {
     std::string err;

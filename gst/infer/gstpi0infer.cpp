@@ -103,6 +103,7 @@ enum {
   PROP_MAX_BATCH_SIZE,
   PROP_MAX_BATCH_WAIT,
   PROP_TRANSFORMS,
+  PROP_DISCRETE_STATE_INPUT,
   PROP_MODEL_ID,
   PROP_STATS,
 };
@@ -129,6 +130,7 @@ static const Settings kDefaults;
 /* A deadline of now + this never nears 2^63 ns (the clock's signed range). */
 static constexpr guint64 kMaxBatchWait = 3600 * GST_SECOND;
 #define DEFAULT_TRANSFORMS (kDefaults.transforms.c_str ())
+#define DEFAULT_DISCRETE_STATE_INPUT (kDefaults.discrete_state_input)
 
 static GstStaticPadTemplate sink_template = GST_STATIC_PAD_TEMPLATE (
     "sink", GST_PAD_SINK, GST_PAD_ALWAYS, GST_STATIC_CAPS (GST_PI0_OBSERVATION_CAPS));
@@ -164,6 +166,15 @@ GST_PI0_DEFINE_ENUM_TYPE (gst_pi0_infer_norm_mode_get_type, "GstPi0InferNormMode
                            "(x - mean) / (std + 1e-6), as pi0 trains", "zscore"},
                           {GST_PI0_INFER_NORM_MODE_QUANTILE,
                            "[q01, q99] to [-1, 1], as pi05 and pi0-FAST train", "quantile"})
+
+GST_PI0_DEFINE_ENUM_TYPE (
+    gst_pi0_infer_discrete_state_get_type, "GstPi0InferDiscreteState",
+    {GST_PI0_INFER_DISCRETE_STATE_AUTO,
+     "What the checkpoint says (openpi's converter writes nothing: then bins)", "auto"},
+    {GST_PI0_INFER_DISCRETE_STATE_BINS,
+     "The state as 256 prompt bins (discrete_state_input=True: pi05_droid, pi05_base)", "bins"},
+    {GST_PI0_INFER_DISCRETE_STATE_NONE, "No state (discrete_state_input=False: pi05_libero)",
+     "none"})
 
 GST_PI0_DEFINE_ENUM_TYPE (
     gst_pi0_infer_rtc_get_type, "GstPi0InferRtc",
@@ -365,6 +376,23 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
                                 "openpi's robot transforms of the checkpoint: aloha, aloha_sim, "
                                 "libero, libero_absolute, droid or none",
                                 DEFAULT_TRANSFORMS, GST_PI0_PARAM_READY));
+  /**
+   * GstPi0Infer:discrete-state-input:
+   *
+   * openpi's `discrete_state_input`, for a pi0.5 checkpoint whose config.json names neither
+   * its model type nor this: what openpi's converter writes, since openpi keeps the setting in
+   * the training config (`pi05_libero`: `none`, the model sees no state; `pi05_droid`,
+   * `pi05_base`: `bins`). `auto` takes pi0.5's default, `bins`. A wrong one gives wrong
+   * actions; `pi0-serve`'s presets set it. Checkpoints that declare their type (LeRobot's,
+   * gst-pi0's) say it themselves, and it does not apply to them; nor to pi0.
+   */
+  install (PROP_DISCRETE_STATE_INPUT,
+           g_param_spec_enum ("discrete-state-input", "Discrete state input",
+                              "openpi's discrete_state_input for a pi0.5 checkpoint that names "
+                              "neither its type nor this (openpi's converter): bins "
+                              "(pi05_droid, pi05_base) or none (pi05_libero)",
+                              GST_TYPE_PI0_INFER_DISCRETE_STATE, DEFAULT_DISCRETE_STATE_INPUT,
+                              GST_PI0_PARAM_READY));
   install (PROP_MODEL_ID,
            g_param_spec_string ("model-id", "Model id",
                                 "Identifies the loaded policy (set in the action meta)", nullptr,
@@ -411,6 +439,7 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
   bt_class->transform_ip_on_passthrough = FALSE;
 
   gst_type_mark_as_plugin_api (GST_TYPE_PI0_INFER_PRECISION, (GstPluginAPIFlags)0);
+  gst_type_mark_as_plugin_api (GST_TYPE_PI0_INFER_DISCRETE_STATE, (GstPluginAPIFlags)0);
   gst_type_mark_as_plugin_api (GST_TYPE_PI0_DEVICE, (GstPluginAPIFlags)0);
   gst_type_mark_as_plugin_api (GST_TYPE_PI0_INFER_NORM_MODE, (GstPluginAPIFlags)0);
   gst_type_mark_as_plugin_api (GST_TYPE_PI0_INFER_RTC, (GstPluginAPIFlags)0);
@@ -455,6 +484,7 @@ transfer (Settings &s, guint prop_id, GValue *value, bool set)
     GST_PI0_PROP_FIELD (PROP_MAX_BATCH_SIZE, max_batch_size, guint, uint)
     GST_PI0_PROP_FIELD (PROP_MAX_BATCH_WAIT, max_batch_wait, guint64, uint64)
     GST_PI0_PROP_STRING_OR (PROP_TRANSFORMS, transforms, DEFAULT_TRANSFORMS)
+    GST_PI0_PROP_FIELD (PROP_DISCRETE_STATE_INPUT, discrete_state_input, gint, enum)
   }
   return false;
 }

@@ -45,6 +45,21 @@ typedef enum {
   GST_PI0_INFER_RTC_GUIDED_IDENTITY = 2,
 } GstPi0InferRtc;
 
+/**
+ * GstPi0InferDiscreteState:
+ * @GST_PI0_INFER_DISCRETE_STATE_AUTO: what the checkpoint says; openpi's converter writes
+ *   nothing, and then pi0.5's default (bins)
+ * @GST_PI0_INFER_DISCRETE_STATE_BINS: the state reaches the model as 256 bins in its prompt
+ *   (openpi's discrete_state_input=True: pi05_droid, pi05_base)
+ * @GST_PI0_INFER_DISCRETE_STATE_NONE: the model reads no state (discrete_state_input=False:
+ *   pi05_libero)
+ */
+typedef enum {
+  GST_PI0_INFER_DISCRETE_STATE_AUTO = 0,
+  GST_PI0_INFER_DISCRETE_STATE_BINS = 1,
+  GST_PI0_INFER_DISCRETE_STATE_NONE = 2,
+} GstPi0InferDiscreteState;
+
 /* Enum types of the element's properties (registered for gst-inspect and bindings). */
 #define GST_TYPE_PI0_INFER_PRECISION (gst_pi0_infer_precision_get_type ())
 GType gst_pi0_infer_precision_get_type (void);
@@ -52,5 +67,7 @@ GType gst_pi0_infer_precision_get_type (void);
 GType gst_pi0_infer_norm_mode_get_type (void);
 #define GST_TYPE_PI0_INFER_RTC (gst_pi0_infer_rtc_get_type ())
 GType gst_pi0_infer_rtc_get_type (void);
+#define GST_TYPE_PI0_INFER_DISCRETE_STATE (gst_pi0_infer_discrete_state_get_type ())
+GType gst_pi0_infer_discrete_state_get_type (void);
 
 G_END_DECLS

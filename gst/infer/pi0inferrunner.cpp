@@ -55,6 +55,8 @@ open_options (const Settings &s)
                                                                 : pi0::NormMode::ZScore;
   o.action_dims = s.action_dims;
   o.transforms = s.transforms;
+  if (s.discrete_state_input != GST_PI0_INFER_DISCRETE_STATE_AUTO)
+    o.discrete_state_input = s.discrete_state_input == GST_PI0_INFER_DISCRETE_STATE_BINS;
   return o;
 }
 

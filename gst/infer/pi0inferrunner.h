@@ -57,6 +57,8 @@ struct Settings {
   guint max_batch_size = 1;
   guint64 max_batch_wait = 5 * GST_MSECOND;
   std::string transforms = "none"; /* openpi's robot transforms (model/pi0transforms.h) */
+  /* For a pi0.5 checkpoint that names neither its type nor this (openpi's converter's). */
+  GstPi0InferDiscreteState discrete_state_input = GST_PI0_INFER_DISCRETE_STATE_AUTO;
 };
 
 /* The inference times the stats keep (p50/p99 over these). */

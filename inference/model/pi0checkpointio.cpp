@@ -28,7 +28,7 @@ model_kind_of (const TensorMap &tensors)
 }
 
 std::shared_ptr<Pi0Model>
-load_pi0_model (const std::string &path, int num_steps)
+load_pi0_model (const std::string &path, int num_steps, std::optional<bool> undeclared_discrete)
 {
   std::string dir = is_directory (path) ? path : parent_dir (path);
   std::string weights = is_directory (path) ? dir + "/model.safetensors" : path;
@@ -43,7 +43,7 @@ load_pi0_model (const std::string &path, int num_steps)
   // parameters are allocated. Its key names say pi0 or pi0.5, which openpi's converter does not
   // write into config.json.
   TensorMap tensors = load_safetensors (weights);
-  Pi0Config cfg = config_from_json_file (config_path, model_kind_of (tensors));
+  Pi0Config cfg = config_from_json_file (config_path, model_kind_of (tensors), undeclared_discrete);
   if (num_steps > 0)
     cfg.num_steps = num_steps;
   // The architecture against the file before the module tree is built from it: a config.json

@@ -404,7 +404,8 @@ declared_kind (const Json &root, const std::string &source)
 } // namespace
 
 Pi0Config
-config_from_json (const std::string &text, const std::string &source, ModelKind weights)
+config_from_json (const std::string &text, const std::string &source, ModelKind weights,
+                  std::optional<bool> undeclared_discrete)
 {
   const Json root = parse_config (text, source);
   if (!root.is_object ())
@@ -422,6 +423,8 @@ config_from_json (const std::string &text, const std::string &source, ModelKind 
   if (const Json *g = member (root, "gst_pi0"); g && g->is_object ())
     if (std::optional<bool> d = bool_field (*g, "discrete_state_input", source))
       discrete = d;
+  if (!discrete && declared == ModelKind::Unknown && c.pi05)
+    discrete = undeclared_discrete;
   if (discrete) {
     if (!c.pi05 && *discrete)
       throw Error (source + ": 'discrete_state_input' true is a pi05 setting; pi0 reads the state "
@@ -518,13 +521,14 @@ config_from_json (const std::string &text, const std::string &source, ModelKind 
 }
 
 Pi0Config
-config_from_json_file (const std::string &path, ModelKind weights)
+config_from_json_file (const std::string &path, ModelKind weights,
+                       std::optional<bool> undeclared_discrete)
 {
   /* LeRobot's config.json is a few kB; 4 MiB is room for any. */
   std::string text, err;
   if (!read_regular_file (path, size_t (4) << 20, &text, &err))
     throw Error ("cannot read model config " + err);
-  return config_from_json (text, path, weights);
+  return config_from_json (text, path, weights, undeclared_discrete);
 }
 
 } // namespace pi0

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -106,9 +107,15 @@ std::vector<std::string> config_names ();
  * "pi05"), openpi's "pi05" flag, or ours; openpi's converter writes neither, and then @weights
  * (what the weights hold) decides. A declared type the weights contradict is an error naming
  * both. Throws pi0::Error naming the file and the field on unreadable files, bad JSON, unknown
- * variants or types. */
-Pi0Config config_from_json_file (const std::string &path, ModelKind weights = ModelKind::Unknown);
+ * variants or types.
+ *
+ * @undeclared_discrete: openpi's discrete_state_input for a pi0.5 config.json that names no
+ * model type and does not say (openpi's converter writes neither: it is a field of the training
+ * config, false for pi05_libero); unset, pi0.5's default (true). A config.json that says wins. */
+Pi0Config config_from_json_file (const std::string &path, ModelKind weights = ModelKind::Unknown,
+                                 std::optional<bool> undeclared_discrete = std::nullopt);
 Pi0Config config_from_json (const std::string &text, const std::string &source_name,
-                            ModelKind weights = ModelKind::Unknown);
+                            ModelKind weights = ModelKind::Unknown,
+                            std::optional<bool> undeclared_discrete = std::nullopt);
 
 } // namespace pi0

@@ -86,7 +86,7 @@ open_backend (const std::string &uri, const OpenOptions &o, const PolicyOptions 
       throw OpenError (Kind::NotFound, "Model '" + uri + "' does not exist.");
     *model_id = uri;
     if (is_directory (uri) || ends_with (uri, ".safetensors")) {
-      auto model = load_pi0_model (uri, o.num_steps);
+      auto model = load_pi0_model (uri, o.num_steps, o.discrete_state_input);
       const std::string &named = model->config ().tokenizer;
       if (!named.empty ()) {
         std::string path =

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <map>
 #include <memory>
 #include <string>
@@ -67,6 +68,12 @@ struct OpenOptions {
    * "aloha", "aloha_sim", "libero", "droid"; empty or "none": none. Applied around the norm
    * stats in openpi's order (the state before Normalize, the actions after Unnormalize). */
   std::string transforms;
+  /* openpi's discrete_state_input (does the pi0.5 model read the state as prompt bins?) for a
+   * checkpoint whose config.json names no model type and does not say: openpi's converter
+   * writes neither, the training config fixes it (pi05_libero: false; pi05_droid, pi05_base:
+   * true). Unset: true. Checkpoints that declare their type (LeRobot's, ours) say it
+   * themselves, and this does not apply to them. */
+  std::optional<bool> discrete_state_input;
   /* Prompt length in tokens when the model does not declare one (TorchScript). */
   int prompt_length = 48;
 };

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <map>
 #include <memory>
 #include <string>
@@ -121,9 +122,10 @@ std::unique_ptr<Policy> make_pi0_policy (std::shared_ptr<Pi0Model> model,
 
 /* Loads a checkpoint directory (config.json + model.safetensors) or a model.safetensors file
  * (config.json next to it), openpi-PyTorch or LeRobot layout; @num_steps > 0 replaces the
- * config's Euler steps. The weights file is validated before the model is allocated. Throws
- * pi0::Error. */
-std::shared_ptr<Pi0Model> load_pi0_model (const std::string &path, int num_steps = 0);
+ * config's Euler steps; @undeclared_discrete as config_from_json's. The weights file is
+ * validated before the model is allocated. Throws pi0::Error. */
+std::shared_ptr<Pi0Model> load_pi0_model (const std::string &path, int num_steps = 0,
+                                          std::optional<bool> undeclared_discrete = std::nullopt);
 /* What a checkpoint's tensors are by their names: pi0.5 holds time_mlp_in, pi0 state_proj and
  * action_time_mlp_in (with or without LeRobot's "model."); Unknown when neither or both. */
 ModelKind model_kind_of (const std::map<std::string, at::Tensor> &tensors);

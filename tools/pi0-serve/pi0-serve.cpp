@@ -524,6 +524,9 @@ main (int argc, char **argv)
     ok = set_checked (inf, "num-steps", o.num_steps, "--num-steps");
   if (ok && transforms != "none")
     ok = set_checked (inf, "transforms", transforms, "--transforms");
+  if (ok && mapping->discrete_state_input)
+    ok = set_checked (inf, "discrete-state-input", *mapping->discrete_state_input ? "bins" : "none",
+                      "the mapping's discrete_state_input");
   if (ok && o.batch_size > 1)
     ok = set_checked (inf, "max-batch-size", o.batch_size, "--batch-size") &&
          set_checked (inf, "max-batch-wait", (gint64)std::llround (o.max_wait_ms * GST_MSECOND),
