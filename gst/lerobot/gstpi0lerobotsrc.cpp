@@ -393,7 +393,11 @@ build (GstPi0LeRobotSrc *self, guint episode, std::string *error)
      * this (in the parent class's READY to PAUSED), and a push into an inactive ghost pad is
      * refused as flushing, which stops a source for good. */
     gst_pad_set_active (b->ghost, TRUE);
-    for (GstElement *e : {src, dec, b->conv, b->filter})
+    /* Downstream first, as a bin changes state: decodebin streams from its own threads as soon
+     * as it is PAUSED, and a frame or sticky event that reaches a videoconvert still in NULL
+     * (pads flushing) is refused as flushing, which stopped the branch for good without an
+     * error or EOS (seen as an episode that never ended, now and then, under load). */
+    for (GstElement *e : {b->filter, b->conv, dec, src})
       gst_element_sync_state_with_parent (e);
   }
   /* The state: every frame's observation.state, k / fps. */
