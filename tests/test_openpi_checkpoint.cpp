@@ -1,11 +1,12 @@
-/* openpi's own pi0.5 PyTorch checkpoint, exactly as openpi's examples/convert_jax_model_to_pytorch.py
- * writes it (a config.json that names no model type, the tied token embedding kept only as
- * lm_head.weight, assets/droid/norm_stats.json), opened by open_policy() with what pi0-serve's
- * pi05_droid preset gives pi0infer (the droid transforms, quantile normalization), against what
- * openpi's own PyTorch policy (policy_config.create_trained_policy, fp32) did with the same raw
- * DROID observation and noise. tests/parity/openpi_converter_golden.py makes both with openpi's
- * code: random full-size weights through openpi's JAX model, its converter and its policy
- * (about 14 GB and half an hour on 2 cores, so by hand: docs/testing.md).
+/* openpi's own pi0.5 PyTorch checkpoint, exactly as openpi's
+ * examples/convert_jax_model_to_pytorch.py writes it (a config.json that names no model type,
+ * the tied token embedding kept only as lm_head.weight, assets/droid/norm_stats.json), opened by
+ * open_policy() with what pi0-serve's pi05_droid preset gives pi0infer (the droid transforms,
+ * quantile normalization), against what openpi's own PyTorch policy
+ * (policy_config.create_trained_policy, fp32) did with the same raw DROID observation and
+ * noise. tests/parity/openpi_converter_golden.py makes both with openpi's code: random full-size
+ * weights through openpi's JAX model, its converter and its policy (about 14 GB and half an hour
+ * on 2 cores, so by hand: docs/testing.md).
  *
  *   PI0_OPENPI_CHECKPOINT=/tmp/openpi-pi05 build/tests/test_model --gtest_filter='OpenpiConverted*'
  */
