@@ -190,7 +190,7 @@ Sender::commanded_now (uint64_t now) const
   }
   if (have_last_)
     return last_cmd_.data ();
-  if (s_.robot && !s_.robot->initial.empty ())
+  if (s_.robot && !s_.robot->initial.empty () && !episode_reset_)
     return s_.robot->initial.data ();
   return nullptr;
 }
@@ -286,6 +286,10 @@ Sender::chunk (uint64_t now, const ChunkIn &c, SenderOutput &out, std::string *e
     chunk_.chunk_id = c.chunk_id;
     chunk_.obs = obs;
     chunk_.model_id = c.model_id;
+    if (c.measured)
+      chunk_.measured.assign (c.measured, c.measured + dim_);
+    else
+      chunk_.measured.clear ();
     have_chunk_ = true;
     return ChunkResult::kQueued;
   }
@@ -297,6 +301,8 @@ Sender::chunk (uint64_t now, const ChunkIn &c, SenderOutput &out, std::string *e
   std::vector<float> prev_buf;
   if (const float *ref = commanded_now (now))
     prev_buf.assign (ref, ref + dim_);
+  else if (episode_reset_ && c.measured)
+    prev_buf.assign (c.measured, c.measured + dim_);
   bool any_clamped = false;
   for (uint32_t r = 0; r < rows; r++) {
     const float *in = c.values + (size_t)(first + r) * dim_;
@@ -327,6 +333,7 @@ Sender::chunk (uint64_t now, const ChunkIn &c, SenderOutput &out, std::string *e
   sent_obs_ = obs;
   anchor_.reset ();
   have_last_ = false;
+  episode_reset_ = false;
   /* The watchdog counts from the time the last row runs: obs + (limit-1)·period, but never
    * later than the robot's schedule puts it (row `first` now, one row per period after), so an
    * observation time in the future cannot push the watchdog away. */
@@ -360,6 +367,8 @@ Sender::stream_step (uint64_t now, SenderOutput &out)
     return; /* already sent (tick faster than the chunk's rows) */
   std::vector<float> row (dim_);
   const float *prev = commanded_now (now);
+  if (!prev && episode_reset_ && !c.measured.empty ())
+    prev = c.measured.data ();
   const float *in = c.values.data () + (size_t)k * dim_;
   unsigned changed = 0;
   if (s_.robot)
@@ -376,6 +385,7 @@ Sender::stream_step (uint64_t now, SenderOutput &out)
   out.executing.push_back ({c.chunk_id, (uint32_t)k, now});
   last_cmd_ = std::move (row);
   have_last_ = true;
+  episode_reset_ = false;
   c.next = (uint32_t)k + 1;
   /* Due time of this row, but not later than now (it runs on receipt): an observation time in
    * the future cannot push the watchdog away. */
@@ -453,6 +463,17 @@ Sender::event (uint64_t now, SenderEvent e, SenderOutput &out)
     case SenderEvent::kFlushStop:
       flushing_ = false;
       have_chunk_ = false;
+      break;
+    case SenderEvent::kEpisode:
+      /* Nothing of the last episode's plan runs on, and none of it bounds the next step: the
+       * robot holds where it is (a HOLD without a row) until the new episode's first chunk. */
+      have_chunk_ = false;
+      sent_rows_.clear ();
+      anchor_.reset ();
+      last_cmd_.clear ();
+      have_last_ = false;
+      episode_reset_ = true;
+      send_hold (now, out);
       break;
   }
 }

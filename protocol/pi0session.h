@@ -89,6 +89,9 @@ struct ChunkIn {
   uint64_t observation_time_ns = kTimeNone; /* capture time of the observation it answers */
   bool flagged_non_finite = false;          /* upstream says a value is NaN/Inf */
   std::string model_id;
+  /* The robot's position measured at the observation (dim values), or nullptr: the step
+   * bound's reference for the first row after an episode start (SenderEvent::kEpisode). */
+  const float *measured = nullptr;
 };
 
 enum class ChunkResult {
@@ -152,6 +155,13 @@ enum class SenderEvent {
   kFlushStart, /* HOLD, pending rows dropped, chunks ignored until kFlushStop */
   kFlushStop,
   kEos, /* HOLD, pending rows dropped */
+  /* An episode starts: the robot may have been moved (reset, a scene set up), so what it was
+   * commanded says nothing of where it is. Pending rows are dropped, a HOLD without a row is
+   * sent (the robot holds where it is) and the step bound forgets its reference: a HOLD carries
+   * no position until a chunk is sent, and the next chunk's first row is bounded against the
+   * position the robot measured at its observation (ChunkIn::measured), or by the limits alone
+   * when there is none (the robot bounds its own step). */
+  kEpisode,
 };
 
 class Sender
@@ -201,6 +211,7 @@ private:
     uint64_t chunk_id = 0;
     uint64_t obs = kTimeNone;
     std::string model_id;
+    std::vector<float> measured; /* ChunkIn::measured, or empty */
   };
 
   void new_session ();
@@ -252,6 +263,8 @@ private:
 
   std::vector<float> last_cmd_; /* position last commanded (stream rows, HOLD position) */
   bool have_last_ = false;
+  /* An episode started and nothing was commanded since: no reference, not even `initial`. */
+  bool episode_reset_ = false;
 
   /* Watchdog: due time of the last action row sent. */
   uint64_t last_fresh_ = 0;

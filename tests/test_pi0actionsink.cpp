@@ -477,6 +477,66 @@ TEST (Pi0ActionSink, ChunkModeBoundsEachChunkAgainstTheRowBeingExecuted)
   EXPECT_GT (stat (f.sink, "clamped"), 10u);
 }
 
+/* Issue 27: a pi0-episode start says the robot was reset: the sink holds where the robot is (a
+ * HOLD without a position) and bounds the next chunk's first row against the state measured at
+ * its observation, when that state is present, fresh and finite; never against the last
+ * episode's commands. */
+TEST (Pi0ActionSink, AnEpisodeStartHoldsAndBoundsTheNextChunkByTheMeasuredState)
+{
+  const std::vector<float> next = {0.9f, 1.5f, 0.4f, 0.9f, 1.5f, 0.4f};
+  struct Case {
+    bool episode;
+    std::vector<float> state;
+    GstPi0StateFlags flags;
+    std::vector<float> first; /* the first row sent */
+  };
+  const GstPi0StateFlags present = GST_PI0_STATE_FLAG_PRESENT;
+  const GstPi0StateFlags stale =
+      (GstPi0StateFlags)(GST_PI0_STATE_FLAG_PRESENT | GST_PI0_STATE_FLAG_STALE);
+  const float nan = std::numeric_limits<float>::quiet_NaN ();
+  const Case cases[] = {
+      /* no event: bounded against the last episode's last row (0.36, 0.37, 0.38) */
+      {false, {-0.5f, 0.0f, 0.1f}, present, {0.46f, 0.62f, 0.4f}},
+      /* the measured state is the reference */
+      {true, {-0.5f, 0.0f, 0.1f}, present, {-0.4f, 0.25f, 0.15f}},
+      {true, {0.85f, 1.4f, 0.38f}, present, {0.9f, 1.5f, 0.4f}},
+      /* a stale, non-finite or missing state is no reference: the limits alone */
+      {true, {-0.5f, 0.0f, 0.1f}, stale, {0.9f, 1.5f, 0.4f}},
+      {true, {-0.5f, nan, 0.1f}, present, {0.9f, 1.5f, 0.4f}},
+      {true, {}, GST_PI0_STATE_FLAG_NONE, {0.9f, 1.5f, 0.4f}},
+  };
+  for (const Case &c : cases) {
+    SCOPED_TRACE (::testing::Message () << "episode " << c.episode << " flags " << c.flags);
+    Fixture f;
+    f.make ("mode=chunk hold-timeout=10000000000 stop-timeout=20000000000 target=file://" +
+                f.dir.file ("o.jsonl"),
+            kRobot3);
+    ASSERT_EQ (GST_FLOW_OK, f.push (10, 3, ramp3 (10, 0, 0.04f), 1, 0));
+    gst_test_clock_set_time (f.clock (), 300 * GST_MSECOND);
+    f.rec.take ();
+    if (c.episode) {
+      ASSERT_TRUE (gst_harness_push_event (
+          f.h.get (), gst_pi0_episode_event_new (GST_PI0_EPISODE_START, nullptr)));
+      auto recs = f.rec.take ();
+      ASSERT_EQ (recs.size (), 1u);
+      EXPECT_EQ (recs[0].kind, "hold");
+      EXPECT_TRUE (recs[0].values.empty ()) << "hold where the robot is";
+    }
+    GstBuffer *b = make_chunk (2, 3, next, 2, 300 * GST_MSECOND);
+    GstPi0ObservationMeta *om = gst_buffer_add_pi0_observation_meta (b);
+    om->observation_time = 300 * GST_MSECOND;
+    if (!c.state.empty ())
+      gst_pi0_observation_meta_set_state (om, c.state.data (), 3, 300 * GST_MSECOND, c.flags);
+    ASSERT_EQ (GST_FLOW_OK, gst_harness_push (f.h.get (), b));
+    auto recs = f.rec.take ();
+    ASSERT_EQ (recs.size (), 1u);
+    ASSERT_EQ (recs[0].kind, "action");
+    ASSERT_EQ (recs[0].values.size (), 6u);
+    for (int j = 0; j < 3; j++)
+      EXPECT_NEAR (recs[0].values[j], c.first[j], 1e-6) << "joint " << j;
+  }
+}
+
 TEST (Pi0ActionSink, StaleChunksAreDroppedAndPastStepsSkipped)
 {
   Fixture f;

@@ -1267,6 +1267,34 @@ TEST (Pi0InferRtc, GuidedChunkContinuesTheExecutingChunk)
   EXPECT_LT (soft_on, soft_off) << soft_on << " vs " << soft_off;
 }
 
+/* Issue 27: a pi0-episode start (the robot was reset) makes the next chunk the unguided one,
+ * bit for bit, and a late report about the last episode's chunk guides nothing. An episode
+ * stop, or another custom event, forgets nothing. */
+TEST (Pi0InferRtc, AnEpisodeStartForgetsTheChunksMadeBefore)
+{
+  RtcInfer off (0), on (1), kept (1);
+  for (RtcInfer *r : {&off, &on, &kept})
+    ASSERT_EQ (r->run (make_observation (1, 11)).size (), 50u * 32);
+  const GstClockTime obs1 = 33 * GST_MSECOND;
+  for (RtcInfer *r : {&on, &kept})
+    ASSERT_TRUE (
+        r->feedback (gst_pi0_executing_event_new (1, 3, obs1 + 3 * kRtcPeriod, kRtcPeriod)));
+  ASSERT_TRUE (gst_harness_push_event (on.h.get (),
+                                       gst_pi0_episode_event_new (GST_PI0_EPISODE_START, "next")));
+  ASSERT_TRUE (gst_harness_push_event (kept.h.get (),
+                                       gst_pi0_episode_event_new (GST_PI0_EPISODE_STOP, nullptr)));
+  std::vector<float> b_off = off.run (make_observation (2, 22));
+  std::vector<float> b_on = on.run (make_observation (2, 22));
+  std::vector<float> b_kept = kept.run (make_observation (2, 22));
+  EXPECT_EQ (infer_stat (on.element.get (), "rtc-guided"), 0u);
+  EXPECT_EQ (b_on, b_off);
+  EXPECT_EQ (infer_stat (kept.element.get (), "rtc-guided"), 1u) << "a stop forgets nothing";
+  EXPECT_NE (b_kept, b_off);
+  /* Chunk 1 is gone: reporting it now is refused. */
+  ASSERT_TRUE (on.feedback (gst_pi0_executing_event_new (1, 4, obs1 + 4 * kRtcPeriod, kRtcPeriod)));
+  EXPECT_EQ (infer_stat (on.element.get (), "rtc-feedback-ignored"), 1u);
+}
+
 /* Issue 25: a report about a chunk 16 chunks old (a long round trip) is counted apart from
  * reports that cannot be right. */
 TEST (Pi0InferRtc, ALateReportIsCountedAsForgotten)

@@ -384,6 +384,105 @@ TEST (SenderRules, TheReferenceIsTheRowTheRobotRunsWhenTheFrameArrives)
   }
 }
 
+/* Issue 27: after an episode starts the robot may be anywhere (it was reset): the sender holds
+ * without a position and bounds the new episode's first row against the state measured at its
+ * observation, not against the last episode's commands or `initial`. */
+/* Whether @got is @want, value by value within 1e-6. */
+static testing::AssertionResult
+close_row (const std::vector<float> &got, const std::vector<float> &want)
+{
+  bool ok = got.size () == want.size ();
+  for (size_t i = 0; ok && i < got.size (); i++)
+    ok = std::fabs (got[i] - want[i]) <= 1e-6f;
+  if (ok)
+    return testing::AssertionSuccess ();
+  std::string g;
+  for (float v : got)
+    g += std::to_string (v) + " ";
+  return testing::AssertionFailure () << "got " << g;
+}
+
+TEST (SenderRules, AnEpisodeStartHoldsAndBoundsTheNextFirstRowByTheMeasuredState)
+{
+  SenderSettings st = stream_settings ();
+  st.mode = SendMode::kChunk;
+  st.hold_timeout_ns = 10000 * kMs;
+  st.stop_timeout_ns = 20000 * kMs;
+  st.robot = robot (kRobotInitial);
+  const std::vector<float> before = ramp (10, 0, 0.04f);
+  const std::vector<float> far (30, 0.0f);
+  std::vector<float> next;
+  for (int i = 0; i < 10; i++)
+    next.insert (next.end (), {0.9f, 1.5f, 0.4f});
+  std::string err;
+  /* What the first row of `next` becomes, sent at 300 ms after `before` ran, with or without an
+   * episode start at 250 ms and a measured state. */
+  auto first_row = [&] (bool episode, const float *measured, std::vector<float> *hold) {
+    PlayingSender p (st);
+    EXPECT_EQ (ChunkResult::kSent, p.s.chunk (0, chunk_of (before, 10, 1, 0), p.out, &err));
+    p.out.clear ();
+    if (episode) {
+      p.s.event (250 * kMs, SenderEvent::kEpisode, p.out);
+      EXPECT_EQ (p.out.frames.size (), 1u);
+      if (!p.out.frames.empty ()) {
+        EXPECT_EQ (p.out.frames[0].header.kind, Kind::kHold);
+        *hold = p.out.frames[0].values;
+      }
+      p.out.clear ();
+    }
+    ChunkIn c = chunk_of (next, 10, 2, 300 * kMs);
+    c.measured = measured;
+    EXPECT_EQ (ChunkResult::kSent, p.s.chunk (300 * kMs, c, p.out, &err));
+    const std::vector<float> sent = p.out.frames.back ().values;
+    return std::vector<float> (sent.begin (), sent.begin () + 3);
+  };
+  std::vector<float> hold = {1.0f};
+  const float near[3] = {0.85f, 1.4f, 0.38f};
+  const float away[3] = {-0.5f, 0.0f, 0.1f};
+  /* Without the event: bounded against the last episode's last row (0.36, 0.37, 0.38). */
+  EXPECT_TRUE (close_row (first_row (false, near, &hold), {0.46f, 0.62f, 0.4f}));
+  /* With it: the measured state is the reference; the HOLD carried no position. */
+  EXPECT_TRUE (close_row (first_row (true, near, &hold), {0.9f, 1.5f, 0.4f}));
+  EXPECT_TRUE (hold.empty ());
+  EXPECT_TRUE (close_row (first_row (true, away, &hold), {-0.4f, 0.25f, 0.15f}));
+  /* No measured state: the limits alone (not `initial`, which would give 0.1, 0.75, 0.3). */
+  EXPECT_TRUE (close_row (first_row (true, nullptr, &hold), {0.9f, 1.5f, 0.4f}));
+
+  /* A HOLD before the new episode's first chunk has no position either; after that chunk the
+   * bound is the usual one (its rows). */
+  PlayingSender p (st);
+  ASSERT_EQ (ChunkResult::kSent, p.s.chunk (0, chunk_of (before, 10, 1, 0), p.out, &err));
+  p.s.event (250 * kMs, SenderEvent::kEpisode, p.out);
+  EXPECT_TRUE (p.hold_at (260 * kMs).empty ());
+  ChunkIn c = chunk_of (next, 10, 2, 300 * kMs);
+  c.measured = near;
+  ASSERT_EQ (ChunkResult::kSent, p.s.chunk (300 * kMs, c, p.out, &err));
+  p.out.clear ();
+  ASSERT_EQ (ChunkResult::kSent,
+             p.s.chunk (340 * kMs, chunk_of (far, 10, 3, 340 * kMs), p.out, &err));
+  EXPECT_TRUE (close_row (std::vector<float> (p.out.frames.back ().values.begin (),
+                                              p.out.frames.back ().values.begin () + 3),
+                          {0.8f, 1.25f, 0.35f}))
+      << "bounded against chunk 2's row, not the measured state";
+
+  /* Stream mode: the first row after the event is bounded against the measured state too. */
+  SenderSettings ss = stream_settings ();
+  ss.robot = robot (kRobotInitial);
+  Sender s (ss, counter_ids ());
+  SenderOutput out;
+  s.link (0, true, false, out);
+  s.event (0, SenderEvent::kPlaying, out);
+  s.event (0, SenderEvent::kEpisode, out);
+  out.clear ();
+  c = chunk_of (next, 10, 1, 0);
+  c.measured = away;
+  ASSERT_EQ (ChunkResult::kQueued, s.chunk (0, c, out, &err));
+  s.tick (0, out);
+  ASSERT_FALSE (out.frames.empty ());
+  EXPECT_EQ (out.frames.back ().header.kind, Kind::kAction);
+  EXPECT_TRUE (close_row (out.frames.back ().values, {-0.4f, 0.25f, 0.15f}));
+}
+
 TEST (SenderRules, StreamSteppingReportsWhatTheRobotExecutes)
 {
   Sender s (stream_settings (), counter_ids ());

@@ -451,6 +451,14 @@ gst_pi0_action_sink_event (GstBaseSink *bsink, GstEvent *event)
     case GST_EVENT_FLUSH_STOP:
       e = proto::SenderEvent::kFlushStop;
       break;
+    case GST_EVENT_CUSTOM_DOWNSTREAM: {
+      /* A new episode: the robot may have been reset, so the last episode's commands bound no
+       * step of the next (the observation's measured state does). */
+      GstPi0EpisodeAction action;
+      if (gst_pi0_episode_event_parse (event, &action, nullptr) && action == GST_PI0_EPISODE_START)
+        e = proto::SenderEvent::kEpisode;
+      break;
+    }
     default:
       break;
   }
@@ -514,6 +522,14 @@ render_locked (State &st, GstBuffer *buf, Pending &p, std::string *error)
   in.observation_time_ns = meta->observation_time;
   in.flagged_non_finite = (meta->flags & GST_PI0_ACTION_FLAG_NON_FINITE) != 0;
   in.model_id = meta->model_id ? meta->model_id : "";
+  /* Where the robot measured itself at the observation: the reference of the first step after
+   * an episode starts (the sender uses nothing else of it). */
+  const GstPi0ObservationMeta *obs = gst_buffer_get_pi0_observation_meta (buf);
+  if (obs && obs->state && obs->state_dim == meta->dim &&
+      (obs->state_flags & GST_PI0_STATE_FLAG_PRESENT) &&
+      !(obs->state_flags & GST_PI0_STATE_FLAG_STALE) &&
+      proto::all_finite (obs->state, obs->state_dim))
+    in.measured = obs->state;
   const proto::ChunkResult r = st.link.chunk (now, in, error);
   deliver (st, p);
   if (r == proto::ChunkResult::kError)

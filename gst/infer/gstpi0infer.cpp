@@ -773,6 +773,13 @@ gst_pi0_infer_sink_event (GstBaseTransform *trans, GstEvent *event)
                           gst_flow_get_name (r));
     }
   }
+  GstPi0EpisodeAction episode;
+  if (gst_pi0_episode_event_parse (event, &episode, nullptr) && episode == GST_PI0_EPISODE_START) {
+    /* Serialized, and after the held batch ran (above): no chunk made from here on is guided
+     * toward one of the last episode's. */
+    GST_INFO_OBJECT (self, "an episode starts: real-time chunking forgets the chunks made before");
+    priv->runner.new_episode ();
+  }
   return GST_BASE_TRANSFORM_CLASS (parent_class)->sink_event (trans, event);
 }
 

@@ -114,6 +114,9 @@ public:
   /* A pi0-executing event from the sink at running time @now: taken, or refused with a
    * rate-limited warning. */
   void feedback (GstEvent *event, GstClockTime now, Notices &n);
+  /* An episode starts (a pi0-episode start event): the chunks made before and what the robot
+   * said about them guide nothing after (the robot may have been reset). */
+  void new_episode () { rtc_.reset (); }
 
   /* The `stats` property, and the id of the policy opened last (empty before). */
   GstStructure *stats () const;
