@@ -16,9 +16,14 @@
  *       into pi0viewmux, the policy (the expert, or pi0infer model=MODEL PROPS), the chunks
  *       to the robot over UDP; --record DIR appends each episode to a LeRobotDataset (--lossless:
  *       the cameras bit-exact)
+ *   pi0-sim robot [--policy-host H] [--rtp-port P] [--bind A] [--port N] [--gap-ms G] ...
+ *       the robot's end alone, for a policy's end elsewhere (pipelines/sim-policy.txt): the
+ *       cameras and the state (with the task) as RTP to H, ports P to P+6; the actions on A:N;
+ *       real time (pi0simremote.h)
  */
 #include "gstpi0elements.h"
 #include "pi0simloop.h"
+#include "pi0simremote.h"
 #include "pi0simrender.h"
 #include "pi0simworld.h"
 
@@ -39,6 +44,10 @@ namespace
 struct Args {
   std::string command, out;
   unsigned ticks = 0, timeout = 120, delay_ms = 0;
+  /* robot: the robot's end across a network */
+  std::string policy_host = "127.0.0.1", bind = "0.0.0.0";
+  int rtp_port = 5600, port = 9870;
+  unsigned gap_ms = 500;
   pi0::sim::LoopOptions loop = [] {
     pi0::sim::LoopOptions o;
     o.episodes = 10;
@@ -53,11 +62,15 @@ usage ()
       stderr, "usage: pi0-sim snapshot --out DIR [--seed S] [--ticks N] [--width W] [--height H]"
               " [--robot-config F]\n"
               "       pi0-sim expert [--episodes K] [--seed S] [--execute N] [--horizon H] "
-              "[--actuation-noise RAD] [--robot-config F]\n"
+              "[--actuation-noise RAD] [--blocks N] [--block-size M] [--robot-config F]\n"
               "       pi0-sim run [--policy expert|MODEL] [--infer PROPS] [--episodes K] [--seed S]"
               " [--execute N] [--horizon H] [--width W] [--height H] [--prep-size P]"
               " [--delay-ms D] [--record DIR [--lossless]] [--overlay DIR] [--actuation-noise RAD]"
-              " [--blocks N] [--real-time] [--robot-config F] [--timeout S]\n");
+              " [--blocks N] [--block-size M] [--real-time] [--robot-config F] [--timeout S]\n"
+              "       pi0-sim robot [--policy-host H] [--rtp-port P] [--bind A] [--port N]"
+              " [--episodes K] [--seed S] [--execute N] [--width W] [--height H] [--gap-ms G]"
+              " [--actuation-noise RAD] [--blocks N] [--block-size M] [--robot-config F]"
+              " [--timeout S]\n");
   return 2;
 }
 
@@ -113,6 +126,10 @@ parse (int argc, char **argv, Args *a)
       a->loop.record = v;
     else if (k == "--overlay")
       a->loop.overlay = v;
+    else if (k == "--policy-host")
+      a->policy_host = v;
+    else if (k == "--bind")
+      a->bind = v;
     else if (k == "--actuation-noise") {
       char *end = nullptr;
       const double r = std::strtod (v, &end);
@@ -121,6 +138,17 @@ parse (int argc, char **argv, Args *a)
         return false;
       }
       a->loop.scene.actuation_noise = r;
+    } else if (k == "--block-size") {
+      char *end = nullptr;
+      const double m = std::strtod (v, &end);
+      if (!end || *end || !(m >= 0.02 && m <= 0.15)) {
+        std::fprintf (stderr, "pi0-sim: --block-size: metres from 0.02 to 0.15: %s\n", v);
+        return false;
+      }
+      // Touching stays "the tip over the block": the same share of its side as the default's.
+      a->loop.scene.touch_radius =
+          m * pi0::sim::SceneOptions{}.touch_radius / pi0::sim::SceneOptions{}.block_size;
+      a->loop.scene.block_size = m;
     } else if (k == "--seed") {
       if (!number (~0ull))
         return false;
@@ -137,6 +165,9 @@ parse (int argc, char **argv, Args *a)
                            {"--horizon", 50, &a->loop.horizon, nullptr},
                            {"--timeout", 3600, &a->timeout, nullptr},
                            {"--delay-ms", 60000, &a->delay_ms, nullptr},
+                           {"--gap-ms", 60000, &a->gap_ms, nullptr},
+                           {"--rtp-port", 65529, nullptr, &a->rtp_port},
+                           {"--port", 65535, nullptr, &a->port},
                            {"--blocks", 5, &a->loop.scene.blocks, nullptr},
                            {"--width", 4096, nullptr, &a->loop.camera_width},
                            {"--height", 4096, nullptr, &a->loop.camera_height},
@@ -168,6 +199,47 @@ parse (int argc, char **argv, Args *a)
   }
   return true;
 }
+
+/* Prints each episode's line as it ends, and the summary line of all of them. */
+struct Summary {
+  bool remote = false; /* `robot`: the policy is across the wire */
+  unsigned counts[4] = {0, 0, 0, 0}, success_ticks = 0, switches = 0;
+  double jerk = 0, switch_sum = 0, switch_max = 0;
+
+  void add (const pi0::sim::EpisodeResult &r)
+  {
+    counts[(int)r.outcome]++;
+    if (r.outcome == pi0::sim::Outcome::Success)
+      success_ticks += r.ticks;
+    jerk += r.jerk;
+    switches += r.switches;
+    switch_sum += r.switch_step_sum;
+    switch_max = std::max (switch_max, r.switch_step_max);
+    std::printf ("{\"seed\":%llu,\"instruction\":\"%s\",\"outcome\":\"%s\",\"ticks\":%u,"
+                 "\"chunks\":%u,",
+                 (unsigned long long)r.seed, r.instruction.c_str (),
+                 pi0::sim::outcome_name (r.outcome), r.ticks, r.chunks);
+    /* What pi0infer did is known in-process only: `robot` sees the policy through the wire. */
+    if (!remote)
+      std::printf ("\"guided\":%u,\"delay_rows\":%u,\"unanswered\":%u,", r.guided, r.delay_rows,
+                   r.unanswered);
+    std::printf ("\"rows\":%u,\"rejected\":%u,\"jerk\":%.3f,\"switches\":%u,"
+                 "\"switch_step_max\":%.5f,\"step_max\":%.5f,\"late\":%u}\n",
+                 r.executed, r.rejected, r.jerk, r.switches, r.switch_step_max, r.step_max, r.late);
+    std::fflush (stdout);
+  }
+  void print (unsigned episodes) const
+  {
+    const unsigned success = counts[(int)pi0::sim::Outcome::Success];
+    std::printf ("{\"episodes\":%u,\"success\":%u,\"wrong\":%u,\"timeout\":%u,"
+                 "\"mean_ticks_to_success\":%.2f,\"mean_jerk\":%.3f,\"switches\":%u,"
+                 "\"mean_switch_step\":%.5f,\"max_switch_step\":%.5f}\n",
+                 episodes, success, counts[(int)pi0::sim::Outcome::Wrong],
+                 counts[(int)pi0::sim::Outcome::Timeout],
+                 success ? (double)success_ticks / success : 0.0, episodes ? jerk / episodes : 0.0,
+                 switches, switches ? switch_sum / switches : 0.0, switch_max);
+  }
+};
 
 std::string
 scene_json (const pi0::sim::World &w)
@@ -236,43 +308,37 @@ main (int argc, char **argv)
         std::fprintf (stderr, "pi0-sim: could not register the gst-pi0 elements\n");
         return 1;
       }
-      unsigned counts[4] = {0, 0, 0, 0}, success_ticks = 0, switches = 0;
-      double jerk = 0, switch_sum = 0, switch_max = 0;
+      Summary sum;
       const bool ok = pi0::sim::run_loop (
-          o,
-          [&] (const pi0::sim::EpisodeResult &r) {
-            counts[(int)r.outcome]++;
-            if (r.outcome == pi0::sim::Outcome::Success)
-              success_ticks += r.ticks;
-            jerk += r.jerk;
-            switches += r.switches;
-            switch_sum += r.switch_step_sum;
-            switch_max = std::max (switch_max, r.switch_step_max);
-            std::printf ("{\"seed\":%llu,\"instruction\":\"%s\",\"outcome\":\"%s\",\"ticks\":%u,"
-                         "\"chunks\":%u,\"guided\":%u,\"delay_rows\":%u,\"unanswered\":%u,\"rows\":"
-                         "%u,\"rejected\":%u,"
-                         "\"jerk\":%.3f,\"switches\":%u,\"switch_step_max\":%.5f,"
-                         "\"step_max\":%.5f,\"late\":%u}\n",
-                         (unsigned long long)r.seed, r.instruction.c_str (),
-                         pi0::sim::outcome_name (r.outcome), r.ticks, r.chunks, r.guided,
-                         r.delay_rows, r.unanswered, r.executed, r.rejected, r.jerk, r.switches,
-                         r.switch_step_max, r.step_max, r.late);
-            std::fflush (stdout);
-          },
-          &err);
+          o, [&] (const pi0::sim::EpisodeResult &r) { sum.add (r); }, &err);
       if (!ok) {
         std::fprintf (stderr, "pi0-sim: %s\n", err.c_str ());
         return 1;
       }
-      const unsigned success = counts[(int)pi0::sim::Outcome::Success];
-      std::printf ("{\"episodes\":%u,\"success\":%u,\"wrong\":%u,\"timeout\":%u,"
-                   "\"mean_ticks_to_success\":%.2f,\"mean_jerk\":%.3f,\"switches\":%u,"
-                   "\"mean_switch_step\":%.5f,\"max_switch_step\":%.5f}\n",
-                   o.episodes, success, counts[(int)pi0::sim::Outcome::Wrong],
-                   counts[(int)pi0::sim::Outcome::Timeout],
-                   success ? (double)success_ticks / success : 0.0,
-                   o.episodes ? jerk / o.episodes : 0.0, switches,
-                   switches ? switch_sum / switches : 0.0, switch_max);
+      sum.print (o.episodes);
+      return 0;
+    }
+    if (a.command == "robot") {
+      gst_init (&argc, &argv);
+      if (!gst_pi0_elements_register (nullptr)) {
+        std::fprintf (stderr, "pi0-sim: could not register the gst-pi0 elements\n");
+        return 1;
+      }
+      pi0::sim::RemoteOptions r;
+      r.loop = o;
+      r.policy_host = a.policy_host;
+      r.bind = a.bind;
+      r.rtp_port = a.rtp_port;
+      r.port = a.port;
+      r.gap_s = a.gap_ms / 1000.0;
+      Summary sum;
+      sum.remote = true;
+      if (!pi0::sim::run_remote_robot (
+              r, [&] (const pi0::sim::EpisodeResult &e) { sum.add (e); }, &err)) {
+        std::fprintf (stderr, "pi0-sim: %s\n", err.c_str ());
+        return 1;
+      }
+      sum.print (o.episodes);
       return 0;
     }
     if (a.command == "expert") {

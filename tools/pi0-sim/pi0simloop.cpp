@@ -1,6 +1,9 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #include "pi0simloop.h"
 
+#include "pi0simmotion.h"
+#include "pi0simsocket.h"
+
 #include "pi0elementstats.h"
 #include "pi0frame.h"
 #include "pi0safety.h"
@@ -11,12 +14,6 @@
 #include <gst/gst.h>
 #include <gst/pi0/pi0.h>
 #include <gst/video/video.h>
-
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -249,59 +246,6 @@ count_sent_action (GstElement *, const gchar *kind, guint64, guint, guint, guint
     static_cast<std::atomic<unsigned> *> (data)->fetch_add (1);
 }
 
-/* A UDP socket on loopback, port chosen by the kernel: the robot's end of the action link. */
-class RobotSocket
-{
-public:
-  bool open (std::string *error)
-  {
-    fd_ = socket (AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl (INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    if (fd_ < 0 || bind (fd_, (sockaddr *)&a, sizeof a) != 0 ||
-        getsockname (fd_, (sockaddr *)&a, &len) != 0) {
-      *error = std::string ("robot socket: ") + g_strerror (errno);
-      return false;
-    }
-    port_ = ntohs (a.sin_port);
-    return true;
-  }
-  ~RobotSocket ()
-  {
-    if (fd_ >= 0)
-      close (fd_);
-  }
-  int port () const { return port_; }
-  /* One datagram within @timeout_ms, or false. */
-  bool receive (int timeout_ms, std::vector<uint8_t> *out)
-  {
-    pollfd p{fd_, POLLIN, 0};
-    if (poll (&p, 1, timeout_ms) <= 0)
-      return false;
-    out->resize (65536);
-    peer_len_ = sizeof peer_;
-    const ssize_t n = recvfrom (fd_, out->data (), out->size (), 0, (sockaddr *)&peer_, &peer_len_);
-    if (n < 0)
-      return false;
-    out->resize ((size_t)n);
-    have_peer_ = true;
-    return true;
-  }
-  void send_back (const std::vector<uint8_t> &data)
-  {
-    if (have_peer_)
-      (void)sendto (fd_, data.data (), data.size (), MSG_DONTWAIT, (sockaddr *)&peer_, peer_len_);
-  }
-
-private:
-  int fd_ = -1, port_ = 0;
-  sockaddr_in peer_{};
-  socklen_t peer_len_ = 0;
-  bool have_peer_ = false;
-};
-
 /* The first error on the bus, if any. */
 bool
 bus_error (GstElement *pipeline, std::string *error)
@@ -341,7 +285,7 @@ public:
 
   bool run (EpisodeResult *result, std::string *error)
   {
-    if (!socket_.open (error) || !build (error))
+    if (!socket_.open ("127.0.0.1", 0, error) || !build (error))
       return false;
     proto::ReceiverSettings rs;
     rs.robot = world_.robot ();
@@ -359,7 +303,7 @@ public:
       result->delay_rows = (unsigned)stat_u64 (policy_.get (), "rtc-delay");
     }
     finish (ok, error);
-    measure_motion (result);
+    measure_motion (trace_, period_ / 1e9, result);
     result->seed = world_.seed ();
     result->instruction = world_.instruction ();
     result->outcome = world_.outcome ();
@@ -744,34 +688,6 @@ private:
     }
   }
 
-  /* Jerk and steps of what the arm did (trace_: the joints at the start and after each tick,
-   * with the chunk whose row the tick ran). */
-  void measure_motion (EpisodeResult *r) const
-  {
-    const double p = period_ / 1e9;
-    double jerk = 0;
-    size_t n = 0;
-    for (size_t i = 3; i < trace_.size (); i++)
-      for (size_t j = 0; j < 3; j++, n++)
-        jerk += std::fabs (trace_[i].q[j] - 3 * trace_[i - 1].q[j] + 3 * trace_[i - 2].q[j] -
-                           trace_[i - 3].q[j]) /
-                (p * p * p);
-    r->jerk = n ? jerk / n : 0;
-    for (size_t i = 1; i < trace_.size (); i++) {
-      double step = 0;
-      for (size_t j = 0; j < 3; j++)
-        step = std::max (step, (double)std::fabs (trace_[i].q[j] - trace_[i - 1].q[j]));
-      // A switch: the row came from a newer chunk than the last tick's (not the first chunk).
-      if (trace_[i - 1].chunk != 0 && trace_[i].chunk != trace_[i - 1].chunk) {
-        r->switches++;
-        r->switch_step_sum += step;
-        r->switch_step_max = std::max (r->switch_step_max, step);
-      } else {
-        r->step_max = std::max (r->step_max, step);
-      }
-    }
-  }
-
   /* What receive_one took: nothing (none came in time), a frame, or an action chunk with rows. */
   enum class Got { kNothing, kFrame, kChunk };
 
@@ -851,7 +767,7 @@ private:
   const LoopOptions &o_;
   World world_;
   GstClockTime period_;
-  RobotSocket socket_;
+  ActionSocket socket_;
   ElementPtr pipeline_;
   ClockPtr clock_;
   std::vector<ElementPtr> cams_;
@@ -871,10 +787,6 @@ private:
   ElementPtr policy_;                           /* pi0infer (none with the expert) */
   unsigned observations_ = 0;
   bool playing_ = false;
-  struct Traced {
-    std::vector<float> q;
-    uint64_t chunk; /* the chunk whose row was run (0: none yet) */
-  };
   std::vector<Traced> trace_;
 };
 

@@ -1,0 +1,345 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include "pi0simremote.h"
+
+#include "pi0simsocket.h"
+
+#include "pi0frame.h"
+#include "pi0safety.h"
+#include "pi0session.h"
+#include "pi0simmotion.h"
+#include "pi0simrender.h"
+
+#include <gst/app/gstappsrc.h>
+#include <gst/gst.h>
+#include <gst/pi0/pi0.h>
+#include <gst/video/video.h>
+
+#include <iterator>
+#include <memory>
+
+namespace pi0::sim
+{
+
+namespace
+{
+
+template <typename T> struct GstUnref {
+  void operator() (T *p) const { gst_object_unref (p); }
+};
+using ElementPtr = std::unique_ptr<GstElement, GstUnref<GstElement>>;
+
+/* The cameras on their RTP ports, in the order of the chain's pads: the overhead camera is the
+ * base (main) view, the wrist camera the side one, the front camera the top one. */
+struct Feed {
+  const char *name;
+  Camera camera;
+  int port_offset;
+};
+const Feed kFeeds[] = {
+    {"main", Camera::Overhead, 0}, {"side", Camera::Wrist, 2}, {"top", Camera::Front, 4}};
+
+class RobotEnd
+{
+public:
+  RobotEnd (const RemoteOptions &o, const proto::RobotConfig &robot)
+      : o_ (o), robot_ (robot),
+        period_ ((GstClockTime)std::llround (1e9 / o.loop.scene.control_rate))
+  {
+  }
+  ~RobotEnd ()
+  {
+    if (pipeline_)
+      gst_element_set_state (pipeline_.get (), GST_STATE_NULL);
+    if (clock_)
+      gst_object_unref (clock_);
+  }
+
+  bool start (std::string *error)
+  {
+    if (!socket_.open (o_.bind, o_.port, error))
+      return false;
+    std::string line;
+    const std::string host = " host=" + o_.policy_host + " sync=false async=false";
+    for (const Feed &f : kFeeds)
+      line += std::string (" appsrc name=cam_") + f.name +
+              " ! rtpgstpay config-interval=1 mtu=1400 pt=96 ! udpsink port=" +
+              std::to_string (o_.rtp_port + f.port_offset) + host;
+    line += " appsrc name=state ! rtpgstpay config-interval=1 pt=96 ! udpsink port=" +
+            std::to_string (o_.rtp_port + 6) + host;
+    GError *err = nullptr;
+    GstElement *p = gst_parse_launch (line.c_str (), &err);
+    if (err) {
+      *error = std::string ("the robot's cameras: ") + err->message;
+      g_error_free (err);
+      if (p)
+        gst_object_unref (p);
+      return false;
+    }
+    pipeline_.reset (p);
+    const int fps = (int)std::lround (o_.loop.scene.control_rate);
+    for (const Feed &f : kFeeds) {
+      GstElement *src = gst_bin_get_by_name (GST_BIN (p), (std::string ("cam_") + f.name).c_str ());
+      GstCaps *caps =
+          gst_caps_new_simple ("video/x-raw", "format", G_TYPE_STRING, "RGB", "width", G_TYPE_INT,
+                               o_.loop.camera_width, "height", G_TYPE_INT, o_.loop.camera_height,
+                               "framerate", GST_TYPE_FRACTION, fps, (int)o_.loop.execute, nullptr);
+      g_object_set (src, "caps", caps, "format", GST_FORMAT_TIME, "is-live", TRUE, nullptr);
+      gst_caps_unref (caps);
+      cams_.emplace_back (src);
+    }
+    GstElement *state = gst_bin_get_by_name (GST_BIN (p), "state");
+    GstCaps *caps = gst_caps_new_simple ("application/x-pi0-state", "dim", G_TYPE_INT,
+                                         (int)robot_.dim (), nullptr);
+    g_object_set (state, "caps", caps, "format", GST_FORMAT_TIME, "is-live", TRUE, nullptr);
+    gst_caps_unref (caps);
+    state_.reset (state);
+    if (gst_element_set_state (p, GST_STATE_PLAYING) == GST_STATE_CHANGE_FAILURE ||
+        gst_element_get_state (p, nullptr, nullptr, 5 * GST_SECOND) != GST_STATE_CHANGE_SUCCESS) {
+      *error = "the robot's cameras did not start";
+      bus_error (error);
+      return false;
+    }
+    clock_ = gst_pipeline_get_clock (GST_PIPELINE (p));
+    base_ = gst_element_get_base_time (p);
+    return true;
+  }
+
+  /* Observations of @seed's first scene, one per `execute` periods, until an action frame comes
+   * back: the policy's end is up (its model loaded, its chain playing). Nothing is executed. */
+  bool wait_for_policy (uint64_t seed, std::string *error)
+  {
+    const World w (robot_, seed, o_.loop.scene);
+    proto::ReceiverSettings rs;
+    rs.robot = robot_;
+    proto::Receiver rx (rs);
+    const GstClockTime give_up = now () + (GstClockTime)(o_.loop.timeout_s * GST_SECOND);
+    for (GstClockTime next = now (), k = 0;; k++) {
+      if (now () >= next) {
+        if (!capture (w, now () - base_, k % o_.loop.execute == 0, error))
+          return false;
+        next += period_;
+      }
+      if (socket_.receive (10, &data_)) {
+        rx.receive (now (), data_.data (), data_.size (), got_);
+        if (!got_.reject && got_.frame.header.kind == proto::Kind::kAction)
+          return true;
+      }
+      if (bus_error (error))
+        return false;
+      if (now () >= give_up) {
+        *error = "no action frame came back within " + std::to_string (o_.loop.timeout_s) +
+                 " s: is the policy's end (pipelines/sim-policy.txt) running and sending to port " +
+                 std::to_string (o_.port) + "?";
+        return false;
+      }
+    }
+  }
+
+  bool episode (uint64_t seed, EpisodeResult *result, std::string *error)
+  {
+    World world (robot_, seed, o_.loop.scene);
+    quiet ();
+    commanded_ = false;
+    episode_start_ = true;
+    proto::ReceiverSettings rs;
+    rs.robot = robot_;
+    proto::Receiver rx (rs);
+    std::vector<Traced> trace{{world.joints (), 0}};
+    const GstClockTime t0 = now ();
+    for (uint64_t k = 0; !world.done (); k++) {
+      const GstClockTime due = t0 + k * period_;
+      for (GstClockTime t = now (); t < due; t = now ())
+        take (rx, (int)((due - t + GST_MSECOND - 1) / GST_MSECOND), result);
+      while (take (rx, 0, result)) {
+      }
+      const GstClockTime t = now ();
+      if (t >= due + period_)
+        result->late++;
+      // The state every tick, the cameras every `execute` ticks, stamped with the tick's own
+      // running time, as a camera stamps its nominal frame times.
+      if (!capture (world, due - base_, k % o_.loop.execute == 0, error))
+        return false;
+      // Until a chunk of this episode has come, a HOLD's position is the last episode's: hold.
+      const std::vector<float> &row = rx.position (t);
+      commanded_ = commanded_ || result->chunks > 0;
+      proto::Header h;
+      if (rx.feedback (t, &h)) {
+        std::vector<uint8_t> fb;
+        proto::encode (h, nullptr, "", fb);
+        socket_.send_back (fb);
+      }
+      const uint64_t chunk = rx.executing (t).chunk_id;
+      if (commanded_ && row.size () == robot_.dim ())
+        world.step (row.data ());
+      else
+        world.hold ();
+      trace.push_back ({world.joints (), chunk});
+      if (bus_error (error))
+        return false;
+    }
+    measure_motion (trace, period_ / 1e9, result);
+    result->seed = world.seed ();
+    result->instruction = world.instruction ();
+    result->outcome = world.outcome ();
+    result->ticks = world.decided_at ();
+    result->rejected = (unsigned)rx.counters ().rejected;
+    result->executed = (unsigned)rx.counters ().executed;
+    return true;
+  }
+
+private:
+  GstClockTime now () const { return gst_clock_get_time (clock_); }
+
+  /* One frame, waited for up to @timeout_ms, given to @rx; counts the action chunks. */
+  bool take (proto::Receiver &rx, int timeout_ms, EpisodeResult *result)
+  {
+    if (!socket_.receive (timeout_ms, &data_))
+      return false;
+    rx.receive (now (), data_.data (), data_.size (), got_);
+    if (!got_.reject && got_.frame.header.kind == proto::Kind::kAction && !got_.rows.empty ())
+      result->chunks++;
+    return true;
+  }
+
+  /* Between episodes: nothing sent, everything received discarded, for gap_s and until no
+   * action frame has come for a fifth of it (bounded by timeout_s: a sender that never pauses
+   * is not waited for forever). */
+  void quiet ()
+  {
+    const GstClockTime gap = (GstClockTime)(o_.gap_s * GST_SECOND), start = now ();
+    const GstClockTime give_up = start + (GstClockTime)(o_.loop.timeout_s * GST_SECOND);
+    GstClockTime last_action = start;
+    proto::Header h;
+    size_t size = 0;
+    while (now () < give_up && (now () < start + gap || now () < last_action + gap / 5)) {
+      if (socket_.receive (10, &data_) &&
+          proto::peek_header (data_.data (), data_.size (), proto::Limits{}, &h, &size) ==
+              proto::Error::kOk &&
+          h.kind == proto::Kind::kAction)
+        last_action = now ();
+    }
+  }
+
+  /* The joint state at running time @v, lasting a control period, after the task (a
+   * pi0-instruction event); with @cameras, the three cameras' frames then too, lasting until the
+   * next observation. The state goes first: the policy's end stamps what it receives on arrival,
+   * and pairs an observation with the latest state at or before it. */
+  bool capture (const World &w, GstClockTime v, bool cameras, std::string *error)
+  {
+    // An episode starts: the arm was set up anew, so nothing the last episode commanded bounds
+    // a step of this one (pi0actionsink), and no chunk of it guides the next (pi0infer).
+    if (episode_start_) {
+      gst_element_send_event (state_.get (), gst_pi0_episode_event_new (GST_PI0_EPISODE_START,
+                                                                        w.instruction ().c_str ()));
+      episode_start_ = false;
+    }
+    // Before every sample, not once per episode: an RTP packet may be lost, and the policy's
+    // end then takes the task from the next one (pi0infer tokenizes only a change).
+    gst_element_send_event (state_.get (),
+                            gst_pi0_instruction_event_new (w.instruction ().c_str ()));
+    const std::vector<float> &q = w.joints ();
+    if (!push (state_.get (), gst_buffer_new_memdup (q.data (), q.size () * sizeof (float)), v,
+               period_)) {
+      *error = "the state sample was refused";
+      return false;
+    }
+    if (!cameras)
+      return true;
+    GstVideoInfo info;
+    gst_video_info_set_format (&info, GST_VIDEO_FORMAT_RGB, o_.loop.camera_width,
+                               o_.loop.camera_height);
+    for (size_t i = 0; i < std::size (kFeeds); i++) {
+      GstBuffer *buf = gst_buffer_new_allocate (nullptr, GST_VIDEO_INFO_SIZE (&info), nullptr);
+      GstMapInfo map;
+      gst_buffer_map (buf, &map, GST_MAP_WRITE);
+      const bool drawn = render (w, kFeeds[i].camera, o_.loop.camera_width, o_.loop.camera_height,
+                                 map.data, GST_VIDEO_INFO_PLANE_STRIDE (&info, 0), error);
+      gst_buffer_unmap (buf, &map);
+      if (!drawn) {
+        gst_buffer_unref (buf);
+        return false;
+      }
+      if (!push (cams_[i].get (), buf, v, o_.loop.execute * period_)) {
+        *error = std::string ("the ") + kFeeds[i].name + " camera's frame was refused";
+        return false;
+      }
+    }
+    return true;
+  }
+
+  bool push (GstElement *src, GstBuffer *buf, GstClockTime t, GstClockTime duration)
+  {
+    GST_BUFFER_PTS (buf) = t;
+    GST_BUFFER_DTS (buf) = t;
+    GST_BUFFER_DURATION (buf) = duration;
+    return gst_app_src_push_buffer (GST_APP_SRC (src), buf) == GST_FLOW_OK;
+  }
+
+  bool bus_error (std::string *error)
+  {
+    GstBus *bus = gst_element_get_bus (pipeline_.get ());
+    GstMessage *m = gst_bus_pop_filtered (bus, GST_MESSAGE_ERROR);
+    gst_object_unref (bus);
+    if (!m)
+      return false;
+    GError *err = nullptr;
+    gst_message_parse_error (m, &err, nullptr);
+    *error = std::string (GST_OBJECT_NAME (GST_MESSAGE_SRC (m))) + ": " + err->message;
+    g_error_free (err);
+    gst_message_unref (m);
+    return true;
+  }
+
+  const RemoteOptions &o_;
+  const proto::RobotConfig robot_;
+  const GstClockTime period_;
+  ActionSocket socket_;
+  ElementPtr pipeline_;
+  std::vector<ElementPtr> cams_;
+  ElementPtr state_;
+  GstClock *clock_ = nullptr;
+  GstClockTime base_ = 0;
+  std::vector<uint8_t> data_;
+  proto::Received got_;
+  bool commanded_ = false;     /* a chunk of this episode has come */
+  bool episode_start_ = false; /* the next state sample is an episode's first */
+};
+
+} // namespace
+
+bool
+run_remote_robot (const RemoteOptions &o,
+                  const std::function<void (const EpisodeResult &)> &on_episode, std::string *error)
+{
+  proto::RobotConfig robot;
+  if (!proto::load_robot_config (o.loop.robot_config, &robot, error))
+    return false;
+  if (o.loop.execute == 0) {
+    *error = "execute must be at least 1";
+    return false;
+  }
+  if (o.rtp_port < 1 || o.rtp_port + 6 > 65535 || o.port < 1 || o.port > 65535) {
+    *error = "the ports must be 1 to 65535 (the RTP ports are rtp-port to rtp-port + 6)";
+    return false;
+  }
+  try {
+    RobotEnd end (o, robot);
+    if (!end.start (error) || !end.wait_for_policy (o.loop.seed, error))
+      return false;
+    for (unsigned e = 0; e < o.loop.episodes; e++) {
+      EpisodeResult r;
+      if (!end.episode (o.loop.seed + e, &r, error)) {
+        *error = "episode " + std::to_string (e) + " (seed " + std::to_string (o.loop.seed + e) +
+                 "): " + *error;
+        return false;
+      }
+      on_episode (r);
+    }
+  } catch (const std::exception &ex) {
+    *error = ex.what ();
+    return false;
+  }
+  return true;
+}
+
+} // namespace pi0::sim
