@@ -6,6 +6,16 @@ processor files), which `pi0infer model=DIR` opens as it is.
 
     .lerobot-venv/bin/python scripts/train_sim_pi0.py DATASET [DATASET...] OUT [--steps 3000]
         [--batch 16] [--holdout DATASET] [--eval-every 1000] [--init CHECKPOINT]
+        [--type pi0|pi05] [--cameras main,...] [--pos-embed random|sincos] [--cache FILE]
+
+`scripts/sim_close_loop.sh` runs the recipe that works (docs/sim.md): first on the overhead
+camera alone (`--cameras main`: a seventh of the step, and the step where the model learns
+which block the words name), then from that checkpoint on all three (`--init`; the cameras
+share the vision tower). `--type pi05` trains LeRobot's `PI05Policy` instead (the state as
+discretized tokens in a 48-token prompt, adaRMS time conditioning). `--pos-embed sincos` starts
+the vision tower's position embeddings at 2-D sine-cosine values instead of LeRobot's random
+ones (a small tower from scratch learns where things are sooner). `--cache FILE` keeps the
+decoded frames of these datasets in FILE and reads them back on a later run (minutes saved).
 
 `--init` goes on from a checkpoint this script saved (its weights; the sizes must be the same
 and the datasets those it was trained on, whose statistics it holds): e.g. a run stopped before
@@ -59,6 +69,26 @@ SIZES = dict(vision=dict(image_size=64, patch_size=8, width=64, depth=2, mlp_dim
              expert=dict(width=64, depth=2, mlp_dim=128, num_heads=8, num_kv_heads=1, head_dim=16))
 
 
+def sincos_2d(side: int, dim: int) -> torch.Tensor:
+    """A side x side grid's position table (row-major, as SigLIP numbers its patches): the first
+    half of each row codes the patch's row, the second its column, each as sines and cosines of
+    geometric frequencies (the fixed embedding of MAE and of the original ViT ablations). Close
+    patches get close codes, and a linear read-out gives the place: what a tower trained from
+    scratch on a few thousand scenes has to discover from random codes otherwise."""
+    if dim % 4:
+        raise ValueError("the vision width must be a multiple of 4 for --pos-embed sincos")
+    quarter = dim // 4
+    freq = 1.0 / 10000 ** (torch.arange(quarter, dtype=torch.float64) / quarter)
+    pos = torch.arange(side, dtype=torch.float64)
+    row, col = torch.meshgrid(pos, pos, indexing="ij")
+
+    def code(p):
+        angle = p.reshape(-1, 1) * freq
+        return torch.cat([angle.sin(), angle.cos()], dim=1)
+
+    return torch.cat([code(row), code(col)], dim=1).float()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("datasets", nargs="+", metavar="DATASET... OUT")
@@ -72,10 +102,14 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (from scratch, not LeRobot's fine-tuning 2.5e-5)")
     ap.add_argument("--warmup", type=int, default=200)
     ap.add_argument("--chunk", type=int, default=10)
-    ap.add_argument("--tokens", type=int, default=16, help="prompt tokens (the instructions take 6)")
+    ap.add_argument("--type", choices=["pi0", "pi05"], default="pi0",
+                    help="LeRobot's PI0Policy or PI05Policy (the state as discrete tokens in the prompt,"
+                         " quantile normalization, adaRMSNorm time conditioning)")
+    ap.add_argument("--tokens", type=int, help="prompt tokens (16 for pi0: the instructions take 6; 48 for"
+                                                " pi0.5, whose prompt holds the state too)")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--name", default="pi0-sim-tiny")
+    ap.add_argument("--name", help="the model's name in config.json (pi0-sim-tiny, pi05-sim-tiny)")
     ap.add_argument("--image", type=int, default=SIZES["vision"]["image_size"],
                     help="the model's image size (record the cameras at it: no resize)")
     ap.add_argument("--patch", type=int, default=SIZES["vision"]["patch_size"],
@@ -84,8 +118,17 @@ def main() -> None:
                     help="the width of the vision tower, the language model and the action expert"
                          " (their MLPs twice it)")
     ap.add_argument("--depth", type=int, default=SIZES["vision"]["depth"], help="layers of each")
+    ap.add_argument("--cameras", help="train on these cameras only, e.g. main (a quicker experiment: pi0infer"
+                                      " refuses observations with more views than the model takes)")
     ap.add_argument("--init", help="start from this checkpoint's weights (saved by this script, same sizes)")
+    ap.add_argument("--cache", help="keep the decoded frames in this file: decoded once, read back on later runs"
+                                    " with the same datasets")
+    ap.add_argument("--pos-embed", choices=["random", "sincos"], default="random",
+                    help="how SigLIP's position embeddings start: LeRobot's random draw, or a 2-D sine-cosine"
+                         " table (still trained)")
     a = ap.parse_args()
+    a.tokens = a.tokens or (48 if a.type == "pi05" else 16)
+    a.name = a.name or ("pi05-sim-tiny" if a.type == "pi05" else "pi0-sim-tiny")
     if len(a.datasets) < 2:
         ap.error("give at least one DATASET and the OUT directory")
     *a.datasets, a.out = a.datasets
@@ -108,9 +151,16 @@ def main() -> None:
     from lerobot.datasets.factory import resolve_delta_timestamps
     from lerobot.datasets.lerobot_dataset import LeRobotDataset, LeRobotDatasetMetadata
     from lerobot.utils.feature_utils import dataset_to_policy_features
-    from lerobot.policies.pi0 import modeling_pi0 as modeling
-    from lerobot.policies.pi0 import processor_pi0 as processor
-    from lerobot.policies.pi0.configuration_pi0 import PI0Config
+    if a.type == "pi05":
+        from lerobot.policies.pi05 import modeling_pi05 as modeling
+        from lerobot.policies.pi05 import processor_pi05 as processor
+        from lerobot.policies.pi05.configuration_pi05 import PI05Config as Config
+        policy_class, make_processors = modeling.PI05Policy, processor.make_pi05_pre_post_processors
+    else:
+        from lerobot.policies.pi0 import modeling_pi0 as modeling
+        from lerobot.policies.pi0 import processor_pi0 as processor
+        from lerobot.policies.pi0.configuration_pi0 import PI0Config as Config
+        policy_class, make_processors = modeling.PI0Policy, processor.make_pi0_pre_post_processors
 
     tokenizer, vocab = parity.gemma_tokenizer()
     sizes.patch_lerobot(modeling, SIZES, processor, tokenizer)
@@ -126,15 +176,26 @@ def main() -> None:
     stats = aggregate_stats([m.stats for m in metas]) if len(metas) > 1 else meta.stats
     episodes = sum(m.total_episodes for m in metas)
     features = dataset_to_policy_features(meta.features)
+    if a.cameras:
+        keep = {f"observation.images.{c}" for c in a.cameras.split(",")}
+        missing = keep - set(features)
+        if missing:
+            sys.exit(f"--cameras: the datasets have no {', '.join(sorted(missing))}")
+        features = {k: f for k, f in features.items() if not k.startswith("observation.images.") or k in keep}
     s = SIZES["vision"]["image_size"]
-    cfg = PI0Config(device="cpu", dtype="float32", image_resolution=(s, s), chunk_size=a.chunk,
-                    n_action_steps=min(5, a.chunk), tokenizer_max_length=a.tokens,
-                    input_features={k: f for k, f in features.items() if f.type is not FeatureType.ACTION},
-                    output_features={"action": features["action"]},
-                    optimizer_lr=a.lr, scheduler_warmup_steps=a.warmup, scheduler_decay_steps=max(1, a.steps),
-                    scheduler_decay_lr=a.lr / 20)
-    policy = modeling.PI0Policy(cfg)
+    cfg = Config(device="cpu", dtype="float32", image_resolution=(s, s), chunk_size=a.chunk,
+                 n_action_steps=min(5, a.chunk), tokenizer_max_length=a.tokens,
+                 input_features={k: f for k, f in features.items() if f.type is not FeatureType.ACTION},
+                 output_features={"action": features["action"]},
+                 optimizer_lr=a.lr, scheduler_warmup_steps=a.warmup, scheduler_decay_steps=max(1, a.steps),
+                 scheduler_decay_lr=a.lr / 20)
+    policy = policy_class(cfg)
     sizes.shrink(policy.model, SIZES, vocab, lm_heads=True)
+    if a.pos_embed == "sincos":
+        emb = policy.model.paligemma_with_expert.paligemma.model.vision_tower.vision_model.embeddings
+        side = a.image // a.patch
+        with torch.no_grad():
+            emb.position_embedding.weight.copy_(sincos_2d(side, emb.position_embedding.weight.shape[1]))
     init_steps = 0
     if a.init:
         from safetensors.torch import load_file
@@ -147,7 +208,7 @@ def main() -> None:
                 init_steps = int(json.load(f).get("steps", 0))
         except (OSError, ValueError):
             pass
-    pre, post = processor.make_pi0_pre_post_processors(cfg, dataset_stats=stats)
+    pre, post = make_processors(cfg, dataset_stats=stats)
     cameras = [k for k in features if k.startswith("observation.images.")]
 
     def load(root, first_frames_only=False):
@@ -159,7 +220,7 @@ def main() -> None:
             if first_frames_only and int(ds.hf_dataset[i]["frame_index"]) != 0:
                 continue
             item = ds[i]
-            for k in cameras:
+            for k in [k for k in item if k.startswith("observation.images.")]:  # all: the cache is shared
                 item[k] = (item[k] * 255).round().to(torch.uint8)
             out.append(item)
         return out
@@ -168,8 +229,16 @@ def main() -> None:
         return metas[a.datasets.index(root)] if root in a.datasets else LeRobotDatasetMetadata(repo, root=root)
 
     t0 = time.time()
-    items = [item for d in a.datasets for item in load(d)]
-    held = load(a.holdout, first_frames_only=True) if a.holdout else []
+    key = {"datasets": [os.path.abspath(d) for d in a.datasets],
+           "holdout": os.path.abspath(a.holdout) if a.holdout else None, "chunk": a.chunk}
+    cached = torch.load(a.cache) if a.cache and os.path.isfile(a.cache) else None
+    if cached is not None and cached["key"] == key:
+        items, held = cached["items"], cached["held"]
+    else:
+        items = [item for d in a.datasets for item in load(d)]
+        held = load(a.holdout, first_frames_only=True) if a.holdout else []
+        if a.cache:
+            torch.save({"key": key, "items": items, "held": held}, a.cache)
     decode_s = time.time() - t0
     print(json.dumps({"frames": len(items), "episodes": episodes, "holdout_episodes": len(held),
                       "decode_s": round(decode_s, 1),
@@ -178,6 +247,8 @@ def main() -> None:
     def collate(rows):
         batch = {}
         for k in rows[0]:
+            if k.startswith("observation.images.") and k not in cameras:
+                continue  # a camera left out by --cameras
             vals = [r[k] for r in rows]
             batch[k] = torch.stack(vals) if isinstance(vals[0], torch.Tensor) else vals
             if k in cameras:
@@ -224,7 +295,9 @@ def main() -> None:
                        "torch": torch.__version__, "python": platform.python_version(),
                        "machine": platform.machine(), "threads": a.threads, "seed": a.seed, "steps": step,
                        "init": os.path.abspath(a.init) if a.init else None, "init_steps": init_steps,
-                       "batch": a.batch, "image": a.image, "patch": a.patch, "lr": a.lr, "chunk": a.chunk, "frames": len(items),
+                       "type": a.type, "tokens": a.tokens, "cameras": a.cameras, "batch": a.batch,
+                       "image": a.image, "patch": a.patch, "pos_embed": a.pos_embed, "lr": a.lr,
+                       "chunk": a.chunk, "frames": len(items),
                        "datasets": [os.path.abspath(d) for d in a.datasets], "episodes": episodes,
                        "holdout": os.path.abspath(a.holdout) if a.holdout else None,
                        "holdout_rad": scores, "decode_s": round(decode_s, 1),

@@ -391,9 +391,12 @@ write_png (const World &world, Camera camera, int width, int height, const std::
 std::array<double, 6>
 overhead_projection (int width, int height)
 {
-  // x in [-0.7, 0.7], y in [-0.12, 0.78]: the table with a margin, scaled to fit, centred.
-  const double scale = std::min (width / 1.4, height / 0.9);
-  return {scale, 0, width / 2.0, 0, -scale, height / 2.0 + 0.33 * scale};
+  // x in [-0.62, 0.62], y in [-0.06, 0.70]: what the arm reaches (0.65 m) and every place a
+  // block can be, scaled to fit and centred; the table's corners fall outside. A camera framed
+  // on the whole table left a block a third of a 12-pixel patch at 96 pixels, too little for a
+  // small vision tower to learn where it is (docs/sim.md).
+  const double scale = std::min (width / 1.24, height / 0.76);
+  return {scale, 0, width / 2.0, 0, -scale, height / 2.0 + 0.32 * scale};
 }
 
 } // namespace pi0::sim

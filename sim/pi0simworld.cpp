@@ -193,7 +193,8 @@ World::World (const proto::RobotConfig &robot, uint64_t seed, const SceneOptions
       return;
     }
   }
-  throw std::invalid_argument ("no scene fits these options (seed " + std::to_string (seed) + ")");
+  throw std::invalid_argument ("no scene fits these options (seed " + std::to_string (seed) +
+                               "): try fewer or smaller blocks");
 }
 
 std::string

@@ -14,6 +14,7 @@
 #include <gst/pi0/pi0.h>
 #include <gst/video/video.h>
 
+#include <cstdio>
 #include <iterator>
 #include <memory>
 
@@ -127,7 +128,9 @@ public:
       if (bus_error (error))
         return false;
       if (now () >= give_up) {
-        *error = "no action frame came back within " + std::to_string (o_.loop.timeout_s) +
+        char secs[32];
+        std::snprintf (secs, sizeof secs, "%g", (double)o_.loop.timeout_s);
+        *error = std::string ("no action frame came back within ") + secs +
                  " s: is the policy's end (pipelines/sim-policy.txt) running and sending to port " +
                  std::to_string (o_.port) + "?";
         return false;
