@@ -1368,6 +1368,17 @@ private:
     return pos_.empty () ? nullptr : pos_.data ();
   }
 
+  /* What a new chunk's first row or a stream row is bounded against: the row running now, or
+   * after an episode start with nothing commanded since, the state measured at the chunk's
+   * observation (a HOLD then has no position: position() is nullptr). */
+  const float *reference (uint64_t t) const
+  {
+    const float *p = position (t);
+    if (!p && episode_ && !measured_.empty ())
+      return measured_.data ();
+    return p;
+  }
+
   bool row_ok (const float *row, const float *prev, ::testing::AssertionResult *res)
   {
     const unsigned d = dim ();
@@ -1499,10 +1510,11 @@ private:
         fail (res, "stream frames carry one row, in stream mode");
         return false;
       }
-      if (!row_ok (f.values.data (), position (now), res))
+      if (!row_ok (f.values.data (), reference (now), res))
         return false;
       pos_ = f.values;
       plan_.clear ();
+      episode_ = false;
       const uint64_t due = obs + (uint64_t)h.step_index * s_.period_ns;
       t_last_ = std::min (due, now);
     } else {
@@ -1519,8 +1531,9 @@ private:
         prev = plan_.data () + plan_.size () - d;
       } else {
         std::vector<float> ref;
-        if (const float *p = position (now))
+        if (const float *p = reference (now))
           ref.assign (p, p + d);
+        episode_ = false;
         plan_.clear ();
         anchor_.reset ();
         plan_first_ = h.step_index;
@@ -1554,9 +1567,29 @@ private:
 
 public:
   void fresh_chunk () { stopped_ = false; }
+  /* A chunk was taken (sent or queued) with this measured state (nullptr: none): after an
+   * episode start, the reference of the next row sent. */
+  void chunk_taken (const float *measured)
+  {
+    if (measured)
+      measured_.assign (measured, measured + dim ());
+    else
+      measured_.clear ();
+  }
+  /* An episode starts: what was commanded (and `initial`) bounds nothing any more. */
+  void episode ()
+  {
+    plan_.clear ();
+    anchor_.reset ();
+    pos_.clear ();
+    mid_chunk_ = false;
+    episode_ = true;
+  }
 
 private:
   SenderSettings s_;
+  std::vector<float> measured_; /* the last chunk taken's measured state, or empty */
+  bool episode_ = false;        /* an episode started and no action was sent since */
   bool have_session_ = false;
   uint64_t session_ = 0, seq_ = 0;
   bool after_hello_ = false;
@@ -1707,6 +1740,15 @@ run_sender_sequence (uint64_t seed, int events, ::testing::AssertionResult *res,
         obs = kTimeNone;
       ChunkIn c = chunk_of (v, horizon, ++chunk_id, obs);
       c.flagged_non_finite = rng () % 50 == 0;
+      /* The state measured at the observation, within the limits, sometimes absent. */
+      std::vector<float> measured;
+      if (st.robot && rng () % 4) {
+        for (unsigned j = 0; j < st.robot->dim (); j++) {
+          const float lo = st.robot->lower[j], hi = st.robot->upper[j];
+          measured.push_back (lo + (hi - lo) * (float)(rng () % 1001) / 1000.f);
+        }
+        c.measured = measured.data ();
+      }
       if (st.robot && rng () % 100 == 0)
         c.dim = 2, c.horizon = (uint32_t)(v.size () / 2); /* wrong shape: an error, nothing sent */
       const ChunkResult cr = snd.chunk (now, c, out, &err);
@@ -1719,8 +1761,10 @@ run_sender_sequence (uint64_t seed, int events, ::testing::AssertionResult *res,
       if ((poison || c.flagged_non_finite) &&
           (cr == ChunkResult::kSent || cr == ChunkResult::kQueued))
         *res = ::testing::AssertionFailure () << "a non-finite chunk was accepted";
-      if (cr == ChunkResult::kSent || cr == ChunkResult::kQueued)
+      if (cr == ChunkResult::kSent || cr == ChunkResult::kQueued) {
         oracle.fresh_chunk ();
+        oracle.chunk_taken (c.measured);
+      }
       if (!done (SenderOracle::Call::kChunk, now))
         return;
     } else if (r < 78) {
@@ -1796,6 +1840,13 @@ run_sender_sequence (uint64_t seed, int events, ::testing::AssertionResult *res,
       cov["eos"]++;
       if (!done (SenderOracle::Call::kEvent, now))
         return;
+    } else if (r < 96) {
+      /* An episode starts (pi0-episode): the robot may be anywhere now. */
+      snd.event (now, SenderEvent::kEpisode, out);
+      oracle.episode ();
+      cov["episode"]++;
+      if (!done (SenderOracle::Call::kEvent, now))
+        return;
     } else {
       /* Link down, up, or a reconnection (a new session). */
       const bool reconnect = rng () % 2;
@@ -1835,9 +1886,9 @@ TEST (SessionProperty, SenderNeverSendsAnUnsafeActionAndHoldsAndStopsOnTime)
   }
   print_coverage ("sender", cov);
   /* The sequences must really have exercised what they claim to. */
-  for (const char *k :
-       {"chunk-sent", "chunk-queued", "chunk-rejected", "chunk-stale", "chunk-ignored",
-        "chunk-error", "holds", "stops", "clamped", "reconnect", "feedback", "jump", "rows"})
+  for (const char *k : {"chunk-sent", "chunk-queued", "chunk-rejected", "chunk-stale",
+                        "chunk-ignored", "chunk-error", "holds", "stops", "clamped", "reconnect",
+                        "feedback", "jump", "rows", "episode"})
     EXPECT_GT (cov[k], 1000u) << k;
   for (const char *k :
        {"robot-taken", "robot-not-chunk-mode", "robot-wrong-session", "robot-old-seq",
