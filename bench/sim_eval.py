@@ -92,13 +92,23 @@ def main() -> None:
 def plot(results, delays, episodes, path):
     """Two panels against the delay: successes of K, and the mean joint step at chunk switches;
     one line per policy and rtc mode (a policy run at one delay only is left out)."""
-    from PIL import Image, ImageDraw
+    from PIL import Image, ImageDraw, ImageFont
+
+    try:
+        font = ImageFont.load_default(size=13)  # Pillow >= 10.1: a scalable font with real spaces
+    except TypeError:
+        font = ImageFont.load_default()
 
     lines = {}
     for name, rtc, delay, s in results:
         lines.setdefault((name, rtc), []).append((delay, s["success"], s["mean_switch_step"]))
     lines = {k: v for k, v in lines.items() if len(v) > 1}
-    colours = [(0, 60, 200), (200, 40, 40), (30, 150, 60), (120, 120, 120), (160, 60, 180), (220, 150, 0)]
+    colours = [(0, 60, 200), (200, 40, 40), (30, 150, 60), (120, 120, 120), (160, 60, 180), (220, 150, 0),
+               (0, 170, 190), (140, 90, 40)]
+
+    def colour(j, name):
+        return (0, 0, 0) if name == "expert" else colours[j % len(colours)]
+
     w, h, m = 900, 300, 60
     img = Image.new("RGB", (w, 2 * h + 40 + 18 * len(lines)), "white")
     d = ImageDraw.Draw(img)
@@ -108,9 +118,9 @@ def plot(results, delays, episodes, path):
               ("mean joint step at a chunk switch (rad)", 2, 0, max(steps) * 1.1 or 1.0)]
     for i, (title, field, lo, hi) in enumerate(panels):
         top = i * h
-        x0, x1, y0, y1 = m, w - 20, top + 30, top + h - 30
+        x0, x1, y0, y1 = m, w - 40, top + 30, top + h - 30
         d.rectangle([x0, y0, x1, y1], outline=(0, 0, 0))
-        d.text((x0, top + 8), title, fill=(0, 0, 0))
+        d.text((x0, top + 8), title, fill=(0, 0, 0), font=font)
 
         def xy(delay, v):
             return (x0 + (x1 - x0) * (delay - lo_d) / (hi_d - lo_d or 1),
@@ -118,22 +128,22 @@ def plot(results, delays, episodes, path):
 
         for k in range(5):
             v = lo + (hi - lo) * k / 4
-            d.text((4, xy(lo_d, v)[1] - 6), f"{v:.3g}", fill=(80, 80, 80))
+            d.text((4, xy(lo_d, v)[1] - 6), f"{v:.3g}", fill=(80, 80, 80), font=font)
         for delay in delays:
             x = xy(delay, lo)[0]
-            d.text((x - 10, y1 + 6), f"{delay} ms", fill=(80, 80, 80))
-        for j, pts in enumerate(lines.values()):
-            c = colours[j % len(colours)]
+            d.text((x - 10, y1 + 6), f"{delay} ms", fill=(80, 80, 80), font=font)
+        for j, ((name, _), pts) in enumerate(lines.items()):
+            c = colour(j, name)
             xys = [xy(p[0], p[field]) for p in sorted(pts)]
             d.line(xys, fill=c, width=2)
             for x, y in xys:
                 d.ellipse([x - 3, y - 3, x + 3, y + 3], outline=c)
     for j, (name, rtc) in enumerate(lines):
         y = 2 * h + 10 + 18 * j
-        d.line([m, y + 6, m + 30, y + 6], fill=colours[j % len(colours)], width=2)
-        d.text((m + 40, y), f"{name}, rtc={rtc}" if rtc != "-" else name, fill=(0, 0, 0))
-    d.text((m, img.height - 16), "bench/sim_eval.py: pi0-sim run, lock-step (the delay in world time)",
-           fill=(80, 80, 80))
+        d.line([m, y + 8, m + 30, y + 8], fill=colour(j, name), width=2)
+        d.text((m + 40, y), f"{name}, rtc={rtc}" if rtc != "-" else name, fill=(0, 0, 0), font=font)
+    d.text((m, img.height - 18), "bench/sim_eval.py: pi0-sim run, lock-step (the delay in world time)",
+           fill=(80, 80, 80), font=font)
     img.save(path)
 
 

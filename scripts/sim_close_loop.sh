@@ -15,9 +15,9 @@
 #   OUT/TYPE/times     how long each stage took
 #
 # The datasets are recorded once: a second run in the same OUT (the other type) trains on them.
-# About 50 min for pi0 and 75 for pi0.5 on 2 cores (docs/perf.md). Environment: STAGE1_STEPS
-# (12000 for pi0, 20000 for pi0.5), STAGE2_STEPS (2000, 3000), SHARDS (20) x PER (150) episodes,
-# JOBS (recordings side by side: the cores).
+# About 40 min for pi0 (recording included) and 60 for pi0.5 on 2 cores (docs/perf.md).
+# Environment: STAGE1_STEPS (12000 for pi0, 20000 for pi0.5), STAGE2_STEPS (2000, 3000), SHARDS
+# (20) x PER (150) episodes, JOBS (recordings side by side: the cores).
 set -euo pipefail
 if [ $# -lt 1 ] || [ $# -gt 2 ]; then
     sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//' >&2

@@ -563,7 +563,7 @@ TEST (SimLoop, TheCommittedPoliciesSolveMostScenesTheirControlsFew)
     const size_t at = r.out.rfind ("{\"episodes\"");
     return at == std::string::npos ? 0.0 : std::stod (field (r.out.substr (at), "mean_jerk"));
   };
-  for (const std::string name : {"pi0-sim-tiny"}) {
+  for (const std::string name : {"pi0-sim-tiny", "pi05-sim-tiny"}) {
     SCOPED_TRACE (name);
     const std::string model = root + "/models/" + name;
     const Ran trained = pi0_sim ("run --policy " + model + args);
