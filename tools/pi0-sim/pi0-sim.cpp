@@ -262,6 +262,17 @@ scene_json (const pi0::sim::World &w)
   return s + "]}";
 }
 
+/* GStreamer and the project's elements, for the commands that run a pipeline. */
+bool
+start_gstreamer (int *argc, char ***argv)
+{
+  gst_init (argc, argv);
+  if (gst_pi0_elements_register (nullptr))
+    return true;
+  std::fprintf (stderr, "pi0-sim: could not register the gst-pi0 elements\n");
+  return false;
+}
+
 } // namespace
 
 int
@@ -303,11 +314,8 @@ main (int argc, char **argv)
       return 0;
     }
     if (a.command == "run") {
-      gst_init (&argc, &argv);
-      if (!gst_pi0_elements_register (nullptr)) {
-        std::fprintf (stderr, "pi0-sim: could not register the gst-pi0 elements\n");
+      if (!start_gstreamer (&argc, &argv))
         return 1;
-      }
       Summary sum;
       const bool ok = pi0::sim::run_loop (
           o, [&] (const pi0::sim::EpisodeResult &r) { sum.add (r); }, &err);
@@ -319,11 +327,8 @@ main (int argc, char **argv)
       return 0;
     }
     if (a.command == "robot") {
-      gst_init (&argc, &argv);
-      if (!gst_pi0_elements_register (nullptr)) {
-        std::fprintf (stderr, "pi0-sim: could not register the gst-pi0 elements\n");
+      if (!start_gstreamer (&argc, &argv))
         return 1;
-      }
       pi0::sim::RemoteOptions r;
       r.loop = o;
       r.policy_host = a.policy_host;

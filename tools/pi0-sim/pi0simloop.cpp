@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #include "pi0simloop.h"
 
+#include "pi0simgst.h"
 #include "pi0simmotion.h"
 #include "pi0simsocket.h"
 
@@ -123,10 +124,6 @@ namespace pi0::sim
 namespace
 {
 
-template <typename T> struct GstUnref {
-  void operator() (T *p) const { gst_object_unref (p); }
-};
-using ElementPtr = std::unique_ptr<GstElement, GstUnref<GstElement>>;
 using ClockPtr = std::unique_ptr<Pi0SimClock, GstUnref<Pi0SimClock>>;
 
 /* The chunks the expert made, by the observation time they answer: the driver fills it before
@@ -246,34 +243,6 @@ count_sent_action (GstElement *, const gchar *kind, guint64, guint, guint, guint
     static_cast<std::atomic<unsigned> *> (data)->fetch_add (1);
 }
 
-/* The first error on the bus, if any. */
-bool
-bus_error (GstElement *pipeline, std::string *error)
-{
-  GstBus *bus = gst_element_get_bus (pipeline);
-  GstMessage *m = gst_bus_pop_filtered (bus, GST_MESSAGE_ERROR);
-  gst_object_unref (bus);
-  if (!m)
-    return false;
-  GError *err = nullptr;
-  gchar *dbg = nullptr;
-  gst_message_parse_error (m, &err, &dbg);
-  *error = std::string (GST_OBJECT_NAME (GST_MESSAGE_SRC (m))) + ": " + err->message +
-           (dbg ? std::string (" (") + dbg + ")" : "");
-  g_error_free (err);
-  g_free (dbg);
-  gst_message_unref (m);
-  return true;
-}
-
-/* The sim's cameras on the chain's pads: the overhead camera is the base (main) view, the
- * wrist camera the side (left wrist) one, the front camera the top one. */
-struct Feed {
-  const char *pad;
-  Camera camera;
-};
-const Feed kFeeds[] = {{"main", Camera::Overhead}, {"side", Camera::Wrist}, {"top", Camera::Front}};
-
 class Episode
 {
 public:
@@ -374,15 +343,9 @@ private:
           " ! videoconvert ! pngenc ! multifilesink sync=false async=false location=\"" +
           o_.overlay + "/" + std::to_string (world_.seed ()) + "-%03d.png\"";
     }
-    GError *err = nullptr;
-    GstElement *p = gst_parse_launch (line.c_str (), &err);
-    if (err) {
-      *error = std::string ("the chain: ") + err->message;
-      g_error_free (err);
-      if (p)
-        gst_object_unref (p);
+    GstElement *p = launch (line, "the chain", error);
+    if (!p)
       return false;
-    }
     pipeline_.reset (p);
     if (!o_.real_time) {
       clock_.reset (PI0_SIM_CLOCK (g_object_new (PI0_TYPE_SIM_CLOCK, nullptr)));
@@ -435,12 +398,9 @@ private:
 
   bool push (GstElement *src, GstBuffer *buf, GstClockTime t)
   {
-    GST_BUFFER_PTS (buf) = t;
-    GST_BUFFER_DTS (buf) = t;
     // Lasting until the next observation: the muxer then knows this pad has nothing more for
     // this one (docs/elements/pi0viewmux.md), without waiting for the next.
-    GST_BUFFER_DURATION (buf) = o_.execute * period_;
-    return gst_app_src_push_buffer (GST_APP_SRC (src), buf) == GST_FLOW_OK;
+    return push_timed (src, buf, t, o_.execute * period_);
   }
 
   /* One observation at the world's tick, its chunk, and its first `execute` rows run. */
@@ -562,19 +522,11 @@ private:
       std::lock_guard<std::mutex> lk (expert_.lock);
       expert_.by_time[v] = expert_chunk (world_, o_.horizon);
     }
-    GstVideoInfo info;
-    gst_video_info_set_format (&info, GST_VIDEO_FORMAT_RGB, o_.camera_width, o_.camera_height);
     for (size_t i = 0; i < std::size (kFeeds); i++) {
-      GstBuffer *buf = gst_buffer_new_allocate (nullptr, GST_VIDEO_INFO_SIZE (&info), nullptr);
-      GstMapInfo map;
-      gst_buffer_map (buf, &map, GST_MAP_WRITE);
-      const bool drawn = render (world_, kFeeds[i].camera, o_.camera_width, o_.camera_height,
-                                 map.data, GST_VIDEO_INFO_PLANE_STRIDE (&info, 0), error);
-      gst_buffer_unmap (buf, &map);
-      if (!drawn) {
-        gst_buffer_unref (buf);
+      GstBuffer *buf =
+          camera_frame (world_, kFeeds[i].camera, o_.camera_width, o_.camera_height, error);
+      if (!buf)
         return false;
-      }
       if (!push (cams_[i].get (), buf, v)) {
         *error = std::string ("the chain refused the ") + kFeeds[i].pad + " camera's frame";
         bus_error (pipeline_.get (), error);

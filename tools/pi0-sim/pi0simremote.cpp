@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #include "pi0simremote.h"
 
+#include "pi0simgst.h"
 #include "pi0simsocket.h"
 
 #include "pi0frame.h"
@@ -9,10 +10,7 @@
 #include "pi0simmotion.h"
 #include "pi0simrender.h"
 
-#include <gst/app/gstappsrc.h>
-#include <gst/gst.h>
 #include <gst/pi0/pi0.h>
-#include <gst/video/video.h>
 
 #include <cstdio>
 #include <iterator>
@@ -24,21 +22,8 @@ namespace pi0::sim
 namespace
 {
 
-template <typename T> struct GstUnref {
-  void operator() (T *p) const { gst_object_unref (p); }
-};
-using ElementPtr = std::unique_ptr<GstElement, GstUnref<GstElement>>;
-
-/* The cameras on their RTP ports, in the order of the chain's pads: the overhead camera is the
- * base (main) view, the wrist camera the side one, the front camera the top one. */
-struct Feed {
-  const char *name;
-  Camera camera;
-  int port_offset;
-};
-const Feed kFeeds[] = {
-    {"main", Camera::Overhead, 0}, {"side", Camera::Wrist, 2}, {"top", Camera::Front, 4}};
-
+/* Camera kFeeds[i] goes to RTP port rtp-port + 2i (RTCP would take the odd ones), the state to
+ * rtp-port + 6. */
 class RobotEnd
 {
 public:
@@ -61,25 +46,19 @@ public:
       return false;
     std::string line;
     const std::string host = " host=" + o_.policy_host + " sync=false async=false";
-    for (const Feed &f : kFeeds)
-      line += std::string (" appsrc name=cam_") + f.name +
+    for (size_t i = 0; i < std::size (kFeeds); i++)
+      line += std::string (" appsrc name=cam_") + kFeeds[i].pad +
               " ! rtpgstpay config-interval=1 mtu=1400 pt=96 ! udpsink port=" +
-              std::to_string (o_.rtp_port + f.port_offset) + host;
+              std::to_string (o_.rtp_port + 2 * (int)i) + host;
     line += " appsrc name=state ! rtpgstpay config-interval=1 pt=96 ! udpsink port=" +
             std::to_string (o_.rtp_port + 6) + host;
-    GError *err = nullptr;
-    GstElement *p = gst_parse_launch (line.c_str (), &err);
-    if (err) {
-      *error = std::string ("the robot's cameras: ") + err->message;
-      g_error_free (err);
-      if (p)
-        gst_object_unref (p);
+    GstElement *p = launch (line, "the robot's cameras", error);
+    if (!p)
       return false;
-    }
     pipeline_.reset (p);
     const int fps = (int)std::lround (o_.loop.scene.control_rate);
     for (const Feed &f : kFeeds) {
-      GstElement *src = gst_bin_get_by_name (GST_BIN (p), (std::string ("cam_") + f.name).c_str ());
+      GstElement *src = gst_bin_get_by_name (GST_BIN (p), (std::string ("cam_") + f.pad).c_str ());
       GstCaps *caps =
           gst_caps_new_simple ("video/x-raw", "format", G_TYPE_STRING, "RGB", "width", G_TYPE_INT,
                                o_.loop.camera_width, "height", G_TYPE_INT, o_.loop.camera_height,
@@ -97,7 +76,7 @@ public:
     if (gst_element_set_state (p, GST_STATE_PLAYING) == GST_STATE_CHANGE_FAILURE ||
         gst_element_get_state (p, nullptr, nullptr, 5 * GST_SECOND) != GST_STATE_CHANGE_SUCCESS) {
       *error = "the robot's cameras did not start";
-      bus_error (error);
+      bus_error (pipeline_.get (), error);
       return false;
     }
     clock_ = gst_pipeline_get_clock (GST_PIPELINE (p));
@@ -125,7 +104,7 @@ public:
         if (!got_.reject && got_.frame.header.kind == proto::Kind::kAction)
           return true;
       }
-      if (bus_error (error))
+      if (bus_error (pipeline_.get (), error))
         return false;
       if (now () >= give_up) {
         char secs[32];
@@ -142,7 +121,6 @@ public:
   {
     World world (robot_, seed, o_.loop.scene);
     quiet ();
-    commanded_ = false;
     episode_start_ = true;
     proto::ReceiverSettings rs;
     rs.robot = robot_;
@@ -162,9 +140,7 @@ public:
       // running time, as a camera stamps its nominal frame times.
       if (!capture (world, due - base_, k % o_.loop.execute == 0, error))
         return false;
-      // Until a chunk of this episode has come, a HOLD's position is the last episode's: hold.
       const std::vector<float> &row = rx.position (t);
-      commanded_ = commanded_ || result->chunks > 0;
       proto::Header h;
       if (rx.feedback (t, &h)) {
         std::vector<uint8_t> fb;
@@ -172,12 +148,13 @@ public:
         socket_.send_back (fb);
       }
       const uint64_t chunk = rx.executing (t).chunk_id;
-      if (commanded_ && row.size () == robot_.dim ())
+      // Until a chunk of this episode has come, a HOLD's position is the last episode's: hold.
+      if (result->chunks > 0 && row.size () == robot_.dim ())
         world.step (row.data ());
       else
         world.hold ();
       trace.push_back ({world.joints (), chunk});
-      if (bus_error (error))
+      if (bus_error (pipeline_.get (), error))
         return false;
     }
     measure_motion (trace, period_ / 1e9, result);
@@ -241,55 +218,23 @@ private:
     gst_element_send_event (state_.get (),
                             gst_pi0_instruction_event_new (w.instruction ().c_str ()));
     const std::vector<float> &q = w.joints ();
-    if (!push (state_.get (), gst_buffer_new_memdup (q.data (), q.size () * sizeof (float)), v,
-               period_)) {
+    if (!push_timed (state_.get (), gst_buffer_new_memdup (q.data (), q.size () * sizeof (float)),
+                     v, period_)) {
       *error = "the state sample was refused";
       return false;
     }
     if (!cameras)
       return true;
-    GstVideoInfo info;
-    gst_video_info_set_format (&info, GST_VIDEO_FORMAT_RGB, o_.loop.camera_width,
-                               o_.loop.camera_height);
     for (size_t i = 0; i < std::size (kFeeds); i++) {
-      GstBuffer *buf = gst_buffer_new_allocate (nullptr, GST_VIDEO_INFO_SIZE (&info), nullptr);
-      GstMapInfo map;
-      gst_buffer_map (buf, &map, GST_MAP_WRITE);
-      const bool drawn = render (w, kFeeds[i].camera, o_.loop.camera_width, o_.loop.camera_height,
-                                 map.data, GST_VIDEO_INFO_PLANE_STRIDE (&info, 0), error);
-      gst_buffer_unmap (buf, &map);
-      if (!drawn) {
-        gst_buffer_unref (buf);
+      GstBuffer *buf =
+          camera_frame (w, kFeeds[i].camera, o_.loop.camera_width, o_.loop.camera_height, error);
+      if (!buf)
         return false;
-      }
-      if (!push (cams_[i].get (), buf, v, o_.loop.execute * period_)) {
-        *error = std::string ("the ") + kFeeds[i].name + " camera's frame was refused";
+      if (!push_timed (cams_[i].get (), buf, v, o_.loop.execute * period_)) {
+        *error = std::string ("the ") + kFeeds[i].pad + " camera's frame was refused";
         return false;
       }
     }
-    return true;
-  }
-
-  bool push (GstElement *src, GstBuffer *buf, GstClockTime t, GstClockTime duration)
-  {
-    GST_BUFFER_PTS (buf) = t;
-    GST_BUFFER_DTS (buf) = t;
-    GST_BUFFER_DURATION (buf) = duration;
-    return gst_app_src_push_buffer (GST_APP_SRC (src), buf) == GST_FLOW_OK;
-  }
-
-  bool bus_error (std::string *error)
-  {
-    GstBus *bus = gst_element_get_bus (pipeline_.get ());
-    GstMessage *m = gst_bus_pop_filtered (bus, GST_MESSAGE_ERROR);
-    gst_object_unref (bus);
-    if (!m)
-      return false;
-    GError *err = nullptr;
-    gst_message_parse_error (m, &err, nullptr);
-    *error = std::string (GST_OBJECT_NAME (GST_MESSAGE_SRC (m))) + ": " + err->message;
-    g_error_free (err);
-    gst_message_unref (m);
     return true;
   }
 
@@ -304,7 +249,6 @@ private:
   GstClockTime base_ = 0;
   std::vector<uint8_t> data_;
   proto::Received got_;
-  bool commanded_ = false;     /* a chunk of this episode has come */
   bool episode_start_ = false; /* the next state sample is an episode's first */
 };
 
