@@ -766,6 +766,65 @@ TEST_F (PipelinesRemote, LoopbackDeliversActionsToTheRobotAndHoldsWhenTheRobotEn
   expect_held_then_stopped (sim);
 }
 
+/* A network namespace of the test's own, joined to this one by a veth pair: NET.1 on this
+ * side (`here`), NET.2 inside (`there`), a /30, the namespace's loopback up. The namespace is
+ * deleted when this goes, and the veth pair with it, on every way out of a test. */
+class NetnsLink
+{
+public:
+  NetnsLink () = default;
+  NetnsLink (const NetnsLink &) = delete;
+  NetnsLink &operator= (const NetnsLink &) = delete;
+  ~NetnsLink ()
+  {
+    if (!ns.empty ())
+      run_command ("ip netns del " + ns);
+  }
+  /* The namespace TAG<pid> and the veth pair TAGh<pid> / TAGr<pid>. False with *why: the
+   * namespace could not be made (*added stays false: no privilege, no iproute2), or a command
+   * after it failed (that command and its output). */
+  bool make (const std::string &tag, const std::string &net, bool *added, std::string *why)
+  {
+    const std::string id = std::to_string (getpid () % 100000), name = tag + id;
+    *added = false;
+    CommandResult r = run_command ("ip netns add " + name);
+    if (r.status != 0) {
+      *why = r.out;
+      return false;
+    }
+    ns = name;
+    *added = true;
+    here = tag + "h" + id;
+    there = tag + "r" + id;
+    for (const std::string &c :
+         {"ip link add " + here + " type veth peer name " + there,
+          "ip link set " + there + " netns " + ns, "ip addr add " + net + ".1/30 dev " + here,
+          "ip link set " + here + " up", in () + "ip addr add " + net + ".2/30 dev " + there,
+          in () + "ip link set " + there + " up", in () + "ip link set lo up"}) {
+      r = run_command (c);
+      if (r.status != 0) {
+        *why = c + ": " + r.out;
+        return false;
+      }
+    }
+    return true;
+  }
+  /* The prefix that runs a command inside. */
+  std::string in () const { return "ip netns exec " + ns + " "; }
+  /* `tc qdisc ... netem @args` on both ends of the pair; false (*out: why) where the kernel
+   * has no netem. */
+  bool netem (const std::string &args, std::string *out = nullptr)
+  {
+    CommandResult r = run_command ("tc qdisc add dev " + here + " root netem " + args);
+    if (out)
+      *out = r.out;
+    return r.status == 0 &&
+           run_command (in () + "tc qdisc add dev " + there + " root netem " + args).status == 0;
+  }
+
+  std::string ns, here, there; /* "" until made */
+};
+
 /* The robot in a network namespace of its own, as on a robot's own computer: joined to this
  * (the GPU end's) namespace by a veth pair, 10.213.0.2 there and 10.213.0.1 here. The robot's
  * end (its cameras as RTP, its state) and pi0-robotsim run inside it; the GPU end runs here
@@ -798,28 +857,19 @@ protected:
     ASSERT_TRUE (robot && gpu);
     if (std::string e = missing_element ({"x264enc", "avdec_h264", "rtpgstpay"}); !e.empty ())
       GTEST_SKIP () << e << " is missing";
-    const std::string id = std::to_string (getpid () % 100000);
-    ns = "pi0robot" + id;
-    here = "pi0h" + id;
-    there = "pi0r" + id;
     std::string out;
-    if (sh ("ip netns add " + ns, &out) != 0)
-      GTEST_SKIP () << "cannot make a network namespace: " << out;
-    made = true;
-    const std::string in = "ip netns exec " + ns + " ";
-    for (const std::string &c :
-         {"ip link add " + here + " type veth peer name " + there,
-          "ip link set " + there + " netns " + ns, "ip addr add 10.213.0.1/30 dev " + here,
-          "ip link set " + here + " up", in + "ip addr add 10.213.0.2/30 dev " + there,
-          in + "ip link set " + there + " up", in + "ip link set lo up"})
-      ASSERT_EQ (sh (c, &out), 0) << c << ": " << out;
-    netem = sh ("tc qdisc add dev " + here + " root netem delay 20ms 5ms loss 1%", &out) == 0 &&
-            sh (in + "tc qdisc add dev " + there + " root netem delay 20ms 5ms loss 1%") == 0;
+    bool added = false;
+    if (!link.make ("pi0robot", "10.213.0", &added, &out)) {
+      if (!added)
+        GTEST_SKIP () << "cannot make a network namespace: " << out;
+      FAIL () << out;
+    }
+    netem = link.netem ("delay 20ms 5ms loss 1%", &out);
     /* Each end's view: without netem, the relays sit between them (below). */
     std::map<std::string, std::string> robot_vars = vars.v, gpu_vars = vars.v;
     robot_vars["GPU_HOST"] = "10.213.0.1";
     gpu_vars["ROBOT_HOST"] = "10.213.0.2";
-    sim.set_prefix ({"ip", "netns", "exec", ns});
+    sim.set_prefix ({"ip", "netns", "exec", link.ns});
     ASSERT_TRUE (
         sim.start ({"--proto=udp", "--bind=10.213.0.2", "--port=" + vars.v.at ("ROBOT_PORT"),
                     "--dim=7", "--robot-config=" + vars.v.at ("ROBOT_CONFIG"),
@@ -857,7 +907,8 @@ protected:
     std::string xerr;
     auto args = expand_line (robot->line, robot_vars, &xerr);
     ASSERT_TRUE (xerr.empty ()) << xerr;
-    std::vector<const gchar *> argv = {"ip", "netns", "exec", ns.c_str (), "gst-launch-1.0", "-q"};
+    std::vector<const gchar *> argv = {"ip", "netns", "exec", link.ns.c_str (), "gst-launch-1.0",
+                                       "-q"};
     for (auto &a : args)
       argv.push_back (a.c_str ());
     argv.push_back (nullptr);
@@ -876,8 +927,7 @@ protected:
     if (gpu_pipe)
       gst_element_set_state (gpu_pipe.get (), GST_STATE_NULL);
     relay.reset ();
-    if (made)
-      sh ("ip netns del " + ns); /* the veth pair goes with it */
+    /* link deletes the namespace (and the veth pair) after this */
   }
   guint64 mux_stat (const char *field)
   {
@@ -885,8 +935,8 @@ protected:
     return stat (mux.get (), field);
   }
 
-  std::string ns, here, there;
-  bool made = false, netem = false;
+  NetnsLink link; /* first: deleted last, after everything in it stopped */
+  bool netem = false;
   TempDir dir;
   Vars vars{dir.path ()};
   SimProc sim;
@@ -903,7 +953,7 @@ TEST_F (PipelinesNetns, TheRobotInItsOwnNamespaceIsDrivenAcrossAVethPairAndHolds
   EXPECT_GT (mux_stat ("state-samples"), 0u) << "the robot's state did not cross the link";
   /* And it came over the veth pair (the namespace has no other way out). */
   std::string rx;
-  ASSERT_EQ (sh ("cat /sys/class/net/" + here + "/statistics/rx_bytes", &rx), 0);
+  ASSERT_EQ (sh ("cat /sys/class/net/" + link.here + "/statistics/rx_bytes", &rx), 0);
   EXPECT_GT (std::stoull (rx), 100000ull) << "the cameras' RTP did not cross the veth pair";
   if (relay) {
     /* 2,000 datagrams through the relays (bounded wait): at 1 % loss, none lost has odds of
@@ -919,7 +969,7 @@ TEST_F (PipelinesNetns, TheRobotInItsOwnNamespaceIsDrivenAcrossAVethPairAndHolds
    * its own watchdog's, or the GPU end's if that crossed first (the GPU end stops the robot
    * when the observations stop coming, and on this shared machine they may have paused). */
   std::string out;
-  ASSERT_EQ (sh ("ip link set " + here + " down", &out), 0) << out;
+  ASSERT_EQ (sh ("ip link set " + link.here + " down", &out), 0) << out;
   const size_t executed = sim.count ("execute");
   auto is_stop = [] (const std::string &l) {
     return l.find ("\"event\":\"stop\"") != std::string::npos ||
@@ -988,41 +1038,28 @@ TEST (PipelinesSim, TheSimulatedRobotIsDrivenByThePolicyAcrossAnImpairedLink)
   vars.v["SIM_ROBOT_CONFIG"] = root + "/pipelines/robot-planar.json";
   vars.v["ROBOT_HOST"] = "127.0.0.1";
   /* The robot's view: where it sends its RTP, where it takes the actions. */
-  std::string ns, prefix, policy_host = "127.0.0.1", bind = "127.0.0.1", link = "loopback";
+  std::string prefix, policy_host = "127.0.0.1", bind = "127.0.0.1", link = "loopback";
   int robot_rtp = std::stoi (vars.v.at ("RTP_PORT")), robot_port = std::stoi (vars.v["ROBOT_PORT"]);
+  NetnsLink net; /* before the relays and the pipeline: deleted after them */
   std::unique_ptr<UdpImpairment> relay;
   auto sh = [] (const std::string &c) {
     return run_command (c);
   };
+  bool added = false;
+  std::string why;
   if (geteuid () == 0 && sh ("command -v ip && command -v tc").status == 0) {
-    const std::string id = std::to_string (getpid () % 100000);
-    const std::string cand = "pi0sim" + id, here = "pi0sh" + id, there = "pi0sr" + id;
-    if (sh ("ip netns add " + cand).status == 0) {
-      ns = cand;
-      const std::string in = "ip netns exec " + ns + " ";
-      for (const std::string &c :
-           {"ip link add " + here + " type veth peer name " + there,
-            "ip link set " + there + " netns " + ns, "ip addr add 10.214.0.1/30 dev " + here,
-            "ip link set " + here + " up", in + "ip addr add 10.214.0.2/30 dev " + there,
-            in + "ip link set " + there + " up", in + "ip link set lo up"}) {
-        CommandResult r = sh (c);
-        if (r.status != 0) {
-          sh ("ip netns del " + ns);
-          FAIL () << c << ": " << r.out;
-        }
-      }
-      prefix = in;
+    if (net.make ("pi0sim", "10.214.0", &added, &why)) {
+      prefix = net.in ();
       policy_host = "10.214.0.1";
       bind = "10.214.0.2";
       vars.v["ROBOT_HOST"] = bind;
-      if (sh ("tc qdisc add dev " + here + " root netem delay 20ms loss 1%").status == 0 &&
-          sh (in + "tc qdisc add dev " + there + " root netem delay 20ms loss 1%").status == 0) {
-        link = "network namespace " + ns + ", tc netem";
+      if (net.netem ("delay 20ms loss 1%")) {
+        link = "network namespace " + net.ns + ", tc netem";
       } else {
         /* The robot sends its RTP to relays on 10.214.0.1, which hand it to the policy's ports
          * on 127.0.0.1; the sink sends its actions to a relay on 127.0.0.1, which sends them on
          * across the veth (and the robot's FEEDBACK back). */
-        link = "network namespace " + ns + ", user-space relays (no netem in this kernel)";
+        link = "network namespace " + net.ns + ", user-space relays (no netem in this kernel)";
         robot_rtp = free_rtp_base ();
         vars.v["ROBOT_HOST"] = "127.0.0.1";
         vars.v["ROBOT_PORT"] = std::to_string (free_udp_port ());
@@ -1038,6 +1075,8 @@ TEST (PipelinesSim, TheSimulatedRobotIsDrivenByThePolicyAcrossAnImpairedLink)
             << e;
         relay->start ();
       }
+    } else if (added) {
+      FAIL () << why;
     }
   }
   std::printf ("the robot: %s\n", link.c_str ());
@@ -1060,8 +1099,6 @@ TEST (PipelinesSim, TheSimulatedRobotIsDrivenByThePolicyAcrossAnImpairedLink)
                  (unsigned long long)relay->forwarded (), (unsigned long long)relay->dropped ());
     relay.reset ();
   }
-  if (!ns.empty ())
-    sh ("ip netns del " + ns);
   std::printf ("%s", r.out.c_str ());
   ASSERT_EQ (r.status, 0) << r.out;
   EXPECT_EQ (err, nullptr) << (err ? message_text (err.get ()) : "");
