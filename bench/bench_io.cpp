@@ -7,9 +7,9 @@
 #include <filesystem>
 #include <string>
 
-#include "io/pi0checkpoint.h"
-#include "io/pi0safetensors.h"
-#include "io/pi0tokenizer.h"
+#include "inference/io/pi0checkpoint.h"
+#include "inference/io/pi0safetensors.h"
+#include "inference/io/pi0tokenizer.h"
 
 namespace
 {

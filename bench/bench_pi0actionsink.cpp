@@ -3,9 +3,9 @@
  * and pi0actionsink's render (chunk mode, UDP to loopback) and control tick (stream mode, test
  * clock). Prints a table; never asserted. Usage: bench_pi0actionsink [iterations] */
 
-#include "gstpi0elements.h"
-#include "pi0frame.h"
-#include "pi0safety.h"
+#include "gst/gstpi0elements.h"
+#include "protocol/pi0frame.h"
+#include "protocol/pi0safety.h"
 
 #include <gst/check/gstharness.h>
 #include <gst/gst.h>

@@ -16,8 +16,8 @@
 #include "config.h"
 #endif
 
-#include "pi0benchutil.h"
-#include "pi0latencytable.h"
+#include "bench/pi0benchutil.h"
+#include "tools/common/pi0latencytable.h"
 
 #include <gio/gio.h>
 #include <gst/gst.h>

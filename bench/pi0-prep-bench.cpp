@@ -14,9 +14,9 @@
 #include "config.h"
 #endif
 
-#include "pi0prep.h"
+#include "kernels/pi0prep.h"
 #ifdef HAVE_CUDA
-#include "pi0prepcuda.h"
+#include "kernels/pi0prepcuda.h"
 #endif
 
 #include <gst/check/gstharness.h>

@@ -8,7 +8,7 @@
  *
  * usage: pi0-prep-cpu-time [--iterations N] */
 
-#include "pi0prep.h"
+#include "kernels/pi0prep.h"
 
 #include <algorithm>
 #include <cstdio>

@@ -5,9 +5,9 @@
  * same way, the gst-pi0 elements registered statically (never an installed plugin), an element's
  * `stats` field, and the synthetic live cameras they feed pi0viewmux with. */
 
-#include "gstpi0elements.h"
+#include "gst/gstpi0elements.h"
 
-#include "pi0views.h"
+#include "common/pi0views.h"
 
 #include <gst/gst.h>
 

@@ -21,7 +21,7 @@
 #include "config.h"
 #endif
 
-#include "pi0benchutil.h"
+#include "bench/pi0benchutil.h"
 
 #include <glib/gstdio.h>
 #include <gst/gst.h>

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-#include "pi0file.h"
+#include "common/pi0file.h"
 
 #include <cerrno>
 #include <cstring>

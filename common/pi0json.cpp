@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-#include "pi0json.h"
+#include "common/pi0json.h"
 
-#include "pi0file.h"
+#include "common/pi0file.h"
 
 #include <cmath>
 #include <limits>

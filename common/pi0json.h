@@ -10,7 +10,7 @@
  * empty optional) with a message; inference/ turns it into a pi0::Error, protocol/ returns it
  * to its own caller. No GLib, no GStreamer. */
 
-#include "pi0file.h"
+#include "common/pi0file.h"
 
 #include <nlohmann/json.hpp>
 

@@ -3,24 +3,24 @@
 #include "config.h"
 #endif
 
-#include "gstpi0elements.h"
-#include "actionsink/gstpi0actionsink.h"
-#include "viewmux/gstpi0viewmux.h"
+#include "gst/gstpi0elements.h"
+#include "gst/actionsink/gstpi0actionsink.h"
+#include "gst/viewmux/gstpi0viewmux.h"
 
-#include "cudaprep/gstcudaprep.h"
+#include "gst/cudaprep/gstcudaprep.h"
 #ifdef HAVE_PI0INFER
-#include "infer/gstpi0infer.h"
+#include "gst/infer/gstpi0infer.h"
 #endif
 #ifdef HAVE_PI0LEROBOT
-#include "lerobot/gstpi0lerobotsink.h"
-#include "lerobot/gstpi0lerobotsrc.h"
+#include "gst/lerobot/gstpi0lerobotsink.h"
+#include "gst/lerobot/gstpi0lerobotsrc.h"
 #endif
 #ifdef HAVE_PI0OVERLAY
-#include "overlay/gstpi0overlay.h"
+#include "gst/overlay/gstpi0overlay.h"
 #endif
 #ifdef HAVE_PI0SERVE
-#include "serve/gstpi0servesink.h"
-#include "serve/gstpi0servesrc.h"
+#include "gst/serve/gstpi0servesink.h"
+#include "gst/serve/gstpi0servesrc.h"
 #endif
 
 gboolean

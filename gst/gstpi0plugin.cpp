@@ -3,7 +3,7 @@
 #include "config.h"
 #endif
 
-#include "gstpi0elements.h"
+#include "gst/gstpi0elements.h"
 
 static gboolean
 plugin_init (GstPlugin *plugin)

@@ -5,8 +5,8 @@
 #include "config.h"
 #endif
 
-#include "pi0prep.h"
-#include "pi0prepyuv.h"
+#include "kernels/pi0prep.h"
+#include "kernels/pi0prepyuv.h"
 
 #include <algorithm>
 #include <atomic>

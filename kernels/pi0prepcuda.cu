@@ -2,8 +2,8 @@
 /* The CUDA twin of pi0prep.cpp: one fused kernel per view (format conversion, resize, pad,
  * normalize, dtype and plane-major layout in one pass over the source). */
 
-#include "pi0prepcuda.h"
-#include "pi0prepyuv.h"
+#include "kernels/pi0prepcuda.h"
+#include "kernels/pi0prepyuv.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

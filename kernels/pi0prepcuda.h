@@ -5,7 +5,7 @@
  * resources its callers hold. Same results as prep_cpu: the antialias filter works in the same
  * integer arithmetic, so the two agree bit for bit before the final float conversion. */
 
-#include "pi0prep.h"
+#include "kernels/pi0prep.h"
 
 #include <cuda_runtime.h>
 

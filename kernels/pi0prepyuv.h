@@ -5,7 +5,7 @@
  * pi0prep.cpp and pi0prepcuda.cu so that the CPU and CUDA paths pick the same chroma sample
  * for every pixel: the one of the pixel's 2x1 (4:2:2) or 2x2 (4:2:0) block, no interpolation. */
 
-#include "pi0prep.h"
+#include "kernels/pi0prep.h"
 
 #include <cstddef>
 #include <cstdint>

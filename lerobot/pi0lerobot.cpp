@@ -12,9 +12,9 @@
  *   tasks:    task_index: int64, task: string, with the pandas metadata that makes `task` the
  *             index (load_tasks() reads it with pandas and looks tasks up by that index).
  * Compression: snappy, as LeRobot's writers. */
-#include "pi0lerobot.h"
+#include "lerobot/pi0lerobot.h"
 
-#include "pi0json.h"
+#include "common/pi0json.h"
 
 #include <arrow/api.h>
 #include <arrow/io/file.h>

@@ -4,7 +4,7 @@
  * LeRobot estimates the quantiles from 5000-bin histograms; here they are exact (linear
  * interpolation between order statistics, numpy's default), which its loader cannot tell
  * apart. */
-#include "pi0lerobot.h"
+#include "lerobot/pi0lerobot.h"
 
 #include <algorithm>
 #include <cmath>

@@ -4,7 +4,7 @@
  * it, computes sizes in size_t from 16-bit fields (so no product can overflow), and touches
  * no byte outside [data, data+len). */
 
-#include "pi0frame.h"
+#include "protocol/pi0frame.h"
 
 #include <glib.h>
 

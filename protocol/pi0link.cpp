@@ -2,7 +2,7 @@
 /* pi0actionsink's properties turned into the session's and the transport's settings
  * (pi0link.h). The messages are the element's: its tests read them. */
 
-#include "pi0link.h"
+#include "protocol/pi0link.h"
 
 #include <algorithm>
 

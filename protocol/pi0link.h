@@ -9,8 +9,8 @@
  * calls SenderLink with the clock's time under its lock, and posts, signals and pushes what
  * comes out. */
 
-#include "pi0session.h"
-#include "pi0transport.h"
+#include "protocol/pi0session.h"
+#include "protocol/pi0transport.h"
 
 #include <optional>
 #include <string>

@@ -1,13 +1,13 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* Safety rules for actions. Any change here needs a test in tests/test_protocol.cpp. */
 
-#include "pi0safety.h"
+#include "protocol/pi0safety.h"
 
 #if defined(__FAST_MATH__) || (defined(__FINITE_MATH_ONLY__) && __FINITE_MATH_ONLY__)
 #error "pi0safety.cpp must be built without -ffast-math/-ffinite-math-only: they break NaN checks"
 #endif
 
-#include "pi0json.h"
+#include "common/pi0json.h"
 
 #include <cerrno>
 #include <cmath>

@@ -2,7 +2,7 @@
 /* The robot session, sender and receiver side by side (pi0session.h). Any change of a rule here
  * is a change of docs/protocol.md and needs a test in tests/test_session.cpp. */
 
-#include "pi0session.h"
+#include "protocol/pi0session.h"
 
 #if defined(__FAST_MATH__) || (defined(__FINITE_MATH_ONLY__) && __FINITE_MATH_ONLY__)
 #error "pi0session.cpp must be built without -ffast-math/-ffinite-math-only: they break NaN checks"

@@ -16,8 +16,8 @@
  * Times are nanoseconds. The sender's are running times of its pipeline clock; the receiver's
  * its own monotonic clock. kTimeNone means "no clock" (not PLAYING). */
 
-#include "pi0frame.h"
-#include "pi0safety.h"
+#include "protocol/pi0frame.h"
+#include "protocol/pi0safety.h"
 
 #include <cstddef>
 #include <cstdint>

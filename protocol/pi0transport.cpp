@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* The transport of pi0actionsink (pi0transport.h). */
 
-#include "pi0transport.h"
+#include "protocol/pi0transport.h"
 
 #include <gio/gio.h>
 #include <glib/gstdio.h>

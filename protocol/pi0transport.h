@@ -8,7 +8,7 @@
  * or memory, and a peer that talks too much is read a bounded amount per pump(). GIO, no
  * GStreamer; not thread-safe (the caller holds its lock). */
 
-#include "pi0session.h"
+#include "protocol/pi0session.h"
 
 #include <cstddef>
 #include <cstdint>

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-#include "pi0codec.h"
+#include "serve/pi0codec.h"
 
-#include "pi0json.h"
+#include "common/pi0json.h"
 
 #include <msgpack.hpp>
 

@@ -14,7 +14,7 @@
  * Errors: false plus a message written for the client (it is sent back as openpi's server sends
  * its traceback), naming the key and what was expected. */
 
-#include "pi0mapping.h"
+#include "serve/pi0mapping.h"
 
 #include <array>
 #include <cstddef>

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-#include "pi0mapping.h"
+#include "serve/pi0mapping.h"
 
-#include "pi0json.h"
-#include "pi0transformnames.h"
+#include "common/pi0json.h"
+#include "common/pi0transformnames.h"
 
 #include <algorithm>
 #include <iterator>

@@ -36,7 +36,7 @@
  *
  * Errors follow common/'s convention: false or an empty optional plus a message. */
 
-#include "pi0views.h"
+#include "common/pi0views.h"
 
 #include <array>
 #include <optional>

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-#include "pi0server.h"
+#include "serve/pi0server.h"
 
 #include <gio/gio.h>
 #include <libsoup/soup.h>

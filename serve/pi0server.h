@@ -37,8 +37,8 @@
  * gst-launch-1.0, without the application's main loop). pop(), reply(), fail(), set_ready()
  * and stats() may be called from any thread. */
 
-#include "pi0codec.h"
-#include "pi0mapping.h"
+#include "serve/pi0codec.h"
+#include "serve/pi0mapping.h"
 
 #include <atomic>
 #include <condition_variable>

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-#include "pi0simrender.h"
+#include "sim/pi0simrender.h"
 
 #include <cairo.h>
 

@@ -5,7 +5,7 @@
  * last link. Deterministic: the same world gives the same pixels. */
 #pragma once
 
-#include "pi0simworld.h"
+#include "sim/pi0simworld.h"
 
 #include <array>
 #include <cstddef>

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-#include "pi0simworld.h"
+#include "sim/pi0simworld.h"
 
 #include <algorithm>
 #include <cmath>

@@ -11,7 +11,7 @@
  * touch_radius of the block's centre in the plane. */
 #pragma once
 
-#include "pi0safety.h"
+#include "protocol/pi0safety.h"
 
 #include <array>
 #include <cstdint>

@@ -3,7 +3,7 @@
 
 /* Observation buffers for the cudaprep tests (cpu and gpu suites). */
 
-#include "pi0testprepreference.h"
+#include "tests/pi0testprepreference.h"
 
 #include <gst/pi0/pi0.h>
 #include <gst/video/video.h>

@@ -5,7 +5,7 @@
 #include "config.h"
 #endif
 
-#include "pi0testgst.h"
+#include "tests/pi0testgst.h"
 
 #include <gst/pi0/pi0.h>
 

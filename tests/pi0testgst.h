@@ -5,7 +5,7 @@
  * what reaches a pipeline's sinks; and (pi0testlog.h) a way to say that a test expects a GLib
  * warning or critical, which otherwise fails it (pi0testmain.cpp). */
 
-#include "pi0testlog.h"
+#include "tests/pi0testlog.h"
 
 #include <gst/gst.h>
 #include <gst/check/gstharness.h>

@@ -14,7 +14,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
-#include "io/pi0error.h"
+#include "inference/io/pi0error.h"
 
 namespace pi0test
 {

@@ -9,10 +9,10 @@
 #include "config.h"
 #endif
 
-#include "pi0testlog.h"
+#include "tests/pi0testlog.h"
 
 #ifdef PI0_TEST_ELEMENTS
-#include "gstpi0elements.h"
+#include "gst/gstpi0elements.h"
 #include <gst/gst.h>
 #endif
 

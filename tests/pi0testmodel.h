@@ -10,10 +10,10 @@
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
-#include "io/pi0safetensors.h"
-#include "model/pi0config.h"
-#include "model/pi0model.h"
-#include "model/pi0policy.h"
+#include "inference/io/pi0safetensors.h"
+#include "inference/model/pi0config.h"
+#include "inference/model/pi0model.h"
+#include "inference/model/pi0policy.h"
 
 namespace pi0test
 {

@@ -6,7 +6,7 @@
  * ratios of issue 16 (tiny outputs, 8K -> 1x1, 2-pixel-wide frames). Every case is checked
  * against the plain reference of pi0testprepreference.h. */
 
-#include "pi0testprepreference.h"
+#include "tests/pi0testprepreference.h"
 
 #include <cmath>
 #include <cstring>

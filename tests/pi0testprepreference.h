@@ -6,7 +6,7 @@
  * interpolate, openpi's pad geometry) in double precision, one output value at a time, with
  * none of the optimised code's tables, bands, threads or SIMD. */
 
-#include "pi0prep.h"
+#include "kernels/pi0prep.h"
 
 #include <algorithm>
 #include <cstring>

@@ -7,10 +7,10 @@
  * clock, its `pi0-executing` events, a loopback UDP receiver that decodes frames, and the robot
  * simulator run as a subprocess. Loopback addresses only; every wait is bounded. */
 
-#include "pi0testexact.h"
-#include "pi0frame.h"
-#include "pi0json.h"
-#include "pi0testgst.h"
+#include "tests/pi0testexact.h"
+#include "protocol/pi0frame.h"
+#include "common/pi0json.h"
+#include "tests/pi0testgst.h"
 
 #include <gio/gio.h>
 #include <glib/gstdio.h>

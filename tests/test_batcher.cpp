@@ -5,7 +5,7 @@
  * everything (events, flushes), and run_batch's fallback to one at a time. Times are passed in:
  * nothing here waits. */
 
-#include "infer/pi0batcher.h"
+#include "gst/infer/pi0batcher.h"
 
 #include <gtest/gtest.h>
 

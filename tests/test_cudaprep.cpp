@@ -6,10 +6,10 @@
 
 #include <cstring>
 
-#include "pi0testcudaprep.h"
-#include "pi0testprepcases.h"
-#include "pi0testprepreference.h"
-#include "pi0testgst.h"
+#include "tests/pi0testcudaprep.h"
+#include "tests/pi0testprepcases.h"
+#include "tests/pi0testprepreference.h"
+#include "tests/pi0testgst.h"
 
 #include <gst/pi0/pi0.h>
 #include <gst/video/video.h>

@@ -4,9 +4,9 @@
 
 #include <cstring>
 
-#include "pi0testcudaprep.h"
-#include "pi0testprepreference.h"
-#include "pi0testgst.h"
+#include "tests/pi0testcudaprep.h"
+#include "tests/pi0testprepreference.h"
+#include "tests/pi0testgst.h"
 
 #include <cuda_runtime.h>
 #include <gst/pi0/pi0.h>

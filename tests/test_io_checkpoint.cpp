@@ -3,10 +3,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "io/pi0checkpoint.h"
-#include "io/pi0error.h"
-#include "io/pi0safetensors.h"
-#include "pi0testio.h"
+#include "inference/io/pi0checkpoint.h"
+#include "inference/io/pi0error.h"
+#include "inference/io/pi0safetensors.h"
+#include "tests/pi0testio.h"
 
 using pi0test::expect_error;
 

@@ -4,9 +4,9 @@
 #include <sys/stat.h>
 #include <nlohmann/json.hpp>
 
-#include "io/pi0error.h"
-#include "io/pi0normstats.h"
-#include "pi0testio.h"
+#include "inference/io/pi0error.h"
+#include "inference/io/pi0normstats.h"
+#include "tests/pi0testio.h"
 
 using pi0test::expect_error;
 

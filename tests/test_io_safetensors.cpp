@@ -7,9 +7,9 @@
 #include <sys/stat.h>
 #include <nlohmann/json.hpp>
 
-#include "io/pi0error.h"
-#include "io/pi0safetensors.h"
-#include "pi0testio.h"
+#include "inference/io/pi0error.h"
+#include "inference/io/pi0safetensors.h"
+#include "tests/pi0testio.h"
 
 using pi0test::expect_error;
 using pi0test::TempDir;

@@ -10,9 +10,9 @@
 #include <fstream>
 #include <iterator>
 
-#include "io/pi0error.h"
-#include "io/pi0tokenizer.h"
-#include "pi0testio.h"
+#include "inference/io/pi0error.h"
+#include "inference/io/pi0tokenizer.h"
+#include "tests/pi0testio.h"
 
 using pi0test::expect_error;
 

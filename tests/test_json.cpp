@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* common/pi0json: the project's one JSON reader. */
-#include "pi0json.h"
+#include "common/pi0json.h"
 
 #include <gtest/gtest.h>
 

@@ -5,8 +5,8 @@
 
 #include <cstring>
 
-#include "pi0testprepcases.h"
-#include "pi0testprepreference.h"
+#include "tests/pi0testprepcases.h"
+#include "tests/pi0testprepreference.h"
 
 #include <gtest/gtest.h>
 #include <glib.h>

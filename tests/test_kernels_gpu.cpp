@@ -2,9 +2,9 @@
 /* pi0prep's CUDA path against its CPU twin and the plain reference (suite 'gpu': skips itself
  * without a CUDA device). */
 
-#include "pi0prepcuda.h"
-#include "pi0testprepcases.h"
-#include "pi0testprepreference.h"
+#include "kernels/pi0prepcuda.h"
+#include "tests/pi0testprepcases.h"
+#include "tests/pi0testprepreference.h"
 
 #include <gtest/gtest.h>
 

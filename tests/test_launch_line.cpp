@@ -4,7 +4,7 @@
  * expanded as bash does (checked against bash itself on every pipelines/ line it accepts), and
  * a clear error, naming the variable, for what it does not expand. No GStreamer. */
 
-#include "pi0launchline.h"
+#include "tools/common/pi0launchline.h"
 
 #include <gtest/gtest.h>
 

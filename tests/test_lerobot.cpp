@@ -13,15 +13,15 @@
  * - The same line in a gst-launch-1.0 killed mid-episode: the finished episodes load; appending
  *   afterwards cleans up and the dataset loads with one more episode. */
 
-#include "pi0json.h"
-#include "pi0lerobot.h"
-#include "pi0testsink.h"
-#include "pi0testgst.h"
+#include "common/pi0json.h"
+#include "lerobot/pi0lerobot.h"
+#include "tests/pi0testsink.h"
+#include "tests/pi0testgst.h"
 
 #include <gst/pi0/pi0.h>
 #include <gtest/gtest.h>
 
-#include "pi0testrun.h"
+#include "tests/pi0testrun.h"
 
 #include <filesystem>
 #include <fstream>

@@ -11,11 +11,11 @@
 #include <map>
 #include <sstream>
 
-#include "io/pi0normstats.h"
-#include "io/pi0safetensors.h"
-#include "model/pi0openpolicy.h"
-#include "pi0testmodel.h"
-#include "pi0testrun.h"
+#include "inference/io/pi0normstats.h"
+#include "inference/io/pi0safetensors.h"
+#include "inference/model/pi0openpolicy.h"
+#include "tests/pi0testmodel.h"
+#include "tests/pi0testrun.h"
 
 using namespace pi0test;
 

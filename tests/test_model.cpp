@@ -9,10 +9,10 @@
 #include <c10/core/InferenceMode.h>
 #include <torch/script.h>
 
-#include "io/pi0error.h"
-#include "io/pi0safetensors.h"
-#include "pi0json.h"
-#include "pi0testmodel.h"
+#include "inference/io/pi0error.h"
+#include "inference/io/pi0safetensors.h"
+#include "common/pi0json.h"
+#include "tests/pi0testmodel.h"
 
 using namespace pi0test;
 

@@ -4,9 +4,9 @@
 #include <fstream>
 #include <sstream>
 
-#include "io/pi0safetensors.h"
-#include "pi0testmodel.h"
-#include "pi0testrun.h"
+#include "inference/io/pi0safetensors.h"
+#include "tests/pi0testmodel.h"
+#include "tests/pi0testrun.h"
 
 using namespace pi0test;
 

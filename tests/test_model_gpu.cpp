@@ -1,7 +1,7 @@
 /* The native Pi0 on CUDA (suite 'gpu'; every test skips itself without a CUDA device):
  * agreement with the CPU in fp32 and bf16, and the CUDA-graph path against the eager path. */
-#include "model/pi0cudasupport.h"
-#include "pi0testmodel.h"
+#include "inference/model/pi0cudasupport.h"
+#include "tests/pi0testmodel.h"
 
 using namespace pi0test;
 

@@ -14,9 +14,9 @@
 
 #include <c10/core/InferenceMode.h>
 
-#include "io/pi0error.h"
-#include "io/pi0safetensors.h"
-#include "pi0testmodel.h"
+#include "inference/io/pi0error.h"
+#include "inference/io/pi0safetensors.h"
+#include "tests/pi0testmodel.h"
 
 using namespace pi0test;
 

@@ -1,8 +1,8 @@
 /* Real-time chunking on CUDA (suite 'gpu'; every test skips itself without a CUDA device): the
  * guided sampler, both Jacobian modes, against the CPU in fp32 and bf16. Not run in the session
  * that wrote it (no device); see docs/rtc.md. */
-#include "model/pi0cudasupport.h"
-#include "pi0testmodel.h"
+#include "inference/model/pi0cudasupport.h"
+#include "tests/pi0testmodel.h"
 
 using namespace pi0test;
 

@@ -13,10 +13,10 @@
 #include <cstdlib>
 #include <vector>
 
-#include "io/pi0safetensors.h"
-#include "io/pi0tokenizer.h"
-#include "model/pi0openpolicy.h"
-#include "pi0testmodel.h"
+#include "inference/io/pi0safetensors.h"
+#include "inference/io/pi0tokenizer.h"
+#include "inference/model/pi0openpolicy.h"
+#include "tests/pi0testmodel.h"
 
 using namespace pi0test;
 

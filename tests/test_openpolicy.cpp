@@ -7,10 +7,10 @@
 
 #include <torch/script.h>
 
-#include "io/pi0error.h"
-#include "io/pi0tokenizer.h"
-#include "model/pi0openpolicy.h"
-#include "pi0testmodel.h"
+#include "inference/io/pi0error.h"
+#include "inference/io/pi0tokenizer.h"
+#include "inference/model/pi0openpolicy.h"
+#include "tests/pi0testmodel.h"
 
 using namespace pi0test;
 

@@ -4,9 +4,9 @@
  * reading, killed), 1000 state cycles with a stalled peer, and frames that the robot simulator
  * validates. */
 
-#include "pi0testsink.h"
-#include "pi0safety.h"
-#include "pi0testgst.h"
+#include "tests/pi0testsink.h"
+#include "protocol/pi0safety.h"
+#include "tests/pi0testgst.h"
 
 #include <gst/check/gstharness.h>
 #include <gst/check/gsttestclock.h>

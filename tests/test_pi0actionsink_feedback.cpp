@@ -6,8 +6,8 @@
  * reports changes nothing the sink sends, costs no connection, and is counted. Loopback only;
  * every wait is bounded and nothing is asserted about how long anything takes. */
 
-#include "pi0link.h"
-#include "pi0testsink.h"
+#include "protocol/pi0link.h"
+#include "tests/pi0testsink.h"
 
 #include <gtest/gtest.h>
 

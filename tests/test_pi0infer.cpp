@@ -3,7 +3,7 @@
  * `pi0-model init` and TorchScript modules defined here; seeds, instructions (property and
  * in-stream event), masked views, latency, and every bad input of the issue. */
 
-#include "pi0testgst.h"
+#include "tests/pi0testgst.h"
 
 #include <glib/gstdio.h>
 #include <gst/pi0/pi0.h>

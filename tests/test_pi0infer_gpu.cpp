@@ -3,12 +3,12 @@
  * agrees with its CPU path, and it waits for cudaprep's CUDA event on the GPU: a model input
  * written at the end of a deliberately slow stream of GPU work is read complete. */
 
-#include "pi0testgst.h"
+#include "tests/pi0testgst.h"
 
 #include <gst/pi0/pi0.h>
 #include <gtest/gtest.h>
 
-#include "model/pi0policy.h"
+#include "inference/model/pi0policy.h"
 
 #ifdef PI0_INFER_HAVE_CUDA
 #include <ATen/ATen.h>

@@ -2,7 +2,7 @@
 /* The metas of libgstpi0-1.0: accessors, deep copies, survival through queue/tee/copy,
  * tensor storage ownership, the action finite check, and the docs' pad-probe example. */
 
-#include "pi0testgst.h"
+#include "tests/pi0testgst.h"
 
 #include <gst/app/gstappsink.h>
 #include <gst/app/gstappsrc.h>

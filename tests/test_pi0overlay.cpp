@@ -3,7 +3,7 @@
  * its inset (plot), and nothing drawn without a chunk, for a non-finite one or a stale one; bad
  * settings and caps refused with errors naming them. Two harnesses on one element: the video
  * pad and the actions pad. */
-#include "pi0testgst.h"
+#include "tests/pi0testgst.h"
 
 #include <gst/check/gstharness.h>
 #include <gst/pi0/pi0.h>

@@ -2,7 +2,7 @@
 /* pi0viewmux: pairing, staleness (live, on the test clock), state alignment, EOS, flush,
  * caps changes, bad caps, pad release, and the gst-launch line of the docs. */
 
-#include "pi0testgst.h"
+#include "tests/pi0testgst.h"
 
 #include <gst/pi0/pi0.h>
 #include <gst/video/video.h>

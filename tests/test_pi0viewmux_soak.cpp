@@ -3,8 +3,8 @@
  * 200 PLAYING<->NULL cycles with data flowing, no GstObject or GstMiniObject is left that was
  * not there before. */
 
-#include "pi0testleaks.h"
-#include "pi0testgst.h"
+#include "tests/pi0testleaks.h"
+#include "tests/pi0testgst.h"
 
 #include <gst/pi0/pi0.h>
 #include <gtest/gtest.h>

@@ -12,11 +12,11 @@
  * - remote: the robot's end and the GPU end on loopback, actions back to the robot.
  * - gpu-decode with the CPU decoder in place of nvcodec. */
 
-#include "pi0testimpair.h"
-#include "pi0testlaunch.h"
-#include "pi0testrun.h"
-#include "pi0testsink.h"
-#include "pi0testgst.h"
+#include "tests/pi0testimpair.h"
+#include "tests/pi0testlaunch.h"
+#include "tests/pi0testrun.h"
+#include "tests/pi0testsink.h"
+#include "tests/pi0testgst.h"
 
 #include <gst/pi0/pi0.h>
 #include <gtest/gtest.h>

@@ -3,10 +3,10 @@
  * trips, every class of malformed frame, CRC and HMAC failures, the splitting rule, JSON
  * lines, robot configuration parsing, and the limit/step property. */
 
-#include "pi0testexact.h"
-#include "pi0frame.h"
-#include "pi0json.h"
-#include "pi0safety.h"
+#include "tests/pi0testexact.h"
+#include "protocol/pi0frame.h"
+#include "common/pi0json.h"
+#include "protocol/pi0safety.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>

@@ -4,8 +4,8 @@
  * executed, sequence/replay rules, the slow/dead/hostile modes against pi0actionsink, and a
  * clean exit on SIGINT and after --duration. Loopback only. */
 
-#include "pi0testsink.h"
-#include "pi0testgst.h"
+#include "tests/pi0testsink.h"
+#include "tests/pi0testgst.h"
 
 #include <gst/check/gstharness.h>
 

@@ -5,8 +5,8 @@
  * shift, the delay measured from the takeover row against the estimate, the executing chunk
  * having run out, the history of 8 chunks, reset, and feedback and chunks from two threads. */
 
-#include "io/pi0error.h"
-#include "model/pi0rtctracker.h"
+#include "inference/io/pi0error.h"
+#include "inference/model/pi0rtctracker.h"
 
 #include <gtest/gtest.h>
 

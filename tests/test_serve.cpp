@@ -14,11 +14,11 @@
  *   connection, queued request, buffer or file descriptor is left (leaks tracer, /proc/self/fd).
  * - /healthz follows the pipeline's state. */
 
-#include "pi0testlaunch.h"
-#include "pi0json.h"
-#include "pi0mapping.h"
-#include "pi0testserve.h"
-#include "pi0testgst.h"
+#include "tests/pi0testlaunch.h"
+#include "common/pi0json.h"
+#include "serve/pi0mapping.h"
+#include "tests/pi0testserve.h"
+#include "tests/pi0testgst.h"
 
 #include <gst/app/gstappsink.h>
 #include <gst/app/gstappsrc.h>
@@ -26,7 +26,7 @@
 #include <gst/video/video.h>
 #include <gtest/gtest.h>
 
-#include "pi0testleaks.h"
+#include "tests/pi0testleaks.h"
 
 #include <cmath>
 #include <csignal>

@@ -4,9 +4,9 @@
  * byte for byte what msgpack_numpy writes), and every malformed or hostile input the decoder
  * must refuse with a clear message. The Python client itself is exercised in test_serve_server. */
 
-#include "pi0codec.h"
-#include "pi0json.h"
-#include "pi0mapping.h"
+#include "serve/pi0codec.h"
+#include "common/pi0json.h"
+#include "serve/pi0mapping.h"
 
 #include <glib.h>
 

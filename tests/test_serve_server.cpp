@@ -8,8 +8,8 @@
  * Checked from the server's side: its counters, that every connection is gone at the end, and
  * that no file descriptor outlives the server. */
 
-#include "pi0server.h"
-#include "pi0testserve.h"
+#include "serve/pi0server.h"
+#include "tests/pi0testserve.h"
 
 #include <glib.h>
 #include <gtest/gtest.h>

@@ -8,10 +8,10 @@
  * come at the first tick at or after their deadlines. Each property test prints what it
  * covered; none depends on timing. */
 
-#include "pi0testexact.h"
-#include "pi0frame.h"
-#include "pi0safety.h"
-#include "pi0session.h"
+#include "tests/pi0testexact.h"
+#include "protocol/pi0frame.h"
+#include "protocol/pi0safety.h"
+#include "protocol/pi0session.h"
 
 #include <gtest/gtest.h>
 

@@ -5,9 +5,9 @@
 #include <glib.h>
 #include <gtest/gtest.h>
 
-#include "pi0simrender.h"
-#include "pi0simworld.h"
-#include "pi0testrun.h"
+#include "sim/pi0simrender.h"
+#include "sim/pi0simworld.h"
+#include "tests/pi0testrun.h"
 
 #include <cmath>
 #include <cstdio>

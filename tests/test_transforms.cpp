@@ -7,14 +7,14 @@
 #include <fstream>
 #include <set>
 
-#include "io/pi0error.h"
-#include "io/pi0normstats.h"
-#include "io/pi0tokenizer.h"
-#include "model/pi0openpolicy.h"
-#include "model/pi0transforms.h"
-#include "pi0json.h"
-#include "pi0testmodel.h"
-#include "pi0transformnames.h"
+#include "inference/io/pi0error.h"
+#include "inference/io/pi0normstats.h"
+#include "inference/io/pi0tokenizer.h"
+#include "inference/model/pi0openpolicy.h"
+#include "inference/model/pi0transforms.h"
+#include "common/pi0json.h"
+#include "tests/pi0testmodel.h"
+#include "common/pi0transformnames.h"
 
 using namespace pi0test;
 

@@ -2,10 +2,10 @@
 /* pi0viewmux's rules without the element: the pairing rules (gst/viewmux/pi0pairing.h) against
  * plain oracles on random streams, and its engine (gst/viewmux/pi0muxer.h) on hand-made buffers. */
 
-#include "pi0testgst.h"
+#include "tests/pi0testgst.h"
 
-#include "viewmux/pi0muxer.h"
-#include "viewmux/pi0pairing.h"
+#include "gst/viewmux/pi0muxer.h"
+#include "gst/viewmux/pi0pairing.h"
 
 #include <gst/pi0/pi0.h>
 #include <gtest/gtest.h>

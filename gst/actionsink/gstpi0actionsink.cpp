@@ -50,15 +50,15 @@
 #error "pi0actionsink must be built without -ffast-math/-ffinite-math-only"
 #endif
 
-#include "actionsink/gstpi0actionsink.h"
+#include "gst/actionsink/gstpi0actionsink.h"
 
-#include "actionsink/pi0stagelatency.h"
-#include "common/gstpi0enum.h"
-#include "common/gstpi0props.h"
-#include "common/pi0clockwait.h"
-#include "common/pi0notice.h"
+#include "gst/actionsink/pi0stagelatency.h"
+#include "gst/common/gstpi0enum.h"
+#include "gst/common/gstpi0props.h"
+#include "gst/common/pi0clockwait.h"
+#include "gst/common/pi0notice.h"
 
-#include "pi0link.h"
+#include "protocol/pi0link.h"
 
 #include <gst/pi0/pi0.h>
 

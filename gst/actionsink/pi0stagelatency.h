@@ -5,7 +5,7 @@
  * the metas (pi0viewmux's muxed_time, cudaprep's prepared_time, pi0infer's done_time) and the
  * time a chunk is sent: pi0actionsink's stats. */
 
-#include "common/pi0percentile.h"
+#include "gst/common/pi0percentile.h"
 
 #include <gst/gst.h>
 #include <gst/pi0/pi0.h>

@@ -3,7 +3,7 @@
 #include "config.h"
 #endif
 
-#include "common/pi0clockwait.h"
+#include "gst/common/pi0clockwait.h"
 
 #include <pthread.h>
 

@@ -3,7 +3,7 @@
 #include "config.h"
 #endif
 
-#include "common/pi0notice.h"
+#include "gst/common/pi0notice.h"
 
 #include <algorithm>
 #include <cstdarg>

@@ -38,17 +38,17 @@
 #include "config.h"
 #endif
 
-#include "cudaprep/gstcudaprep.h"
+#include "gst/cudaprep/gstcudaprep.h"
 
-#include "common/gstpi0enum.h"
-#include "common/gstpi0props.h"
+#include "gst/common/gstpi0enum.h"
+#include "gst/common/gstpi0props.h"
 
 #include <gst/pi0/pi0.h>
 #include <gst/video/video.h>
 
-#include "pi0prep.h"
+#include "kernels/pi0prep.h"
 #ifdef HAVE_CUDA
-#include "pi0prepcuda.h"
+#include "kernels/pi0prepcuda.h"
 #endif
 #ifdef HAVE_GST_CUDA
 #include <gst/cuda/gstcudacontext.h>

@@ -45,14 +45,14 @@
 #include "config.h"
 #endif
 
-#include "infer/gstpi0infer.h"
+#include "gst/infer/gstpi0infer.h"
 
-#include "common/gstpi0enum.h"
-#include "common/gstpi0props.h"
-#include "common/pi0clockwait.h"
-#include "common/pi0notice.h"
-#include "infer/pi0batcher.h"
-#include "infer/pi0inferrunner.h"
+#include "gst/common/gstpi0enum.h"
+#include "gst/common/gstpi0props.h"
+#include "gst/common/pi0clockwait.h"
+#include "gst/common/pi0notice.h"
+#include "gst/infer/pi0batcher.h"
+#include "gst/infer/pi0inferrunner.h"
 
 #include <gst/pi0/pi0.h>
 

@@ -3,7 +3,7 @@
 
 #include <gst/base/gstbasetransform.h>
 
-#include "infer/gstpi0inferenums.h"
+#include "gst/infer/gstpi0inferenums.h"
 
 G_BEGIN_DECLS
 

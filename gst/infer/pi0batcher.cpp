@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-#include "infer/pi0batcher.h"
+#include "gst/infer/pi0batcher.h"
 
 namespace pi0
 {

@@ -3,8 +3,8 @@
 #include "config.h"
 #endif
 
-#include "infer/pi0inferrunner.h"
-#include "common/pi0percentile.h"
+#include "gst/infer/pi0inferrunner.h"
+#include "gst/common/pi0percentile.h"
 
 #include <ATen/ATen.h>
 

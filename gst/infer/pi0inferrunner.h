@@ -19,14 +19,14 @@
  * any thread (stats_lock, never held while posting or running the policy); feedback comes on
  * upstream event threads (the tracker locks itself). */
 
-#include "common/pi0notice.h"
-#include "infer/gstpi0inferenums.h"
+#include "gst/common/pi0notice.h"
+#include "gst/infer/gstpi0inferenums.h"
 
 #include <gst/gst.h>
 #include <gst/pi0/pi0.h>
 
-#include "model/pi0openpolicy.h"
-#include "model/pi0rtctracker.h"
+#include "inference/model/pi0openpolicy.h"
+#include "inference/model/pi0rtctracker.h"
 
 #include <deque>
 #include <memory>

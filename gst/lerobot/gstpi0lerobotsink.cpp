@@ -42,14 +42,14 @@
 #include "config.h"
 #endif
 
-#include "lerobot/gstpi0lerobotsink.h"
+#include "gst/lerobot/gstpi0lerobotsink.h"
 
-#include "common/gstpi0enum.h"
-#include "common/gstpi0props.h"
-#include "common/pi0notice.h"
-#include "lerobot/pi0recorder.h"
+#include "gst/common/gstpi0enum.h"
+#include "gst/common/gstpi0props.h"
+#include "gst/common/pi0notice.h"
+#include "gst/lerobot/pi0recorder.h"
 
-#include "pi0safety.h"
+#include "protocol/pi0safety.h"
 
 #include <gst/pi0/pi0.h>
 

@@ -26,11 +26,11 @@
 #include "config.h"
 #endif
 
-#include "lerobot/gstpi0lerobotsrc.h"
+#include "gst/lerobot/gstpi0lerobotsrc.h"
 
-#include "common/gstpi0props.h"
+#include "gst/common/gstpi0props.h"
 
-#include "pi0lerobot.h"
+#include "lerobot/pi0lerobot.h"
 
 #include <gst/app/gstappsrc.h>
 #include <gst/pi0/pi0.h>

@@ -3,7 +3,7 @@
 #include "config.h"
 #endif
 
-#include "lerobot/pi0cameraencoder.h"
+#include "gst/lerobot/pi0cameraencoder.h"
 
 #include <gst/app/gstappsrc.h>
 

@@ -7,7 +7,7 @@
  * lossless RGB as planar GBR in a 4:4:4 stream flagged GBR (exact), and the thumbnails LeRobot's
  * image statistics are computed from. GStreamer, but no element: errors come back as text. */
 
-#include "pi0lerobot.h"
+#include "lerobot/pi0lerobot.h"
 
 #include <gst/gst.h>
 #include <gst/pi0/pi0.h>

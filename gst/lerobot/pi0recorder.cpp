@@ -3,7 +3,7 @@
 #include "config.h"
 #endif
 
-#include "lerobot/pi0recorder.h"
+#include "gst/lerobot/pi0recorder.h"
 
 #include <exception>
 

@@ -15,11 +15,11 @@
  * counts() from any thread (the counts' lock). The two locks are never held together, and
  * neither while waiting on an encoder or writing files. */
 
-#include "common/pi0notice.h"
-#include "lerobot/pi0cameraencoder.h"
+#include "gst/common/pi0notice.h"
+#include "gst/lerobot/pi0cameraencoder.h"
 
-#include "pi0lerobot.h"
-#include "pi0session.h"
+#include "lerobot/pi0lerobot.h"
+#include "protocol/pi0session.h"
 
 #include <gst/gst.h>
 #include <gst/pi0/pi0.h>

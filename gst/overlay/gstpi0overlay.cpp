@@ -39,13 +39,13 @@
 #include "config.h"
 #endif
 
-#include "overlay/gstpi0overlay.h"
+#include "gst/overlay/gstpi0overlay.h"
 
-#include "common/gstpi0enum.h"
-#include "common/gstpi0props.h"
-#include "overlay/pi0overlaydraw.h"
+#include "gst/common/gstpi0enum.h"
+#include "gst/common/gstpi0props.h"
+#include "gst/overlay/pi0overlaydraw.h"
 
-#include "pi0safety.h"
+#include "protocol/pi0safety.h"
 
 #include <gst/pi0/pi0.h>
 #include <gst/video/video.h>

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-#include "pi0overlaydraw.h"
+#include "gst/overlay/pi0overlaydraw.h"
 
 #include <cairo.h>
 

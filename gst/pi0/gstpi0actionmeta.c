@@ -3,8 +3,8 @@
 #include "config.h"
 #endif
 
-#include "gstpi0actionmeta.h"
-#include "gstpi0meta-private.h"
+#include "gst/pi0/gstpi0actionmeta.h"
+#include "gst/pi0/gstpi0meta-private.h"
 
 #include <math.h>
 #include <string.h>

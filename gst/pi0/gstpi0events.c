@@ -3,7 +3,7 @@
 #include "config.h"
 #endif
 
-#include "gstpi0events.h"
+#include "gst/pi0/gstpi0events.h"
 
 /**
  * gst_pi0_instruction_event_new:

@@ -3,8 +3,8 @@
 #include "config.h"
 #endif
 
-#include "pi0.h"
-#include "gstpi0meta-private.h"
+#include "gst/pi0/pi0.h"
+#include "gst/pi0/gstpi0meta-private.h"
 
 GST_DEBUG_CATEGORY (gst_pi0_meta_debug);
 

@@ -3,8 +3,8 @@
 #include "config.h"
 #endif
 
-#include "gstpi0observationmeta.h"
-#include "gstpi0meta-private.h"
+#include "gst/pi0/gstpi0observationmeta.h"
+#include "gst/pi0/gstpi0meta-private.h"
 
 #include <string.h>
 

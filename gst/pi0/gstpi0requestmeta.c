@@ -3,9 +3,9 @@
 #include "config.h"
 #endif
 
-#include "gstpi0requestmeta.h"
-#include "gstpi0caps.h"
-#include "gstpi0meta-private.h"
+#include "gst/pi0/gstpi0requestmeta.h"
+#include "gst/pi0/gstpi0caps.h"
+#include "gst/pi0/gstpi0meta-private.h"
 
 GType
 gst_pi0_request_meta_api_get_type (void)

@@ -25,11 +25,11 @@
 #include "config.h"
 #endif
 
-#include "serve/gstpi0servesink.h"
+#include "gst/serve/gstpi0servesink.h"
 
-#include "common/gstpi0props.h"
+#include "gst/common/gstpi0props.h"
 
-#include "pi0server.h"
+#include "serve/pi0server.h"
 
 #include <gst/pi0/pi0.h>
 

@@ -45,13 +45,13 @@
 #include "config.h"
 #endif
 
-#include "serve/gstpi0servesrc.h"
+#include "gst/serve/gstpi0servesrc.h"
 
-#include "common/gstpi0props.h"
+#include "gst/common/gstpi0props.h"
 
-#include "pi0file.h"
-#include "pi0mapping.h"
-#include "pi0server.h"
+#include "common/pi0file.h"
+#include "serve/pi0mapping.h"
+#include "serve/pi0server.h"
 
 #include <gst/pi0/pi0.h>
 #include <gst/video/video.h>

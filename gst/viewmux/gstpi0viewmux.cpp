@@ -30,12 +30,12 @@
 #include "config.h"
 #endif
 
-#include "viewmux/gstpi0viewmux.h"
+#include "gst/viewmux/gstpi0viewmux.h"
 
-#include "common/gstpi0enum.h"
-#include "common/gstpi0props.h"
-#include "common/pi0notice.h"
-#include "viewmux/pi0muxer.h"
+#include "gst/common/gstpi0enum.h"
+#include "gst/common/gstpi0props.h"
+#include "gst/common/pi0notice.h"
+#include "gst/viewmux/pi0muxer.h"
 
 #include <gst/pi0/pi0.h>
 #include <gst/video/video.h>

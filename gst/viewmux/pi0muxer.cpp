@@ -3,9 +3,9 @@
 #include "config.h"
 #endif
 
-#include "viewmux/pi0muxer.h"
+#include "gst/viewmux/pi0muxer.h"
 
-#include "pi0prep.h"
+#include "kernels/pi0prep.h"
 
 #include <gst/pi0/pi0.h>
 

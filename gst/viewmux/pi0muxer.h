@@ -13,8 +13,8 @@
  *
  * Threads: the aggregate thread only (start, stop and flush run while it is stopped). */
 
-#include "common/pi0notice.h"
-#include "viewmux/pi0pairing.h"
+#include "gst/common/pi0notice.h"
+#include "gst/viewmux/pi0pairing.h"
 
 #include <gst/base/gstaggregator.h>
 #include <gst/video/video.h>

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-#include "viewmux/pi0pairing.h"
+#include "gst/viewmux/pi0pairing.h"
 
 #include <algorithm>
 #include <cmath>

@@ -8,7 +8,7 @@
  * GST_CLOCK_TIME_NONE); nothing here holds a buffer or takes a lock, so the rules are tested
  * directly (tests/test_viewmux_rules.cpp) and the muxer (pi0muxer.h) applies them. */
 
-#include "pi0views.h"
+#include "common/pi0views.h"
 
 #include <array>
 #include <cstddef>

@@ -1,10 +1,10 @@
 // Name matching between checkpoint files and modules; see checkpoint.h for the rules.
-#include "io/pi0checkpoint.h"
+#include "inference/io/pi0checkpoint.h"
 
 #include <set>
 #include <sstream>
 
-#include "io/pi0error.h"
+#include "inference/io/pi0error.h"
 
 namespace pi0
 {

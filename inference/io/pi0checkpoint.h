@@ -8,7 +8,7 @@
 
 #include <torch/torch.h>
 
-#include "io/pi0safetensors.h"
+#include "inference/io/pi0safetensors.h"
 
 namespace pi0
 {

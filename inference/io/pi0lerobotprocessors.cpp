@@ -3,11 +3,11 @@
 // the normalizer steps' statistics in the state files as "<feature>.<stat>" tensors.
 #include <set>
 
-#include "io/pi0error.h"
-#include "io/pi0normstats.h"
-#include "io/pi0safetensors.h"
-#include "pi0file.h"
-#include "pi0json.h"
+#include "inference/io/pi0error.h"
+#include "inference/io/pi0normstats.h"
+#include "inference/io/pi0safetensors.h"
+#include "common/pi0file.h"
+#include "common/pi0json.h"
 
 namespace pi0
 {

@@ -1,14 +1,14 @@
 // openpi norm_stats.json and its Normalize / Unnormalize formulas (openpi src/openpi/transforms.py).
-#include "io/pi0normstats.h"
+#include "inference/io/pi0normstats.h"
 
 #include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <sstream>
 
-#include "io/pi0error.h"
-#include "pi0file.h"
-#include "pi0json.h"
+#include "inference/io/pi0error.h"
+#include "common/pi0file.h"
+#include "common/pi0json.h"
 
 namespace pi0
 {

@@ -1,5 +1,5 @@
 // safetensors reader (memory-mapped, validated) and writer. See safetensors.h for the contract.
-#include "io/pi0safetensors.h"
+#include "inference/io/pi0safetensors.h"
 
 #include <algorithm>
 #include <atomic>
@@ -17,9 +17,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "pi0json.h"
+#include "common/pi0json.h"
 
-#include "io/pi0error.h"
+#include "inference/io/pi0error.h"
 
 static_assert (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "safetensors data is little-endian; a big-endian host would need byte swaps");

@@ -1,5 +1,5 @@
 // PaliGemma tokenizer through libsentencepiece, with openpi's Pi0 prompt format.
-#include "io/pi0tokenizer.h"
+#include "inference/io/pi0tokenizer.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -8,7 +8,7 @@
 
 #include <sys/stat.h>
 
-#include "io/pi0error.h"
+#include "inference/io/pi0error.h"
 
 #ifdef PI0_HAVE_SENTENCEPIECE
 #include <dlfcn.h>

@@ -2,12 +2,12 @@
 #include <fstream>
 #include <sys/stat.h>
 
-#include "pi0file.h"
-#include "io/pi0checkpoint.h"
-#include "io/pi0error.h"
-#include "io/pi0safetensors.h"
-#include "model/pi0model.h"
-#include "model/pi0policy.h"
+#include "common/pi0file.h"
+#include "inference/io/pi0checkpoint.h"
+#include "inference/io/pi0error.h"
+#include "inference/io/pi0safetensors.h"
+#include "inference/model/pi0model.h"
+#include "inference/model/pi0policy.h"
 
 namespace pi0
 {

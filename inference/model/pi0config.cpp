@@ -1,4 +1,4 @@
-#include "model/pi0config.h"
+#include "inference/model/pi0config.h"
 
 #include <cmath>
 #include <cstdio>
@@ -6,8 +6,8 @@
 #include <optional>
 #include <sstream>
 
-#include "io/pi0error.h"
-#include "pi0json.h"
+#include "inference/io/pi0error.h"
+#include "common/pi0json.h"
 
 namespace pi0
 {

@@ -1,6 +1,6 @@
-#include "model/pi0cudasupport.h"
+#include "inference/model/pi0cudasupport.h"
 
-#include "io/pi0error.h"
+#include "inference/io/pi0error.h"
 
 #ifdef PI0_MODEL_HAVE_CUDA
 #include <ATen/cuda/CUDAEvent.h>

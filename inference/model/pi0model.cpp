@@ -1,4 +1,4 @@
-#include "model/pi0model.h"
+#include "inference/model/pi0model.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,7 +8,7 @@
 #include <c10/core/InferenceMode.h>
 #include <torch/csrc/autograd/autograd.h>
 
-#include "io/pi0error.h"
+#include "inference/io/pi0error.h"
 
 namespace pi0
 {

@@ -21,8 +21,8 @@
 
 #include <torch/nn/module.h>
 
-#include "model/pi0config.h"
-#include "model/pi0rtcmodes.h"
+#include "inference/model/pi0config.h"
+#include "inference/model/pi0rtcmodes.h"
 
 namespace pi0
 {

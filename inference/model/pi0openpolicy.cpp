@@ -1,15 +1,15 @@
 /* open_policy() and OpenedPolicy: URI resolution, tokenizer, norm stats and transforms, the
  * request path. */
-#include "model/pi0openpolicy.h"
+#include "inference/model/pi0openpolicy.h"
 
 #include <algorithm>
 
 #include <ATen/ATen.h>
 
-#include "pi0file.h"
-#include "model/pi0config.h"
-#include "model/pi0cudasupport.h"
-#include "model/pi0model.h"
+#include "common/pi0file.h"
+#include "inference/model/pi0config.h"
+#include "inference/model/pi0cudasupport.h"
+#include "inference/model/pi0model.h"
 
 namespace pi0
 {

@@ -28,11 +28,11 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "io/pi0error.h"
-#include "io/pi0normstats.h"
-#include "io/pi0tokenizer.h"
-#include "model/pi0policy.h"
-#include "model/pi0transforms.h"
+#include "inference/io/pi0error.h"
+#include "inference/io/pi0normstats.h"
+#include "inference/io/pi0tokenizer.h"
+#include "inference/model/pi0policy.h"
+#include "inference/model/pi0transforms.h"
 
 namespace pi0
 {

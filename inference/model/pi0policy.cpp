@@ -1,5 +1,5 @@
 /* The native Pi0 backend of the Policy interface, input checks, dtype/device parsing. */
-#include "model/pi0policy.h"
+#include "inference/model/pi0policy.h"
 
 #include <chrono>
 #include <sstream>
@@ -9,9 +9,9 @@
 #include <ATen/Context.h>
 #include <c10/core/InferenceMode.h>
 
-#include "model/pi0cudasupport.h"
-#include "io/pi0error.h"
-#include "model/pi0model.h"
+#include "inference/model/pi0cudasupport.h"
+#include "inference/io/pi0error.h"
+#include "inference/model/pi0model.h"
 
 namespace pi0
 {

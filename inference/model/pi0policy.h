@@ -18,8 +18,8 @@
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
 
-#include "model/pi0config.h"
-#include "model/pi0rtcmodes.h"
+#include "inference/model/pi0config.h"
+#include "inference/model/pi0rtcmodes.h"
 
 namespace pi0
 {

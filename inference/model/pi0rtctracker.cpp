@@ -1,11 +1,11 @@
-#include "model/pi0rtctracker.h"
+#include "inference/model/pi0rtctracker.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include <ATen/ATen.h>
 
-#include "io/pi0error.h"
+#include "inference/io/pi0error.h"
 
 namespace pi0
 {

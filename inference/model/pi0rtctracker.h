@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "model/pi0policy.h"
+#include "inference/model/pi0policy.h"
 
 namespace pi0
 {

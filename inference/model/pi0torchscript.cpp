@@ -5,10 +5,10 @@
 #include <c10/core/InferenceMode.h>
 #include <torch/script.h>
 
-#include "model/pi0cudasupport.h"
-#include "io/pi0error.h"
-#include "model/pi0policy.h"
-#include "pi0file.h"
+#include "inference/model/pi0cudasupport.h"
+#include "inference/io/pi0error.h"
+#include "inference/model/pi0policy.h"
+#include "common/pi0file.h"
 
 namespace pi0
 {

@@ -1,13 +1,13 @@
 /* openpi's robot transforms (model/pi0transforms.h). Each formula is written in the order
  * numpy evaluates openpi's, so that the float64 results agree to the last bits (built without
  * -ffast-math and without FMA contraction, see meson.build). */
-#include "model/pi0transforms.h"
+#include "inference/model/pi0transforms.h"
 
 #include <algorithm>
 #include <cmath>
 
-#include "io/pi0error.h"
-#include "pi0transformnames.h"
+#include "inference/io/pi0error.h"
+#include "common/pi0transformnames.h"
 
 namespace pi0
 {

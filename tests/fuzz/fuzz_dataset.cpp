@@ -11,7 +11,7 @@
  * message, and a refused one always says why.
  *   PI0_FUZZ_DATASET_SEED=FILE fuzz_dataset   writes the valid info.json (the seed corpus). */
 
-#include "pi0lerobot.h"
+#include "lerobot/pi0lerobot.h"
 
 #include <cstdint>
 #include <cstdio>

@@ -9,7 +9,7 @@
  * sender's reader of the robot's stream (FrameStream: reassembly and resynchronisation) only
  * ever hands on frames within its limit and holds no more than its limit plus one push. */
 
-#include "pi0frame.h"
+#include "protocol/pi0frame.h"
 
 #include <algorithm>
 #include <cstdint>

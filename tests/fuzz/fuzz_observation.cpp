@@ -7,8 +7,8 @@
  * mapping's state size, only finite values, images that lie inside the message, and a prompt
  * that is valid UTF-8 without NUL; a refused one says why and keeps nothing. */
 
-#include "pi0codec.h"
-#include "pi0mapping.h"
+#include "serve/pi0codec.h"
+#include "serve/pi0mapping.h"
 
 #include <cmath>
 #include <cstdint>

@@ -3,7 +3,7 @@
  * `stats` (which it computes from the stamps in the metas). Header-only: two programs use it. */
 #pragma once
 
-#include "actionsink/pi0stagelatency.h"
+#include "gst/actionsink/pi0stagelatency.h"
 
 #include <gst/gst.h>
 

@@ -15,9 +15,9 @@
 #include "config.h"
 #endif
 
-#include "gstpi0elements.h"
-#include "pi0latencytable.h"
-#include "pi0launchline.h"
+#include "gst/gstpi0elements.h"
+#include "tools/common/pi0latencytable.h"
+#include "tools/common/pi0launchline.h"
 
 #include <gst/gst.h>
 #include <gst/pi0/pi0.h>

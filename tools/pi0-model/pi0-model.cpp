@@ -28,13 +28,13 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/InferenceMode.h>
 
-#include "io/pi0error.h"
-#include "io/pi0safetensors.h"
-#include "io/pi0normstats.h"
-#include "io/pi0tokenizer.h"
-#include "model/pi0cudasupport.h"
-#include "model/pi0model.h"
-#include "model/pi0policy.h"
+#include "inference/io/pi0error.h"
+#include "inference/io/pi0safetensors.h"
+#include "inference/io/pi0normstats.h"
+#include "inference/io/pi0tokenizer.h"
+#include "inference/model/pi0cudasupport.h"
+#include "inference/model/pi0model.h"
+#include "inference/model/pi0policy.h"
 
 namespace
 {

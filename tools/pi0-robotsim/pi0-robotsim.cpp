@@ -21,10 +21,10 @@
  *
  * The first line on stdout is always {"event":"listening",...,"port":N} (useful with --port 0). */
 
-#include "pi0file.h"
-#include "pi0frame.h"
-#include "pi0safety.h"
-#include "pi0session.h"
+#include "common/pi0file.h"
+#include "protocol/pi0frame.h"
+#include "protocol/pi0safety.h"
+#include "protocol/pi0session.h"
 
 #include <glib.h>
 

@@ -21,11 +21,11 @@
 #include "config.h"
 #endif
 
-#include "gstpi0elements.h"
-#include "pi0elementstats.h"
-#include "pi0json.h"
-#include "pi0mapping.h"
-#include "pi0transformnames.h"
+#include "gst/gstpi0elements.h"
+#include "tools/common/pi0elementstats.h"
+#include "common/pi0json.h"
+#include "serve/pi0mapping.h"
+#include "common/pi0transformnames.h"
 
 #include <gst/gst.h>
 #include <gst/pi0/pi0.h>

@@ -21,11 +21,11 @@
  *       cameras and the state (with the task) as RTP to H, ports P to P+6; the actions on A:N;
  *       real time (pi0simremote.h)
  */
-#include "gstpi0elements.h"
-#include "pi0simloop.h"
-#include "pi0simremote.h"
-#include "pi0simrender.h"
-#include "pi0simworld.h"
+#include "gst/gstpi0elements.h"
+#include "tools/pi0-sim/pi0simloop.h"
+#include "tools/pi0-sim/pi0simremote.h"
+#include "sim/pi0simrender.h"
+#include "sim/pi0simworld.h"
 
 #include <gst/gst.h>
 

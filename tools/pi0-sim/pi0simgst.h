@@ -5,8 +5,8 @@
  * and a timed push into an appsrc. */
 #pragma once
 
-#include "pi0simrender.h"
-#include "pi0simworld.h"
+#include "sim/pi0simrender.h"
+#include "sim/pi0simworld.h"
 
 #include <gst/app/gstappsrc.h>
 #include <gst/gst.h>

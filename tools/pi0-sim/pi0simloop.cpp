@@ -1,15 +1,15 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-#include "pi0simloop.h"
+#include "tools/pi0-sim/pi0simloop.h"
 
-#include "pi0simgst.h"
-#include "pi0simmotion.h"
-#include "pi0simsocket.h"
+#include "tools/pi0-sim/pi0simgst.h"
+#include "tools/pi0-sim/pi0simmotion.h"
+#include "tools/pi0-sim/pi0simsocket.h"
 
-#include "pi0elementstats.h"
-#include "pi0frame.h"
-#include "pi0safety.h"
-#include "pi0session.h"
-#include "pi0simrender.h"
+#include "tools/common/pi0elementstats.h"
+#include "protocol/pi0frame.h"
+#include "protocol/pi0safety.h"
+#include "protocol/pi0session.h"
+#include "sim/pi0simrender.h"
 
 #include <gst/app/gstappsrc.h>
 #include <gst/gst.h>

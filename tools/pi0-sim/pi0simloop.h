@@ -8,7 +8,7 @@
  * policy give the same episodes. LoopOptions::real_time runs it on the clock instead. */
 #pragma once
 
-#include "pi0simworld.h"
+#include "sim/pi0simworld.h"
 
 #include <cstdint>
 #include <functional>

@@ -4,7 +4,7 @@
  * end across a network alike. */
 #pragma once
 
-#include "pi0simloop.h"
+#include "tools/pi0-sim/pi0simloop.h"
 
 #include <algorithm>
 #include <cmath>

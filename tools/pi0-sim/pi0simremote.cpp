@@ -1,14 +1,14 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-#include "pi0simremote.h"
+#include "tools/pi0-sim/pi0simremote.h"
 
-#include "pi0simgst.h"
-#include "pi0simsocket.h"
+#include "tools/pi0-sim/pi0simgst.h"
+#include "tools/pi0-sim/pi0simsocket.h"
 
-#include "pi0frame.h"
-#include "pi0safety.h"
-#include "pi0session.h"
-#include "pi0simmotion.h"
-#include "pi0simrender.h"
+#include "protocol/pi0frame.h"
+#include "protocol/pi0safety.h"
+#include "protocol/pi0session.h"
+#include "tools/pi0-sim/pi0simmotion.h"
+#include "sim/pi0simrender.h"
 
 #include <gst/pi0/pi0.h>
 

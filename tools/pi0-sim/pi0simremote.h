@@ -11,7 +11,7 @@
  * the row its receiver has due at each tick, or holds. */
 #pragma once
 
-#include "pi0simloop.h"
+#include "tools/pi0-sim/pi0simloop.h"
 
 #include <functional>
 #include <string>
