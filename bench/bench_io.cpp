@@ -7,6 +7,9 @@
 #include <filesystem>
 #include <string>
 
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
+
 #include "inference/io/pi0checkpoint.h"
 #include "inference/io/pi0safetensors.h"
 #include "inference/io/pi0tokenizer.h"
@@ -46,8 +49,8 @@ main (int argc, char **argv)
   pi0::TensorMap weights;
   for (int i = 0; i < layers; i++) {
     const std::string name = "w" + std::to_string (i);
-    weights[name] = torch::randn ({side, side});
-    module->register_parameter (name, torch::zeros ({side, side}));
+    weights[name] = at::randn ({side, side});
+    module->register_parameter (name, at::zeros ({side, side}));
   }
   std::printf ("io benchmark: %d tensors of %lldx%lld (%.0f MiB fp32)\n\n", layers, (long long)side,
                (long long)side, layers * side * side * 4.0 / (1 << 20));
@@ -58,7 +61,7 @@ main (int argc, char **argv)
     pi0::TensorMap w = weights;
     if (k == 1)
       for (auto &[n, t] : w)
-        t = t.to (torch::kBFloat16);
+        t = t.to (at::kBFloat16);
     const std::string path = dir + (k ? "/bf16.safetensors" : "/fp32.safetensors");
     save[k] = time_ms ([&] { pi0::save_safetensors (path, w); });
     pi0::TensorMap loaded;
@@ -66,7 +69,7 @@ main (int argc, char **argv)
     touch[k] = time_ms ([&] {
       double s = 0;
       for (auto &[n, t] : loaded)
-        s += t.to (torch::kFloat32).sum ().item<double> ();
+        s += t.to (at::kFloat).sum ().item<double> ();
       if (s == 1234.5)
         std::printf ("!");
     });

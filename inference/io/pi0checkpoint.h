@@ -6,9 +6,12 @@
 #include <string>
 #include <vector>
 
-#include <torch/torch.h>
-
 #include "inference/io/pi0safetensors.h"
+
+namespace torch::nn
+{
+class Module;
+}
 
 namespace pi0
 {

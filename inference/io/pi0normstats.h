@@ -5,7 +5,8 @@
 #include <optional>
 #include <string>
 
-#include <torch/torch.h>
+#include <ATen/core/Tensor.h>
+#include <c10/core/ScalarType.h>
 
 namespace pi0
 {
@@ -29,9 +30,9 @@ const char *norm_mode_name (NormMode mode);
 
 // The statistics of one key ("state" or "actions"): float64 CPU vectors of the native dim.
 struct NormVectors {
-  torch::Tensor mean, std;
-  std::optional<torch::Tensor> q01, q99; // absent in some files; required by Quantile
-  std::optional<torch::Tensor> min, max, q10, q90; // LeRobot's, for MinMax and Quantile10
+  at::Tensor mean, std;
+  std::optional<at::Tensor> q01, q99; // absent in some files; required by Quantile
+  std::optional<at::Tensor> min, max, q10, q90; // LeRobot's, for MinMax and Quantile10
   int64_t dim () const { return mean.size (0); }
 };
 
@@ -50,20 +51,20 @@ public:
   // openpi Normalize on the state before it is padded to the model's 32 dims: `state` is
   // [..., dim] with dim <= the stats' dim (stats are cut to dim, as openpi does). Computed in
   // float64 like numpy; returned in the state's floating dtype (float32 for integer input).
-  torch::Tensor normalize_state (const torch::Tensor &state, NormMode mode) const;
+  at::Tensor normalize_state (const at::Tensor &state, NormMode mode) const;
 
   // openpi Unnormalize on the model's actions [..., dim_padded]: z-score pads mean with 0 and
   // std with 1 beyond the stats' dim; quantile leaves those dims as they are. The result is cut
   // to the robot's `native_dims` (1..dim_padded). Same dtype rules as normalize_state.
   // @model_dtype: the dtype the model computed the actions in (float32 for every backend here):
   // openpi's quantile rule computes (x + 1) / 2 in it, as numpy does on the model's output.
-  torch::Tensor unnormalize_actions (const torch::Tensor &actions, NormMode mode, int native_dims,
-                                     torch::ScalarType model_dtype = torch::kFloat32) const;
+  at::Tensor unnormalize_actions (const at::Tensor &actions, NormMode mode, int native_dims,
+                                     at::ScalarType model_dtype = at::kFloat) const;
 
   // The inverse of unnormalize_actions on actions in robot units [..., d] (d >= 1; dims beyond
   // the stats' are treated as unnormalize_actions treats them): what the model would have
   // output for them, before padding. Used for real-time chunking's prefix (docs/rtc.md).
-  torch::Tensor normalize_actions (const torch::Tensor &actions, NormMode mode) const;
+  at::Tensor normalize_actions (const at::Tensor &actions, NormMode mode) const;
 
   const NormVectors &state () const { return state_; }
   const NormVectors &actions () const { return actions_; }

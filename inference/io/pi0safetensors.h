@@ -7,12 +7,13 @@
 #include <map>
 #include <string>
 
-#include <torch/torch.h>
+#include <ATen/core/Tensor.h>
+#include <c10/core/ScalarType.h>
 
 namespace pi0
 {
 
-using TensorMap = std::map<std::string, torch::Tensor>;
+using TensorMap = std::map<std::string, at::Tensor>;
 
 // Loads every tensor of a .safetensors file.
 //
@@ -45,6 +46,6 @@ void save_safetensors (const std::string &path, const TensorMap &tensors,
 
 // The safetensors dtype string of a torch dtype ("F32", "BF16", ...); throws pi0::Error when
 // the format has no code for it.
-std::string safetensors_dtype_name (torch::ScalarType dtype);
+std::string safetensors_dtype_name (at::ScalarType dtype);
 
 } // namespace pi0

@@ -5,14 +5,14 @@
 #include <string>
 #include <vector>
 
-#include <torch/torch.h>
+#include <ATen/core/Tensor.h>
 
 namespace pi0
 {
 
 struct Tokens {
-  torch::Tensor ids;  // int64 [max_len]: BOS, the cleaned prompt, "\n", then 0 (openpi pads with 0)
-  torch::Tensor mask; // bool [max_len]: true on the n_real real tokens
+  at::Tensor ids;  // int64 [max_len]: BOS, the cleaned prompt, "\n", then 0 (openpi pads with 0)
+  at::Tensor mask; // bool [max_len]: true on the n_real real tokens
   int n_real = 0;
   bool truncated = false; // the prompt needed more than max_len tokens and was cut
 };
