@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* Safety rules for actions. Any change here needs a test in tests/test_protocol.cpp. */
+/* Safety rules for actions. Any change here needs a test in tests/libs/protocol/test_protocol.cpp. */
 
 #include "protocol/pi0safety.h"
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* The robot session, sender and receiver side by side (pi0session.h). Any change of a rule here
- * is a change of docs/protocol.md and needs a test in tests/test_session.cpp. */
+ * is a change of docs/protocol.md and needs a test in tests/libs/protocol/test_session.cpp. */
 
 #include "protocol/pi0session.h"
 

@@ -7,8 +7,8 @@
 #
 # Usage: scripts/sanitize.sh [--elements] [builddir] [-- extra meson test args]
 #   (default)    builds everything in builddir (default: build-asan) and runs every CPU test.
-#   --elements   builds and runs only each element's test binary (test_pi0viewmux, test_cudaprep,
-#                test_pi0infer, test_pi0actionsink, test_pi0overlay) and what they run: the part CI runs.
+#   --elements   builds and runs only the elements' test binaries (every file under tests/elements/,
+#                all nine elements, but the GPU ones) and what they run: the part CI runs.
 # Any sanitizer report fails the test that produced it; the report is in the test's log (printed
 # with --print-errorlogs, and in builddir/meson-logs/testlog.txt).
 set -euo pipefail
@@ -32,15 +32,23 @@ if [ ! -f "$BUILD/build.ninja" ]; then
     -Db_sanitize=address,undefined -Doptimization=1
 fi
 
-ELEMENT_TESTS=(test_pi0viewmux test_cudaprep test_pi0infer test_pi0actionsink test_pi0overlay)
 if [ $ELEMENTS = 1 ]; then
+  # Every element's tests: the binaries tests/meson.build makes of tests/elements/*/test_*.cpp
+  # (named after their files), those this configuration builds (an element whose library is
+  # missing is not built, nor its tests).
+  ELEMENT_TESTS=()
+  all_targets=$(ninja -C "$BUILD" -t targets all)
+  for f in tests/elements/*/test_*.cpp; do
+    t=$(basename "$f" .cpp)
+    case "$t" in *_gpu) continue ;; esac
+    grep -q "^tests/$t:" <<<"$all_targets" && ELEMENT_TESTS+=("$t")
+  done
   targets=()
   for t in "${ELEMENT_TESTS[@]}"; do targets+=("tests/$t"); done
   # test_pi0infer runs tools/pi0-model and gst-launch-1.0 with the plugin, test_pi0actionsink
   # runs tools/pi0-robotsim; the tokenizer's shim is a module loaded at run time.
   targets+=(tools/pi0-model/pi0-model tools/pi0-robotsim/pi0-robotsim gst/libgstpi0.so)
-  [ -n "$(ninja -C "$BUILD" -t targets all | grep '^inference/io/libpi0spm.so:')" ] &&
-    targets+=(inference/io/libpi0spm.so)
+  grep -q '^inference/io/libpi0spm.so:' <<<"$all_targets" && targets+=(inference/io/libpi0spm.so)
   ninja -C "$BUILD" "${targets[@]}"
   selection=("${ELEMENT_TESTS[@]}")
 else

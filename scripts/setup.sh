@@ -81,8 +81,8 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 
-# The real lerobot (Python 3.12), which the tests load recordings with (tests/test_lerobot.cpp)
-# and hold LeRobot checkpoints against (tests/test_lerobot_policy.cpp).
+# The real lerobot (Python 3.12), which the tests load recordings with (tests/elements/pi0lerobotsink/test_pi0lerobotsink.cpp)
+# and hold LeRobot checkpoints against (tests/libs/inference/test_lerobot_policy.cpp).
 # Light: --no-deps from a pinned list, and torch's CUDA libraries are .venv's (same torch
 # version) through a link instead of a second 2.7 GB copy. Without Python 3.12 those tests skip.
 if [ -z "$py312" ]; then

@@ -19,7 +19,7 @@ namespace
  * and examples/simple_client), keys as their clients send them. ALOHA's wrist cameras may be
  * missing (openpi masks them), its fourth camera `cam_low` is not a Pi0 input. The transforms
  * and default prompts are those of openpi's configs (src/openpi/training/config.py: pi0_aloha,
- * pi0_aloha_towel, ..., pi0_droid, pi0_libero; tests/test_serve_codec.cpp checks them against
+ * pi0_aloha_towel, ..., pi0_droid, pi0_libero; tests/libs/serve/test_serve_codec.cpp checks them against
  * what tests/parity/make_openpi_transforms_golden.py read there). */
 std::string
 aloha (const std::string &name, const std::string &transforms, const std::string &prompt)

@@ -1,13 +1,19 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #pragma once
 
-/* Leak checks through GStreamer's leaks tracer (the test runs with GST_TRACERS=leaks). Its
+/* Leak checks through GStreamer's leaks tracer (the test runs with GST_TRACERS=leaks), and the
+ * state cycles the soak tests run under it. Its
  * activity checkpoints list types and addresses only and take no references, so they are
  * safe mid-run, unlike get-live-objects. */
 
 #include <gst/gst.h>
+#include <gst/pi0/pi0.h>
+#include <gtest/gtest.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <map>
+#include <mutex>
 #include <string>
 #include <utility>
 
@@ -54,6 +60,67 @@ alive_since_start (GstTracer *tracer)
       out[kv.first.first] += kv.second;
   }
   return out;
+}
+
+/* Soak tests: buffers with an observation (or action) meta counted at a fakesink's handoff,
+ * PLAYING<->NULL cycles that wait for them. */
+struct Counter {
+  std::mutex lock;
+  std::condition_variable cond;
+  int n = 0;
+  bool count_actions = false; /* count buffers with an action meta instead of observations */
+};
+
+inline void
+on_handoff (GstElement *, GstBuffer *buf, GstPad *, gpointer user_data)
+{
+  auto c = static_cast<Counter *> (user_data);
+  bool has_meta = c->count_actions ? gst_buffer_get_pi0_action_meta (buf) != nullptr
+                                   : gst_buffer_get_pi0_observation_meta (buf) != nullptr;
+  std::lock_guard<std::mutex> lk (c->lock);
+  if (has_meta)
+    c->n++;
+  c->cond.notify_all ();
+}
+
+inline void
+run_cycles (GstElement *pipe, Counter &c, int cycles, int buffers_per_cycle)
+{
+  for (int i = 0; i < cycles; i++) {
+    {
+      std::lock_guard<std::mutex> lk (c.lock);
+      c.n = 0;
+    }
+    ASSERT_NE (gst_element_set_state (pipe, GST_STATE_PLAYING), GST_STATE_CHANGE_FAILURE);
+    {
+      std::unique_lock<std::mutex> lk (c.lock);
+      /* A generous bound only so that a hang fails instead of blocking CI. */
+      bool got =
+          c.cond.wait_for (lk, std::chrono::seconds (20), [&] { return c.n >= buffers_per_cycle; });
+      ASSERT_TRUE (got) << "cycle " << i << ": only " << c.n << " observations";
+    }
+    ASSERT_EQ (gst_element_set_state (pipe, GST_STATE_NULL), GST_STATE_CHANGE_SUCCESS);
+  }
+}
+
+/* Two warm-up cycles (they load plugins and fill caches that live for the whole process), then
+ * @cycles PLAYING<->NULL cycles tracked by the leaks tracer: every object created during them
+ * must be gone at the end. */
+inline void
+expect_cycles_leak_nothing (GstTracer *tracer, GstElement *pipe, Counter &c, int cycles,
+                            int per_cycle)
+{
+  run_cycles (pipe, c, 2, per_cycle);
+  g_signal_emit_by_name (tracer, "activity-start-tracking");
+  run_cycles (pipe, c, cycles, per_cycle);
+  /* A stopped task's thread drops its last reference to the GstTask a moment after the join:
+   * wait for the task threads, as GStreamer's own leak tests do. */
+  gst_task_cleanup_all ();
+  auto leaked = alive_since_start (tracer);
+  g_signal_emit_by_name (tracer, "activity-stop-tracking");
+  for (const auto &kv : leaked)
+    ADD_FAILURE () << kv.second << " " << kv.first << " created during the cycles still alive";
+  EXPECT_TRUE (leaked.empty ());
 }
 
 } // namespace pi0test

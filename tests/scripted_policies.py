@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""TorchScript policies for tests/test_pi0infer.cpp, scripted by the torch whose LibTorch the
+"""TorchScript policies for tests/elements/pi0infer/test_pi0infer.cpp, scripted by the torch whose LibTorch the
 build links (.venv), so that the element tests need no LibTorch headers of their own.
 
     scripted_policies.py DIR      writes DIR/policy.pt, DIR/raises.pt and DIR/nan.pt
@@ -9,7 +9,7 @@ view) when state[0] > 100, NaN when state[0] == 7. (Not `assert`: LibTorch 2.11 
 GetEventSampledHandler when a scripted assert fires.)
 raises.pt: always raises (an impossible view); declares num_views, image_size and state_dim,
 not max_tokens, so that pi0infer can run its warm-up at start.
-nan.pt: always NaN (tests/test_sim.cpp: a policy whose chunks must never reach the robot).
+nan.pt: always NaN (tests/tools/test_pi0_sim.cpp: a policy whose chunks must never reach the robot).
 All declare the attributes pi0infer reads: horizon 10, action_dim 8, num_views 3,
 image_size 32 (pi0-tiny's), state_dim 32; policy.pt also max_tokens 48.
 """

@@ -9,7 +9,7 @@
  * the bus. It reads GstAggregatorPad queues and makes buffers, but knows no element and posts
  * nothing: each call takes the settings snapshot and the running time, and returns the flow,
  * the counters and the notices, which the element (gstpi0viewmux.cpp) adds and posts. The timing
- * rules themselves are pi0pairing.h's; tests/test_viewmux_rules.cpp tests both directly.
+ * rules themselves are pi0pairing.h's; tests/elements/pi0viewmux/test_viewmux_rules.cpp tests both directly.
  *
  * Threads: the aggregate thread only (start, stop and flush run while it is stopped). */
 

@@ -6,7 +6,7 @@
  * waiting, which frame layouts are safe to pass on, and how often the bus hears about a
  * problem. Times are nanoseconds of running time (GstClockTime's values, kNone for
  * GST_CLOCK_TIME_NONE); nothing here holds a buffer or takes a lock, so the rules are tested
- * directly (tests/test_viewmux_rules.cpp) and the muxer (pi0muxer.h) applies them. */
+ * directly (tests/elements/pi0viewmux/test_viewmux_rules.cpp) and the muxer (pi0muxer.h) applies them. */
 
 #include "common/pi0views.h"
 

@@ -227,7 +227,7 @@ public:
    * embed_prefix + prefill + denoising loop. Each keeps its own noise (its seed's, drawn on the
    * CPU as alone), prompt, masks and state; attention, norms and the Euler steps act per batch
    * row, so each chunk is the one it gets alone up to the floating-point reordering of a larger
-   * GEMM (tests/test_openpolicy.cpp bounds it). Unguided inputs run together; guided ones run
+   * GEMM (tests/libs/inference/test_openpolicy.cpp bounds it). Unguided inputs run together; guided ones run
    * together when their guidance settings (delay, execution horizon, beta, Jacobian, prefix rows)
    * are the same, since RtcGuidance holds those once per batch; a group of one runs as infer()
    * does (on CUDA, its captured graph). Stacked batches run eagerly (no CUDA graph yet). */

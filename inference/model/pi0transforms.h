@@ -28,7 +28,7 @@
  * angle on the way out. Delta actions: the model's masked dims are offsets from the current
  * (transformed) state, added back after Unnormalize; grippers stay absolute.
  *
- * Computed in float64, as numpy computes openpi's (tests/test_transforms.cpp checks them
+ * Computed in float64, as numpy computes openpi's (tests/libs/inference/test_transforms.cpp checks them
  * against openpi's own code run on the same arrays: tests/parity/openpi_transforms/). One
  * difference: openpi adds the state after a Normalize/Unnormalize round trip (float64, at most
  * a few ulps); this adds the transformed state itself. Plain C++: no LibTorch, no GStreamer.

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Loads a dataset that pi0lerobotsink wrote with the real lerobot (LeRobotDataset, 0.6.1,
-Python 3.12) and holds it against what the chain produced, as tests/test_lerobot.cpp saw it.
+Python 3.12) and holds it against what the chain produced, as tests/elements/pi0lerobotsink/test_pi0lerobotsink.cpp saw it.
 
     check_dataset.py ROOT EXPECT.json     # everything below; exit 0 when all holds
     check_dataset.py ROOT --episodes N    # only: it loads, N episodes, every frame decodes

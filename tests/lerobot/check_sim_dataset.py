@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Loads a dataset that `pi0-sim run --record` wrote with the real lerobot (0.6.1) and checks it
-against what the simulator said it did (tests/test_sim.cpp):
+against what the simulator said it did (tests/tools/test_pi0_sim.cpp):
 
     check_sim_dataset.py DATASET EPISODES.jsonl WIDTH HEIGHT
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Damaged and hostile copies of a dataset LeRobot wrote (tests/lerobot/lerobot_made.py make),
-each with what pi0lerobotsrc must say about it (tests/test_lerobot.cpp plays every one).
+each with what pi0lerobotsrc must say about it (tests/elements/pi0lerobotsrc/test_pi0lerobotsrc.cpp plays every one).
 
     hostile_datasets.py GOOD OUT     writes OUT/<case>/ and OUT/cases.json:
         [{"name", "episode", "expect": text the element's error must contain, or "" when the

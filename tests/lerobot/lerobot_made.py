@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Datasets written by the real lerobot (0.6.1, Python 3.12), and what LeRobot's own decoder
-gives for each of their frames: the peer that `pi0lerobotsrc` must equal (tests/test_lerobot.cpp).
+gives for each of their frames: the peer that `pi0lerobotsrc` must equal (tests/elements/pi0lerobotsrc/test_pi0lerobotsrc.cpp).
 
     lerobot_made.py make ROOT --codec h264|libsvtav1 [--fps F] [--size WxH] [--lengths 7,12,9]
         LeRobotDataset.create + add_frame + save_episode, as a LeRobot user records: every

@@ -4,7 +4,7 @@ check its quality against the camera frames, and merge it with LeRobot's own too
 
     merge_and_quality.py ROOT EXPECT.json WORK
 
-EXPECT.json (tests/test_lerobot.cpp): {"fps", "min_psnr", "dumps": [{episode: 0, frame: k,
+EXPECT.json (tests/elements/pi0lerobotsink/test_pi0lerobotsink.cpp): {"fps", "min_psnr", "dumps": [{episode: 0, frame: k,
 view, format, width, height, file}]}: camera frames as the recorder received them, k counted
 over the whole recording (the dataset's index).
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: LGPL-2.1-or-later
-"""Reference resizes for tests/test_kernels.cpp, computed by the libraries Pi0 users run.
+"""Reference resizes for tests/libs/kernels/test_kernels.cpp, computed by the libraries Pi0 users run.
 
 usage: resize_oracle.py MODE OUT_H OUT_W FRAME...
   MODE   openpi: openpi_client.image_tools.resize_with_pad (PIL bilinear, antialiased)

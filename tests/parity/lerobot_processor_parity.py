@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """A LeRobot pi0 or pi0.5 checkpoint exactly as LeRobot writes one, and what LeRobot does with a
-raw observation through it: run live by tests/test_lerobot_policy.cpp.
+raw observation through it: run live by tests/libs/inference/test_lerobot_policy.cpp.
 
     lerobot_processor_parity.py OUT {pi0,pi05} {tiny,mid,full}
 
@@ -59,7 +59,7 @@ SEED = 777
 
 def gemma_tokenizer():
     """transformers' GemmaTokenizer over the test SentencePiece model, its special tokens named as
-    that model names them (it gives SentencePiece's own ids: tests/test_io_tokenizer.cpp)."""
+    that model names them (it gives SentencePiece's own ids: tests/libs/inference/test_io_tokenizer.cpp)."""
     import sentencepiece
     from transformers import AutoTokenizer
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes tests/data/lerobot_config/config.json with the real LeRobot, as LeRobot saves a Pi0
 policy whose dataset has two cameras and which was trained with `empty_cameras=1` (read by
-tests/test_model.cpp, issue 16 item 11):
+tests/libs/inference/test_model.cpp, issue 16 item 11):
 
     python3.12 -m venv /tmp/lrvenv && /tmp/lrvenv/bin/pip install lerobot==0.6.1
     /tmp/lrvenv/bin/python tests/parity/make_lerobot_config.py tests/data/lerobot_config

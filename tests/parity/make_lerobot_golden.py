@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Makes the committed LeRobot Pi0 goldens in tests/parity/lerobot_pi0/ (read by
-tests/test_model_parity.cpp).
+tests/libs/inference/test_model_parity.cpp).
 
 LeRobot's PI0Pytorch (lerobot >= 0.5: the openpi port) with seeded random weights in tiny
 dimensions, run in fp32 on seeded inputs and noise, the third camera masked:

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Makes the committed LeRobot pi0.5 goldens in tests/parity/lerobot_pi05/ (read by
-tests/test_model_parity.cpp).
+tests/libs/inference/test_model_parity.cpp).
 
 LeRobot 0.6.1's PI05Pytorch with seeded random weights in tiny dimensions (the weight rules of
 transformers_parity.randomize: the adaRMSNorm `dense` layers, zero at LeRobot's init, get

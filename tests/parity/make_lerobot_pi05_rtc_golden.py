@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Makes tests/parity/lerobot_pi05/rtc.safetensors (read by tests/test_model_rtc.cpp): LeRobot
+"""Makes tests/parity/lerobot_pi05/rtc.safetensors (read by tests/libs/inference/test_model_rtc.cpp): LeRobot
 0.6.1's real-time chunking on PI05Pytorch, the pi0.5 goldens' weights, inputs and noise
 (make_lerobot_pi05_golden.py), in both Jacobian modes, as make_lerobot_rtc_golden.py does for
 pi0 (same file layout per case; see its docstring). pi0.5's chunk here has 10 rows, so the

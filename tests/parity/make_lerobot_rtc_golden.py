@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Makes the committed real-time-chunking goldens tests/parity/lerobot_pi0/rtc.safetensors (read
-by tests/test_model_rtc.cpp): LeRobot 0.6.1's RTC (policies/rtc/modeling_rtc.py of the lerobot
+by tests/libs/inference/test_model_rtc.cpp): LeRobot 0.6.1's RTC (policies/rtc/modeling_rtc.py of the lerobot
 package, hooked into PI0Pytorch.sample_actions through policies/common/flow_matching.py:
 euler_integrate) on the
 same tiny weights, inputs and noise as the plain goldens of make_lerobot_golden.py.

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Makes the committed openpi transform goldens in tests/parity/openpi_transforms/ (read by
-tests/test_transforms.cpp and tests/test_serve_codec.cpp).
+tests/libs/inference/test_transforms.cpp and tests/libs/serve/test_serve_codec.cpp).
 
 openpi's own robot transforms (src/openpi/transforms.py: DeltaActions, AbsoluteActions,
 make_bool_mask, Normalize, Unnormalize, PadStatesAndActions; src/openpi/policies/

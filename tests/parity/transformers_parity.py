@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Oracle for tests/test_model_parity.cpp: transformers' SiglipVisionModel and GemmaModel with
+"""Oracle for tests/libs/inference/test_model_parity.cpp: transformers' SiglipVisionModel and GemmaModel with
 seeded random weights in pi0-tiny's dimensions, run on seeded inputs in fp32.
 
     transformers_parity.py OUT_DIR

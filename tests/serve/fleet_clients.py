@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: LGPL-2.1-or-later
-"""What real fleets do to the policy server, from the robots' side (tests/test_serve_server.cpp
+"""What real fleets do to the policy server, from the robots' side (tests/libs/serve/test_serve_server.cpp
 runs the server with a stand-in policy and checks its side): compression offered by default,
 requests sent ahead, oversized messages, Origin headers, silent sockets that try to lock robots
 out, and a hung robot. Every loop is bounded; traffic goes to 127.0.0.1 only.

@@ -4,7 +4,7 @@
 the bad cases, raw websockets), against a running pi0servesrc/pi0servesink server.
 
 Each case checks what it can see from the robot's side and exits 0 when everything held, 1 with
-a message otherwise. The C++ test (tests/test_serve*.cpp) runs the server, starts a case, and
+a message otherwise. The C++ tests (tests/pipelines/test_pipelines_serve.cpp, tests/tools/test_pi0_serve.cpp) runs the server, starts a case, and
 checks the server's side (stats, open file descriptors, leaks).
 
   python openpi_clients.py CASE --port P [--mapping aloha] [--api-key K] [--out DIR] ...

@@ -3,7 +3,7 @@
  * written once: the '#' lines dropped and the rest joined (run.sh's `grep -v '^#' | tr '\n' ' '`),
  * then ${NAME} and ${NAME:-default} replaced as the shell would, but from the program's own
  * values rather than its environment. Header-only and without GStreamer, so a plain gtest
- * checks it (tests/test_launch_line.cpp). */
+ * checks it (tests/tools/test_launch_line.cpp). */
 #pragma once
 
 #include <cctype>

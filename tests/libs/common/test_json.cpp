@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* common/pi0json: the project's one JSON reader. */
 #include "common/pi0json.h"
+#include "tests/pi0testenv.h"
 
 #include <gtest/gtest.h>
 
@@ -103,60 +104,17 @@ TEST (Json, DeepNestingIsRefusedBeforeItIsParsed)
   EXPECT_TRUE (parse_strict ("[\"\\\"[[[[\"]", "e.json", &err)) << err;
 }
 
-namespace
+/* load_strict reads through pi0::read_regular_file: what is not a small regular file is refused
+ * with the real reason (tests/libs/common/test_file.cpp), and an empty file is not JSON. */
+TEST (Json, LoadStrictReadsOnlyRegularFiles)
 {
-
-struct TempDir {
-  std::string path;
-  TempDir ()
-  {
-    char t[] = "/tmp/pi0-json-XXXXXX";
-    path = mkdtemp (t);
-  }
-  ~TempDir () { std::filesystem::remove_all (path); }
-};
-
-void
-write (const std::string &path, const std::string &text)
-{
-  std::ofstream (path, std::ios::binary) << text;
-}
-
-} // namespace
-
-/* Issue 25: robot-config=/dev/zero read until killed; a FIFO with no writer blocked the start
- * forever; "cannot read robot config empty.json: Success". Only regular files are read, up to
- * a cap, and the reason is the real one. */
-TEST (ReadRegularFile, RefusesWhatIsNotASmallRegularFileWithTheRealReason)
-{
-  TempDir d;
-  std::string text, err;
-  EXPECT_FALSE (pi0::read_regular_file ("/dev/zero", 1 << 20, &text, &err));
-  EXPECT_EQ (err, "/dev/zero: is a character device, not a regular file");
-  EXPECT_FALSE (pi0::read_regular_file (d.path, 1 << 20, &text, &err));
-  EXPECT_EQ (err, d.path + ": is a directory, not a regular file");
-  const std::string fifo = d.path + "/fifo";
+  pi0test::TempDir d ("pi0-json");
+  const std::string fifo = d.path () + "/fifo";
   ASSERT_EQ (mkfifo (fifo.c_str (), 0600), 0);
-  EXPECT_FALSE (pi0::read_regular_file (fifo, 1 << 20, &text, &err)) << "returned, not blocked";
-  EXPECT_EQ (err, fifo + ": is a FIFO, not a regular file");
-  EXPECT_FALSE (pi0::is_regular_file (fifo, &err));
-  EXPECT_EQ (err, fifo + ": is a FIFO, not a regular file");
-  EXPECT_FALSE (pi0::read_regular_file (d.path + "/none.json", 1 << 20, &text, &err));
-  EXPECT_EQ (err, d.path + "/none.json: cannot open: No such file or directory");
-  write (d.path + "/big.json", std::string (2000, ' '));
-  EXPECT_FALSE (pi0::read_regular_file (d.path + "/big.json", 1000, &text, &err));
-  EXPECT_EQ (err, d.path + "/big.json: 2000 bytes is more than the 1000 this file may have");
-  write (d.path + "/empty.json", "");
-  text = "x";
-  EXPECT_TRUE (pi0::read_regular_file (d.path + "/empty.json", 1000, &text, &err)) << err;
-  EXPECT_EQ (text, "");
-  write (d.path + "/ok.json", "{\"a\": 1}");
-  EXPECT_TRUE (pi0::read_regular_file (d.path + "/ok.json", 1000, &text, &err)) << err;
-  EXPECT_EQ (text, "{\"a\": 1}");
-  EXPECT_TRUE (pi0::is_regular_file (d.path + "/ok.json", &err));
-  /* load_strict reads through it. */
+  std::string err;
   EXPECT_FALSE (load_strict (fifo, &err));
   EXPECT_EQ (err, fifo + ": is a FIFO, not a regular file");
-  EXPECT_FALSE (load_strict (d.path + "/empty.json", &err));
-  EXPECT_EQ (err.rfind (d.path + "/empty.json: not valid JSON: ", 0), 0u) << err;
+  std::ofstream (d.path () + "/empty.json");
+  EXPECT_FALSE (load_strict (d.path () + "/empty.json", &err));
+  EXPECT_EQ (err.rfind (d.path () + "/empty.json: not valid JSON: ", 0), 0u) << err;
 }

@@ -403,3 +403,32 @@ TEST (Pi0Meta, DocsContainTheCompiledExample)
   EXPECT_NE (doc.find (example), std::string::npos)
       << "docs/meta.md must quote docs/examples/observation-probe.c verbatim";
 }
+
+TEST (Pi0Meta, RequestMetaSurvivesCopies)
+{
+  GstBuffer *b = gst_buffer_new ();
+  GstPi0RequestMeta *m = gst_buffer_add_pi0_request_meta (b, "srv", 7, 3, "pick it up", 42);
+  ASSERT_NE (m, nullptr);
+  m->flags = GST_PI0_REQUEST_FLAG_CLIENT_SEED;
+  m->received_time = 5 * GST_SECOND;
+  GstBuffer *c = gst_buffer_copy (b);
+  GstPi0RequestMeta *mc = gst_buffer_get_pi0_request_meta (c);
+  ASSERT_NE (mc, nullptr);
+  EXPECT_STREQ (mc->server, "srv");
+  EXPECT_EQ (mc->client_id, 7u);
+  EXPECT_EQ (mc->request_id, 3u);
+  EXPECT_STREQ (mc->prompt, "pick it up");
+  EXPECT_NE (mc->prompt, m->prompt); /* a deep copy */
+  EXPECT_EQ (mc->seed, 42u);
+  EXPECT_EQ (mc->flags, GST_PI0_REQUEST_FLAG_CLIENT_SEED);
+  EXPECT_EQ (mc->received_time, 5 * GST_SECOND);
+  EXPECT_EQ (mc->version, (guint)GST_PI0_META_VERSION);
+  gst_buffer_unref (b);
+  gst_buffer_unref (c);
+  /* A prompt that is not UTF-8 is refused (it would reach a tokenizer). */
+  ExpectLog crit ("g_utf8_validate");
+  GstBuffer *d = gst_buffer_new ();
+  EXPECT_EQ (gst_buffer_add_pi0_request_meta (d, "srv", 1, 0, "caf\xc3", 0), nullptr);
+  EXPECT_EQ (crit.count (), 1);
+  gst_buffer_unref (d);
+}

@@ -1,0 +1,84 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* Where a test finds things, for every test binary: the source and build trees (meson test sets
+ * $PI0_SOURCE_ROOT and $PI0_BUILD_ROOT), the Python environments scripts/setup.sh makes, and a
+ * temporary directory that goes away with everything in it. No GStreamer, no LibTorch. */
+#pragma once
+
+#include <glib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <system_error>
+
+namespace pi0test
+{
+
+/* The source tree: $PI0_SOURCE_ROOT, or the current directory. */
+inline std::string
+source_root ()
+{
+  const char *r = g_getenv ("PI0_SOURCE_ROOT");
+  return r && *r ? r : ".";
+}
+
+/* The build tree: $PI0_BUILD_ROOT, or ./build. */
+inline std::string
+build_root ()
+{
+  const char *r = g_getenv ("PI0_BUILD_ROOT");
+  return r && *r ? r : "build";
+}
+
+/* The project's Python (.venv: torch, transformers, openpi-client), or "" when there is none. */
+inline std::string
+venv_python ()
+{
+  const std::string py = source_root () + "/.venv/bin/python";
+  return g_file_test (py.c_str (), G_FILE_TEST_IS_EXECUTABLE) ? py : std::string ();
+}
+
+/* The real lerobot's Python (.lerobot-venv, Python 3.12), or "" when there is none. */
+inline std::string
+lerobot_python ()
+{
+  const std::string py = source_root () + "/.lerobot-venv/bin/python";
+  return g_file_test (py.c_str (), G_FILE_TEST_IS_EXECUTABLE) ? py : std::string ();
+}
+
+/* A fresh directory under the system's temporary directory, removed with everything in it when
+ * this goes. */
+class TempDir
+{
+public:
+  explicit TempDir (const std::string &prefix = "pi0test")
+  {
+    gchar *p = g_dir_make_tmp ((prefix + "-XXXXXX").c_str (), nullptr);
+    if (!p)
+      throw std::runtime_error ("cannot make a temporary directory");
+    path_ = p;
+    g_free (p);
+  }
+  ~TempDir ()
+  {
+    std::error_code ec;
+    std::filesystem::remove_all (path_, ec);
+  }
+  TempDir (const TempDir &) = delete;
+  TempDir &operator= (const TempDir &) = delete;
+
+  const std::string &path () const { return path_; }
+  /* The path of @name inside it; with @content, the file is written first. */
+  std::string file (const std::string &name, const std::string &content = "") const
+  {
+    const std::string p = path_ + "/" + name;
+    if (!content.empty ())
+      std::ofstream (p, std::ios::binary) << content;
+    return p;
+  }
+
+private:
+  std::string path_;
+};
+
+} // namespace pi0test
