@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* The CUDA twin of pi0prep.cpp: one fused kernel per view (format conversion, resize, pad,
- * normalize, dtype and plane-major layout in one pass over the source). */
+/* The CUDA twin of the CPU path (prep_cpu): one fused kernel per view (format conversion,
+ * resize, pad, normalize, dtype and plane-major layout in one pass over the source). */
 
 #include "kernels/pi0prepcuda.h"
 #include "kernels/pi0prepyuv.h"
@@ -67,7 +67,7 @@ round8f (float v)
   return fminf (fmaxf (v, 0.f), 255.f);
 }
 
-/* RGB of one source pixel. Matches pi0prep.cpp's YUV rounding: the products are exact in
+/* RGB of one source pixel. Matches pi0prepyuv.cpp's YUV rounding: the products are exact in
  * float (coefficients are multiples of 2^-14), so the fma contraction changes nothing. */
 __device__ __forceinline__ void
 fetch (const DevImage &im, int x, int y, int rgb[3])
