@@ -2,9 +2,9 @@
 #pragma once
 
 /* Where the samples of a YUV row lie, for every YUV format pi0prep reads. Included by both
- * the CPU path (kernels/pi0prepyuv.cpp, kernels/pi0prepcpu.cpp) and pi0prepcuda.cu so that the
- * CPU and CUDA paths pick the same chroma sample for every pixel: the one of the pixel's 2x1
- * (4:2:2) or 2x2 (4:2:0) block, no interpolation. */
+ * the CPU path (kernels/pi0prepyuv.cpp, kernels/pi0prepcpu.cpp) and the CUDA kernels
+ * (kernels/pi0prepkernels.cu) so that the CPU and CUDA paths pick the same chroma sample for
+ * every pixel: the one of the pixel's 2x1 (4:2:2) or 2x2 (4:2:0) block, no interpolation. */
 
 #include "kernels/pi0prep.h"
 
