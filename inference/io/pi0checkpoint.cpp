@@ -4,6 +4,10 @@
 #include <set>
 #include <sstream>
 
+#include <torch/nn/module.h>
+#include <torch/types.h>
+#include <torch/utils.h>
+
 #include "inference/io/pi0error.h"
 
 namespace pi0

@@ -3,6 +3,8 @@
 // the normalizer steps' statistics in the state files as "<feature>.<stat>" tensors.
 #include <set>
 
+#include <torch/types.h>
+
 #include "inference/io/pi0error.h"
 #include "inference/io/pi0normstats.h"
 #include "inference/io/pi0safetensors.h"

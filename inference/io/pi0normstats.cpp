@@ -6,6 +6,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <torch/types.h>
+
 #include "inference/io/pi0error.h"
 #include "common/pi0file.h"
 #include "common/pi0json.h"

@@ -17,6 +17,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <torch/types.h>
+
 #include "common/pi0json.h"
 
 #include "inference/io/pi0error.h"

@@ -8,6 +8,8 @@
 
 #include <sys/stat.h>
 
+#include <torch/types.h>
+
 #include "inference/io/pi0error.h"
 
 #ifdef PI0_HAVE_SENTENCEPIECE
