@@ -11,140 +11,24 @@
  *   action_time_mlp_in.bias
  * so a checkpoint loads by name (pi0::load_state_dict in inference/io/pi0checkpoint.h).
  *
- * Batch-first tensors throughout: B observations, V views, P prefix tokens, S suffix tokens. */
+ * Batch-first tensors throughout: B observations, V views, P prefix tokens, S suffix tokens.
+ *
+ * The layers are pi0layers.h's; real-time chunking's guidance (RtcGuidance) is pi0rtcguidance.h's.
+ * The model is defined in pi0model.cpp, its guided sampling in pi0rtcguidance.cpp. */
 #pragma once
 
 #include <cstdint>
 #include <memory>
-#include <string>
 #include <vector>
 
 #include <torch/nn/module.h>
 
 #include "inference/model/pi0config.h"
-#include "inference/model/pi0rtcmodes.h"
+#include "inference/model/pi0layers.h"
+#include "inference/model/pi0rtcguidance.h"
 
 namespace pi0
 {
-
-namespace layers
-{
-
-/* Parameter holders named like their transformers counterparts. The maths lives in
- * pi0model.cpp as plain ATen calls so that the dtype policy is explicit. */
-struct Linear : torch::nn::Module {
-  Linear (int64_t in, int64_t out, bool bias, const at::TensorOptions &opts);
-  at::Tensor forward (const at::Tensor &x) const;
-  at::Tensor weight, bias;
-};
-
-struct LayerNorm : torch::nn::Module {
-  LayerNorm (int64_t dim, double eps, const at::TensorOptions &opts);
-  at::Tensor forward (const at::Tensor &x) const; // computed in fp32, returned in x's dtype
-  at::Tensor weight, bias;
-  double eps;
-};
-
-/* Gemma RMSNorm: x * rsqrt(mean(x^2) + eps) * (1 + weight), in fp32.
- * Adaptive (cond_dim > 0, pi0.5's action expert; no weight then): a Linear `dense`
- * cond_dim -> 3 dim gives [scale, shift, gate] from the condition c [B, cond_dim], and
- * y = x * rsqrt(mean(x^2) + eps) * (1 + scale) + shift; the gate scales the residual branch. */
-struct RMSNorm : torch::nn::Module {
-  RMSNorm (int64_t dim, double eps, const at::TensorOptions &opts, int64_t cond_dim = 0);
-  at::Tensor forward (const at::Tensor &x) const;
-  /* Adaptive forward: x [B,N,dim], cond [B,cond_dim]; *gate gets [B,1,dim] in x's dtype. A
-   * plain norm ignores cond and leaves *gate undefined. */
-  at::Tensor forward (const at::Tensor &x, const at::Tensor &cond, at::Tensor *gate) const;
-  bool adaptive () const { return dense != nullptr; }
-  at::Tensor weight;
-  std::shared_ptr<Linear> dense;
-  double eps;
-};
-
-struct Embedding : torch::nn::Module {
-  Embedding (int64_t num, int64_t dim, const at::TensorOptions &opts);
-  at::Tensor weight;
-};
-
-struct Conv2d : torch::nn::Module { // the patch embedding: kernel = stride = patch
-  Conv2d (int64_t in, int64_t out, int64_t kernel, const at::TensorOptions &opts);
-  at::Tensor weight, bias;
-  int64_t stride;
-};
-
-/* Holds children only (e.g. "paligemma", "model"): the checkpoint's key path. */
-struct Container : torch::nn::Module {
-};
-
-struct SiglipAttention : torch::nn::Module {
-  SiglipAttention (const VisionConfig &c, const at::TensorOptions &opts);
-  std::shared_ptr<Linear> q_proj, k_proj, v_proj, out_proj;
-  int64_t heads;
-};
-
-struct SiglipMLP : torch::nn::Module {
-  SiglipMLP (const VisionConfig &c, const at::TensorOptions &opts);
-  std::shared_ptr<Linear> fc1, fc2;
-};
-
-struct SiglipLayer : torch::nn::Module {
-  SiglipLayer (const VisionConfig &c, const at::TensorOptions &opts);
-  at::Tensor forward (const at::Tensor &x) const;
-  std::shared_ptr<LayerNorm> layer_norm1, layer_norm2;
-  std::shared_ptr<SiglipAttention> self_attn;
-  std::shared_ptr<SiglipMLP> mlp;
-};
-
-struct SiglipEmbeddings : torch::nn::Module {
-  SiglipEmbeddings (const VisionConfig &c, const at::TensorOptions &opts);
-  std::shared_ptr<Conv2d> patch_embedding;
-  std::shared_ptr<Embedding> position_embedding;
-};
-
-struct SiglipVisionModel : torch::nn::Module {
-  SiglipVisionModel (const VisionConfig &c, const at::TensorOptions &opts);
-  /* pixels [N,3,H,W] -> [N, patches, width]; hidden_states (optional) receives the embeddings
-   * and each layer's output, as transformers' output_hidden_states does. */
-  at::Tensor forward (const at::Tensor &pixels,
-                      std::vector<at::Tensor> *hidden_states = nullptr) const;
-  std::shared_ptr<SiglipEmbeddings> embeddings;
-  std::shared_ptr<Container> encoder;
-  std::vector<std::shared_ptr<SiglipLayer>> layers; // registered as encoder.layers.{i}
-  std::shared_ptr<LayerNorm> post_layernorm;
-};
-
-struct GemmaAttention : torch::nn::Module {
-  GemmaAttention (const GemmaConfig &c, const at::TensorOptions &opts);
-  std::shared_ptr<Linear> q_proj, k_proj, v_proj, o_proj;
-};
-
-struct GemmaMLP : torch::nn::Module {
-  GemmaMLP (const GemmaConfig &c, const at::TensorOptions &opts);
-  at::Tensor forward (const at::Tensor &x) const; // down(gelu_tanh(gate(x)) * up(x))
-  std::shared_ptr<Linear> gate_proj, up_proj, down_proj;
-};
-
-struct GemmaLayer : torch::nn::Module {
-  /* cond_dim > 0: adaptive norms (pi0.5's action expert). */
-  GemmaLayer (const GemmaConfig &c, double eps, const at::TensorOptions &opts,
-              int64_t cond_dim = 0);
-  std::shared_ptr<GemmaAttention> self_attn;
-  std::shared_ptr<GemmaMLP> mlp;
-  std::shared_ptr<RMSNorm> input_layernorm, post_attention_layernorm;
-};
-
-/* A Gemma "model": optional embed_tokens, layers.{i}, norm. */
-struct GemmaStack : torch::nn::Module {
-  GemmaStack (const GemmaConfig &c, int64_t vocab, double eps, const at::TensorOptions &opts,
-              int64_t cond_dim = 0);
-  GemmaConfig cfg;
-  std::shared_ptr<Embedding> embed_tokens; // null for the action expert
-  std::shared_ptr<Container> layers_holder;
-  std::vector<std::shared_ptr<GemmaLayer>> layers;
-  std::shared_ptr<RMSNorm> norm;
-};
-
-} // namespace layers
 
 /* ---- The rules, as free functions so that tests can hold them directly ---- */
 
@@ -188,46 +72,6 @@ struct PrefixEmbedding {
   at::Tensor embeddings; // [B, P, text.width] in the compute dtype
   at::Tensor mask;       // bool [B, P]
 };
-
-/* ---- Real-time chunking (RTC; Black, Galliker, Levine 2025, docs/rtc.md) ----
- *
- * While the robot executes the current chunk, the next one is sampled so that its first rows
- * agree with what will still be executed: at each Euler step the velocity is corrected toward
- * the executing chunk's remaining actions (the "prefix"), weighted by a soft mask over rows.
- *
- * Time conventions. The paper integrates tau from 0 (noise) to 1 (data) with
- * A <- A + v_paper / n; pi0 (openpi, LeRobot, denoise_loop) integrates t from 1 (noise) to 0
- * (data) with x <- x + dt * v, dt = -1/n, and v = noise - data = -v_paper. So tau = 1 - t, the
- * data estimate is x1 = x - t * v (the paper's A + (1 - tau) v_paper), the correction
- * J^T diag(W) (Y - x1) (J = dx1/dx, the same in both conventions) is *subtracted* from pi0's v
- * where the paper adds it, and the guidance weight is the paper's
- *   min(beta, (1 - tau)/tau * ((1 - tau)^2 + tau^2) / (1 - tau)^2)   evaluated at tau = 1 - t
- * (beta at t = 1, where the formula is infinite). */
-
-/* RtcSchedule (the mask W) and RtcJacobian: model/pi0rtcmodes.h. */
-
-struct RtcGuidance {
-  /* The executing chunk's actions that will still run when this inference starts, row 0 aligned
-   * with the new chunk's row 0: float [B,R,A] or [R,A] (broadcast over the batch), R <= horizon,
-   * A <= action_dim, in the model's normalised space. Missing rows and dims are zero-padded (as
-   * LeRobot pads); rows from the mask's end on are ignored. Must be finite (else pi0::Error).
-   * Undefined: no guidance, the plain sampler. */
-  at::Tensor prefix;
-  int64_t delay = 0;             // d: rows that execute before the new chunk takes over (weight 1)
-  int64_t execution_horizon = 0; // s: the mask ends at row min(horizon - s, R); rows after are free
-  double max_guidance_weight = 5.0; // beta: the clip of the guidance weight (>= 0; 0 = no guidance)
-  RtcSchedule schedule = RtcSchedule::Exp;
-  RtcJacobian jacobian = RtcJacobian::Vjp;
-};
-
-/* The mask W, float [horizon] on the CPU: rows [0, min(delay, end)) weigh 1, rows [end, horizon)
- * weigh 0, the middle follows `schedule`. Throws pi0::Error on delay < 0 or end outside
- * [0, horizon]. Equals LeRobot's RTCProcessor.get_prefix_weights(delay, end, horizon). */
-at::Tensor rtc_prefix_weights (int64_t delay, int64_t end, int64_t horizon, RtcSchedule schedule);
-
-/* The guidance weight at pi0 time t (noise at 1) for clip beta, in float32 arithmetic as LeRobot
- * computes it: beta at t = 1, 0 at t = 0. */
-float rtc_guidance_weight (double t, double max_guidance_weight);
 
 class Pi0Model : public torch::nn::Module
 {
@@ -290,7 +134,8 @@ public:
    * denoise_loop. Runs eagerly (no CUDA graph); in Vjp mode it turns autograd on for the suffix
    * pass whatever the caller's mode (InferenceMode and NoGradGuard included; a cache made under
    * InferenceMode is fine). Throws pi0::Error on bad RtcGuidance fields before any step runs. A
-   * NaN or infinity that arises inside the guidance is not hidden: it reaches `x`. */
+   * NaN or infinity that arises inside the guidance is not hidden: it reaches `x`. Defined in
+   * pi0rtcguidance.cpp. */
   void denoise_loop_guided (const PrefixCache &cache, const at::Tensor &state, at::Tensor &x,
                             const RtcGuidance &rtc) const;
 

@@ -1,6 +1,6 @@
 /* The two choices of real-time chunking's guided sampler (docs/rtc.md), shared by the model
- * (RtcGuidance, pi0model.h) and the Policy interface (PolicyGuidance, pi0policy.h). No LibTorch
- * here. */
+ * (RtcGuidance, pi0rtcguidance.h) and the Policy interface (PolicyGuidance, pi0policy.h). No
+ * LibTorch here. */
 #pragma once
 
 namespace pi0
