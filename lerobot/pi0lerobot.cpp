@@ -14,6 +14,7 @@
  * Compression: snappy, as LeRobot's writers. */
 #include "lerobot/pi0lerobot.h"
 
+#include "common/pi0atomicfile.h"
 #include "common/pi0json.h"
 
 #include <arrow/api.h>
@@ -22,8 +23,6 @@
 #include <parquet/arrow/writer.h>
 #include <parquet/properties.h>
 
-#include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -32,7 +31,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
@@ -75,73 +73,61 @@ fail (std::string *error, const std::string &msg)
   return false;
 }
 
-/* fsync a file or directory; errors are reported. */
+/* A file of the dataset, whole or not at all (common/pi0atomicfile.h). Its temporary file is
+ * @dst + ".part": what a crash leaves of it is found by that suffix and removed by Writer::open. */
 bool
-sync_path (const fs::path &p, std::string *error)
+write_atomic (const fs::path &dst, const pi0::FileWriter &write, std::string *error)
 {
-  int fd = ::open (p.c_str (), O_RDONLY);
-  if (fd < 0)
-    return fail (error, p.string () + ": " + std::strerror (errno));
-  const int r = ::fsync (fd);
-  ::close (fd);
-  if (r != 0 && errno != EINVAL)
-    return fail (error, p.string () + ": fsync: " + std::strerror (errno));
-  return true;
-}
-
-/* Moves a complete file into place: fsync, rename (atomic), fsync of the directory. */
-bool
-publish (const fs::path &tmp, const fs::path &dst, std::string *error)
-{
-  if (!sync_path (tmp, error))
-    return false;
   std::error_code ec;
-  fs::rename (tmp, dst, ec);
-  if (ec)
-    return fail (error,
-                 "cannot rename " + tmp.string () + " to " + dst.string () + ": " + ec.message ());
-  return sync_path (dst.parent_path (), error);
+  fs::create_directories (dst.parent_path (), ec);
+  return pi0::write_file_atomic (dst.string (), dst.string () + ".part", write, error);
 }
 
 bool
 write_text_atomic (const fs::path &dst, const std::string &text, std::string *error)
 {
-  std::error_code ec;
-  fs::create_directories (dst.parent_path (), ec);
-  const fs::path tmp = dst.string () + ".part";
-  {
-    std::ofstream out (tmp, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.flush ();
-    if (!out)
-      return fail (error, "cannot write " + tmp.string ());
-  }
-  return publish (tmp, dst, error);
+  return write_atomic (
+      dst,
+      [&] (int fd, std::string *why) {
+        return pi0::write_all (fd, text.data (), text.size (), why);
+      },
+      error);
 }
 
 bool
 write_parquet_atomic (const fs::path &dst, const std::shared_ptr<arrow::Table> &table,
                       std::string *error)
 {
-  std::error_code ec;
-  fs::create_directories (dst.parent_path (), ec);
-  const fs::path tmp = dst.string () + ".part";
-  auto out = arrow::io::FileOutputStream::Open (tmp.string ());
-  if (!out.ok ())
-    return fail (error, "cannot create " + tmp.string () + ": " + out.status ().ToString ());
-  auto props =
-      parquet::WriterProperties::Builder ().compression (parquet::Compression::SNAPPY)->build ();
-  /* store_schema: the Arrow schema and its metadata (pandas', the datasets library's) go into
-   * the file, as pyarrow writes them; pandas needs its metadata to restore the tasks' index. */
-  auto arrow_props = parquet::ArrowWriterProperties::Builder ().store_schema ()->build ();
-  auto st =
-      parquet::arrow::WriteTable (*table, arrow::default_memory_pool (), *out,
-                                  std::max<int64_t> (table->num_rows (), 1), props, arrow_props);
-  if (st.ok ())
-    st = (*out)->Close ();
-  if (!st.ok ())
-    return fail (error, "cannot write " + tmp.string () + ": " + st.ToString ());
-  return publish (tmp, dst, error);
+  return write_atomic (
+      dst,
+      [&] (int fd, std::string *why) {
+        /* Arrow closes the descriptor it writes through: it gets a copy. Until it is opened, the
+         * copy is still ours to close. */
+        const int own = ::dup (fd);
+        if (own < 0)
+          return fail (why, std::string ("cannot write: ") + std::strerror (errno));
+        auto out = arrow::io::FileOutputStream::Open (own);
+        if (!out.ok ()) {
+          ::close (own);
+          return fail (why, "cannot write: " + out.status ().ToString ());
+        }
+        auto props = parquet::WriterProperties::Builder ()
+                         .compression (parquet::Compression::SNAPPY)
+                         ->build ();
+        /* store_schema: the Arrow schema and its metadata (pandas', the datasets library's) go
+         * into the file, as pyarrow writes them; pandas needs its metadata to restore the tasks'
+         * index. */
+        auto arrow_props = parquet::ArrowWriterProperties::Builder ().store_schema ()->build ();
+        auto st = parquet::arrow::WriteTable (*table, arrow::default_memory_pool (), *out,
+                                              std::max<int64_t> (table->num_rows (), 1), props,
+                                              arrow_props);
+        if (st.ok ())
+          st = (*out)->Close ();
+        if (!st.ok ())
+          return fail (why, "cannot write: " + st.ToString ());
+        return true;
+      },
+      error);
 }
 
 std::shared_ptr<arrow::Table>
@@ -1096,7 +1082,7 @@ public:
     for (size_t c = 0; c < schema.cameras.size (); c++) {
       const fs::path part = video_part_path (c);
       const fs::path dst = part.parent_path () / part.stem (); /* drops ".part" */
-      if (!publish (part, dst, error))
+      if (!pi0::publish_file (part.string (), dst.string (), error))
         return false;
       EpisodeInfo::Video v;
       v.chunk = next_video[c] / kChunksSize;

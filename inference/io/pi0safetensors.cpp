@@ -2,7 +2,6 @@
 #include "inference/io/pi0safetensors.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -19,6 +18,7 @@
 
 #include <torch/types.h>
 
+#include "common/pi0atomicfile.h"
 #include "common/pi0json.h"
 
 #include "inference/io/pi0error.h"
@@ -294,22 +294,6 @@ parse_header (const std::string &path, const uint8_t *base, uint64_t file_size)
   return h;
 }
 
-void
-write_all (int fd, const void *data, size_t size, const std::string &path)
-{
-  const uint8_t *p = static_cast<const uint8_t *> (data);
-  while (size > 0) {
-    ssize_t w = ::write (fd, p, std::min<size_t> (size, 1 << 30));
-    if (w < 0) {
-      if (errno == EINTR)
-        continue;
-      throw Error (path + ": write failed: " + errno_text (errno));
-    }
-    p += w;
-    size -= static_cast<size_t> (w);
-  }
-}
-
 } // namespace
 
 std::string
@@ -411,36 +395,23 @@ save_safetensors (const std::string &path, const TensorMap &tensors,
   text.append ((8 - text.size () % 8) % 8, ' ');
   const uint64_t n = text.size ();
 
-  // Unique name in the same directory, so rename() is atomic.
-  static std::atomic<unsigned> counter{0};
-  const std::string tmp =
-      path + ".tmp-" + std::to_string (::getpid ()) + "-" + std::to_string (counter++);
-  int fd = ::open (tmp.c_str (), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-  if (fd < 0)
-    throw Error (path + ": cannot create " + tmp + ": " + errno_text (errno));
-  try {
-    write_all (fd, &n, 8, path);
-    write_all (fd, text.data (), text.size (), path);
-    for (const auto &o : outs) {
-      torch::Tensor c = o.t.detach ().to (torch::kCPU).contiguous ();
-      if (c.numel () > 0)
-        write_all (fd, c.data_ptr (), c.nbytes (), path);
-    }
-    if (::fsync (fd) != 0)
-      throw Error (path + ": fsync failed: " + errno_text (errno));
-    if (::close (fd) != 0) {
-      fd = -1;
-      throw Error (path + ": close failed: " + errno_text (errno));
-    }
-    fd = -1;
-    if (::rename (tmp.c_str (), path.c_str ()) != 0)
-      throw Error (path + ": cannot rename " + tmp + " into place: " + errno_text (errno));
-  } catch (...) {
-    if (fd >= 0)
-      ::close (fd);
-    ::unlink (tmp.c_str ());
-    throw;
-  }
+  // Whole or not at all: a checkpoint half written is never found under its name.
+  std::string error;
+  const bool ok = write_file_atomic (
+      path,
+      [&] (int fd, std::string *why) {
+        if (!write_all (fd, &n, 8, why) || !write_all (fd, text.data (), text.size (), why))
+          return false;
+        for (const auto &o : outs) {
+          torch::Tensor c = o.t.detach ().to (torch::kCPU).contiguous ();
+          if (c.numel () > 0 && !write_all (fd, c.data_ptr (), c.nbytes (), why))
+            return false;
+        }
+        return true;
+      },
+      &error);
+  if (!ok)
+    throw Error (error);
 }
 
 } // namespace pi0
