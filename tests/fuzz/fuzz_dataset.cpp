@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
-/* libFuzzer target for the LeRobotDataset reader (lerobot/pi0lerobot.cpp), what pi0lerobotsrc
- * and pi0lerobotsink append=true open. The input is a dataset's meta/info.json; the rest of the
- * dataset (its episodes and data Parquet files, two episodes, one camera) is a real one written
- * once by pi0::lerobot::Writer. Built with clang -fsanitize=fuzzer,address,undefined by
+/* libFuzzer target for the LeRobotDataset reader (lerobot/pi0lerobotreader.cpp), what
+ * pi0lerobotsrc and pi0lerobotsink append=true open. The input is a dataset's meta/info.json; the
+ * rest of the dataset (its episodes and data Parquet files, two episodes, one camera) is a real
+ * one written once by pi0::lerobot::Writer. Built with clang -fsanitize=fuzzer,address,undefined by
  * tests/fuzz/meson.build and run briefly as a CI test; longer by hand:
  *   build/tests/fuzz/fuzz_dataset -dict=tests/fuzz/dataset.dict -max_total_time=3600
  * Besides "no crash, no exception, no out-of-bounds read, no UB, no huge allocation": an
