@@ -161,7 +161,7 @@ public:
 
   ServerStats stats () const;
 
-  struct Impl; /* the server thread's state (pi0server.cpp) */
+  struct Impl; /* the server thread's state (serve/pi0serverimpl.h) */
 
 private:
   explicit Server (std::string name);

@@ -1,0 +1,196 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* TCP peers of the server: each accepted connection read through a byte budget, the oldest
+ * non-session closed when too many are pending (admission), a handshake timeout, and the
+ * lingering close of a peer that was sent a close frame while it was still sending. */
+#include "serve/pi0serverimpl.h"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+
+#include <algorithm>
+
+namespace pi0::serve
+{
+
+gboolean
+Server::Impl::on_incoming (GSocketService *, GSocketConnection *tcp, GObject *, gpointer data)
+{
+  auto self = static_cast<Impl *> (data);
+  if (self->shutting_down) {
+    self->bump ([] (ServerStats &s) { s.refused++; });
+    return TRUE; /* not kept: closed when GIO drops it */
+  }
+  self->make_room ();
+  GSocket *sock = g_socket_connection_get_socket (tcp);
+  /* Small answers must leave at once, not wait for Nagle. */
+  g_socket_set_option (sock, IPPROTO_TCP, TCP_NODELAY, 1, nullptr);
+  GSocketAddress *local = g_socket_connection_get_local_address (tcp, nullptr);
+  GSocketAddress *remote = g_socket_connection_get_remote_address (tcp, nullptr);
+  if (!local || !remote) {
+    g_clear_object (&local);
+    g_clear_object (&remote);
+    return TRUE;
+  }
+  Peer p;
+  p.accepted_us = g_get_monotonic_time ();
+  p.tcp = G_SOCKET_CONNECTION (g_object_ref (tcp));
+  p.in = limited_input_stream_new (g_io_stream_get_input_stream (G_IO_STREAM (tcp)),
+                                   byte_budget (self->cfg.max_message));
+  GIOStream *io = g_simple_io_stream_new (G_INPUT_STREAM (p.in),
+                                          g_io_stream_get_output_stream (G_IO_STREAM (tcp)));
+  p.io = io;
+  auto tag = new Tag{self, 0, remote};
+  p.weak_tag = tag;
+  g_object_weak_ref (G_OBJECT (io), on_io_gone, tag);
+  p.handshake_timer =
+      g_timeout_source_new ((guint)std::max (1.0, self->cfg.handshake_timeout_s * 1000));
+  g_source_set_callback (p.handshake_timer, on_handshake_timeout, new Tag{self, 0, remote},
+                         [] (gpointer t) { delete static_cast<Tag *> (t); });
+  g_source_attach (p.handshake_timer, g_main_context_get_thread_default ());
+  self->peers[remote] = p;
+  self->bump ([] (ServerStats &) {});
+
+  GError *err = nullptr;
+  soup_server_accept_iostream (self->soup, io, local, remote, &err);
+  g_clear_error (&err);
+  g_object_unref (io); /* soup holds it now */
+  g_object_unref (p.in);
+  g_object_unref (local);
+  return TRUE;
+}
+
+/* Before a new peer: when max_pending peers are not sessions, the oldest of them is closed
+ * (a silent socket, a slow handshake, a probe kept alive). Sessions are not counted and never
+ * closed here; they are bounded by max_clients when they ask to upgrade. */
+void
+Server::Impl::make_room ()
+{
+  int pending = 0;
+  Peer *oldest = nullptr;
+  for (auto &kv : peers) {
+    Peer &p = kv.second;
+    if (p.upgraded || p.evicted)
+      continue;
+    pending++;
+    if (!oldest || p.accepted_us < oldest->accepted_us)
+      oldest = &p;
+  }
+  /* Room for every session's handshake at once (robots reconnecting together), then
+   * max_pending more; only a peer pending for a second or more is closed for a new one (a
+   * robot's handshake takes milliseconds); a burst younger than that is kept whole. */
+  if (pending < cfg.max_pending + cfg.max_clients || !oldest ||
+      g_get_monotonic_time () - oldest->accepted_us < G_USEC_PER_SEC)
+    return;
+  oldest->evicted = true;
+  g_io_stream_close (G_IO_STREAM (oldest->tcp), nullptr, nullptr);
+  bump ([] (ServerStats &s) { s.evicted++; });
+}
+
+void
+Server::Impl::on_io_gone (gpointer data, GObject *)
+{
+  auto tag = static_cast<Tag *> (data);
+  tag->impl->forget_peer (tag->peer);
+  delete tag;
+}
+
+void
+Server::Impl::forget_peer (GSocketAddress *key)
+{
+  auto it = peers.find (key);
+  if (it == peers.end ())
+    return;
+  Peer p = it->second;
+  peers.erase (it);
+  if (p.handshake_timer) {
+    g_source_destroy (p.handshake_timer);
+    g_source_unref (p.handshake_timer);
+  }
+  if (p.linger)
+    linger (p.tcp); /* takes the reference */
+  else {
+    g_io_stream_close (G_IO_STREAM (p.tcp), nullptr, nullptr);
+    g_object_unref (p.tcp);
+  }
+  g_object_unref (key);
+  bump ([] (ServerStats &) {});
+}
+
+gboolean
+Server::Impl::on_handshake_timeout (gpointer data)
+{
+  auto tag = static_cast<Tag *> (data);
+  auto it = tag->impl->peers.find (tag->peer);
+  if (it != tag->impl->peers.end ()) {
+    g_source_unref (it->second.handshake_timer);
+    it->second.handshake_timer = nullptr;
+    if (!it->second.upgraded)
+      g_io_stream_close (G_IO_STREAM (it->second.tcp), nullptr, nullptr);
+  }
+  return G_SOURCE_REMOVE;
+}
+
+/* ---- Lingering close (Lingering in pi0serverimpl.h says why) ---- */
+
+void
+Server::Impl::linger (GSocketConnection *tcp)
+{
+  GSocket *sock = g_socket_connection_get_socket (tcp);
+  auto *l =
+      new Lingering{tcp, g_socket_create_source (sock, G_IO_IN, nullptr),
+                    g_get_monotonic_time () + (gint64)(kLingerS * G_USEC_PER_SEC), kLingerBytes};
+  g_source_set_callback (l->source, (GSourceFunc)(void (*) ())on_linger_readable,
+                         new std::pair<Impl *, Lingering *> (this, l), [] (gpointer d) {
+                           delete static_cast<std::pair<Impl *, Lingering *> *> (d);
+                         });
+  g_source_attach (l->source, g_main_context_get_thread_default ());
+  lingering.push_back (l);
+  bump ([] (ServerStats &) {});
+}
+
+gboolean
+Server::Impl::on_linger_readable (GSocket *sock, GIOCondition, gpointer data)
+{
+  auto *d = static_cast<std::pair<Impl *, Lingering *> *> (data);
+  Lingering *l = d->second;
+  char scratch[16384];
+  for (;;) {
+    GError *err = nullptr;
+    const gssize n = g_socket_receive (sock, scratch, sizeof scratch, nullptr, &err);
+    const bool again = n < 0 && g_error_matches (err, G_IO_ERROR, G_IO_ERROR_WOULD_BLOCK);
+    g_clear_error (&err);
+    if (again && g_get_monotonic_time () < l->deadline_us)
+      return G_SOURCE_CONTINUE;
+    if (n <= 0 || (size_t)n >= l->left || g_get_monotonic_time () >= l->deadline_us) {
+      d->first->end_linger (l);
+      return G_SOURCE_REMOVE;
+    }
+    l->left -= (size_t)n;
+  }
+}
+
+void
+Server::Impl::end_linger (Lingering *l)
+{
+  lingering.erase (std::find (lingering.begin (), lingering.end (), l));
+  g_source_destroy (l->source);
+  g_source_unref (l->source);
+  g_io_stream_close (G_IO_STREAM (l->tcp), nullptr, nullptr);
+  g_object_unref (l->tcp);
+  delete l;
+  bump ([] (ServerStats &) {});
+}
+
+/* Peers that send nothing more are not read again: on_tick ends them at their deadline. */
+void
+Server::Impl::end_late_lingers (gint64 now)
+{
+  std::vector<Lingering *> late;
+  for (Lingering *l : lingering)
+    if (now >= l->deadline_us)
+      late.push_back (l);
+  for (Lingering *l : late)
+    end_linger (l);
+}
+
+} // namespace pi0::serve
