@@ -10,8 +10,16 @@
 # camera with the planned path drawn by pi0overlay.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/build.sh build >/tmp/gst-pi0-build.log 2>&1 || {
+# Only what the demo runs (the program, the robot simulator, the tokenizer's module): the tests
+# and fuzzers are scripts/test.sh's to build.
+targets=(pi0-demo pi0-robotsim)
+[ "${1:-}" = "--sim" ] && targets=(pi0-sim)
+bash scripts/build.sh --demo build "${targets[@]}" >/tmp/gst-pi0-build.log 2>&1 || {
   tail -50 /tmp/gst-pi0-build.log; echo "build failed (full log: /tmp/gst-pi0-build.log)"; exit 1; }
+# The SentencePiece module (tokenizer) is loaded at run time, so no target depends on it.
+if ninja -C build -t targets all 2>/dev/null | grep -q '^inference/io/libpi0spm.so:'; then
+  ninja -C build inference/io/libpi0spm.so >>/tmp/gst-pi0-build.log 2>&1
+fi
 if [ "${1:-}" != "--sim" ]; then
   exec build/tools/pi0-demo "$@"
 fi

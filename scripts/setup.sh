@@ -1,8 +1,15 @@
 #!/usr/bin/env bash
 # Installs what gst-pi0 needs on Debian 12 (run as root) and the Python virtual environment
 # whose torch wheel provides LibTorch and the test oracles. Safe to run again.
+# Usage: scripts/setup.sh [--demo]
+#   --demo   what the demo needs only: not the real lerobot's environment (.lerobot-venv), which
+#            only the tests use (scripts/demo.sh; scripts/test.sh makes it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+DEMO_ONLY=0
+if [ "${1:-}" = "--demo" ]; then
+  DEMO_ONLY=1
+fi
 
 APT_PACKAGES=(
   build-essential pkg-config meson ninja-build python3-venv python3-pip
@@ -44,6 +51,7 @@ for c in "${PYTHON312:-}" "$(pyenv root 2>/dev/null || echo "$HOME/.pyenv")/vers
     py312="$c"; break
   fi
 done
+if [ $DEMO_ONLY = 1 ]; then py312=""; fi
 lr_want=$(cat scripts/lerobot-requirements.txt scripts/requirements.txt | sha256sum | cut -d' ' -f1)
 # What the rest needs on disk, checked before the downloads start: a full disk otherwise shows
 # up minutes later as a compiler or linker error. Sizes as installed (scripts/requirements.txt:
@@ -85,7 +93,9 @@ fi
 # and hold LeRobot checkpoints against (tests/libs/inference/test_lerobot_policy.cpp).
 # Light: --no-deps from a pinned list, and torch's CUDA libraries are .venv's (same torch
 # version) through a link instead of a second 2.7 GB copy. Without Python 3.12 those tests skip.
-if [ -z "$py312" ]; then
+if [ $DEMO_ONLY = 1 ]; then
+  :
+elif [ -z "$py312" ]; then
   echo "== no Python 3.12 found: the LeRobot round-trip tests will skip"
 elif [ "$(cat "$LEROBOT_VENV/.requirements.sha" 2>/dev/null)" != "$lr_want" ]; then
   echo "== creating $LEROBOT_VENV (lerobot 0.6.1, Python 3.12)"
