@@ -17,6 +17,7 @@
 #endif
 
 #include "bench/pi0benchutil.h"
+#include "tools/common/pi0gsttools.h"
 #include "tools/common/pi0latencytable.h"
 
 #include <gio/gio.h>
@@ -120,7 +121,6 @@ main (int argc, char **argv)
           pi0::bench::init (&argc, &argv, "- end-to-end latency of the gst-pi0 chain", entries);
       rc >= 0)
     return rc;
-  GError *err = nullptr;
   const std::string model = o.model ? o.model : "builtin:pi0-tiny";
   const std::string format = o.format ? o.format : "NV12";
   const std::string device = o.device ? o.device : "auto";
@@ -155,11 +155,13 @@ main (int argc, char **argv)
   desc += pi0::bench::live_cameras (
       "video/x-raw,format=" + format + ",width=" + std::to_string (o.width) +
       ",height=" + std::to_string (o.height) + ",framerate=" + std::to_string (o.fps) + "/1");
-  GstElement *pipe = gst_parse_launch (desc.c_str (), &err);
-  if (!pipe) {
-    g_printerr ("pipeline: %s\n", err ? err->message : "?");
+  std::string error;
+  const pi0::tools::ElementPtr pipeline = pi0::tools::launch (desc, &error);
+  if (!pipeline) {
+    g_printerr ("pipeline: %s\n", error.c_str ());
     return 1;
   }
+  GstElement *pipe = pipeline.get ();
   GstElement *mux = gst_bin_get_by_name (GST_BIN (pipe), "mux");
   GstElement *infer = gst_bin_get_by_name (GST_BIN (pipe), "infer");
   GstElement *sink = gst_bin_get_by_name (GST_BIN (pipe), "sink");
@@ -176,12 +178,8 @@ main (int argc, char **argv)
   if (gst_element_set_state (pipe, GST_STATE_PAUSED) == GST_STATE_CHANGE_FAILURE ||
       gst_element_get_state (pipe, nullptr, nullptr, GST_CLOCK_TIME_NONE) ==
           GST_STATE_CHANGE_FAILURE) {
-    GstMessage *m = gst_bus_pop_filtered (bus, GST_MESSAGE_ERROR);
-    if (m) {
-      gst_message_parse_error (m, &err, nullptr);
-      g_printerr ("error: %s\n", err->message);
-      gst_message_unref (m);
-    }
+    if (pi0::tools::pop_error (pipe, &error))
+      g_printerr ("error: %s\n", error.c_str ());
     return 1;
   }
   g_print ("model loaded and warmed up in %.1f s (pi0infer warmup %.1f ms)\n",
@@ -192,20 +190,15 @@ main (int argc, char **argv)
   gpu.start ();
   gint64 t0 = g_get_monotonic_time ();
   gst_element_set_state (pipe, GST_STATE_PLAYING);
-  GstMessage *m =
+  const pi0::tools::MessagePtr m (
       gst_bus_timed_pop_filtered (bus, (GstClockTime)(o.duration * GST_SECOND),
-                                  (GstMessageType)(GST_MESSAGE_ERROR | GST_MESSAGE_EOS));
+                                  (GstMessageType)(GST_MESSAGE_ERROR | GST_MESSAGE_EOS)));
   const double wall_s = (double)(g_get_monotonic_time () - t0) / 1e6;
   const double util = gpu.stop ();
   int rc = 0;
-  if (m) {
-    if (GST_MESSAGE_TYPE (m) == GST_MESSAGE_ERROR) {
-      gst_message_parse_error (m, &err, nullptr);
-      g_printerr ("error: %s\n", err->message);
-      g_clear_error (&err);
-      rc = 1;
-    }
-    gst_message_unref (m);
+  if (m && GST_MESSAGE_TYPE (m.get ()) == GST_MESSAGE_ERROR) {
+    g_printerr ("error: %s\n", pi0::tools::message_text (m.get ()).c_str ());
+    rc = 1;
   }
 
   const guint64 observations = pi0::bench::stat<guint64> (mux, "observations");
@@ -231,7 +224,6 @@ main (int argc, char **argv)
   gst_object_unref (bus);
   for (GstElement *e : {mux, infer, sink})
     gst_object_unref (e);
-  gst_object_unref (pipe);
   g_object_unref (robot);
   return rc;
 }

@@ -22,6 +22,7 @@
 #endif
 
 #include "bench/pi0benchutil.h"
+#include "tools/common/pi0gsttools.h"
 
 #include <glib/gstdio.h>
 #include <gst/gst.h>
@@ -131,12 +132,13 @@ run_mode (const Options &o, const std::string &mode, const std::string &robot_js
       " stop-timeout=" + std::to_string ((guint64)(4 * GST_SECOND)) + " ";
   desc += pi0::bench::live_cameras (
       "video/x-raw,width=64,height=48,framerate=" + std::to_string (o.fps) + "/1");
-  GError *err = nullptr;
-  GstElement *pipe = gst_parse_launch (desc.c_str (), &err);
-  if (!pipe) {
-    g_printerr ("pipeline: %s\n", err ? err->message : "?");
+  std::string error;
+  const pi0::tools::ElementPtr pipeline = pi0::tools::launch (desc, &error);
+  if (!pipeline) {
+    g_printerr ("pipeline: %s\n", error.c_str ());
     return false;
   }
+  GstElement *pipe = pipeline.get ();
   GstElement *infer = gst_bin_get_by_name (GST_BIN (pipe), "infer");
   GstElement *sink = gst_bin_get_by_name (GST_BIN (pipe), "sink");
   Recording rec;
@@ -153,13 +155,10 @@ run_mode (const Options &o, const std::string &mode, const std::string &robot_js
     ok = false;
   if (ok) {
     gst_element_set_state (pipe, GST_STATE_PLAYING);
-    GstMessage *m = gst_bus_timed_pop_filtered (bus, (GstClockTime)(o.duration * GST_SECOND),
-                                                GST_MESSAGE_ERROR);
+    const pi0::tools::MessagePtr m (gst_bus_timed_pop_filtered (
+        bus, (GstClockTime)(o.duration * GST_SECOND), GST_MESSAGE_ERROR));
     if (m) {
-      gst_message_parse_error (m, &err, nullptr);
-      g_printerr ("error: %s\n", err->message);
-      g_clear_error (&err);
-      gst_message_unref (m);
+      g_printerr ("error: %s\n", pi0::tools::message_text (m.get ()).c_str ());
       ok = false;
     }
   }
@@ -217,7 +216,6 @@ run_mode (const Options &o, const std::string &mode, const std::string &robot_js
   gst_object_unref (bus);
   gst_object_unref (infer);
   gst_object_unref (sink);
-  gst_object_unref (pipe);
   return ok;
 }
 

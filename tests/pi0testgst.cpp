@@ -12,34 +12,6 @@
 namespace pi0test
 {
 
-MessagePtr
-pop_message (GstBus *bus, GstMessageType types)
-{
-  return MessagePtr (gst_bus_pop_filtered (bus, types));
-}
-
-std::string
-message_text (GstMessage *msg)
-{
-  GError *err = nullptr;
-  gchar *dbg = nullptr;
-  std::string out;
-
-  if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_ERROR)
-    gst_message_parse_error (msg, &err, &dbg);
-  else if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_WARNING)
-    gst_message_parse_warning (msg, &err, &dbg);
-  else if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_INFO)
-    gst_message_parse_info (msg, &err, &dbg);
-  if (err)
-    out = err->message;
-  if (dbg)
-    out += std::string (" | ") + dbg;
-  g_clear_error (&err);
-  g_free (dbg);
-  return out;
-}
-
 namespace
 {
 GstPadProbeReturn

@@ -82,13 +82,13 @@ all_gone (GstElement *src)
   return false;
 }
 
+/* The first error on @pipe's bus, or "". */
 inline std::string
 bus_error (GstElement *pipe)
 {
-  GstBus *bus = gst_element_get_bus (pipe);
-  MessagePtr m (gst_bus_pop_filtered (bus, GST_MESSAGE_ERROR));
-  gst_object_unref (bus);
-  return m ? message_text (m.get ()) : "";
+  std::string error;
+  pi0::tools::pop_error (pipe, &error);
+  return error;
 }
 
 /* serve.txt running on a free port; nullptr (and a failure) if it does not start. */
@@ -213,18 +213,16 @@ camera_path (const Recorded &r, guint64 seed, int *horizon, int *dim)
   line << "pi0viewmux name=mux ! cudaprep width=32 height=32 ! pi0infer model=builtin:pi0-tiny "
           "seed="
        << seed << " name=infer ! appsink name=out sync=false ";
-  const char *pads[] = {"main", "side", "top"};
   for (int v = 0; v < 3; v++)
     if (!r.view_files[v].empty ())
       line << "appsrc name=v" << v
            << " format=time caps=video/x-raw,format=RGB,width=" << r.widths[v]
-           << ",height=" << r.heights[v] << ",framerate=10/1 ! mux." << pads[v] << " ";
+           << ",height=" << r.heights[v] << ",framerate=10/1 ! mux." << pi0::kViewNames[v] << " ";
   line << "appsrc name=st format=time caps=application/x-pi0-state,dim=" << r.state.size ()
        << " ! mux.state";
-  GError *err = nullptr;
-  ElementPtr pipe (gst_parse_launch (line.str ().c_str (), &err));
-  EXPECT_EQ (err, nullptr) << (err ? err->message : "");
-  g_clear_error (&err);
+  std::string error;
+  const ElementPtr pipe = pi0::tools::launch (line.str (), &error);
+  EXPECT_TRUE (pipe) << error;
   if (!pipe)
     return {};
   GstElement *infer = gst_bin_get_by_name (GST_BIN (pipe.get ()), "infer");

@@ -166,9 +166,9 @@ struct SinkFixture {
     std::string desc = "pi0actionsink " + props;
     if (!config.empty ())
       desc += " robot-config=" + dir.file ("robot.json", config);
-    GError *err = nullptr;
-    sink = gst_parse_launch (desc.c_str (), &err);
-    ASSERT_NE (sink, nullptr) << (err ? err->message : "");
+    std::string error;
+    sink = pi0::tools::launch (desc, &error).release ();
+    ASSERT_NE (sink, nullptr) << error;
     gst_object_ref_sink (sink);
     h.reset (gst_harness_new_with_element (sink, "sink", nullptr));
     gst_object_unref (sink); /* the harness holds it */

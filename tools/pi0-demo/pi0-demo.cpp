@@ -16,6 +16,7 @@
 #endif
 
 #include "gst/gstpi0elements.h"
+#include "tools/common/pi0gsttools.h"
 #include "tools/common/pi0latencytable.h"
 #include "tools/common/pi0launchline.h"
 
@@ -216,19 +217,12 @@ on_bus (GstBus *, GstMessage *msg, gpointer user_data)
   switch (GST_MESSAGE_TYPE (msg)) {
     case GST_MESSAGE_WARNING:
     case GST_MESSAGE_ERROR: {
-      GError *err = nullptr;
-      gchar *dbg = nullptr;
-      bool error = GST_MESSAGE_TYPE (msg) == GST_MESSAGE_ERROR;
-      if (error)
-        gst_message_parse_error (msg, &err, &dbg);
-      else
-        gst_message_parse_warning (msg, &err, &dbg);
-      g_print ("%s from %s: %s\n", error ? "ERROR" : "warning", GST_OBJECT_NAME (msg->src),
-               err->message);
-      if (error && dbg)
-        g_printerr ("  %s\n", dbg);
-      g_clear_error (&err);
-      g_free (dbg);
+      const bool error = GST_MESSAGE_TYPE (msg) == GST_MESSAGE_ERROR;
+      const pi0::tools::MessageParts m = pi0::tools::message_parts (msg);
+      g_print ("%s from %s: %s\n", error ? "ERROR" : "warning", m.source.c_str (),
+               m.message.c_str ());
+      if (error && !m.debug.empty ())
+        g_printerr ("  %s\n", m.debug.c_str ());
       if (error)
         g_main_loop_quit (d->loop);
       break;
@@ -275,7 +269,7 @@ print_mux_stats (GstElement *mux)
     return;
   g_print ("\nCameras (pi0viewmux):\n  %-5s %10s %8s %8s %8s\n", "view", "frames-in", "used",
            "skewed", "masked");
-  for (const char *v : {"main", "side", "top"}) {
+  for (const char *v : pi0::kViewNames) {
     const GValue *val = gst_structure_get_value (s, v);
     if (!val)
       continue;
@@ -506,16 +500,14 @@ main (int argc, char **argv)
     g_printerr ("pi0-demo: %s: %s\n", demo_txt.c_str (), error.c_str ());
     return 1;
   }
-  d.pipeline = gst_parse_launch (desc.c_str (), &err);
-  if (err) {
-    /* A recoverable error (an unknown property) still makes a pipeline: refuse it too, it is
-     * not the chain the file says. */
-    g_printerr ("pi0-demo: %s: %s\n", demo_txt.c_str (), err->message);
-    g_clear_error (&err);
-    if (d.pipeline)
-      gst_object_unref (d.pipeline);
+  /* A recoverable error (an unknown property) is refused too: it is not the chain the file
+   * says. */
+  pi0::tools::ElementPtr pipeline = pi0::tools::launch (desc, &error);
+  if (!pipeline) {
+    g_printerr ("pi0-demo: %s: %s\n", demo_txt.c_str (), error.c_str ());
     return 1;
   }
+  d.pipeline = pipeline.release ();
 
   /* The elements this program drives, by their names in the line. */
   const char *names[] = {"infer", "mux", "sink", "cam_main", "cam_side", "cam_top"};
@@ -574,11 +566,10 @@ main (int argc, char **argv)
   gst_pad_add_probe (pad, GST_PAD_PROBE_TYPE_BUFFER, stall_probe, &d, nullptr);
   gst_object_unref (pad);
 
-  const char *views[3] = {"main", "side", "top"};
-  double fps[3];
+  double fps[pi0::kNumViews];
   std::string cameras;
-  for (int i = 0; i < 3; i++)
-    cameras += (i ? ", " : "") + describe_camera (el[3 + i], views[i], &fps[i]);
+  for (int i = 0; i < pi0::kNumViews; i++)
+    cameras += (i ? ", " : "") + describe_camera (el[3 + i], pi0::kViewNames[i], &fps[i]);
   guint64 max_wait = 0;
   g_object_get (mux, "max-wait", &max_wait, nullptr);
   gchar *wait = max_wait == G_MAXUINT64 ? g_strdup ("the cameras' latency")
@@ -605,7 +596,7 @@ main (int argc, char **argv)
   /* Live, on_bus starts the --duration timer once the pipeline plays. Non-live, the cameras
    * stop by themselves after the same amount of stream time, and the muxer ends with the main
    * one (the state's udpsrc never ends by itself). */
-  for (int i = 0; i < 3 && !d.opt.live; i++)
+  for (int i = 0; i < pi0::kNumViews && !d.opt.live; i++)
     g_object_set (el[3 + i], "num-buffers", (int)(d.opt.duration * fps[i]), nullptr);
 
   gst_element_set_state (d.pipeline, GST_STATE_PLAYING);

@@ -23,6 +23,7 @@
 
 #include "gst/gstpi0elements.h"
 #include "tools/common/pi0elementstats.h"
+#include "tools/common/pi0gsttools.h"
 #include "common/pi0json.h"
 #include "serve/pi0mapping.h"
 #include "common/pi0transformnames.h"
@@ -119,25 +120,17 @@ gboolean
 on_bus (GstBus *, GstMessage *msg, gpointer data)
 {
   auto run = static_cast<Run *> (data);
-  GError *err = nullptr;
-  gchar *dbg = nullptr;
-  switch (GST_MESSAGE_TYPE (msg)) {
-    case GST_MESSAGE_ERROR:
-      gst_message_parse_error (msg, &err, &dbg);
-      g_printerr ("pi0-serve: error from %s: %s\n%s%s", GST_OBJECT_NAME (msg->src), err->message,
-                  dbg ? dbg : "", dbg ? "\n" : "");
-      run->status = 1;
-      g_main_loop_quit (run->loop);
-      break;
-    case GST_MESSAGE_WARNING:
-      gst_message_parse_warning (msg, &err, &dbg);
-      g_printerr ("pi0-serve: warning from %s: %s\n", GST_OBJECT_NAME (msg->src), err->message);
-      break;
-    default:
-      break;
+  if (GST_MESSAGE_TYPE (msg) != GST_MESSAGE_ERROR && GST_MESSAGE_TYPE (msg) != GST_MESSAGE_WARNING)
+    return TRUE;
+  const pi0::tools::MessageParts m = pi0::tools::message_parts (msg);
+  if (GST_MESSAGE_TYPE (msg) == GST_MESSAGE_ERROR) {
+    g_printerr ("pi0-serve: error from %s: %s\n%s%s", m.source.c_str (), m.message.c_str (),
+                m.debug.c_str (), m.debug.empty () ? "" : "\n");
+    run->status = 1;
+    g_main_loop_quit (run->loop);
+  } else {
+    g_printerr ("pi0-serve: warning from %s: %s\n", m.source.c_str (), m.message.c_str ());
   }
-  g_clear_error (&err);
-  g_free (dbg);
   return TRUE;
 }
 

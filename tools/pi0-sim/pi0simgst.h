@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* The GStreamer pieces that the lock-step loop (pi0simloop.cpp) and the robot's end across a
- * network (pi0simremote.cpp) both use: owning pointers, a pipeline from a launch line, its
- * first bus error, the sim's cameras as the chain's views, a camera frame drawn into a buffer,
- * and a timed push into an appsrc. */
+ * network (pi0simremote.cpp) both use, beside the tools' own (tools/common/pi0gsttools.h): the
+ * sim's cameras as the chain's views, a camera frame drawn into a buffer, and a timed push into
+ * an appsrc. */
 #pragma once
 
+#include "tools/common/pi0gsttools.h"
 #include "sim/pi0simrender.h"
 #include "sim/pi0simworld.h"
 
@@ -12,52 +13,10 @@
 #include <gst/gst.h>
 #include <gst/video/video.h>
 
-#include <memory>
 #include <string>
 
 namespace pi0::sim
 {
-
-template <typename T> struct GstUnref {
-  void operator() (T *p) const { gst_object_unref (p); }
-};
-using ElementPtr = std::unique_ptr<GstElement, GstUnref<GstElement>>;
-
-/* The pipeline of @line, or nullptr with *error = "@what: the parser's message". */
-inline GstElement *
-launch (const std::string &line, const char *what, std::string *error)
-{
-  GError *err = nullptr;
-  GstElement *p = gst_parse_launch (line.c_str (), &err);
-  if (err) {
-    *error = std::string (what) + ": " + err->message;
-    g_error_free (err);
-    if (p)
-      gst_object_unref (p);
-    return nullptr;
-  }
-  return p;
-}
-
-/* The first error on @pipeline's bus, if any, into *error ("element: message (debug)"). */
-inline bool
-bus_error (GstElement *pipeline, std::string *error)
-{
-  GstBus *bus = gst_element_get_bus (pipeline);
-  GstMessage *m = gst_bus_pop_filtered (bus, GST_MESSAGE_ERROR);
-  gst_object_unref (bus);
-  if (!m)
-    return false;
-  GError *err = nullptr;
-  gchar *dbg = nullptr;
-  gst_message_parse_error (m, &err, &dbg);
-  *error = std::string (GST_OBJECT_NAME (GST_MESSAGE_SRC (m))) + ": " + err->message +
-           (dbg ? std::string (" (") + dbg + ")" : "");
-  g_error_free (err);
-  g_free (dbg);
-  gst_message_unref (m);
-  return true;
-}
 
 /* The sim's cameras on the chain's pads, in their order: the overhead camera is the base
  * (main) view, the wrist camera the side (left wrist) one, the front camera the top one. */
@@ -65,8 +24,9 @@ struct Feed {
   const char *pad;
   Camera camera;
 };
-inline constexpr Feed kFeeds[] = {
-    {"main", Camera::Overhead}, {"side", Camera::Wrist}, {"top", Camera::Front}};
+inline constexpr Feed kFeeds[] = {{pi0::kViewNames[0], Camera::Overhead},
+                                  {pi0::kViewNames[1], Camera::Wrist},
+                                  {pi0::kViewNames[2], Camera::Front}};
 
 /* @camera's view of @w as a packed RGB buffer of @width x @height, or nullptr (*error says
  * why). */

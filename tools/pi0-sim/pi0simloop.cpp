@@ -124,7 +124,7 @@ namespace pi0::sim
 namespace
 {
 
-using ClockPtr = std::unique_ptr<Pi0SimClock, GstUnref<Pi0SimClock>>;
+using ClockPtr = tools::ObjectPtr<Pi0SimClock>;
 
 /* The chunks the expert made, by the observation time they answer: the driver fills it before
  * it pushes the observation, the probe on the streaming thread takes from it. */
@@ -315,8 +315,8 @@ private:
               (o_.lossless ? "true" : "false") + " instruction=\"" + instruction + "\"";
     for (const Feed &f : kFeeds) {
       line += std::string (" appsrc name=cam_") + f.pad;
-      if (!o_.overlay.empty () && std::string (f.pad) == "main")
-        line += " ! tee name=maincam ! queue ! mux.main";
+      if (!o_.overlay.empty () && f.camera == Camera::Overhead)
+        line += std::string (" ! tee name=maincam ! queue ! mux.") + f.pad;
       else
         line += std::string (" ! mux.") + f.pad;
     }
@@ -343,10 +343,12 @@ private:
           " ! videoconvert ! pngenc ! multifilesink sync=false async=false location=\"" +
           o_.overlay + "/" + std::to_string (world_.seed ()) + "-%03d.png\"";
     }
-    GstElement *p = launch (line, "the chain", error);
-    if (!p)
+    pipeline_ = tools::launch (line, error);
+    if (!pipeline_) {
+      *error = "the chain: " + *error;
       return false;
-    pipeline_.reset (p);
+    }
+    GstElement *p = pipeline_.get ();
     if (!o_.real_time) {
       clock_.reset (PI0_SIM_CLOCK (g_object_new (PI0_TYPE_SIM_CLOCK, nullptr)));
       gst_pipeline_use_clock (GST_PIPELINE (p), GST_CLOCK (clock_.get ()));
@@ -423,7 +425,7 @@ private:
                                  (GstClockTime)(o_.timeout_s * GST_SECOND)) !=
           GST_STATE_CHANGE_SUCCESS) {
         *error = "the chain did not start playing";
-        bus_error (pipeline_.get (), error);
+        tools::pop_error (pipeline_.get (), error);
         return false;
       }
       playing_ = true;
@@ -473,10 +475,10 @@ private:
       if (gst_element_get_state (cams_[0].get (), &cur, nullptr, 100 * GST_MSECOND) ==
           GST_STATE_CHANGE_FAILURE) {
         *error = "the chain did not start playing";
-        bus_error (pipeline_.get (), error);
+        tools::pop_error (pipeline_.get (), error);
         return false;
       }
-      if (bus_error (pipeline_.get (), error) || timed_out (start, "PLAYING state", error))
+      if (tools::pop_error (pipeline_.get (), error) || timed_out (start, "PLAYING state", error))
         return false;
     }
     GstClock *clock = gst_pipeline_get_clock (GST_PIPELINE (pipeline_.get ()));
@@ -507,7 +509,7 @@ private:
       }
       if (ok)
         tick (now);
-      if (ok && bus_error (pipeline_.get (), error))
+      if (ok && tools::pop_error (pipeline_.get (), error))
         ok = false;
     }
     gst_object_unref (clock);
@@ -529,7 +531,7 @@ private:
         return false;
       if (!push (cams_[i].get (), buf, v)) {
         *error = std::string ("the chain refused the ") + kFeeds[i].pad + " camera's frame";
-        bus_error (pipeline_.get (), error);
+        tools::pop_error (pipeline_.get (), error);
         return false;
       }
     }
@@ -537,7 +539,7 @@ private:
     GstBuffer *sb = gst_buffer_new_memdup (q.data (), q.size () * sizeof (float));
     if (!push (state_.get (), sb, v)) {
       *error = "the chain refused the state";
-      bus_error (pipeline_.get (), error);
+      tools::pop_error (pipeline_.get (), error);
       return false;
     }
     return true;
@@ -580,7 +582,8 @@ private:
         }
         arrivals_.changed.wait_for (lk, std::chrono::milliseconds (20));
       }
-      if (bus_error (pipeline_.get (), error) || timed_out (start, "the policy's answer", error))
+      if (tools::pop_error (pipeline_.get (), error) ||
+          timed_out (start, "the policy's answer", error))
         return false;
     }
   }
@@ -633,7 +636,7 @@ private:
           return true;
         }
       }
-      if (bus_error (pipeline_.get (), error) ||
+      if (tools::pop_error (pipeline_.get (), error) ||
           timed_out (start, "pi0-executing event for the robot's feedback", error))
         return false;
       std::this_thread::sleep_for (std::chrono::microseconds (200));
@@ -678,7 +681,7 @@ private:
           return true;
         }
       }
-      if (bus_error (pipeline_.get (), error) ||
+      if (tools::pop_error (pipeline_.get (), error) ||
           timed_out (start, "action chunk for the observation", error))
         return false;
     }
@@ -697,21 +700,14 @@ private:
         gst_app_src_end_of_stream (GST_APP_SRC (c.get ()));
       gst_app_src_end_of_stream (GST_APP_SRC (state_.get ()));
       GstBus *bus = gst_element_get_bus (pipeline_.get ());
-      GstMessage *m =
+      const tools::MessagePtr m (
           gst_bus_timed_pop_filtered (bus, (GstClockTime)(o_.timeout_s * GST_SECOND),
-                                      (GstMessageType)(GST_MESSAGE_EOS | GST_MESSAGE_ERROR));
+                                      (GstMessageType)(GST_MESSAGE_EOS | GST_MESSAGE_ERROR)));
       gst_object_unref (bus);
-      if (!m) {
+      if (!m)
         *error = "the chain did not finish the episode";
-      } else {
-        if (GST_MESSAGE_TYPE (m) == GST_MESSAGE_ERROR) {
-          GError *err = nullptr;
-          gst_message_parse_error (m, &err, nullptr);
-          *error = std::string ("finishing the episode: ") + err->message;
-          g_error_free (err);
-        }
-        gst_message_unref (m);
-      }
+      else if (GST_MESSAGE_TYPE (m.get ()) == GST_MESSAGE_ERROR)
+        *error = "finishing the episode: " + tools::message_parts (m.get ()).message;
     }
     gst_element_set_state (pipeline_.get (), GST_STATE_NULL);
   }
@@ -720,10 +716,10 @@ private:
   World world_;
   GstClockTime period_;
   ActionSocket socket_;
-  ElementPtr pipeline_;
+  tools::ElementPtr pipeline_;
   ClockPtr clock_;
-  std::vector<ElementPtr> cams_;
-  ElementPtr state_;
+  std::vector<tools::ObjectPtr<GstElement>> cams_;
+  tools::ObjectPtr<GstElement> state_;
   std::unique_ptr<proto::Receiver> rx_;
   ExpertChunks expert_;
   SinkArrivals arrivals_;
@@ -735,8 +731,8 @@ private:
   unsigned feedback_sent_ = 0;                  /* FEEDBACK frames the robot sent */
   std::pair<uint64_t, uint32_t> last_feedback_; /* the last one's chunk and row */
   guint64 dropped_seen_ = 0;                    /* the sink's feedback-dropped, last settled */
-  ElementPtr sink_;                             /* pi0actionsink */
-  ElementPtr policy_;                           /* pi0infer (none with the expert) */
+  tools::ObjectPtr<GstElement> sink_;           /* pi0actionsink */
+  tools::ObjectPtr<GstElement> policy_;         /* pi0infer (none with the expert) */
   unsigned observations_ = 0;
   bool playing_ = false;
   std::vector<Traced> trace_;

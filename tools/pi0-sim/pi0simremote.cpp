@@ -32,13 +32,6 @@ public:
         period_ ((GstClockTime)std::llround (1e9 / o.loop.scene.control_rate))
   {
   }
-  ~RobotEnd ()
-  {
-    if (pipeline_)
-      gst_element_set_state (pipeline_.get (), GST_STATE_NULL);
-    if (clock_)
-      gst_object_unref (clock_);
-  }
 
   bool start (std::string *error)
   {
@@ -52,10 +45,12 @@ public:
               std::to_string (o_.rtp_port + 2 * (int)i) + host;
     line += " appsrc name=state ! rtpgstpay config-interval=1 pt=96 ! udpsink port=" +
             std::to_string (o_.rtp_port + 6) + host;
-    GstElement *p = launch (line, "the robot's cameras", error);
-    if (!p)
+    pipeline_ = tools::launch (line, error);
+    if (!pipeline_) {
+      *error = "the robot's cameras: " + *error;
       return false;
-    pipeline_.reset (p);
+    }
+    GstElement *p = pipeline_.get ();
     const int fps = (int)std::lround (o_.loop.scene.control_rate);
     for (const Feed &f : kFeeds) {
       GstElement *src = gst_bin_get_by_name (GST_BIN (p), (std::string ("cam_") + f.pad).c_str ());
@@ -76,10 +71,10 @@ public:
     if (gst_element_set_state (p, GST_STATE_PLAYING) == GST_STATE_CHANGE_FAILURE ||
         gst_element_get_state (p, nullptr, nullptr, 5 * GST_SECOND) != GST_STATE_CHANGE_SUCCESS) {
       *error = "the robot's cameras did not start";
-      bus_error (pipeline_.get (), error);
+      tools::pop_error (pipeline_.get (), error);
       return false;
     }
-    clock_ = gst_pipeline_get_clock (GST_PIPELINE (p));
+    clock_.reset (gst_pipeline_get_clock (GST_PIPELINE (p)));
     base_ = gst_element_get_base_time (p);
     return true;
   }
@@ -104,7 +99,7 @@ public:
         if (!got_.reject && got_.frame.header.kind == proto::Kind::kAction)
           return true;
       }
-      if (bus_error (pipeline_.get (), error))
+      if (tools::pop_error (pipeline_.get (), error))
         return false;
       if (now () >= give_up) {
         char secs[32];
@@ -154,7 +149,7 @@ public:
       else
         world.hold ();
       trace.push_back ({world.joints (), chunk});
-      if (bus_error (pipeline_.get (), error))
+      if (tools::pop_error (pipeline_.get (), error))
         return false;
     }
     measure_motion (trace, period_ / 1e9, result);
@@ -168,7 +163,7 @@ public:
   }
 
 private:
-  GstClockTime now () const { return gst_clock_get_time (clock_); }
+  GstClockTime now () const { return gst_clock_get_time (clock_.get ()); }
 
   /* One frame, waited for up to @timeout_ms, given to @rx; counts the action chunks. */
   bool take (proto::Receiver &rx, int timeout_ms, EpisodeResult *result)
@@ -242,10 +237,11 @@ private:
   const proto::RobotConfig robot_;
   const GstClockTime period_;
   ActionSocket socket_;
-  ElementPtr pipeline_;
-  std::vector<ElementPtr> cams_;
-  ElementPtr state_;
-  GstClock *clock_ = nullptr;
+  /* Declared before the other GStreamer members, so released after them (set to NULL then). */
+  tools::ElementPtr pipeline_;
+  std::vector<tools::ObjectPtr<GstElement>> cams_;
+  tools::ObjectPtr<GstElement> state_;
+  tools::ObjectPtr<GstClock> clock_;
   GstClockTime base_ = 0;
   std::vector<uint8_t> data_;
   proto::Received got_;

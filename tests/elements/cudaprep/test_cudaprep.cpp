@@ -310,15 +310,15 @@ expect_observation_matches (GstBuffer *buf, const pi0::prep::Format *formats, gu
  * negotiates and each observation's tensor matches the reference of the frames it carries. */
 TEST (CudaPrep, Yuy2ViewThroughViewMux)
 {
-  GError *err = nullptr;
-  ElementPtr pipe (gst_parse_launch (
+  std::string parse_error;
+  ElementPtr pipe = pi0::tools::launch (
       "pi0viewmux name=mux ! cudaprep device=cpu ! appsink name=out sync=false "
       "videotestsrc num-buffers=3 ! "
       "video/x-raw,format=YUY2,width=161,height=121,framerate=30/1,colorimetry=bt601 ! mux.main "
       "videotestsrc num-buffers=3 pattern=smpte100 ! "
       "video/x-raw,format=YV12,width=90,height=67,framerate=30/1,colorimetry=bt709 ! mux.side",
-      &err));
-  ASSERT_EQ (err, nullptr) << err->message;
+      &parse_error);
+  ASSERT_TRUE (pipe) << parse_error;
   ObjectPtr<GstElement> sink (gst_bin_get_by_name (GST_BIN (pipe.get ()), "out"));
   ASSERT_NE (gst_element_set_state (pipe.get (), GST_STATE_PLAYING), GST_STATE_CHANGE_FAILURE);
   const pi0::prep::Format formats[] = {pi0::prep::Format::YUY2, pi0::prep::Format::YV12};
@@ -355,11 +355,10 @@ run_one_camera (const char *caps, pi0::prep::Format format, const pi0::prep::Par
       "pi0viewmux name=mux ! cudaprep device=cpu width=" + std::to_string (p.out_width) +
       " height=" + std::to_string (p.out_height) +
       " ! appsink name=out sync=false videotestsrc num-buffers=2 ! " + caps + " ! mux.main";
-  GError *err = nullptr;
-  ElementPtr pipe (gst_parse_launch (desc.c_str (), &err));
-  if (err) {
-    ADD_FAILURE () << err->message;
-    g_error_free (err);
+  std::string parse_error;
+  ElementPtr pipe = pi0::tools::launch (desc, &parse_error);
+  if (!pipe) {
+    ADD_FAILURE () << parse_error;
     return -1;
   }
   ObjectPtr<GstElement> sink (gst_bin_get_by_name (GST_BIN (pipe.get ()), "out"));

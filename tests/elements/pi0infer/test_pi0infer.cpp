@@ -964,9 +964,9 @@ TEST (Pi0Infer, CheckpointPipelineLineRuns)
   ASSERT_NE (at, std::string::npos);
   line.replace (at, strlen ("/tmp/pi0-tiny"), ck);
 
-  GError *err = nullptr;
-  ElementPtr pipe (gst_parse_launch (line.c_str (), &err));
-  ASSERT_EQ (err, nullptr) << err->message;
+  std::string parse_error;
+  ElementPtr pipe = pi0::tools::launch (line, &parse_error);
+  ASSERT_TRUE (pipe) << parse_error;
   SinkCounts counts;
   watch_sinks (pipe.get (), &counts);
   ASSERT_NE (gst_element_set_state (pipe.get (), GST_STATE_PLAYING), GST_STATE_CHANGE_FAILURE);

@@ -23,9 +23,9 @@ TEST (Pi0LeRobotSink, RefusesToStartWithoutLocationOrActionSink)
   for (const char *desc :
        {"videotestsrc num-buffers=1 ! fakesink pi0lerobotsink name=d action-sink=robot",
         "fakesrc num-buffers=0 ! fakesink pi0lerobotsink name=d location=/tmp/pi0-lerobot-never"}) {
-    GError *err = nullptr;
-    ElementPtr pipe (gst_parse_launch (desc, &err));
-    ASSERT_EQ (err, nullptr);
+    std::string parse_error;
+    ElementPtr pipe = pi0::tools::launch (desc, &parse_error);
+    ASSERT_TRUE (pipe) << parse_error;
     EXPECT_EQ (gst_element_set_state (pipe.get (), GST_STATE_PAUSED), GST_STATE_CHANGE_FAILURE);
     GstBus *bus = gst_element_get_bus (pipe.get ());
     MessagePtr m (gst_bus_pop_filtered (bus, GST_MESSAGE_ERROR));
@@ -45,9 +45,9 @@ TEST (Pi0LeRobotSink, RefusesAnActionSinkThatDrivesNoRobot)
       "fakesrc num-buffers=0 ! pi0actionsink name=robot mode=log target=stdout "
       "pi0lerobotsink name=rec action-sink=robot location=" +
       d.path + "/ds";
-  GError *err = nullptr;
-  ElementPtr pipe (gst_parse_launch (desc.c_str (), &err));
-  ASSERT_EQ (err, nullptr) << err->message;
+  std::string parse_error;
+  ElementPtr pipe = pi0::tools::launch (desc, &parse_error);
+  ASSERT_TRUE (pipe) << parse_error;
   EXPECT_EQ (gst_element_set_state (pipe.get (), GST_STATE_PAUSED), GST_STATE_CHANGE_FAILURE);
   GstBus *bus = gst_element_get_bus (pipe.get ());
   MessagePtr m (gst_bus_pop_filtered (bus, GST_MESSAGE_ERROR));
@@ -71,9 +71,9 @@ TEST (Pi0LeRobotSink, RefusesABaseCameraAtAFractionalRateUnlessFpsIsSet)
         d.path + "/ds" + (with_fps ? " fps=30" : "") +
         " fakesrc num-buffers=0 ! pi0actionsink name=robot allow-unlimited=true "
         "target=file:///dev/null";
-    GError *err = nullptr;
-    ElementPtr pipe (gst_parse_launch (desc.c_str (), &err));
-    ASSERT_EQ (err, nullptr) << err->message;
+    std::string parse_error;
+    ElementPtr pipe = pi0::tools::launch (desc, &parse_error);
+    ASSERT_TRUE (pipe) << parse_error;
     gst_element_set_state (pipe.get (), GST_STATE_PLAYING);
     GstBus *bus = gst_element_get_bus (pipe.get ());
     MessagePtr m (gst_bus_timed_pop_filtered (
@@ -123,9 +123,9 @@ TEST (Pi0LeRobotSink, AGapIsCountedPostedAndKeptOrSplitAsAsked)
         rec + " gap-action=" + action +
         " fakesrc num-buffers=0 ! pi0actionsink name=robot allow-unlimited=true "
         "target=file:///dev/null";
-    GError *err = nullptr;
-    ElementPtr pipe (gst_parse_launch (line.c_str (), &err));
-    ASSERT_EQ (err, nullptr) << err->message;
+    std::string parse_error;
+    ElementPtr pipe = pi0::tools::launch (line, &parse_error);
+    ASSERT_TRUE (pipe) << parse_error;
     ObjectPtr<GstElement> cut (by_name (pipe.get (), "cut")), sink (by_name (pipe.get (), "rec"));
     ObjectPtr<GstPad> cp (gst_element_get_static_pad (cut.get (), "src"));
     gst_pad_add_probe (cp.get (), GST_PAD_PROBE_TYPE_BUFFER, drop_four_frames, nullptr, nullptr);
@@ -189,9 +189,9 @@ TEST (Pi0LeRobotSink, ARecordingFailureStopsTheRecordingNotThePipelineUnlessAske
         (fail ? "true" : "false") +
         " fakesrc num-buffers=0 ! pi0actionsink name=robot allow-unlimited=true "
         "target=file:///dev/null";
-    GError *err = nullptr;
-    ElementPtr pipe (gst_parse_launch (line.c_str (), &err));
-    ASSERT_EQ (err, nullptr) << err->message;
+    std::string parse_error;
+    ElementPtr pipe = pi0::tools::launch (line, &parse_error);
+    ASSERT_TRUE (pipe) << parse_error;
     ObjectPtr<GstBus> bus (gst_element_get_bus (pipe.get ()));
     ASSERT_NE (gst_element_set_state (pipe.get (), GST_STATE_PLAYING), GST_STATE_CHANGE_FAILURE);
     std::string warning;

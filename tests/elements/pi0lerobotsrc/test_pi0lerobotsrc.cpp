@@ -101,13 +101,13 @@ TEST (Pi0LeRobotSrc, PlaysEveryEpisodeOfDatasetsLeRobotWrote)
       SCOPED_TRACE (e);
       const std::string dump = dir.path + "/" + codec + "-played/" + std::to_string (e);
       fs::create_directories (dump);
-      GError *err = nullptr;
       const std::string line =
           "pi0lerobotsrc name=ds location=" + root + " episode=" + std::to_string (e) +
           " ds.main ! video/x-raw,format=I420 ! filesink location=" + dump +
           "/main.yuv ds.state ! filesink location=" + dump + "/state.f32";
-      ElementPtr pipe (gst_parse_launch (line.c_str (), &err));
-      ASSERT_EQ (err, nullptr) << err->message;
+      std::string parse_error;
+      ElementPtr pipe = pi0::tools::launch (line, &parse_error);
+      ASSERT_TRUE (pipe) << parse_error;
       ASSERT_EQ (gst_element_set_state (pipe.get (), GST_STATE_PLAYING),
                  GST_STATE_CHANGE_ASYNC);
       EXPECT_EQ (run_to_eos (pipe.get (), 60), "") << "every episode ends, the last and the others";
@@ -124,9 +124,9 @@ TEST (Pi0LeRobotSrc, PlaysEveryEpisodeOfDatasetsLeRobotWrote)
       const std::string line = "pi0lerobotsrc name=ds location=" + root +
                                " episode=" + std::to_string (k % 3) +
                                " ds.main ! fakesink ds.state ! fakesink";
-      GError *err = nullptr;
-      ElementPtr pipe (gst_parse_launch (line.c_str (), &err));
-      ASSERT_EQ (err, nullptr) << err->message;
+      std::string parse_error;
+      ElementPtr pipe = pi0::tools::launch (line, &parse_error);
+      ASSERT_TRUE (pipe) << parse_error;
       gst_element_set_state (pipe.get (), GST_STATE_PLAYING);
       const std::string ended = run_to_eos (pipe.get (), 60);
       gst_element_set_state (pipe.get (), GST_STATE_NULL);
@@ -236,16 +236,13 @@ play_with_fake_decoder (const std::string &root, guint episode, int *frames)
 {
   GstPluginFeature *f = GST_PLUGIN_FEATURE (gst_element_factory_find ("pi0testfakeav1dec"));
   gst_plugin_feature_set_rank (f, GST_RANK_PRIMARY + 1000);
-  GError *err = nullptr;
   const std::string line = "pi0lerobotsrc name=ds location=" + root +
                            " episode=" + std::to_string (episode) +
                            " ds.main ! fakesink name=v signal-handoffs=true ds.state ! fakesink";
-  ElementPtr pipe (gst_parse_launch (line.c_str (), &err));
-  if (err) {
-    std::string m = err->message;
-    g_error_free (err);
-    return m;
-  }
+  std::string parse_error;
+  ElementPtr pipe = pi0::tools::launch (line, &parse_error);
+  if (!pipe)
+    return parse_error;
   *frames = 0;
   ObjectPtr<GstElement> v (by_name (pipe.get (), "v"));
   g_signal_connect (
@@ -335,12 +332,12 @@ TEST (Pi0LeRobotSrc, HostileDatasetsGiveErrorsNamingTheFieldNeverAbortsOrHangs)
     const std::string name = c["name"].get<std::string> ();
     const std::string expect = c["expect"].get<std::string> ();
     SCOPED_TRACE (name);
-    GError *gerr = nullptr;
     const std::string line = "pi0lerobotsrc name=ds location=" + cases_dir + "/" + name +
                              " episode=" + std::to_string (c["episode"].get<int> ()) +
                              " ds.main ! fakesink ds.state ! fakesink";
-    ElementPtr pipe (gst_parse_launch (line.c_str (), &gerr));
-    ASSERT_EQ (gerr, nullptr) << gerr->message;
+    std::string parse_error;
+    ElementPtr pipe = pi0::tools::launch (line, &parse_error);
+    ASSERT_TRUE (pipe) << parse_error;
     std::string result;
     if (gst_element_set_state (pipe.get (), GST_STATE_PLAYING) == GST_STATE_CHANGE_FAILURE) {
       ObjectPtr<GstBus> bus (gst_element_get_bus (pipe.get ()));

@@ -12,11 +12,11 @@ TEST (Pi0ServeSink, SinkAnswersErrorsForObservationsWithoutActions)
    * so instead of waiting forever. */
   if (!have_openpi_client ())
     GTEST_SKIP () << "no .venv with openpi-client";
-  GError *err = nullptr;
-  ElementPtr pipe (gst_parse_launch ("pi0servesrc port=0 server=noactions ! cudaprep width=32 "
-                                     "height=32 ! pi0servesink name=sink",
-                                     &err));
-  ASSERT_EQ (err, nullptr);
+  std::string parse_error;
+  ElementPtr pipe = pi0::tools::launch ("pi0servesrc port=0 server=noactions ! cudaprep width=32 "
+                                        "height=32 ! pi0servesink name=sink",
+                                        &parse_error);
+  ASSERT_TRUE (pipe) << parse_error;
   ASSERT_NE (gst_element_set_state (pipe.get (), GST_STATE_PLAYING), GST_STATE_CHANGE_FAILURE);
   gst_element_get_state (pipe.get (), nullptr, nullptr, 10 * GST_SECOND);
   ObjectPtr<GstElement> src (find_factory (pipe.get (), "pi0servesrc"));

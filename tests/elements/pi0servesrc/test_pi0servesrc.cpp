@@ -20,19 +20,19 @@ TEST (Pi0ServeSrc, StartErrorsSayWhatIsWrong)
   };
   for (const auto &c : cases) {
     std::string line = std::string ("pi0servesrc port=0 ") + c.props + " ! fakesink";
-    GError *err = nullptr;
-    ElementPtr pipe (gst_parse_launch (line.c_str (), &err));
-    ASSERT_EQ (err, nullptr) << line;
+    std::string parse_error;
+    ElementPtr pipe = pi0::tools::launch (line, &parse_error);
+    ASSERT_TRUE (pipe) << line << ": " << parse_error;
     EXPECT_EQ (gst_element_set_state (pipe.get (), GST_STATE_PLAYING), GST_STATE_CHANGE_FAILURE)
         << line;
     std::string e = bus_error (pipe.get ());
     EXPECT_NE (e.find (c.expect), std::string::npos) << line << " -> " << e;
   }
   /* Two sources with one server name: the second says so. */
-  GError *err = nullptr;
-  ElementPtr pipe (
-      gst_parse_launch ("pi0servesrc port=0 ! fakesink pi0servesrc port=0 ! fakesink", &err));
-  ASSERT_EQ (err, nullptr);
+  std::string parse_error;
+  ElementPtr pipe = pi0::tools::launch (
+      "pi0servesrc port=0 ! fakesink pi0servesrc port=0 ! fakesink", &parse_error);
+  ASSERT_TRUE (pipe) << parse_error;
   EXPECT_EQ (gst_element_set_state (pipe.get (), GST_STATE_PLAYING), GST_STATE_CHANGE_FAILURE);
   EXPECT_NE (bus_error (pipe.get ()).find ("already running"), std::string::npos);
 }

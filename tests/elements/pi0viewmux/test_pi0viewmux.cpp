@@ -780,17 +780,17 @@ TEST (Pi0ViewMux, PadReleasedWhilePlaying)
 /* The README's and the docs' gst-launch line, shortened: meta on every observation. */
 TEST (Pi0ViewMux, LaunchLineWithTestSources)
 {
-  GError *err = nullptr;
-  ElementPtr pipe (
-      gst_parse_launch ("pi0viewmux name=mux ! appsink name=out sync=false "
-                        "videotestsrc num-buffers=12 ! "
-                        "video/x-raw,format=RGB,width=64,height=48,framerate=30/1 ! mux.main "
-                        "videotestsrc num-buffers=6 pattern=ball ! "
-                        "video/x-raw,format=NV12,width=32,height=24,framerate=15/1 ! mux.side "
-                        "videotestsrc num-buffers=4 pattern=smpte ! "
-                        "video/x-raw,format=I420,width=40,height=30,framerate=10/1 ! mux.top",
-                        &err));
-  ASSERT_EQ (err, nullptr) << err->message;
+  std::string parse_error;
+  ElementPtr pipe =
+      pi0::tools::launch ("pi0viewmux name=mux ! appsink name=out sync=false "
+                          "videotestsrc num-buffers=12 ! "
+                          "video/x-raw,format=RGB,width=64,height=48,framerate=30/1 ! mux.main "
+                          "videotestsrc num-buffers=6 pattern=ball ! "
+                          "video/x-raw,format=NV12,width=32,height=24,framerate=15/1 ! mux.side "
+                          "videotestsrc num-buffers=4 pattern=smpte ! "
+                          "video/x-raw,format=I420,width=40,height=30,framerate=10/1 ! mux.top",
+                          &parse_error);
+  ASSERT_TRUE (pipe) << parse_error;
   GstElement *sink = gst_bin_get_by_name (GST_BIN (pipe.get ()), "out");
   ASSERT_EQ (gst_element_set_state (pipe.get (), GST_STATE_PLAYING), GST_STATE_CHANGE_ASYNC);
   int n = 0;
@@ -1376,12 +1376,12 @@ TEST (Pi0ViewMux, NegotiationErrorsInLaunchLines)
   };
   for (const auto &c : cases) {
     SCOPED_TRACE (c.caps);
-    GError *err = nullptr;
-    ElementPtr pipe (gst_parse_launch ((std::string ("pi0viewmux name=mux ! fakesink ") +
-                                        good_main + "appsrc name=src format=time ! mux." + c.pad)
-                                           .c_str (),
-                                       &err));
-    ASSERT_EQ (err, nullptr) << err->message;
+    std::string parse_error;
+    ElementPtr pipe =
+        pi0::tools::launch (std::string ("pi0viewmux name=mux ! fakesink ") + good_main +
+                                "appsrc name=src format=time ! mux." + c.pad,
+                            &parse_error);
+    ASSERT_TRUE (pipe) << parse_error;
     GstElement *src = gst_bin_get_by_name (GST_BIN (pipe.get ()), "src");
     GstElement *mux = gst_bin_get_by_name (GST_BIN (pipe.get ()), "mux");
     gst_util_set_object_arg (G_OBJECT (src), "caps", c.caps);

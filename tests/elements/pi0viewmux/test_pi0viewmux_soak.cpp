@@ -34,9 +34,9 @@ TEST_P (Pi0ViewMuxSoak, PlayingNullCyclesLeakNothing)
       src + " ! video/x-raw,format=RGB,width=32,height=24,framerate=30/1 ! mux.main " + src +
       " pattern=ball ! video/x-raw,format=NV12,width=16,height=12,framerate=15/1 ! mux.side " +
       src + " pattern=smpte ! video/x-raw,format=I420,width=20,height=14,framerate=10/1 ! mux.top";
-  GError *err = nullptr;
-  ElementPtr pipe (gst_parse_launch (launch.c_str (), &err));
-  ASSERT_EQ (err, nullptr) << err->message;
+  std::string parse_error;
+  ElementPtr pipe = pi0::tools::launch (launch, &parse_error);
+  ASSERT_TRUE (pipe) << parse_error;
   GstElement *sink = gst_bin_get_by_name (GST_BIN (pipe.get ()), "out");
   Counter c;
   g_signal_connect (sink, "handoff", G_CALLBACK (on_handoff), &c);

@@ -319,13 +319,13 @@ TEST (Pi0Meta, ObservationCapsNameTheViewsAndTheBase)
 /* All three metas go through tee, queue and a buffer copy unchanged. */
 TEST (Pi0Meta, SurvivesTeeQueueAndCopy)
 {
-  GError *err = nullptr;
-  ElementPtr pipe (
-      gst_parse_launch ("appsrc name=src format=time caps=application/x-pi0-observation ! "
-                        "tee name=t ! queue ! appsink name=a sync=false "
-                        "t. ! queue ! identity ! appsink name=b sync=false",
-                        &err));
-  ASSERT_EQ (err, nullptr) << err->message;
+  std::string parse_error;
+  ElementPtr pipe =
+      pi0::tools::launch ("appsrc name=src format=time caps=application/x-pi0-observation ! "
+                          "tee name=t ! queue ! appsink name=a sync=false "
+                          "t. ! queue ! identity ! appsink name=b sync=false",
+                          &parse_error);
+  ASSERT_TRUE (pipe) << parse_error;
   GstElement *src = gst_bin_get_by_name (GST_BIN (pipe.get ()), "src");
   GstElement *sinks[2] = {gst_bin_get_by_name (GST_BIN (pipe.get ()), "a"),
                           gst_bin_get_by_name (GST_BIN (pipe.get ()), "b")};
@@ -360,15 +360,15 @@ TEST (Pi0Meta, SurvivesTeeQueueAndCopy)
 /* The pad-probe example of docs/meta.md compiles (it is part of this binary) and works. */
 TEST (Pi0Meta, DocsProbeExampleRuns)
 {
-  GError *err = nullptr;
-  ElementPtr pipe (
-      gst_parse_launch ("pi0viewmux name=mux max-staleness=50000000 ! fakesink name=out sync=false "
-                        "videotestsrc num-buffers=10 ! "
-                        "video/x-raw,format=RGB,width=32,height=24,framerate=30/1 ! mux.main "
-                        "videotestsrc num-buffers=2 ! "
-                        "video/x-raw,format=GRAY8,width=16,height=12,framerate=30/1 ! mux.side",
-                        &err));
-  ASSERT_EQ (err, nullptr) << err->message;
+  std::string parse_error;
+  ElementPtr pipe = pi0::tools::launch (
+      "pi0viewmux name=mux max-staleness=50000000 ! fakesink name=out sync=false "
+      "videotestsrc num-buffers=10 ! "
+      "video/x-raw,format=RGB,width=32,height=24,framerate=30/1 ! mux.main "
+      "videotestsrc num-buffers=2 ! "
+      "video/x-raw,format=GRAY8,width=16,height=12,framerate=30/1 ! mux.side",
+      &parse_error);
+  ASSERT_TRUE (pipe) << parse_error;
   GstElement *mux = gst_bin_get_by_name (GST_BIN (pipe.get ()), "mux");
   GstPad *pad = gst_element_get_static_pad (mux, "src");
   Pi0ProbeCounts counts = {};
