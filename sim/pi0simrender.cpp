@@ -1,12 +1,13 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #include "sim/pi0simrender.h"
 
+#include "common/pi0cairo.h"
+
 #include <cairo.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <memory>
 #include <vector>
 
 namespace pi0::sim
@@ -276,17 +277,8 @@ draw_front (cairo_t *cr, const World &w, int width, int height)
   line3 (cr, cam, {p[3].x, p[3].y, h}, {p[3].x, p[3].y, 0.015}, 0.015);
 }
 
-struct SurfaceDeleter {
-  void operator() (cairo_surface_t *s) const { cairo_surface_destroy (s); }
-};
-struct ContextDeleter {
-  void operator() (cairo_t *c) const { cairo_destroy (c); }
-};
-using Surface = std::unique_ptr<cairo_surface_t, SurfaceDeleter>;
-using Context = std::unique_ptr<cairo_t, ContextDeleter>;
-
 /* @camera's view in a new cairo image surface; null (with *error) on failure. */
-Surface
+CairoSurfacePtr
 draw (const World &w, Camera camera, int width, int height, std::string *error)
 {
   if (width < 16 || height < 16 || width > 4096 || height > 4096) {
@@ -294,13 +286,13 @@ draw (const World &w, Camera camera, int width, int height, std::string *error)
              " is out of range (16 to 4096)";
     return nullptr;
   }
-  Surface surface (cairo_image_surface_create (CAIRO_FORMAT_RGB24, width, height));
+  CairoSurfacePtr surface (cairo_image_surface_create (CAIRO_FORMAT_RGB24, width, height));
   if (cairo_surface_status (surface.get ()) != CAIRO_STATUS_SUCCESS) {
     *error =
         std::string ("cairo: ") + cairo_status_to_string (cairo_surface_status (surface.get ()));
     return nullptr;
   }
-  Context cr (cairo_create (surface.get ()));
+  CairoPtr cr (cairo_create (surface.get ()));
   switch (camera) {
     case Camera::Overhead:
       draw_overhead (cr.get (), w, width, height);
@@ -355,7 +347,7 @@ render (const World &world, Camera camera, int width, int height, uint8_t *rgb, 
     *error = "stride " + std::to_string (stride) + " is under 3 x width";
     return false;
   }
-  Surface s = draw (world, camera, width, height, error);
+  CairoSurfacePtr s = draw (world, camera, width, height, error);
   if (!s)
     return false;
   const uint8_t *data = cairo_image_surface_get_data (s.get ());
@@ -377,7 +369,7 @@ bool
 write_png (const World &world, Camera camera, int width, int height, const std::string &path,
            std::string *error)
 {
-  Surface s = draw (world, camera, width, height, error);
+  CairoSurfacePtr s = draw (world, camera, width, height, error);
   if (!s)
     return false;
   const cairo_status_t st = cairo_surface_write_to_png (s.get (), path.c_str ());

@@ -1,28 +1,20 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #include "gst/overlay/pi0overlaydraw.h"
 
+#include "common/pi0cairo.h"
+
 #include <cairo.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
-#include <memory>
 
 namespace pi0::overlay
 {
 
 namespace
 {
-
-struct SurfaceDeleter {
-  void operator() (cairo_surface_t *s) const { cairo_surface_destroy (s); }
-};
-struct CairoDeleter {
-  void operator() (cairo_t *c) const { cairo_destroy (c); }
-};
-using SurfacePtr = std::unique_ptr<cairo_surface_t, SurfaceDeleter>;
-using CairoPtr = std::unique_ptr<cairo_t, CairoDeleter>;
 
 /* Eight colours that stay apart on camera images (and from each other). */
 const double kPalette[8][3] = {{1.0, 0.85, 0.1}, {0.2, 0.9, 1.0},  {1.0, 0.35, 0.8},
@@ -40,7 +32,7 @@ row_finite (const Chunk &c, unsigned r)
 
 /* A cairo context on the frame, or null with *error. */
 CairoPtr
-open_frame (uint8_t *data, int width, int height, int stride, bool alpha, SurfacePtr *surface,
+open_frame (uint8_t *data, int width, int height, int stride, bool alpha, CairoSurfacePtr *surface,
             std::string *error)
 {
   const cairo_format_t fmt = alpha ? CAIRO_FORMAT_ARGB32 : CAIRO_FORMAT_RGB24;
@@ -62,7 +54,7 @@ open_frame (uint8_t *data, int width, int height, int stride, bool alpha, Surfac
 }
 
 bool
-close_frame (CairoPtr cr, SurfacePtr surface, std::string *error)
+close_frame (CairoPtr cr, CairoSurfacePtr surface, std::string *error)
 {
   const cairo_status_t st = cairo_status (cr.get ());
   cr.reset ();
@@ -118,7 +110,7 @@ bool
 draw_plot (uint8_t *data, int width, int height, int stride, bool alpha, const Chunk &chunk,
            const Style &style, std::string *error)
 {
-  SurfacePtr surface;
+  CairoSurfacePtr surface;
   CairoPtr cr = open_frame (data, width, height, stride, alpha, &surface, error);
   if (!cr)
     return false;
@@ -184,7 +176,7 @@ draw_planar (uint8_t *data, int width, int height, int stride, bool alpha, const
              std::to_string (style.links.size ());
     return false;
   }
-  SurfacePtr surface;
+  CairoSurfacePtr surface;
   CairoPtr cr = open_frame (data, width, height, stride, alpha, &surface, error);
   if (!cr)
     return false;

@@ -6,6 +6,7 @@
 #include <glib.h>
 #include <gtest/gtest.h>
 
+#include "common/pi0cairo.h"
 #include "sim/pi0simrender.h"
 #include "sim/pi0simworld.h"
 #include "tests/pi0testrun.h"
@@ -231,7 +232,8 @@ TEST (Pi0Sim, TheOverlayDrawsThePlanAndChangesNoEpisode)
   EXPECT_EQ (pngs, ticks) << "one per observation";
   /* The plan's line is yellow, which nothing in the scene is. */
   auto yellow = [] (const std::string &png, std::vector<uint8_t> *rgb) {
-    cairo_surface_t *s = cairo_image_surface_create_from_png (png.c_str ());
+    const pi0::CairoSurfacePtr surface (cairo_image_surface_create_from_png (png.c_str ()));
+    cairo_surface_t *s = surface.get ();
     EXPECT_EQ (cairo_surface_status (s), CAIRO_STATUS_SUCCESS) << png;
     cairo_surface_flush (s);
     const int w = cairo_image_surface_get_width (s), h = cairo_image_surface_get_height (s);
@@ -245,7 +247,6 @@ TEST (Pi0Sim, TheOverlayDrawsThePlanAndChangesNoEpisode)
         rgb->insert (rgb->end (), {p[2], p[1], p[0]});
         n += p[2] > 200 && p[1] > 170 && p[0] < 90;
       }
-    cairo_surface_destroy (s);
     return n;
   };
   std::vector<uint8_t> f0, f4;
