@@ -1,11 +1,11 @@
-// Helpers shared by tests/test_io_*.cpp: a temporary directory, raw file I/O and the Python
-// oracle (tests/io_oracle.py run with the project's .venv).
+// Helpers shared by tests/test_io_*.cpp: raw file I/O and the Python oracle
+// (tests/io_oracle.py run with the project's .venv); the temporary directory and the paths are
+// tests/pi0testenv.h's.
 #pragma once
 
 #include <array>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -15,31 +15,10 @@
 #include <sys/wait.h>
 
 #include "inference/io/pi0error.h"
+#include "tests/pi0testenv.h"
 
 namespace pi0test
 {
-
-class TempDir
-{
-public:
-  TempDir ()
-  {
-    std::string tmpl = (std::filesystem::temp_directory_path () / "pi0io-XXXXXX").string ();
-    if (!mkdtemp (tmpl.data ()))
-      throw std::runtime_error ("mkdtemp failed");
-    path_ = tmpl;
-  }
-  ~TempDir ()
-  {
-    std::error_code ec;
-    std::filesystem::remove_all (path_, ec);
-  }
-  std::string file (const std::string &name) const { return (path_ / name).string (); }
-  const std::filesystem::path &path () const { return path_; }
-
-private:
-  std::filesystem::path path_;
-};
 
 inline void
 write_bytes (const std::string &path, const std::string &bytes)
@@ -59,23 +38,11 @@ read_bytes (const std::string &path)
   return s.str ();
 }
 
-inline std::string
-source_root ()
-{
-  const char *root = std::getenv ("PI0_SOURCE_ROOT");
-  return root ? root : ".";
-}
-
-inline std::string
-venv_python ()
-{
-  return source_root () + "/.venv/bin/python";
-}
-
+/* The tests that need .venv's Python skip without it (PI0_REQUIRE_PYTHON). */
 inline bool
 have_python ()
 {
-  return std::filesystem::exists (venv_python ());
+  return !venv_python ().empty ();
 }
 
 inline std::string
@@ -111,7 +78,8 @@ run_oracle (const std::vector<std::string> &args, std::string *out)
 #define PI0_REQUIRE_PYTHON()                                                                       \
   do {                                                                                             \
     if (!pi0test::have_python ())                                                                  \
-      GTEST_SKIP () << "no " << pi0test::venv_python () << " (run scripts/setup.sh)";              \
+      GTEST_SKIP () << "no " << pi0test::source_root () << "/.venv/bin/python"                     \
+                    << " (run scripts/setup.sh)";                                                  \
   } while (0)
 
 // Expects `fn` to throw pi0::Error whose message contains every one of `parts`.

@@ -4,7 +4,11 @@
 /* Launch lines as a user runs them, for the tests that run pipelines/ (test_pipelines,
  * test_serve): a line expanded by bash exactly as `eval gst-launch-1.0 "$line"` would
  * (variables, quotes, arithmetic), parsed with gst_parse_launchv() as gst-launch-1.0 does, and
- * the elements of the pipeline found by factory. Needs gio (the bash subprocess). */
+ * the elements of the pipeline found by factory. Needs gio (the bash subprocess). Lines run in
+ * the source tree (source_root(), tests/pi0testenv.h). */
+
+#include "tests/pi0testenv.h"
+#include "tools/common/pi0launchline.h"
 
 #include <gio/gio.h>
 #include <gst/gst.h>
@@ -20,12 +24,15 @@ namespace pi0test
 /* Variables a line refers to ($ROBOT_PORT...), set in bash's environment. */
 using LineVars = std::map<std::string, std::string>;
 
-/* The source tree ($PI0_SOURCE_ROOT, set by meson test), where lines run. */
+/* pipelines/@name.txt as one line without its comments (pi0::tools::read_launch_line, as
+ * pipelines/run.sh reads it); "" when it cannot be read. */
 inline std::string
-source_root ()
+pipeline_line (const std::string &name)
 {
-  const char *root = g_getenv ("PI0_SOURCE_ROOT");
-  return root ? root : ".";
+  std::string line, error;
+  if (!pi0::tools::read_launch_line (source_root () + "/pipelines/" + name + ".txt", &line, &error))
+    return "";
+  return line;
 }
 
 /* argv as bash gives it to gst-launch-1.0 after `eval gst-launch-1.0 "$line"`, with @vars in the

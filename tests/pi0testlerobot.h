@@ -6,6 +6,7 @@
 #include "common/pi0json.h"
 #include "lerobot/pi0lerobot.h"
 #include "tests/pi0testgst.h"
+#include "tests/pi0testlaunch.h"
 #include "tests/pi0testrun.h"
 #include "tests/pi0testsink.h"
 
@@ -23,36 +24,6 @@ namespace pi0test::lerobot
 {
 
 namespace fs = std::filesystem;
-
-inline std::string
-source_root ()
-{
-  const char *r = g_getenv ("PI0_SOURCE_ROOT");
-  return r ? r : ".";
-}
-
-inline std::string
-build_root ()
-{
-  const char *r = g_getenv ("PI0_BUILD_ROOT");
-  return r ? r : "build";
-}
-
-/* A temporary directory, removed with everything in it. */
-struct Dir {
-  std::string path;
-  Dir ()
-  {
-    gchar *p = g_dir_make_tmp ("pi0lerobot-XXXXXX", nullptr);
-    path = p;
-    g_free (p);
-  }
-  ~Dir ()
-  {
-    std::error_code ec;
-    fs::remove_all (path, ec);
-  }
-};
 
 /* Runs @argv, returns its exit status; its output (bytes, with stderr unless @merge is false)
  * goes to *out. */
@@ -97,49 +68,6 @@ python_env (const std::string &dir)
   return {{"HF_HUB_OFFLINE", "1"},
           {"HF_DATASETS_CACHE", dir + "/hf-datasets"},
           {"HF_HOME", dir + "/hf-home"}};
-}
-
-inline std::string
-pipeline_line (const std::string &name)
-{
-  std::ifstream in (source_root () + "/pipelines/" + name + ".txt");
-  std::string l, line;
-  while (std::getline (in, l))
-    if (!l.empty () && l[0] != '#')
-      line += l + " ";
-  return line;
-}
-
-/* The line expanded by bash with @vars, parsed as gst-launch-1.0 does. */
-inline GstElement *
-launch_line (const std::string &name, const std::map<std::string, std::string> &vars)
-{
-  std::map<std::string, std::string> env = vars;
-  env["PI0_LINE"] = pipeline_line (name);
-  std::string out;
-  const int st =
-      run ({"bash", "-c", "eval \"set -- $PI0_LINE\" && printf '%s\\0' \"$@\""}, &out, env);
-  if (st != 0) {
-    ADD_FAILURE () << "cannot expand " << name << ": " << out;
-    return nullptr;
-  }
-  std::vector<std::string> args;
-  for (size_t i = 0; i < out.size ();) {
-    std::string a (out.c_str () + i);
-    i += a.size () + 1;
-    args.push_back (a);
-  }
-  std::vector<const gchar *> argv;
-  for (auto &a : args)
-    argv.push_back (a.c_str ());
-  argv.push_back (nullptr);
-  GError *err = nullptr;
-  GstElement *p = gst_parse_launchv (argv.data (), &err);
-  if (err) {
-    ADD_FAILURE () << "cannot parse " << name << ": " << err->message;
-    g_clear_error (&err);
-  }
-  return p;
 }
 
 /* Waits (bounded) until @pred holds or the pipeline posts an error. */

@@ -1,7 +1,7 @@
-/* Shared helpers of the model tests: a seeded pi0-tiny, seeded inputs, error metrics. */
+/* Shared helpers of the model tests: a seeded pi0-tiny, seeded inputs, error metrics (the paths
+ * and the temporary directory are tests/pi0testenv.h's). */
 #pragma once
 
-#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -14,6 +14,7 @@
 #include "inference/model/pi0config.h"
 #include "inference/model/pi0model.h"
 #include "inference/model/pi0policy.h"
+#include "tests/pi0testenv.h"
 
 namespace pi0test
 {
@@ -80,36 +81,5 @@ max_abs (const at::Tensor &a, const at::Tensor &b)
 {
   return (a.to (at::kDouble).cpu () - b.to (at::kDouble).cpu ()).abs ().max ().item<double> ();
 }
-
-inline std::string
-source_root ()
-{
-  const char *s = std::getenv ("PI0_SOURCE_ROOT");
-  return s ? s : ".";
-}
-
-inline std::string
-build_root ()
-{
-  const char *s = std::getenv ("PI0_BUILD_ROOT");
-  return s ? s : ".";
-}
-
-/* A fresh directory under the system temp dir, removed by the destructor. */
-struct TempDir {
-  std::string path;
-  TempDir ()
-  {
-    char tmpl[] = "/tmp/pi0-model-test-XXXXXX";
-    const char *p = mkdtemp (tmpl);
-    path = p ? p : "";
-  }
-  ~TempDir ()
-  {
-    if (!path.empty ())
-      if (std::system (("rm -rf '" + path + "'").c_str ()) != 0)
-        ADD_FAILURE () << "could not remove " << path;
-  }
-};
 
 } // namespace pi0test

@@ -1,9 +1,10 @@
-/* Running a command-line tool from a test, as a user would (through popen), and finding the
+/* Running a command-line tool from a test, as a user would (through popen), and requiring the
  * real lerobot's Python that some tests run. */
 #pragma once
 
+#include "tests/pi0testenv.h"
+
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -34,23 +35,15 @@ run_command (const std::string &cmd)
   return r;
 }
 
-/* The real lerobot's Python (@root/.lerobot-venv/bin/python, which scripts/setup.sh makes), or
- * "" when there is none. */
-inline std::string
-lerobot_python_in (const std::string &root)
-{
-  const std::string py = root + "/.lerobot-venv/bin/python";
-  return ::access (py.c_str (), X_OK) == 0 ? py : std::string ();
-}
-
 } // namespace pi0test
 
-/* Declares `py`, the real lerobot's Python under the source tree @root. Without one: a failure
- * in CI (PI0_CI set), saying what CI must do with it (@why; LeRobot's own code is the peer these
- * tests hold us to), a skip elsewhere. A macro: FAIL and GTEST_SKIP return from the test that
- * uses it. */
-#define REQUIRE_LEROBOT_PYTHON(py, root, why)                                                      \
-  const std::string py = pi0test::lerobot_python_in (root);                                        \
+/* Declares `py`, the real lerobot's Python (pi0test::lerobot_python(), tests/pi0testenv.h: the
+ * source tree's .lerobot-venv, which scripts/setup.sh makes). Without one: a failure in CI
+ * (PI0_CI set), saying what CI must do with it (@why; LeRobot's own code is the peer these tests
+ * hold us to), a skip elsewhere. A macro: FAIL and GTEST_SKIP return from the test that uses
+ * it. */
+#define REQUIRE_LEROBOT_PYTHON(py, why)                                                            \
+  const std::string py = pi0test::lerobot_python ();                                               \
   if (py.empty () && std::getenv ("PI0_CI") != nullptr)                                            \
     FAIL () << "no .lerobot-venv: CI must " why;                                                   \
   if (py.empty ())                                                                                 \

@@ -2,7 +2,10 @@
 #pragma once
 
 /* What the policy server tests share: running tests/serve/openpi_clients.py (openpi-client, the
- * real one, from .venv) against a server, and counting this process's open file descriptors. */
+ * real one, from .venv: venv_python(), tests/pi0testenv.h) against a server, and counting this
+ * process's open file descriptors. */
+
+#include "tests/pi0testenv.h"
 
 #include <glib.h>
 
@@ -11,21 +14,6 @@
 
 namespace pi0test
 {
-
-inline std::string
-serve_source_root ()
-{
-  const char *root = g_getenv ("PI0_SOURCE_ROOT");
-  return root ? root : ".";
-}
-
-/* The venv's Python (where openpi-client is), or "" when there is none. */
-inline std::string
-venv_python ()
-{
-  std::string py = serve_source_root () + "/.venv/bin/python";
-  return g_file_test (py.c_str (), G_FILE_TEST_IS_EXECUTABLE) ? py : "";
-}
 
 /* True when the venv's Python imports openpi_client. */
 inline bool
@@ -52,7 +40,7 @@ inline ClientRun
 run_script (const std::string &script, const std::string &case_name, int port,
             const std::vector<std::string> &args)
 {
-  std::vector<std::string> argv = {venv_python (), serve_source_root () + "/tests/serve/" + script,
+  std::vector<std::string> argv = {venv_python (), source_root () + "/tests/serve/" + script,
                                    case_name, "--port", std::to_string (port)};
   argv.insert (argv.end (), args.begin (), args.end ());
   std::vector<gchar *> cargv;

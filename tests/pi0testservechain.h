@@ -30,33 +30,6 @@
 namespace pi0test::servechain
 {
 
-struct TmpDir {
-  std::string path;
-  TmpDir ()
-  {
-    gchar *p = g_dir_make_tmp ("pi0serve-XXXXXX", nullptr);
-    path = p ? p : "/tmp";
-    g_free (p);
-  }
-  ~TmpDir ()
-  {
-    std::error_code ec;
-    std::filesystem::remove_all (path, ec);
-  }
-};
-
-/* pipelines/NAME.txt without its comments, as one line. */
-inline std::string
-pipeline_line (const std::string &name)
-{
-  std::ifstream in (serve_source_root () + "/pipelines/" + name + ".txt");
-  std::string line, l;
-  while (std::getline (in, l))
-    if (!l.empty () && l[0] != '#')
-      line += l + " ";
-  return line;
-}
-
 inline guint64
 stat_of (GstElement *e, const char *field)
 {

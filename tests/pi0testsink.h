@@ -10,6 +10,7 @@
 #include "tests/pi0testexact.h"
 #include "protocol/pi0frame.h"
 #include "common/pi0json.h"
+#include "tests/pi0testenv.h"
 #include "tests/pi0testgst.h"
 
 #include <gio/gio.h>
@@ -115,38 +116,6 @@ stat (GstElement *element, const char *field)
     gst_structure_free (s);
   return v;
 }
-
-/* A temporary directory removed (with its files) at the end of the test. */
-class TempDir
-{
-public:
-  TempDir ()
-  {
-    gchar *p = g_dir_make_tmp ("pi0sink-XXXXXX", nullptr);
-    path_ = p ? p : "/tmp";
-    g_free (p);
-  }
-  ~TempDir ()
-  {
-    if (GDir *d = g_dir_open (path_.c_str (), 0, nullptr)) {
-      while (const char *n = g_dir_read_name (d))
-        g_unlink ((path_ + "/" + n).c_str ());
-      g_dir_close (d);
-    }
-    g_rmdir (path_.c_str ());
-  }
-  std::string file (const std::string &name, const std::string &content = "") const
-  {
-    std::string p = path_ + "/" + name;
-    if (!content.empty ())
-      g_file_set_contents (p.c_str (), content.c_str (), -1, nullptr);
-    return p;
-  }
-  const std::string &path () const { return path_; }
-
-private:
-  std::string path_;
-};
 
 /* A robot of three joints whose limits and max_step never bind. */
 constexpr const char *kWideRobot3 = R"({"joints":["a","b","c"],
@@ -372,8 +341,7 @@ robotsim_path ()
 {
   if (const char *p = g_getenv ("PI0_ROBOTSIM"))
     return p;
-  const char *root = g_getenv ("PI0_BUILD_ROOT");
-  return std::string (root ? root : ".") + "/tools/pi0-robotsim/pi0-robotsim";
+  return build_root () + "/tools/pi0-robotsim/pi0-robotsim";
 }
 
 /* The simulator as a subprocess, logging to a file. */

@@ -833,8 +833,7 @@ TEST (PipelinesSim, TheSimulatedRobotIsDrivenByThePolicyAcrossAnImpairedLink)
   if (std::string e = missing_element ({"rtpgstpay", "rtpjitterbuffer"}); !e.empty ())
     GTEST_SKIP () << e << " is missing";
   const std::string root = source_root ();
-  const char *build = g_getenv ("PI0_BUILD_ROOT");
-  const std::string sim_bin = std::string (build ? build : "build") + "/tools/pi0-sim";
+  const std::string sim_bin = build_root () + "/tools/pi0-sim";
   TempDir dir;
   Vars vars (dir.path ());
   vars.v["SIM_MODEL"] = root + "/models/pi0-sim-tiny";

@@ -24,12 +24,12 @@ TEST_F (PipelinesServe, OneClientPerMappingGetsTheCameraPathsActions)
 {
   for (const char *mapping : {"aloha", "droid", "libero"}) {
     SCOPED_TRACE (mapping);
-    TmpDir dir;
+    TempDir dir;
     Served s = serve (mapping);
     ASSERT_TRUE (s.pipe);
     auto r = run_clients (
         "one", s.port,
-        {"--mapping", mapping, "--requests", "3", "--out", dir.path, "--expect-metadata", "{}"});
+        {"--mapping", mapping, "--requests", "3", "--out", dir.path (), "--expect-metadata", "{}"});
     EXPECT_TRUE (r.ok) << r.out;
     EXPECT_TRUE (all_gone (s.src.get ()));
     EXPECT_EQ (stat_of (s.src.get (), "requests"), 6u);
@@ -38,7 +38,7 @@ TEST_F (PipelinesServe, OneClientPerMappingGetsTheCameraPathsActions)
     EXPECT_EQ (bus_error (s.pipe.get ()), "");
     gst_element_set_state (s.pipe.get (), GST_STATE_NULL);
 
-    auto recorded = read_recorded (dir.path);
+    auto recorded = read_recorded (dir.path ());
     ASSERT_EQ (recorded.size (), 3u);
     for (size_t n = 0; n < recorded.size (); n++) {
       int h = 0, d = 0;

@@ -6,6 +6,8 @@
  * element pages are checked against the elements in tests/project/test_plugin_docs.cpp.) No
  * GStreamer: plain files. */
 
+#include "tests/pi0testenv.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -25,12 +27,8 @@ namespace fs = std::filesystem;
 namespace
 {
 
-fs::path
-root ()
-{
-  const char *r = std::getenv ("PI0_SOURCE_ROOT");
-  return r ? fs::path (r) : fs::path (".");
-}
+/* The source tree (tests/pi0testenv.h), as a path to join. */
+const fs::path kRoot = pi0test::source_root ();
 
 std::string
 slurp (const fs::path &p)
@@ -50,11 +48,11 @@ const char *const kTop[] = {"gst",   "kernels",  "inference", "protocol", "serve
 std::vector<fs::path>
 files_to_check ()
 {
-  std::vector<fs::path> out = {root () / "README.md"};
+  std::vector<fs::path> out = {kRoot / "README.md"};
   static const std::set<std::string> exts = {".md", ".h", ".c", ".cpp", ".cu", ".build", ".sh",
                                              ".py", ".txt"};
   for (const char *top : kTop) {
-    const fs::path d = root () / top;
+    const fs::path d = kRoot / top;
     if (!fs::is_directory (d))
       continue;
     for (auto it = fs::recursive_directory_iterator (d); it != fs::recursive_directory_iterator ();
@@ -93,7 +91,7 @@ expand_braces (const std::string &p)
 bool
 names_something (const std::string &p)
 {
-  const fs::path full = root () / p;
+  const fs::path full = kRoot / p;
   if (fs::exists (full))
     return true;
   const fs::path dir = full.parent_path ();
@@ -171,8 +169,8 @@ TEST (ProjectDocs, EveryPathTheDocsNameExists)
         for (const std::string &e : expand_braces (p)) {
           checked++;
           if (!names_something (e))
-            missing.push_back (fs::relative (f, root ()).string () + ":" +
-                               std::to_string (lineno) + ": " + e);
+            missing.push_back (fs::relative (f, kRoot).string () + ":" + std::to_string (lineno) +
+                               ": " + e);
         }
       }
     }
@@ -186,12 +184,12 @@ TEST (ProjectDocs, EveryPathTheDocsNameExists)
 /* The README's "Layout" names every top-level folder, and its build section every Meson option. */
 TEST (ProjectDocs, ReadmeNamesEveryFolderAndOption)
 {
-  const std::string readme = slurp (root () / "README.md");
+  const std::string readme = slurp (kRoot / "README.md");
   const size_t at = readme.find ("## Layout");
   ASSERT_NE (at, std::string::npos);
   const std::string layout = readme.substr (at, readme.find ("\n## ", at + 1) - at);
   int folders = 0;
-  for (const auto &e : fs::directory_iterator (root ())) {
+  for (const auto &e : fs::directory_iterator (kRoot)) {
     const std::string name = e.path ().filename ().string ();
     /* Hidden folders (.git, .venv, .ci) and build trees are not the project's layout. */
     if (!e.is_directory () || name[0] == '.' || name.rfind ("build", 0) == 0 ||
@@ -203,7 +201,7 @@ TEST (ProjectDocs, ReadmeNamesEveryFolderAndOption)
   }
   EXPECT_GE (folders, 10);
 
-  const std::string options = slurp (root () / "meson_options.txt");
+  const std::string options = slurp (kRoot / "meson_options.txt");
   const std::regex option ("option\\('([a-z_]+)'");
   int n = 0;
   for (std::sregex_iterator m (options.begin (), options.end (), option), end; m != end; ++m) {
@@ -223,8 +221,8 @@ std::vector<std::string>
 tree_files ()
 {
   std::vector<std::string> out;
-  for (auto it = fs::recursive_directory_iterator (root ()); it != fs::recursive_directory_iterator ();
-       ++it) {
+  for (auto it = fs::recursive_directory_iterator (kRoot);
+       it != fs::recursive_directory_iterator (); ++it) {
     const std::string name = it->path ().filename ().string ();
     if (it->is_directory () &&
         (name[0] == '.' || name.rfind ("build", 0) == 0 || name == "subprojects" ||
@@ -233,7 +231,7 @@ tree_files ()
       continue;
     }
     if (it->is_regular_file ())
-      out.push_back (fs::relative (it->path (), root ()).string ());
+      out.push_back (fs::relative (it->path (), kRoot).string ());
   }
   std::sort (out.begin (), out.end ());
   return out;
@@ -268,7 +266,7 @@ suites_of (const std::string &text)
  * element's test binary (named after its file) from that page alone. */
 TEST (ProjectDocs, TheTestMapIsTheTestsTree)
 {
-  const std::string doc = slurp (root () / "docs" / "testing.md");
+  const std::string doc = slurp (kRoot / "docs" / "testing.md");
   const size_t at = doc.find ("## Where the tests are");
   ASSERT_NE (at, std::string::npos);
   const std::string section = doc.substr (at, doc.find ("\n## ", at + 1) - at);
@@ -284,7 +282,7 @@ TEST (ProjectDocs, TheTestMapIsTheTestsTree)
   }
   ASSERT_GE (of.size (), 40u);
 
-  const std::string build = slurp (root () / "tests" / "meson.build");
+  const std::string build = slurp (kRoot / "tests" / "meson.build");
   std::map<std::string, std::string> suite_file;
   int files = 0;
   for (const std::string &p : tree_files ()) {
@@ -295,7 +293,7 @@ TEST (ProjectDocs, TheTestMapIsTheTestsTree)
     EXPECT_TRUE (of.count (p)) << p << " has no row in docs/testing.md";
     EXPECT_NE (build.find ("'" + p.substr (6) + "'"), std::string::npos)
         << "tests/meson.build does not build " << p;
-    for (const std::string &s : suites_of (slurp (root () / p))) {
+    for (const std::string &s : suites_of (slurp (kRoot / p))) {
       EXPECT_TRUE (listed[p].count (s)) << p << " defines suite " << s << ", not in its row";
       auto [it, fresh] = suite_file.emplace (s, p);
       EXPECT_TRUE (fresh) << "suite " << s << " is in " << it->second << " and " << p;
@@ -303,14 +301,14 @@ TEST (ProjectDocs, TheTestMapIsTheTestsTree)
   }
   EXPECT_GE (files, 40);
   for (const auto &[file, suites] : listed) {
-    EXPECT_TRUE (fs::exists (root () / file)) << "docs/testing.md names " << file;
+    EXPECT_TRUE (fs::exists (kRoot / file)) << "docs/testing.md names " << file;
     for (const std::string &s : suites)
       EXPECT_EQ (suite_file.count (s) ? suite_file[s] : "", file)
           << "docs/testing.md puts suite " << s << " in " << file;
   }
 
   /* The elements, as gst/gstpi0elements.cpp registers them. */
-  const std::string reg = slurp (root () / "gst" / "gstpi0elements.cpp");
+  const std::string reg = slurp (kRoot / "gst" / "gstpi0elements.cpp");
   const std::regex element ("GST_ELEMENT_REGISTER \\(([a-z0-9]+), plugin\\)");
   std::set<std::string> elements;
   for (std::sregex_iterator m (reg.begin (), reg.end (), element), end; m != end; ++m)
@@ -325,7 +323,7 @@ TEST (ProjectDocs, TheTestMapIsTheTestsTree)
       }
     EXPECT_GE (rows, 1) << "element " << e << " has no test in docs/testing.md";
   }
-  for (const auto &d : fs::directory_iterator (root () / "tests" / "elements"))
+  for (const auto &d : fs::directory_iterator (kRoot / "tests" / "elements"))
     EXPECT_TRUE (elements.count (d.path ().filename ().string ()))
         << "tests/elements/" << d.path ().filename ().string () << " is not an element";
 }
@@ -339,13 +337,13 @@ TEST (ProjectDocs, EveryIncludeIsRootedAtTheSourceRoot)
   for (const std::string &p : tree_files ()) {
     if (!is_code (p))
       continue;
-    std::stringstream lines (slurp (root () / p));
+    std::stringstream lines (slurp (kRoot / p));
     std::string line;
     std::smatch m;
     while (std::getline (lines, line))
       if (std::regex_search (line, m, include) && m[1] != "config.h") {
         checked++;
-        EXPECT_TRUE (fs::is_regular_file (root () / m[1].str ()))
+        EXPECT_TRUE (fs::is_regular_file (kRoot / m[1].str ()))
             << p << ": #include \"" << m[1] << "\" is not a path from the source root";
       }
   }
@@ -363,7 +361,7 @@ TEST (ProjectDocs, OnlyInferenceIncludesAllOfLibTorch)
     if (!is_code (p))
       continue;
     files++;
-    std::stringstream lines (slurp (root () / p));
+    std::stringstream lines (slurp (kRoot / p));
     std::string line;
     while (std::getline (lines, line))
       if (std::regex_search (line, all))

@@ -4,6 +4,7 @@
  * expanded as bash does (checked against bash itself on every pipelines/ line it accepts), and
  * a clear error, naming the variable, for what it does not expand. No GStreamer. */
 
+#include "tests/pi0testenv.h"
 #include "tools/common/pi0launchline.h"
 
 #include <gtest/gtest.h>
@@ -17,16 +18,10 @@
 
 using pi0::tools::expand_line_vars;
 using pi0::tools::LineVars;
+using pi0test::source_root;
 
 namespace
 {
-
-std::string
-source_root ()
-{
-  const char *root = std::getenv ("PI0_SOURCE_ROOT");
-  return root ? root : ".";
-}
 
 /* @line after bash's parameter expansion alone (a here-document: quotes stay as they are, as
  * for expand_line_vars), with @vars in its environment. */

@@ -76,16 +76,16 @@ TEST (Pi0Model, InfoPrintsLeRobotsPi05ParameterCountAndWhatTheCheckpointsNormali
 TEST (Pi0Model, InitThenRunMatchesTheSameSeededWeights)
 {
   TempDir dir;
-  Result init = run_tool ("init --config pi0-tiny --seed 3 --out " + dir.path +
+  Result init = run_tool ("init --config pi0-tiny --seed 3 --out " + dir.path () +
                           " --tokenizer tests/data/tiny.model");
   ASSERT_EQ (init.status, 0) << init.out;
-  std::ifstream cfg (dir.path + "/config.json");
+  std::ifstream cfg (dir.path () + "/config.json");
   std::stringstream ss;
   ss << cfg.rdbuf ();
   EXPECT_TRUE (contains (ss.str (), "\"tokenizer\": \"tests/data/tiny.model\"")) << ss.str ();
-  EXPECT_TRUE (std::ifstream (dir.path + "/model.safetensors").good ());
+  EXPECT_TRUE (std::ifstream (dir.path () + "/model.safetensors").good ());
 
-  Result from_ckpt = run_tool ("run --checkpoint " + dir.path + " --seed 1");
+  Result from_ckpt = run_tool ("run --checkpoint " + dir.path () + " --seed 1");
   Result from_seed = run_tool ("run --config pi0-tiny --weights-seed 3 --seed 1");
   ASSERT_EQ (from_ckpt.status, 0) << from_ckpt.out;
   ASSERT_EQ (from_seed.status, 0) << from_seed.out;
@@ -93,7 +93,7 @@ TEST (Pi0Model, InitThenRunMatchesTheSameSeededWeights)
   ASSERT_EQ (a.size (), 50u) << from_ckpt.out;
   ASSERT_EQ (a[0].size (), 32u);
   EXPECT_EQ (a, b);
-  Result other_seed = run_tool ("run --checkpoint " + dir.path + " --seed 2");
+  Result other_seed = run_tool ("run --checkpoint " + dir.path () + " --seed 2");
   EXPECT_NE (action_rows (other_seed.out), a);
 }
 
@@ -131,9 +131,9 @@ TEST (Pi0Model, RunsALeRobotCheckpointOnGivenInputs)
   TempDir dir;
   const std::string golden = source_root () + "/tests/parity/lerobot_pi0";
   Result r = run_tool ("run --checkpoint " + golden + " --inputs " + golden +
-                       "/io.safetensors --out " + dir.path + "/actions.safetensors");
+                       "/io.safetensors --out " + dir.path () + "/actions.safetensors");
   ASSERT_EQ (r.status, 0) << r.out;
-  at::Tensor ours = pi0::load_safetensors (dir.path + "/actions.safetensors").at ("actions");
+  at::Tensor ours = pi0::load_safetensors (dir.path () + "/actions.safetensors").at ("actions");
   at::Tensor theirs = pi0::load_safetensors (golden + "/io.safetensors").at ("actions");
   EXPECT_TRUE (at::allclose (ours, theirs, 1e-2, 5e-3)) << max_abs (ours, theirs);
 }
@@ -159,9 +159,9 @@ TEST (Pi0Model, RunWithRtcOptionsReproducesLeRobotsGuidedChunks)
     const char *schedule = schedules[p[4].item<int64_t> ()];
     char beta[64];
     std::snprintf (beta, sizeof beta, "%.17g", g.at (n + ".beta").item<double> ());
-    const std::string prefix = dir.path + "/" + n + ".prefix.safetensors";
+    const std::string prefix = dir.path () + "/" + n + ".prefix.safetensors";
     pi0::save_safetensors (prefix, {{"prefix", g.at (n + ".prefix")}});
-    const std::string out = dir.path + "/" + n + ".safetensors";
+    const std::string out = dir.path () + "/" + n + ".safetensors";
     Result r = run_tool ("run --checkpoint " + golden + " --inputs " + golden +
                          "/io.safetensors --out " + out + " --rtc-prefix " + prefix +
                          " --rtc-delay " + std::to_string (d) + " --rtc-execution-horizon " +
@@ -181,7 +181,7 @@ TEST (Pi0Model, RunWithRtcOptionsReproducesLeRobotsGuidedChunks)
   EXPECT_EQ (cases, 6);
 
   /* Not vacuous: without the options the same run gives the plain chunk, far from them. */
-  const std::string plain = dir.path + "/plain.safetensors";
+  const std::string plain = dir.path () + "/plain.safetensors";
   Result r = run_tool ("run --checkpoint " + golden + " --inputs " + golden +
                        "/io.safetensors --out " + plain);
   ASSERT_EQ (r.status, 0) << r.out;
@@ -203,7 +203,7 @@ TEST (Pi0Model, RtcOptionsThatCannotWorkExplainThemselves)
   Result r = run_tool ("run --config pi0-tiny --rtc-delay 3");
   EXPECT_EQ (r.status, 2);
   EXPECT_TRUE (contains (r.out, "--rtc-delay needs --rtc-prefix FILE.safetensors")) << r.out;
-  const std::string prev = dir.path + "/prev.safetensors";
+  const std::string prev = dir.path () + "/prev.safetensors";
   r = run_tool ("run --config pi0-tiny --out " + prev);
   ASSERT_EQ (r.status, 0) << r.out;
   r = run_tool ("run --config pi0-tiny --rtc-prefix " + prev + " --rtc-schedule cosine");
@@ -218,7 +218,7 @@ TEST (Pi0Model, RtcOptionsThatCannotWorkExplainThemselves)
   r = run_tool ("run --config pi0-tiny --rtc-prefix " + prev + " --rtc-delay 60");
   EXPECT_EQ (r.status, 2) << r.out;
   EXPECT_TRUE (contains (r.out, "RTC")) << "the model's own check: " << r.out;
-  const std::string empty = dir.path + "/empty.safetensors";
+  const std::string empty = dir.path () + "/empty.safetensors";
   pi0::save_safetensors (empty, {{"other", at::zeros ({2, 2})}});
   r = run_tool ("run --config pi0-tiny --rtc-prefix " + empty);
   EXPECT_TRUE (contains (r.out, "holds no 'actions' or 'prefix' tensor")) << r.out;

@@ -242,14 +242,14 @@ TEST (Pi0Serve, SeedsGiveTheDocumentedChunks)
     ASSERT_GT (srv.port, 0) << srv.said;
     five = chunk_hashes (srv.port, {"--requests", "1"});
   }
-  TmpDir dir;
+  TempDir dir;
   {
     std::string err;
     auto m = pi0::json::parse_strict (pi0::serve::mapping_preset_json ("aloha"), "aloha", &err);
     ASSERT_TRUE (m) << err;
     (*m)["seed"] = "seed";
-    std::ofstream (dir.path + "/seeded.json") << m->dump ();
-    ServeProcess srv ({"--seed", "100", "--mapping", dir.path + "/seeded.json"});
+    std::ofstream (dir.path () + "/seeded.json") << m->dump ();
+    ServeProcess srv ({"--seed", "100", "--mapping", dir.path () + "/seeded.json"});
     ASSERT_GT (srv.port, 0) << srv.said;
     own = chunk_hashes (srv.port, {"--requests", "2", "--send-seed", "3"});
   }

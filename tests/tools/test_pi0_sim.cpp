@@ -9,6 +9,7 @@
 #include "common/pi0cairo.h"
 #include "sim/pi0simrender.h"
 #include "sim/pi0simworld.h"
+#include "tests/pi0testenv.h"
 #include "tests/pi0testrun.h"
 #include "tests/pi0testsim.h"
 
@@ -22,18 +23,15 @@
 #include <sstream>
 
 using namespace pi0::sim;
+using pi0test::build_root;
 using pi0test::pixels;
 using pi0test::planar_robot;
+using pi0test::source_root;
+using pi0test::TempDir;
+using pi0test::venv_python;
 
 namespace
 {
-
-const char *
-env_or (const char *name, const char *fallback)
-{
-  const char *v = std::getenv (name);
-  return v ? v : fallback;
-}
 
 using pi0test::run_command;
 using Ran = pi0test::CommandResult;
@@ -42,9 +40,8 @@ using Ran = pi0test::CommandResult;
 Ran
 pi0_sim (const std::string &args)
 {
-  return run_command (std::string (env_or ("PI0_BUILD_ROOT", "build")) + "/tools/pi0-sim " + args +
-                      " --robot-config " + env_or ("PI0_SOURCE_ROOT", ".") +
-                      "/pipelines/robot-planar.json");
+  return run_command (build_root () + "/tools/pi0-sim " + args + " --robot-config " +
+                      source_root () + "/pipelines/robot-planar.json");
 }
 
 /* The episode lines of pi0-sim's output ({"seed":...}), in order. */
@@ -117,11 +114,10 @@ TEST (Pi0Sim, ARandomPolicyIsTheControl)
 
 TEST (Pi0Sim, RecordedEpisodesLoadInLeRobotWithTheCommandsAsActions)
 {
-  const std::string root = env_or ("PI0_SOURCE_ROOT", ".");
-  REQUIRE_LEROBOT_PYTHON (py, root, "load the recording with the real LeRobot");
-  char tmpl[] = "/tmp/pi0-sim-rec-XXXXXX";
-  ASSERT_NE (mkdtemp (tmpl), nullptr);
-  const std::string dir = tmpl;
+  const std::string root = source_root ();
+  REQUIRE_LEROBOT_PYTHON (py, "load the recording with the real LeRobot");
+  const TempDir tmp ("pi0-sim-rec");
+  const std::string &dir = tmp.path ();
   const Ran rec = pi0_sim (
       "run --episodes 3 --seed 40 --execute 1 --width 64 --height 48 --lossless --record " + dir +
       "/ds");
@@ -135,19 +131,16 @@ TEST (Pi0Sim, RecordedEpisodesLoadInLeRobotWithTheCommandsAsActions)
                                  "/ds " + dir + "/episodes.jsonl 64 48");
   EXPECT_EQ (check.status, 0) << check.out;
   EXPECT_NE (check.out.find ("\"episodes\": 3"), std::string::npos) << check.out;
-  run_command ("rm -rf '" + dir + "'");
 }
 
 /* A policy whose every chunk is NaN: the sink sends none of them, the loop does not wait for
  * chunks that will not come, and the arm never moves (no row reaches the robot). */
 TEST (Pi0Sim, APolicyOfNaNsNeverMovesTheArm)
 {
-  const std::string root = env_or ("PI0_SOURCE_ROOT", ".");
-  char tmpl[] = "/tmp/pi0-sim-nan-XXXXXX";
-  ASSERT_NE (mkdtemp (tmpl), nullptr);
-  const std::string dir = tmpl;
-  const Ran made =
-      run_command (root + "/.venv/bin/python " + root + "/tests/scripted_policies.py " + dir);
+  const std::string root = source_root ();
+  const TempDir tmp ("pi0-sim-nan");
+  const std::string &dir = tmp.path ();
+  const Ran made = run_command (venv_python () + " " + root + "/tests/scripted_policies.py " + dir);
   ASSERT_EQ (made.status, 0) << made.out;
   const Ran r = pi0_sim ("run --policy " + dir + "/nan.pt --infer tokenizer=" + root +
                          "/tests/data/tokenizer/tiny_paligemma.model --prep-size 32 --episodes 2"
@@ -161,7 +154,6 @@ TEST (Pi0Sim, APolicyOfNaNsNeverMovesTheArm)
     EXPECT_EQ (field (l, "rows"), "0") << l;
     EXPECT_EQ (field (l, "unanswered"), "12") << l; // 60 ticks, an observation every 5
   }
-  run_command ("rm -rf '" + dir + "'");
 }
 
 /* A delay holds each chunk (after the first) at the sink while the robot runs on: the rows
@@ -206,9 +198,8 @@ TEST (Pi0Sim, TheOverlayDrawsThePlanAndChangesNoEpisode)
   const std::string args = "run --episodes 1 --seed 5003 --width 192 --height 192 --execute 1";
   const Ran plain = pi0_sim (args);
   ASSERT_EQ (plain.status, 0) << plain.out;
-  char tmpl[] = "/tmp/pi0-sim-overlay-XXXXXX";
-  ASSERT_NE (g_mkdtemp (tmpl), nullptr);
-  const std::string dir = std::string (tmpl) + "/png", dir2 = std::string (tmpl) + "/again";
+  const TempDir tmp ("pi0-sim-overlay");
+  const std::string dir = tmp.path () + "/png", dir2 = tmp.path () + "/again";
   const Ran drawn = pi0_sim (args + " --overlay " + dir);
   ASSERT_EQ (drawn.status, 0) << drawn.out;
   const Ran again = pi0_sim (args + " --overlay " + dir2);
@@ -261,7 +252,6 @@ TEST (Pi0Sim, TheOverlayDrawsThePlanAndChangesNoEpisode)
     same += f0[i] == cam[i] && f0[i + 1] == cam[i + 1] && f0[i + 2] == cam[i + 2];
   EXPECT_GT (same, cam.size () / 3 * 8 / 10) << "most pixels are the camera's";
   EXPECT_LT (same, cam.size () / 3) << "and some are the plan's";
-  std::filesystem::remove_all (tmpl);
 }
 
 /* The committed LeRobot checkpoints (models/pi0-sim-tiny and pi05-sim-tiny, trained by
@@ -273,7 +263,7 @@ TEST (Pi0Sim, TheOverlayDrawsThePlanAndChangesNoEpisode)
  * twice to show it). */
 TEST (Pi0Sim, TheCommittedPoliciesSolveMostScenesTheirControlsFew)
 {
-  const std::string root = env_or ("PI0_SOURCE_ROOT", ".");
+  const std::string root = source_root ();
   const std::string args = " --prep-size 96 --width 96 --height 96 --episodes 10 --seed 5000";
   auto count = [] (const Ran &r, const char *outcome) {
     unsigned n = 0;
@@ -309,7 +299,7 @@ TEST (Pi0Sim, TheCommittedPoliciesSolveMostScenesTheirControlsFew)
  * rows, through pi0infer and with the expert. docs/perf.md has what a real-time run measured. */
 TEST (Pi0Sim, RealTimeRunsTheChainOnTheClock)
 {
-  const std::string root = env_or ("PI0_SOURCE_ROOT", ".");
+  const std::string root = source_root ();
   for (const std::string &policy : {std::string ("expert"), root + "/models/pi0-sim-tiny"}) {
     SCOPED_TRACE (policy);
     const Ran r = pi0_sim ("run --real-time --episodes 2 --seed 5000 --width 96 --height 96"
@@ -332,11 +322,11 @@ TEST (Pi0Sim, RealTimeRunsTheChainOnTheClock)
  * record_sim.sh's logs too) and an --init without a checkpoint, each naming the path. */
 TEST (Pi0Sim, TheTrainingScriptRefusesWhatIsNotADatasetOrACheckpoint)
 {
-  const std::string root = env_or ("PI0_SOURCE_ROOT", ".");
-  REQUIRE_LEROBOT_PYTHON (py, root, "run the training script with the real LeRobot");
-  char tmpl[] = "/tmp/pi0-sim-train-XXXXXX";
-  ASSERT_NE (mkdtemp (tmpl), nullptr);
-  const std::string dir = tmpl, script = py + " " + root + "/scripts/train_sim_pi0.py ";
+  const std::string root = source_root ();
+  REQUIRE_LEROBOT_PYTHON (py, "run the training script with the real LeRobot");
+  const TempDir tmp ("pi0-sim-train");
+  const std::string &dir = tmp.path ();
+  const std::string script = py + " " + root + "/scripts/train_sim_pi0.py ";
   {
     std::ofstream (dir + "/shard-000.log") << "{}\n";
   }
@@ -355,7 +345,6 @@ TEST (Pi0Sim, TheTrainingScriptRefusesWhatIsNotADatasetOrACheckpoint)
              std::string::npos)
       << r.out;
   EXPECT_FALSE (std::filesystem::exists (dir + "/out")) << "nothing saved";
-  std::filesystem::remove_all (dir);
 }
 
 TEST (Pi0Sim, BadArgumentsAreClearErrors)

@@ -3,6 +3,7 @@
  * `pi0-model init` and TorchScript modules defined here; seeds, instructions (property and
  * in-stream event), masked views, latency, and every bad input of the issue. */
 
+#include "tests/pi0testenv.h"
 #include "tests/pi0testgst.h"
 
 #include <glib/gstdio.h>
@@ -32,33 +33,10 @@ namespace
 constexpr int TINY = 32; /* pi0-tiny's image size */
 
 std::string
-source_root ()
-{
-  const char *r = g_getenv ("PI0_SOURCE_ROOT");
-  return r ? r : ".";
-}
-
-std::string
 tiny_tokenizer ()
 {
   return source_root () + "/tests/data/tokenizer/tiny_paligemma.model";
 }
-
-struct TempDir {
-  std::string path;
-  TempDir ()
-  {
-    gchar *p = g_dir_make_tmp ("pi0infer-XXXXXX", nullptr);
-    path = p;
-    g_free (p);
-  }
-  ~TempDir ()
-  {
-    std::string cmd = "rm -rf '" + path + "'";
-    if (std::system (cmd.c_str ()) != 0)
-      g_printerr ("could not remove %s\n", path.c_str ());
-  }
-};
 
 /* One observation as cudaprep would make it: [views,3,size,size] float images from @seed (view
  * @masked_view, if any, masked and filled with @masked_fill), a 7-joint state unless @no_state. */
@@ -190,8 +168,10 @@ start_error (GstElement *e)
 std::string
 write_scripted_policy (const std::string &dir)
 {
-  const std::string cmd = source_root () + "/.venv/bin/python " + source_root () +
-                          "/tests/scripted_policies.py " + dir;
+  const std::string py = venv_python ();
+  if (py.empty ())
+    return "";
+  const std::string cmd = py + " " + source_root () + "/tests/scripted_policies.py " + dir;
   if (std::system (cmd.c_str ()) != 0)
     return "";
   return dir + "/policy.pt";
@@ -238,7 +218,7 @@ TEST (Pi0Infer, MissingOrCorruptModelNamesTheFile)
 {
   TempDir dir;
   {
-    MessagePtr m = start_error (make_infer (dir.path + "/nothing-here"));
+    MessagePtr m = start_error (make_infer (dir.path () + "/nothing-here"));
     ASSERT_NE (m, nullptr);
     GError *err = nullptr;
     gst_message_parse_error (m.get (), &err, nullptr);
@@ -248,7 +228,7 @@ TEST (Pi0Infer, MissingOrCorruptModelNamesTheFile)
   }
   {
     /* A checkpoint directory whose weights are garbage. */
-    std::string ck = dir.path + "/ck";
+    std::string ck = dir.path () + "/ck";
     g_mkdir (ck.c_str (), 0755);
     g_file_set_contents ((ck + "/config.json").c_str (), "{\"type\": \"pi0\"}", -1, nullptr);
     g_file_set_contents ((ck + "/model.safetensors").c_str (), "not a safetensors file", -1,
@@ -470,7 +450,7 @@ TEST (Pi0Infer, WrongImageSizeOrViewCountIsNotNegotiated)
 TEST (Pi0Infer, TorchScriptExceptionIsAnElementErrorAndNaNIsFlagged)
 {
   TempDir dir;
-  std::string pt = write_scripted_policy (dir.path);
+  std::string pt = write_scripted_policy (dir.path ());
   ASSERT_NE (pt, "") << "tests/scripted_policies.py failed";
   Infer inf (make_infer (pt, "tokenizer", tiny_tokenizer ().c_str (), nullptr));
   std::vector<float> a = inf.run (with_state (make_observation (1, 2), 0.25f));
@@ -506,7 +486,7 @@ TEST (Pi0Infer, TorchScriptExceptionIsAnElementErrorAndNaNIsFlagged)
 TEST (Pi0Infer, AServedRequestThatFailsFailsAloneAndTheNextIsServed)
 {
   TempDir dir;
-  std::string pt = write_scripted_policy (dir.path);
+  std::string pt = write_scripted_policy (dir.path ());
   ASSERT_NE (pt, "") << "tests/scripted_policies.py failed";
   Infer inf (make_infer (pt, "tokenizer", tiny_tokenizer ().c_str (), nullptr));
   auto request = [] (guint64 n, float state0) {
@@ -806,7 +786,7 @@ TEST (Pi0InferBatch, ANaNObservationDoesNotPoisonTheOthers)
 TEST (Pi0InferBatch, OneFailingRequestFailsOnlyItself)
 {
   TempDir dir;
-  std::string pt = write_scripted_policy (dir.path);
+  std::string pt = write_scripted_policy (dir.path ());
   ASSERT_NE (pt, "") << "tests/scripted_policies.py failed";
   Infer four (make_infer (pt, "tokenizer", tiny_tokenizer ().c_str (), "max-batch-size", 4u,
                           "max-batch-wait", (guint64)3600 * GST_SECOND, nullptr));
@@ -885,7 +865,7 @@ namespace
 TEST (Pi0Infer, CheckpointWrittenByPi0ModelInit)
 {
   TempDir dir;
-  std::string ck = dir.path + "/tiny";
+  std::string ck = dir.path () + "/tiny";
   ASSERT_TRUE (make_tiny_checkpoint (ck, 3));
 
   std::vector<float> a, b;
@@ -906,7 +886,7 @@ TEST (Pi0Infer, CheckpointWrittenByPi0ModelInit)
   EXPECT_NE (a, b);
 
   /* With openpi norm stats, actions come back in robot units: z-score inverted. */
-  std::string stats = dir.path + "/norm_stats.json";
+  std::string stats = dir.path () + "/norm_stats.json";
   std::string mean = "[", stdv = "[";
   for (int i = 0; i < 14; i++) {
     mean += std::string (i ? "," : "") + std::to_string (10.0 * i);
@@ -946,7 +926,7 @@ TEST (Pi0Infer, AnswersLatencyWithItsInferenceTime)
 TEST (Pi0Infer, CheckpointPipelineLineRuns)
 {
   TempDir dir;
-  std::string ck = dir.path + "/tiny";
+  std::string ck = dir.path () + "/tiny";
   ASSERT_TRUE (make_tiny_checkpoint (ck, 1));
 
   gchar *text = nullptr;
@@ -987,20 +967,20 @@ TEST (Pi0Infer, TokenizerThatIsADirectoryIsAnElementErrorNotACrash)
   TempDir dir;
   {
     MessagePtr m =
-        start_error (make_infer ("builtin:pi0-tiny", "tokenizer", dir.path.c_str (), nullptr));
+        start_error (make_infer ("builtin:pi0-tiny", "tokenizer", dir.path ().c_str (), nullptr));
     ASSERT_NE (m, nullptr);
     GError *err = nullptr;
     gst_message_parse_error (m.get (), &err, nullptr);
     EXPECT_TRUE (g_error_matches (err, GST_RESOURCE_ERROR, GST_RESOURCE_ERROR_OPEN_READ));
     g_clear_error (&err);
     std::string t = message_text (m.get ());
-    EXPECT_NE (t.find (dir.path), std::string::npos) << t;
+    EXPECT_NE (t.find (dir.path ()), std::string::npos) << t;
     EXPECT_NE (t.find ("is a directory"), std::string::npos) << t;
   }
   {
     const char *build = g_getenv ("PI0_BUILD_ROOT");
     ASSERT_NE (build, nullptr);
-    std::string ck = dir.path + "/ck";
+    std::string ck = dir.path () + "/ck";
     std::string cmd = std::string (build) +
                       "/tools/pi0-model/pi0-model init --config pi0-tiny --seed 1 --out " + ck +
                       " --tokenizer tok.model > /dev/null";
@@ -1018,7 +998,7 @@ TEST (Pi0Infer, TokenizerThatIsADirectoryIsAnElementErrorNotACrash)
 TEST (Pi0Infer, NormStatsBeyondFloat32AreRefusedAtStart)
 {
   TempDir dir;
-  std::string stats = dir.path + "/norm_stats.json";
+  std::string stats = dir.path () + "/norm_stats.json";
   g_file_set_contents (stats.c_str (),
                        "{\"norm_stats\": {\"state\": {\"mean\": [0], \"std\": [1]}, "
                        "\"actions\": {\"mean\": [0, 1e39], \"std\": [1, 1]}}}",
@@ -1037,8 +1017,8 @@ TEST (Pi0Infer, NormStatsBeyondFloat32AreRefusedAtStart)
 TEST (Pi0Infer, TorchScriptPolicyThatAlwaysRaisesFailsAtStart)
 {
   TempDir dir;
-  ASSERT_NE (write_scripted_policy (dir.path), "");
-  std::string path = dir.path + "/raises.pt";
+  ASSERT_NE (write_scripted_policy (dir.path ()), "");
+  std::string path = dir.path () + "/raises.pt";
   MessagePtr m = start_error (make_infer (path, "tokenizer", tiny_tokenizer ().c_str (), nullptr));
   ASSERT_NE (m, nullptr);
   GError *err = nullptr;
@@ -1077,7 +1057,7 @@ TEST (Pi0Infer, TokenizerThatIsADirectoryUnderGstLaunchIsAnErrorNotAnAbort)
   const char *build = g_getenv ("PI0_BUILD_ROOT");
   ASSERT_NE (build, nullptr);
   TempDir dir;
-  const std::string tok = "tokenizer=" + dir.path;
+  const std::string tok = "tokenizer=" + dir.path ();
   const char *argv[] = {launch,
                         "pi0viewmux",
                         "name=mux",
@@ -1101,7 +1081,7 @@ TEST (Pi0Infer, TokenizerThatIsADirectoryUnderGstLaunchIsAnErrorNotAnAbort)
   env =
       g_environ_setenv (env, "GST_PLUGIN_PATH_1_0", (std::string (build) + "/gst").c_str (), TRUE);
   env = g_environ_unsetenv (env, "GST_PLUGIN_PATH");
-  env = g_environ_setenv (env, "GST_REGISTRY", (dir.path + "/registry.bin").c_str (), TRUE);
+  env = g_environ_setenv (env, "GST_REGISTRY", (dir.path () + "/registry.bin").c_str (), TRUE);
 #ifdef __SANITIZE_ADDRESS__
   // scripts/sanitize.sh: the plugin is built with AddressSanitizer but gst-launch-1.0 (a C
   // program) and the gst-plugin-scanner it starts are not. ASan must be the first library in a
@@ -1389,7 +1369,7 @@ TEST (Pi0InferRtc, BadFeedbackIsIgnoredWithAWarning)
 TEST (Pi0InferRtc, TorchScriptPolicyStaysUnguidedWithAWarning)
 {
   TempDir dir;
-  std::string pt = write_scripted_policy (dir.path);
+  std::string pt = write_scripted_policy (dir.path ());
   ASSERT_NE (pt, "") << "tests/scripted_policies.py failed";
   Infer inf (make_infer (pt, "tokenizer", tiny_tokenizer ().c_str (), "rtc", 1, nullptr));
   gst_harness_set_time (inf.h.get (), kRtcNow);

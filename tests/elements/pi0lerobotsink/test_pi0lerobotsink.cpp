@@ -40,11 +40,11 @@ TEST (Pi0LeRobotSink, RefusesToStartWithoutLocationOrActionSink)
 
 TEST (Pi0LeRobotSink, RefusesAnActionSinkThatDrivesNoRobot)
 {
-  Dir d;
+  TempDir d;
   const std::string desc =
       "fakesrc num-buffers=0 ! pi0actionsink name=robot mode=log target=stdout "
       "pi0lerobotsink name=rec action-sink=robot location=" +
-      d.path + "/ds";
+      d.path () + "/ds";
   std::string parse_error;
   ElementPtr pipe = pi0::tools::launch (desc, &parse_error);
   ASSERT_TRUE (pipe) << parse_error;
@@ -55,7 +55,7 @@ TEST (Pi0LeRobotSink, RefusesAnActionSinkThatDrivesNoRobot)
   ASSERT_NE (m, nullptr);
   EXPECT_NE (message_text (m.get ()).find ("mode=log"), std::string::npos)
       << message_text (m.get ());
-  EXPECT_FALSE (g_file_test ((d.path + "/ds").c_str (), G_FILE_TEST_EXISTS));
+  EXPECT_FALSE (g_file_test ((d.path () + "/ds").c_str (), G_FILE_TEST_EXISTS));
 }
 
 /* LeRobot's fps is an integer: a base camera at 30000/1001 is refused (unless fps is set)
@@ -63,12 +63,12 @@ TEST (Pi0LeRobotSink, RefusesAnActionSinkThatDrivesNoRobot)
 TEST (Pi0LeRobotSink, RefusesABaseCameraAtAFractionalRateUnlessFpsIsSet)
 {
   for (int with_fps = 0; with_fps < 2; with_fps++) {
-    Dir d;
+    TempDir d;
     const std::string desc =
         "videotestsrc num-buffers=3 ! video/x-raw,format=I420,width=64,height=48,"
         "framerate=30000/1001 ! pi0viewmux name=mux ! pi0lerobotsink name=rec action-sink=robot "
         "location=" +
-        d.path + "/ds" + (with_fps ? " fps=30" : "") +
+        d.path () + "/ds" + (with_fps ? " fps=30" : "") +
         " fakesrc num-buffers=0 ! pi0actionsink name=robot allow-unlimited=true "
         "target=file:///dev/null";
     std::string parse_error;
@@ -85,7 +85,7 @@ TEST (Pi0LeRobotSink, RefusesABaseCameraAtAFractionalRateUnlessFpsIsSet)
       ASSERT_EQ (GST_MESSAGE_TYPE (m.get ()), GST_MESSAGE_ERROR);
       EXPECT_NE (message_text (m.get ()).find ("30000/1001"), std::string::npos)
           << message_text (m.get ());
-      EXPECT_FALSE (g_file_test ((d.path + "/ds/meta/info.json").c_str (), G_FILE_TEST_EXISTS));
+      EXPECT_FALSE (g_file_test ((d.path () + "/ds/meta/info.json").c_str (), G_FILE_TEST_EXISTS));
     } else {
       /* fps=30: recorded (no state here: every observation is skipped, nothing committed). */
       EXPECT_EQ (GST_MESSAGE_TYPE (m.get ()), GST_MESSAGE_EOS) << message_text (m.get ());
@@ -109,13 +109,13 @@ drop_four_frames (GstPad *, GstPadProbeInfo *info, gpointer)
  * with a true timeline). The episode is replayed from a dataset LeRobot wrote. */
 TEST (Pi0LeRobotSink, AGapIsCountedPostedAndKeptOrSplitAsAsked)
 {
-  REQUIRE_LEROBOT_PYTHON (py, source_root (), "make the dataset with the real lerobot");
-  Dir dir;
-  const std::string good = dir.path + "/good";
-  ASSERT_TRUE (lerobot_made (py, dir.path, good));
+  REQUIRE_LEROBOT_PYTHON (py, "make the dataset with the real lerobot");
+  TempDir dir;
+  const std::string good = dir.path () + "/good";
+  ASSERT_TRUE (lerobot_made (py, dir.path (), good));
   for (const char *action : {"keep", "split"}) {
     SCOPED_TRACE (action);
-    const std::string rec = dir.path + "/rec-" + action;
+    const std::string rec = dir.path () + "/rec-" + action;
     const std::string line =
         "pi0lerobotsrc name=ds location=" + good +
         " episode=1 ds.main ! identity name=cut ! queue ! mux.main ds.state ! queue ! mux.state "
@@ -175,10 +175,10 @@ TEST (Pi0LeRobotSink, AGapIsCountedPostedAndKeptOrSplitAsAsked)
  * error that stops the pipeline. */
 TEST (Pi0LeRobotSink, ARecordingFailureStopsTheRecordingNotThePipelineUnlessAsked)
 {
-  REQUIRE_LEROBOT_PYTHON (py, source_root (), "make the dataset with the real lerobot");
-  Dir dir;
-  const std::string good = dir.path + "/good";
-  ASSERT_TRUE (lerobot_made (py, dir.path, good));
+  REQUIRE_LEROBOT_PYTHON (py, "make the dataset with the real lerobot");
+  TempDir dir;
+  const std::string good = dir.path () + "/good";
+  ASSERT_TRUE (lerobot_made (py, dir.path (), good));
   for (int fail = 0; fail < 2; fail++) {
     SCOPED_TRACE (fail);
     const std::string line =
@@ -224,19 +224,19 @@ TEST (Pi0LeRobotSink, ARecordingFailureStopsTheRecordingNotThePipelineUnlessAske
  * itself, frames intact (tests/lerobot/merge_and_quality.py). */
 TEST (Pi0LeRobotSinkRecord, LossyEpisodesKeepTheirQualityAndLeRobotMergesThem)
 {
-  REQUIRE_LEROBOT_PYTHON (py, source_root (), "merge the recording with the real lerobot");
-  Dir dir;
-  auto vars = robot_vars (dir.path);
+  REQUIRE_LEROBOT_PYTHON (py, "merge the recording with the real lerobot");
+  TempDir dir;
+  auto vars = robot_vars (dir.path ());
   vars["EPISODE_LENGTH"] = "8";
   vars["TOP_PATTERN"] = "smpte";
   vars["TOP_SPEED"] = "24";
   vars["TOP_FPS"] = "30";
   Seen seen;
-  seen.dump_dir = dir.path;
+  seen.dump_dir = dir.path ();
   {
     SimProc sim;
-    ASSERT_TRUE (start_robot (sim, vars, dir.path + "/robot.jsonl"));
-    ElementPtr pipe (launch_line ("record-lerobot", vars));
+    ASSERT_TRUE (start_robot (sim, vars, dir.path () + "/robot.jsonl"));
+    ElementPtr pipe (launch_line (pipeline_line ("record-lerobot"), vars));
     ASSERT_NE (pipe, nullptr);
     ObjectPtr<GstElement> rec (by_name (pipe.get (), "dataset"));
     ObjectPtr<GstPad> rp (gst_element_get_static_pad (rec.get (), "sink"));
@@ -259,13 +259,13 @@ TEST (Pi0LeRobotSinkRecord, LossyEpisodesKeepTheirQualityAndLeRobotMergesThem)
   for (size_t i = 0; i < seen.dumps.size (); i++)
     o << (i ? "," : "") << seen.dumps[i];
   o << "]}";
-  const std::string expect = dir.path + "/expect.json";
+  const std::string expect = dir.path () + "/expect.json";
   std::ofstream (expect) << o.str ();
-  fs::create_directories (dir.path + "/work");
+  fs::create_directories (dir.path () + "/work");
   std::string out;
   EXPECT_EQ (run ({py, source_root () + "/tests/lerobot/merge_and_quality.py",
-                   dir.path + "/lerobot", expect, dir.path + "/work"},
-                  &out, python_env (dir.path)),
+                   dir.path () + "/lerobot", expect, dir.path () + "/work"},
+                  &out, python_env (dir.path ())),
              0)
       << out;
   const size_t q = out.find ("quality:");
@@ -276,17 +276,17 @@ TEST (Pi0LeRobotSinkRecord, LossyEpisodesKeepTheirQualityAndLeRobotMergesThem)
 /* Record two lossless episodes from the demo chain, load them with lerobot, replay one. */
 TEST (Pi0LeRobotSinkRecord, TwoEpisodesLoadInLeRobotAndReplayGivesTheLiveActions)
 {
-  REQUIRE_LEROBOT_PYTHON (py, source_root (), "load the recording with the real lerobot");
-  Dir dir;
-  auto vars = robot_vars (dir.path);
+  REQUIRE_LEROBOT_PYTHON (py, "load the recording with the real lerobot");
+  TempDir dir;
+  auto vars = robot_vars (dir.path ());
   vars["LOSSLESS"] = "true";
   vars["SEED"] = "0";
   Seen seen;
-  seen.dump_dir = dir.path;
+  seen.dump_dir = dir.path ();
   {
     SimProc sim;
-    ASSERT_TRUE (start_robot (sim, vars, dir.path + "/robot.jsonl"));
-    ElementPtr pipe (launch_line ("record-lerobot", vars));
+    ASSERT_TRUE (start_robot (sim, vars, dir.path () + "/robot.jsonl"));
+    ElementPtr pipe (launch_line (pipeline_line ("record-lerobot"), vars));
     ASSERT_NE (pipe, nullptr);
     ObjectPtr<GstElement> rec (by_name (pipe.get (), "dataset")),
         robot (by_name (pipe.get (), "robot"));
@@ -336,12 +336,12 @@ TEST (Pi0LeRobotSinkRecord, TwoEpisodesLoadInLeRobotAndReplayGivesTheLiveActions
   for (size_t i = 0; i < seen.dumps.size (); i++)
     o << (i ? "," : "") << seen.dumps[i];
   o << "]}";
-  const std::string expect = dir.path + "/expect.json";
+  const std::string expect = dir.path () + "/expect.json";
   ASSERT_TRUE (g_file_set_contents (expect.c_str (), o.str ().c_str (), -1, nullptr));
   std::string out;
-  const int rc =
-      run ({py, source_root () + "/tests/lerobot/check_dataset.py", dir.path + "/lerobot", expect},
-           &out, python_env (dir.path));
+  const int rc = run (
+      {py, source_root () + "/tests/lerobot/check_dataset.py", dir.path () + "/lerobot", expect},
+      &out, python_env (dir.path ()));
   EXPECT_EQ (rc, 0) << out;
   std::cout << out;
 
@@ -354,12 +354,12 @@ TEST (Pi0LeRobotSinkRecord, TwoEpisodesLoadInLeRobotAndReplayGivesTheLiveActions
   rv["SEED"] = std::to_string (s0);
   rv["REPLAY_LOG"] = "replay1.jsonl";
   {
-    ElementPtr pipe (launch_line ("replay-lerobot", rv));
+    ElementPtr pipe (launch_line (pipeline_line ("replay-lerobot"), rv));
     ASSERT_NE (pipe, nullptr);
     ASSERT_NE (gst_element_set_state (pipe.get (), GST_STATE_PLAYING), GST_STATE_CHANGE_FAILURE);
     EXPECT_EQ (run_to_eos (pipe.get (), 300), "");
   }
-  auto replay = read_chunks (dir.path + "/replay1.jsonl");
+  auto replay = read_chunks (dir.path () + "/replay1.jsonl");
   EXPECT_EQ (replay.size (), ep1.size ()) << "the replay infers every recorded frame";
   size_t compared = 0;
   for (size_t k = 0; k < ep1.size (); k++) {
@@ -382,17 +382,17 @@ TEST (Pi0LeRobotSinkRecord, TwoEpisodesLoadInLeRobotAndReplayGivesTheLiveActions
 /* A recording killed mid-episode keeps its finished episodes loadable; appending cleans up. */
 TEST (Pi0LeRobotSinkRecord, KilledRecordingKeepsItsFinishedEpisodes)
 {
-  REQUIRE_LEROBOT_PYTHON (py, source_root (), "load the recording with the real lerobot");
-  Dir dir;
-  auto vars = robot_vars (dir.path);
+  REQUIRE_LEROBOT_PYTHON (py, "load the recording with the real lerobot");
+  TempDir dir;
+  auto vars = robot_vars (dir.path ());
   vars["EPISODE_LENGTH"] = "12";
   SimProc sim;
-  ASSERT_TRUE (start_robot (sim, vars, dir.path + "/robot.jsonl"));
+  ASSERT_TRUE (start_robot (sim, vars, dir.path () + "/robot.jsonl"));
   auto env = vars;
   env["PI0_LINE"] = pipeline_line ("record-lerobot");
   env["GST_PLUGIN_PATH"] = build_root () + "/gst";
   env["GST_PLUGIN_PATH_1_0"] = build_root () + "/gst";
-  env["GST_REGISTRY"] = dir.path + "/registry.bin";
+  env["GST_REGISTRY"] = dir.path () + "/registry.bin";
   const gchar *argv[] = {"bash", "-c", "eval exec gst-launch-1.0 -q \"$PI0_LINE\"", nullptr};
   GSubprocessLauncher *l = g_subprocess_launcher_new (
       (GSubprocessFlags)(G_SUBPROCESS_FLAGS_STDOUT_SILENCE | G_SUBPROCESS_FLAGS_STDERR_SILENCE));
@@ -402,7 +402,7 @@ TEST (Pi0LeRobotSinkRecord, KilledRecordingKeepsItsFinishedEpisodes)
   GSubprocess *p = g_subprocess_launcher_spawnv (l, argv, nullptr);
   g_object_unref (l);
   ASSERT_NE (p, nullptr);
-  const std::string info = dir.path + "/lerobot/meta/info.json";
+  const std::string info = dir.path () + "/lerobot/meta/info.json";
   auto committed = [&] () -> int64_t {
     std::string err;
     auto j = pi0::json::load_strict (info, &err);
@@ -417,14 +417,14 @@ TEST (Pi0LeRobotSinkRecord, KilledRecordingKeepsItsFinishedEpisodes)
   const int64_t n = committed ();
   ASSERT_GE (n, 2) << "the recording did not commit two episodes";
   int parts = 0;
-  for (auto &f : fs::recursive_directory_iterator (dir.path + "/lerobot"))
+  for (auto &f : fs::recursive_directory_iterator (dir.path () + "/lerobot"))
     parts += f.path ().extension () == ".part";
   std::cout << "killed with " << n << " episodes committed, " << parts
             << " files of the episode in progress left\n";
   std::string out;
-  EXPECT_EQ (run ({py, source_root () + "/tests/lerobot/check_dataset.py", dir.path + "/lerobot",
+  EXPECT_EQ (run ({py, source_root () + "/tests/lerobot/check_dataset.py", dir.path () + "/lerobot",
                    "--episodes", std::to_string (n)},
-                  &out, python_env (dir.path)),
+                  &out, python_env (dir.path ())),
              0)
       << out;
   std::cout << out;
@@ -432,7 +432,7 @@ TEST (Pi0LeRobotSinkRecord, KilledRecordingKeepsItsFinishedEpisodes)
   /* Appending: what the crash left is removed, one more episode is added. */
   vars["EPISODE_LENGTH"] = "0";
   {
-    ElementPtr pipe (launch_line ("record-lerobot", vars));
+    ElementPtr pipe (launch_line (pipeline_line ("record-lerobot"), vars));
     ASSERT_NE (pipe, nullptr);
     ObjectPtr<GstElement> rec (by_name (pipe.get (), "dataset"));
     ASSERT_NE (gst_element_set_state (pipe.get (), GST_STATE_PLAYING), GST_STATE_CHANGE_FAILURE);
@@ -443,11 +443,11 @@ TEST (Pi0LeRobotSinkRecord, KilledRecordingKeepsItsFinishedEpisodes)
     EXPECT_EQ (run_to_eos (pipe.get (), 120), "");
   }
   EXPECT_EQ (committed (), n + 1);
-  for (auto &f : fs::recursive_directory_iterator (dir.path + "/lerobot"))
+  for (auto &f : fs::recursive_directory_iterator (dir.path () + "/lerobot"))
     EXPECT_NE (f.path ().extension (), ".part") << "left over: " << f.path ();
-  EXPECT_EQ (run ({py, source_root () + "/tests/lerobot/check_dataset.py", dir.path + "/lerobot",
+  EXPECT_EQ (run ({py, source_root () + "/tests/lerobot/check_dataset.py", dir.path () + "/lerobot",
                    "--episodes", std::to_string (n + 1)},
-                  &out, python_env (dir.path)),
+                  &out, python_env (dir.path ())),
              0)
       << out;
   std::cout << out;

@@ -28,15 +28,15 @@ one_frame_dataset (const std::string &path)
 
 TEST (Pi0LeRobotSrc, AMissingDatasetOrEpisodeIsAnErrorNamingIt)
 {
-  Dir d;
+  TempDir d;
   for (int missing_episode = 0; missing_episode < 2; missing_episode++) {
     if (missing_episode) {
       /* A dataset with one episode (no cameras), asked for episode 5. */
-      ASSERT_TRUE (one_frame_dataset (d.path + "/ds"));
+      ASSERT_TRUE (one_frame_dataset (d.path () + "/ds"));
     }
     ElementPtr src (gst_element_factory_make ("pi0lerobotsrc", nullptr));
     ASSERT_NE (src, nullptr);
-    g_object_set (src.get (), "location", (d.path + "/ds").c_str (), "episode", 5u, nullptr);
+    g_object_set (src.get (), "location", (d.path () + "/ds").c_str (), "episode", 5u, nullptr);
     ElementPtr pipe (gst_pipeline_new (nullptr));
     gst_bin_add (GST_BIN (pipe.get ()), GST_ELEMENT (gst_object_ref (src.get ())));
     EXPECT_EQ (gst_element_set_state (pipe.get (), GST_STATE_PAUSED), GST_STATE_CHANGE_FAILURE);
@@ -54,12 +54,12 @@ TEST (Pi0LeRobotSrc, AMissingDatasetOrEpisodeIsAnErrorNamingIt)
  * at READY, where its pads appear and n-episodes is known, and they go again at NULL. */
 TEST (Pi0LeRobotSrc, TheDatasetIsReadAtReadyNotWhenLocationIsSet)
 {
-  Dir d;
-  ASSERT_TRUE (one_frame_dataset (d.path + "/ds"));
+  TempDir d;
+  ASSERT_TRUE (one_frame_dataset (d.path () + "/ds"));
 
   ElementPtr src (gst_element_factory_make ("pi0lerobotsrc", nullptr));
   ASSERT_NE (src, nullptr);
-  g_object_set (src.get (), "location", (d.path + "/ds").c_str (), nullptr);
+  g_object_set (src.get (), "location", (d.path () + "/ds").c_str (), nullptr);
   guint n = 99;
   g_object_get (src.get (), "n-episodes", &n, nullptr);
   EXPECT_EQ (n, 0u) << "not read yet";
@@ -73,7 +73,7 @@ TEST (Pi0LeRobotSrc, TheDatasetIsReadAtReadyNotWhenLocationIsSet)
   EXPECT_EQ (src->numsrcpads, 0u);
 
   /* A location that names nothing is no warning when set, an error at READY. */
-  g_object_set (src.get (), "location", (d.path + "/none").c_str (), nullptr);
+  g_object_set (src.get (), "location", (d.path () + "/none").c_str (), nullptr);
   ElementPtr pipe (gst_pipeline_new (nullptr));
   gst_bin_add (GST_BIN (pipe.get ()), GST_ELEMENT (gst_object_ref (src.get ())));
   EXPECT_EQ (gst_element_set_state (pipe.get (), GST_STATE_READY), GST_STATE_CHANGE_FAILURE);
@@ -89,17 +89,17 @@ TEST (Pi0LeRobotSrc, TheDatasetIsReadAtReadyNotWhenLocationIsSet)
  * of its frames byte for byte the frame LeRobot's decoder selects for it, and its state rows. */
 TEST (Pi0LeRobotSrc, PlaysEveryEpisodeOfDatasetsLeRobotWrote)
 {
-  REQUIRE_LEROBOT_PYTHON (py, source_root (), "play datasets the real lerobot wrote");
-  Dir dir;
+  REQUIRE_LEROBOT_PYTHON (py, "play datasets the real lerobot wrote");
+  TempDir dir;
   const std::string tool = source_root () + "/tests/lerobot/lerobot_made.py";
   for (const char *codec : {"h264", "libsvtav1"}) {
     SCOPED_TRACE (codec);
-    const std::string root = dir.path + "/" + codec;
+    const std::string root = dir.path () + "/" + codec;
     std::string out;
-    ASSERT_TRUE (lerobot_made (py, dir.path, root, {"--codec", codec, "--lengths", "7,12,9"}));
+    ASSERT_TRUE (lerobot_made (py, dir.path (), root, {"--codec", codec, "--lengths", "7,12,9"}));
     for (guint e = 0; e < 3; e++) {
       SCOPED_TRACE (e);
-      const std::string dump = dir.path + "/" + codec + "-played/" + std::to_string (e);
+      const std::string dump = dir.path () + "/" + codec + "-played/" + std::to_string (e);
       fs::create_directories (dump);
       const std::string line =
           "pi0lerobotsrc name=ds location=" + root + " episode=" + std::to_string (e) +
@@ -113,8 +113,8 @@ TEST (Pi0LeRobotSrc, PlaysEveryEpisodeOfDatasetsLeRobotWrote)
       EXPECT_EQ (run_to_eos (pipe.get (), 60), "") << "every episode ends, the last and the others";
       gst_element_set_state (pipe.get (), GST_STATE_NULL);
     }
-    EXPECT_EQ (run ({py, tool, "check", root, dir.path + "/" + codec + "-played"}, &out,
-                    python_env (dir.path)),
+    EXPECT_EQ (run ({py, tool, "check", root, dir.path () + "/" + codec + "-played"}, &out,
+                    python_env (dir.path ())),
                0)
         << out;
     /* Many more, one after the other in this process: a camera branch whose decodebin started
@@ -287,12 +287,13 @@ play_with_fake_decoder (const std::string &root, guint episode, int *frames)
  * EOS and all its frames. An error before then is the pipeline's, as ever (the control). */
 TEST (Pi0LeRobotSrc, ADecoderFailingAfterTheEpisodeEndedDoesNotFailIt)
 {
-  REQUIRE_LEROBOT_PYTHON (py, source_root (), "play datasets the real lerobot wrote");
+  REQUIRE_LEROBOT_PYTHON (py, "play datasets the real lerobot wrote");
   ASSERT_TRUE (
       gst_element_register (nullptr, "pi0testfakeav1dec", GST_RANK_NONE, fake_av1_dec_get_type ()));
-  Dir dir;
-  const std::string root = dir.path + "/av1";
-  ASSERT_TRUE (lerobot_made (py, dir.path, root, {"--codec", "libsvtav1", "--lengths", "7,12,9"}));
+  TempDir dir;
+  const std::string root = dir.path () + "/av1";
+  ASSERT_TRUE (
+      lerobot_made (py, dir.path (), root, {"--codec", "libsvtav1", "--lengths", "7,12,9"}));
   int frames = -1;
   fake_fail_after_eos = true;
   fake_fail_at = -1;
@@ -315,13 +316,13 @@ TEST (Pi0LeRobotSrc, ADecoderFailingAfterTheEpisodeEndedDoesNotFailIt)
  * Then append=true onto damaged datasets is refused, naming the damage. */
 TEST (Pi0LeRobotSrc, HostileDatasetsGiveErrorsNamingTheFieldNeverAbortsOrHangs)
 {
-  REQUIRE_LEROBOT_PYTHON (py, source_root (), "make the hostile datasets from a LeRobot one");
-  Dir dir;
-  const std::string good = dir.path + "/good", cases_dir = dir.path + "/cases";
+  REQUIRE_LEROBOT_PYTHON (py, "make the hostile datasets from a LeRobot one");
+  TempDir dir;
+  const std::string good = dir.path () + "/good", cases_dir = dir.path () + "/cases";
   std::string out;
-  ASSERT_TRUE (lerobot_made (py, dir.path, good));
+  ASSERT_TRUE (lerobot_made (py, dir.path (), good));
   ASSERT_EQ (run ({py, source_root () + "/tests/lerobot/hostile_datasets.py", good, cases_dir},
-                  &out, python_env (dir.path)),
+                  &out, python_env (dir.path ())),
              0)
       << out;
   std::string err;

@@ -82,8 +82,7 @@ TEST (NormStats, FormulasMatchNumpy)
       << out;
   const auto want = nlohmann::json::parse (out);
 
-  const auto ns =
-      pi0::NormStats::load (dir.path ().string ()); // a directory holding norm_stats.json
+  const auto ns = pi0::NormStats::load (dir.path ()); // a directory holding norm_stats.json
   EXPECT_EQ (ns.state ().dim (), 7);
   EXPECT_EQ (ns.actions ().dim (), 6);
   const auto z = ns.normalize_state (state, pi0::NormMode::ZScore);

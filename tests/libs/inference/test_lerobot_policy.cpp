@@ -28,11 +28,11 @@ std::string
 make_checkpoint (const TempDir &dir, const std::string &kind, const std::string &size,
                  std::string *log)
 {
-  const std::string out = dir.path + "/" + kind + "-" + size;
+  const std::string out = dir.path () + "/" + kind + "-" + size;
   // One thread beside the other tests; the full size runs by hand, alone, on every core.
   const std::string threads = size == "full" ? "" : "OMP_NUM_THREADS=1 ";
   const std::string cmd = threads + "PYTHONPATH='" + source_root () + "/tests/parity' '" +
-                          lerobot_python_in (source_root ()) + "' '" + source_root () +
+                          lerobot_python () + "' '" + source_root () +
                           "/tests/parity/lerobot_processor_parity.py' '" + out + "' " + kind + " " +
                           size + " > '" + out + ".log' 2>&1";
   const int status = std::system (cmd.c_str ());
@@ -62,7 +62,7 @@ checkpoint (const std::string &kind, const std::string &size)
 
 /* The real LeRobot (a CI failure without it, a skip elsewhere) and SentencePiece. */
 #define PI0_REQUIRE_LEROBOT()                                                                      \
-  REQUIRE_LEROBOT_PYTHON (py_, source_root (), "hold checkpoints against the real LeRobot");       \
+  REQUIRE_LEROBOT_PYTHON (py_, "hold checkpoints against the real LeRobot");                       \
   if (!pi0::Tokenizer::available ())                                                               \
   GTEST_SKIP () << "built without libsentencepiece"
 
@@ -197,7 +197,7 @@ TEST (LeRobotPolicy, BrokenProcessorFilesAreNamed)
   PI0_REQUIRE_LEROBOT ();
   ASSERT_FALSE (checkpoint ("pi05", "tiny").empty ());
   TempDir tmp; // a copy: the files are broken one after the other
-  const std::string dir = tmp.path + "/ckpt";
+  const std::string dir = tmp.path () + "/ckpt";
   std::filesystem::copy (checkpoint ("pi05", "tiny"), dir);
   pi0::OpenOptions o;
   o.device = pi0::DeviceChoice::Cpu;

@@ -264,9 +264,8 @@ TEST (ModelConfig, HostileSizesAndFilesAreRefusedBeforeAnythingIsBuilt)
   /* The describe() text of a valid config never shows a negative length. */
   EXPECT_EQ (pi0::config_by_name ("pi0").describe ().find ("-"), std::string::npos);
 
-  char dir[] = "/tmp/pi0-cfg-XXXXXX";
-  ASSERT_TRUE (mkdtemp (dir));
-  const std::string fifo = std::string (dir) + "/config.json";
+  const TempDir dir ("pi0-cfg");
+  const std::string fifo = dir.path () + "/config.json";
   ASSERT_EQ (mkfifo (fifo.c_str (), 0600), 0);
   for (const std::string &path : {fifo, std::string ("/dev/zero")}) {
     try {
@@ -278,7 +277,6 @@ TEST (ModelConfig, HostileSizesAndFilesAreRefusedBeforeAnythingIsBuilt)
           << e.what ();
     }
   }
-  std::filesystem::remove_all (dir);
 }
 
 /* Issue 25: the architecture is compared with the file before the module tree is built: a
@@ -286,12 +284,12 @@ TEST (ModelConfig, HostileSizesAndFilesAreRefusedBeforeAnythingIsBuilt)
  * parameters. */
 TEST (ModelConfig, AConfigFarLargerThanItsWeightsFailsBeforeTheModelIsBuilt)
 {
-  char dir[] = "/tmp/pi0-ckpt-XXXXXX";
-  ASSERT_TRUE (mkdtemp (dir));
+  const TempDir tmp ("pi0-ckpt");
+  const std::string &dir = tmp.path ();
   pi0::Pi0Model tiny (pi0::config_by_name ("pi0-tiny"));
   pi0::save_pi0_model (tiny, dir);
   EXPECT_NO_THROW (pi0::load_pi0_model (dir));
-  std::ofstream (std::string (dir) + "/config.json", std::ios::trunc)
+  std::ofstream (dir + "/config.json", std::ios::trunc)
       << R"({"type": "pi0", "paligemma_variant": "gemma_2b", "action_expert_variant": "gemma_300m"})";
   try {
     pi0::load_pi0_model (dir);
@@ -303,7 +301,6 @@ TEST (ModelConfig, AConfigFarLargerThanItsWeightsFailsBeforeTheModelIsBuilt)
     EXPECT_NE (what.find ("the config does not belong to these weights"), std::string::npos)
         << what;
   }
-  std::filesystem::remove_all (dir);
 }
 
 /* Issue 16: LeRobot's config.json for a policy trained with `empty_cameras: 1` lists
@@ -537,12 +534,12 @@ TEST (ModelCheckpoint, Pi05SaveLoadAndTheWeightsDecideForOpenpisConfig)
   auto m = std::make_shared<pi0::Pi0Model> (pi0::config_by_name ("pi05-tiny"));
   m->init_random (9);
   TempDir dir;
-  pi0::save_pi0_model (*m, dir.path);
+  pi0::save_pi0_model (*m, dir.path ());
   auto in = tiny_input (m->config (), 4);
   const at::Tensor expect = pi0::make_pi0_policy (m, {})->infer (in);
-  EXPECT_TRUE (at::equal (pi0::load_policy (dir.path, {})->infer (in), expect));
+  EXPECT_TRUE (at::equal (pi0::load_policy (dir.path (), {})->infer (in), expect));
   // Our config.json without its type keys: what openpi's converter leaves out.
-  pi0::TensorMap t = pi0::load_safetensors (dir.path + "/model.safetensors");
+  pi0::TensorMap t = pi0::load_safetensors (dir.path () + "/model.safetensors");
   EXPECT_EQ (pi0::model_kind_of (t), pi0::ModelKind::Pi05);
   std::string json = m->config ().to_json ();
   for (const char *k : {"  \"type\": \"pi05\",\n", "  \"pi05\": true,\n", "\"pi05\": true, ",
@@ -553,19 +550,19 @@ TEST (ModelCheckpoint, Pi05SaveLoadAndTheWeightsDecideForOpenpisConfig)
   }
   ASSERT_EQ (json.find ("pi05\": true"), std::string::npos) << json;
   ASSERT_EQ (json.find ("discrete_state_input"), std::string::npos) << json;
-  std::ofstream (dir.path + "/config.json", std::ios::trunc) << json;
-  auto loaded = pi0::load_pi0_model (dir.path);
+  std::ofstream (dir.path () + "/config.json", std::ios::trunc) << json;
+  auto loaded = pi0::load_pi0_model (dir.path ());
   EXPECT_TRUE (loaded->config ().pi05);
   EXPECT_TRUE (loaded->config ().discrete_state_input);
   EXPECT_TRUE (at::equal (pi0::make_pi0_policy (loaded, {})->infer (in), expect));
   // What openpi's training config says of the state prompt, which that file cannot.
-  EXPECT_FALSE (pi0::load_pi0_model (dir.path, 0, false)->config ().discrete_state_input);
+  EXPECT_FALSE (pi0::load_pi0_model (dir.path (), 0, false)->config ().discrete_state_input);
   // A pi0 config over these weights is refused naming both sides.
   pi0::Pi0Config as_pi0 = m->config ();
   as_pi0.pi05 = false;
-  std::ofstream (dir.path + "/config.json", std::ios::trunc) << as_pi0.to_json ();
+  std::ofstream (dir.path () + "/config.json", std::ios::trunc) << as_pi0.to_json ();
   try {
-    pi0::load_pi0_model (dir.path);
+    pi0::load_pi0_model (dir.path ());
     ADD_FAILURE () << "loaded pi05 weights as pi0";
   } catch (const pi0::Error &e) {
     EXPECT_NE (std::string (e.what ()).find ("says the model is pi0, but the weights are pi05's"),
@@ -816,17 +813,17 @@ TEST (ModelCheckpoint, SaveLoadRoundTrip)
 {
   TempDir dir;
   auto m = tiny_model (21);
-  pi0::save_pi0_model (*m, dir.path);
-  auto loaded = pi0::load_pi0_model (dir.path);
+  pi0::save_pi0_model (*m, dir.path ());
+  auto loaded = pi0::load_pi0_model (dir.path ());
   auto a = m->named_parameters (true), b = loaded->named_parameters (true);
   ASSERT_EQ (a.size (), b.size ());
   for (const auto &p : a)
     EXPECT_TRUE (at::equal (p.value (), b[p.key ()])) << p.key ();
   auto in = tiny_input (m->config (), 3);
   EXPECT_TRUE (at::equal (pi0::make_pi0_policy (m, {})->infer (in),
-                          pi0::load_policy (dir.path, {})->infer (in)));
+                          pi0::load_policy (dir.path (), {})->infer (in)));
   // The file alone (config.json next to it) works as well.
-  EXPECT_NO_THROW (pi0::load_pi0_model (dir.path + "/model.safetensors"));
+  EXPECT_NO_THROW (pi0::load_pi0_model (dir.path () + "/model.safetensors"));
 }
 
 TEST (ModelCheckpoint, LeRobotPrefixedKeysLoad)
@@ -836,9 +833,9 @@ TEST (ModelCheckpoint, LeRobotPrefixedKeysLoad)
   pi0::TensorMap t;
   for (const auto &p : m->named_parameters (true))
     t["model." + p.key ()] = p.value ();
-  pi0::save_safetensors (dir.path + "/model.safetensors", t);
-  std::ofstream (dir.path + "/config.json") << m->config ().to_json ();
-  auto loaded = pi0::load_pi0_model (dir.path);
+  pi0::save_safetensors (dir.path () + "/model.safetensors", t);
+  std::ofstream (dir.path () + "/config.json") << m->config ().to_json ();
+  auto loaded = pi0::load_pi0_model (dir.path ());
   EXPECT_TRUE (at::equal (loaded->state_proj->weight, m->state_proj->weight));
 }
 
@@ -855,27 +852,27 @@ TEST (ModelCheckpoint, ModelLevelBadCheckpoints)
   };
   {
     TempDir dir; // nothing there
-    expect_error (dir.path, "no checkpoint");
+    expect_error (dir.path (), "no checkpoint");
   }
   {
     TempDir dir; // weights without config.json
-    pi0::save_pi0_model (*m, dir.path);
-    std::remove ((dir.path + "/config.json").c_str ());
-    expect_error (dir.path, "config.json");
+    pi0::save_pi0_model (*m, dir.path ());
+    std::remove ((dir.path () + "/config.json").c_str ());
+    expect_error (dir.path (), "config.json");
   }
   {
     TempDir dir; // config.json describing another architecture: every tensor mis-shaped
-    pi0::save_pi0_model (*m, dir.path);
+    pi0::save_pi0_model (*m, dir.path ());
     pi0::Pi0Config other = m->config ();
     other.text.width = 48;
-    std::ofstream (dir.path + "/config.json", std::ios::trunc) << other.to_json ();
-    expect_error (dir.path, "language_model.layers.0.self_attn.q_proj.weight");
+    std::ofstream (dir.path () + "/config.json", std::ios::trunc) << other.to_json ();
+    expect_error (dir.path (), "language_model.layers.0.self_attn.q_proj.weight");
   }
   {
     TempDir dir; // a config.json of another model type
-    pi0::save_pi0_model (*m, dir.path);
-    std::ofstream (dir.path + "/config.json", std::ios::trunc) << R"({"type": "pi05"})";
-    expect_error (dir.path, "says the model is pi05, but the weights are pi0's");
+    pi0::save_pi0_model (*m, dir.path ());
+    std::ofstream (dir.path () + "/config.json", std::ios::trunc) << R"({"type": "pi05"})";
+    expect_error (dir.path (), "says the model is pi05, but the weights are pi0's");
   }
   {
     TempDir dir; // a missing tensor is named
@@ -883,16 +880,16 @@ TEST (ModelCheckpoint, ModelLevelBadCheckpoints)
     for (const auto &p : m->named_parameters (true))
       if (p.key () != "action_out_proj.bias")
         t[p.key ()] = p.value ();
-    pi0::save_safetensors (dir.path + "/model.safetensors", t);
-    std::ofstream (dir.path + "/config.json") << m->config ().to_json ();
-    expect_error (dir.path, "action_out_proj.bias");
+    pi0::save_safetensors (dir.path () + "/model.safetensors", t);
+    std::ofstream (dir.path () + "/config.json") << m->config ().to_json ();
+    expect_error (dir.path (), "action_out_proj.bias");
   }
 }
 
 TEST (TorchScriptBackend, RunsAModuleWithTheDocumentedSignature)
 {
   TempDir dir;
-  const std::string path = dir.path + "/policy.pt";
+  const std::string path = dir.path () + "/policy.pt";
   {
     // The module is defined here: actions = noise * 0.5 + mean(valid images) + state[0].
     torch::jit::Module mod ("Pi0Export");
@@ -931,10 +928,10 @@ TEST (TorchScriptBackend, RefusesModulesWithoutTheContract)
     mod.define ("def forward(self, a: Tensor, b: Tensor, c: Tensor, d: Tensor, e: Tensor, f: "
                 "Tensor) -> Tensor:\n"
                 "    return f\n");
-    mod.save (dir.path + "/noattrs.pt");
+    mod.save (dir.path () + "/noattrs.pt");
   }
   try {
-    pi0::load_torchscript_policy (dir.path + "/noattrs.pt", {});
+    pi0::load_torchscript_policy (dir.path () + "/noattrs.pt", {});
     FAIL () << "module without horizon accepted";
   } catch (const pi0::Error &e) {
     EXPECT_NE (std::string (e.what ()).find ("horizon"), std::string::npos) << e.what ();
@@ -946,14 +943,14 @@ TEST (TorchScriptBackend, RefusesModulesWithoutTheContract)
     mod.define ("def forward(self, a: Tensor, b: Tensor, c: Tensor, d: Tensor, e: Tensor, f: "
                 "Tensor) -> Tensor:\n"
                 "    return f[:, :10]\n");
-    mod.save (dir.path + "/wrong.pt");
+    mod.save (dir.path () + "/wrong.pt");
   }
-  auto p = pi0::load_torchscript_policy (dir.path + "/wrong.pt", {});
+  auto p = pi0::load_torchscript_policy (dir.path () + "/wrong.pt", {});
   try {
     p->infer (tiny_input (pi0::config_by_name ("pi0-tiny"), 1));
     FAIL () << "wrong output shape accepted";
   } catch (const pi0::Error &e) {
     EXPECT_NE (std::string (e.what ()).find ("expected [1,50,32]"), std::string::npos) << e.what ();
   }
-  EXPECT_THROW (pi0::load_torchscript_policy (dir.path + "/missing.pt", {}), pi0::Error);
+  EXPECT_THROW (pi0::load_torchscript_policy (dir.path () + "/missing.pt", {}), pi0::Error);
 }

@@ -29,12 +29,12 @@ protected:
   static void SetUpTestSuite ()
   {
     dir_ = new TempDir ();
-    std::string py = source_root () + "/.venv/bin/python";
+    const std::string py = venv_python ();
     std::string cmd = "'" + py + "' '" + source_root () +
-                      "/tests/parity/transformers_parity.py' '" + dir_->path + "' > '" +
-                      dir_->path + "/log.txt' 2>&1";
+                      "/tests/parity/transformers_parity.py' '" + dir_->path () + "' > '" +
+                      dir_->path () + "/log.txt' 2>&1";
     status_ = std::system (cmd.c_str ());
-    std::ifstream log (dir_->path + "/log.txt");
+    std::ifstream log (dir_->path () + "/log.txt");
     std::stringstream ss;
     ss << log.rdbuf ();
     log_ = ss.str ();
@@ -110,7 +110,7 @@ expect_close (const at::Tensor &ours, const at::Tensor &theirs, const std::strin
 TEST_F (TransformersParity, SiglipVisionTowerMatchesSiglipVisionModel)
 {
   auto model = tiny_model (1);
-  pi0::TensorMap t = pi0::load_safetensors (dir_->path + "/siglip.safetensors");
+  pi0::TensorMap t = pi0::load_safetensors (dir_->path () + "/siglip.safetensors");
   std::vector<std::string> unmapped;
   size_t n = load_weights (*model, t, kVisionPrefix, &unmapped);
   EXPECT_TRUE (unmapped.empty ()) << "transformers weights with no counterpart, first: "
@@ -129,7 +129,7 @@ TEST_F (TransformersParity, SiglipVisionTowerMatchesSiglipVisionModel)
 TEST_F (TransformersParity, PrefixGemmaLayersMatchGemmaModel)
 {
   auto model = tiny_model (1);
-  pi0::TensorMap t = pi0::load_safetensors (dir_->path + "/gemma_prefix.safetensors");
+  pi0::TensorMap t = pi0::load_safetensors (dir_->path () + "/gemma_prefix.safetensors");
   std::vector<std::string> unmapped;
   size_t n = load_weights (*model, t, kTextPrefix, &unmapped);
   EXPECT_TRUE (unmapped.empty ());
@@ -154,7 +154,7 @@ TEST_F (TransformersParity, PrefixGemmaLayersMatchGemmaModel)
 TEST_F (TransformersParity, ActionExpertGemmaLayersMatchGemmaModel)
 {
   auto model = tiny_model (1);
-  pi0::TensorMap t = pi0::load_safetensors (dir_->path + "/gemma_expert.safetensors");
+  pi0::TensorMap t = pi0::load_safetensors (dir_->path () + "/gemma_expert.safetensors");
   t.erase ("w.embed_tokens.weight"); // the action expert has no token embedding
   std::vector<std::string> unmapped;
   size_t n = load_weights (*model, t, kExpertPrefix, &unmapped);

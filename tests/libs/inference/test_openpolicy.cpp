@@ -247,13 +247,13 @@ TEST (OpenPolicy, NormStatsAndActionDimsGiveRobotUnits)
 {
   PI0_REQUIRE_SENTENCEPIECE ();
   TempDir dir;
-  std::ofstream (dir.path + "/norm_stats.json")
+  std::ofstream (dir.path () + "/norm_stats.json")
       << R"({"norm_stats": {"state": {"mean": [0, 0, 0, 0, 0, 0, 0], "std": [1, 1, 1, 1, 1, 1, 1]},
                             "actions": {"mean": [10, 20, 30], "std": [2, 2, 2]}}})";
   pi0::OpenOptions o = cpu_options ();
   o.action_dims = 3;
   auto raw = pi0::open_policy ("builtin:pi0-tiny", o);
-  o.norm_stats = dir.path;
+  o.norm_stats = dir.path ();
   auto norm = pi0::open_policy ("builtin:pi0-tiny", o);
   EXPECT_TRUE (norm->has_norm_stats ());
   at::Tensor a = raw->infer (request (4, "x", 0.f)).actions;
@@ -272,10 +272,10 @@ TEST (OpenPolicy, CheckpointDirectoryAndItsTokenizer)
   cfg.tokenizer = tokenizer_dir () + "/tiny_paligemma.model"; // absolute: used as is
   auto model = std::make_shared<pi0::Pi0Model> (cfg);
   model->init_random (5);
-  pi0::save_pi0_model (*model, dir.path + "/ck");
+  pi0::save_pi0_model (*model, dir.path () + "/ck");
   pi0::OpenOptions o = cpu_options ();
   o.data_dirs.clear ();
-  for (const std::string &uri : {dir.path + "/ck", dir.path + "/ck/model.safetensors"}) {
+  for (const std::string &uri : {dir.path () + "/ck", dir.path () + "/ck/model.safetensors"}) {
     auto p = pi0::open_policy (uri, o);
     EXPECT_EQ (p->model_id (), uri);
     EXPECT_FALSE (p->untrained ());
@@ -283,17 +283,18 @@ TEST (OpenPolicy, CheckpointDirectoryAndItsTokenizer)
   }
   o.num_steps = 3; // replaces the checkpoint's 10: different actions
   EXPECT_FALSE (at::equal (
-      pi0::open_policy (dir.path + "/ck", o)->infer (request (1, "x", 0)).actions,
-      pi0::open_policy (dir.path + "/ck", cpu_options ())->infer (request (1, "x", 0)).actions));
+      pi0::open_policy (dir.path () + "/ck", o)->infer (request (1, "x", 0)).actions,
+      pi0::open_policy (dir.path () + "/ck", cpu_options ())->infer (request (1, "x", 0)).actions));
 
   // Issue 16: the tokenizer the checkpoint names is a directory: an error, not an abort.
   cfg.tokenizer = "tok.model";
   pi0::Pi0Model other (cfg);
   other.init_random (6);
-  pi0::save_pi0_model (other, dir.path + "/ck2");
-  ASSERT_EQ (::mkdir ((dir.path + "/ck2/tok.model").c_str (), 0755), 0);
-  expect_open_error (dir.path + "/ck2", o, pi0::OpenError::Kind::Unreadable,
-                     {"Could not load tokenizer", dir.path + "/ck2/tok.model", "is a directory"});
+  pi0::save_pi0_model (other, dir.path () + "/ck2");
+  ASSERT_EQ (::mkdir ((dir.path () + "/ck2/tok.model").c_str (), 0755), 0);
+  expect_open_error (
+      dir.path () + "/ck2", o, pi0::OpenError::Kind::Unreadable,
+      {"Could not load tokenizer", dir.path () + "/ck2/tok.model", "is a directory"});
 }
 
 TEST (OpenPolicy, EachFailureHasItsKindAndAMessageNamingTheCulprit)
@@ -305,34 +306,34 @@ TEST (OpenPolicy, EachFailureHasItsKindAndAMessageNamingTheCulprit)
   expect_open_error ("builtin:pi0-huge", o, K::NotFound,
                      {"the builtins are builtin:pi0-tiny, builtin:pi0, builtin:pi05-tiny and "
                       "builtin:pi05"});
-  expect_open_error (dir.path + "/nothing", o, K::NotFound, {dir.path + "/nothing"});
-  std::ofstream (dir.path + "/weights.bin") << "x";
-  expect_open_error (dir.path + "/weights.bin", o, K::Settings, {"neither a checkpoint"});
-  ASSERT_EQ (::mkdir ((dir.path + "/bad").c_str (), 0755), 0);
-  std::ofstream (dir.path + "/bad/config.json") << R"({"type": "pi0"})";
-  std::ofstream (dir.path + "/bad/model.safetensors") << "not a safetensors file";
-  expect_open_error (dir.path + "/bad", o, K::Unreadable,
+  expect_open_error (dir.path () + "/nothing", o, K::NotFound, {dir.path () + "/nothing"});
+  std::ofstream (dir.path () + "/weights.bin") << "x";
+  expect_open_error (dir.path () + "/weights.bin", o, K::Settings, {"neither a checkpoint"});
+  ASSERT_EQ (::mkdir ((dir.path () + "/bad").c_str (), 0755), 0);
+  std::ofstream (dir.path () + "/bad/config.json") << R"({"type": "pi0"})";
+  std::ofstream (dir.path () + "/bad/model.safetensors") << "not a safetensors file";
+  expect_open_error (dir.path () + "/bad", o, K::Unreadable,
                      {"Could not load model", "model.safetensors"});
   // A TorchScript policy has no tokenizer of its own.
-  const std::string pt = scripted (dir.path + "/p.pt", {}, false);
+  const std::string pt = scripted (dir.path () + "/p.pt", {}, false);
   expect_open_error (pt, o, K::Settings, {"No tokenizer", pt});
   pi0::OpenOptions t = o;
-  t.tokenizer = dir.path; // issue 16: a directory
+  t.tokenizer = dir.path (); // issue 16: a directory
   if (pi0::Tokenizer::available ())
     expect_open_error (pt, t, K::Unreadable, {"Could not load tokenizer", "is a directory"});
-  t.tokenizer = dir.path + "/none.model";
-  expect_open_error (pt, t, K::Unreadable, {dir.path + "/none.model"});
+  t.tokenizer = dir.path () + "/none.model";
+  expect_open_error (pt, t, K::Unreadable, {dir.path () + "/none.model"});
   if (!pi0::Tokenizer::available ())
     return;
   pi0::OpenOptions a = o;
   a.action_dims = 33;
   expect_open_error ("builtin:pi0-tiny", a, K::Settings, {"action-dims=33", "only makes 32"});
   pi0::OpenOptions n = o;
-  n.norm_stats = dir.path + "/absent.json";
+  n.norm_stats = dir.path () + "/absent.json";
   expect_open_error ("builtin:pi0-tiny", n, K::Unreadable, {"norm stats", "absent.json"});
-  std::ofstream (dir.path + "/huge.json")
+  std::ofstream (dir.path () + "/huge.json")
       << R"({"norm_stats": {"state": {"mean": [1e39], "std": [1]}, "actions": {"mean": [0], "std": [1]}}})";
-  n.norm_stats = dir.path + "/huge.json";
+  n.norm_stats = dir.path () + "/huge.json";
   expect_open_error ("builtin:pi0-tiny", n, K::Unreadable, {"huge.json", "\"mean\"[0]"});
 }
 
@@ -349,16 +350,16 @@ TEST (OpenPolicy, WarmupRunsABrokenTorchScriptPolicyWhenItsSizesAreKnown)
   const std::vector<std::pair<const char *, int>> sizes = {
       {"num_views", 3}, {"image_size", 32}, {"state_dim", 7}};
 
-  auto broken = pi0::open_policy (scripted (dir.path + "/broken.pt", sizes, true), o);
+  auto broken = pi0::open_policy (scripted (dir.path () + "/broken.pt", sizes, true), o);
   EXPECT_THROW (broken->warmup (), pi0::Error);
 
-  auto fine = pi0::open_policy (scripted (dir.path + "/fine.pt", sizes, false), o);
+  auto fine = pi0::open_policy (scripted (dir.path () + "/fine.pt", sizes, false), o);
   EXPECT_TRUE (fine->warmup ());
   EXPECT_EQ (fine->prompt_length (), 48);
   EXPECT_FLOAT_EQ (fine->infer (request (1, "x", 0.25f)).actions[3][5].item<float> (), 0.25f);
 
   // Without the sizes nothing can be run before the first observation: said, not guessed.
-  auto unknown = pi0::open_policy (scripted (dir.path + "/unknown.pt", {}, true), o);
+  auto unknown = pi0::open_policy (scripted (dir.path () + "/unknown.pt", {}, true), o);
   EXPECT_FALSE (unknown->warmup ());
   EXPECT_THROW (unknown->infer (request (1, "x", 0.f)), pi0::Error);
 }

@@ -206,12 +206,12 @@ TEST (Transforms, OpenPolicyAppliesThemAroundTheNormStats)
   {
     pi0::json::Value doc;
     doc["norm_stats"] = c["norm_stats"];
-    std::ofstream (dir.path + "/norm_stats.json") << doc.dump ();
+    std::ofstream (dir.path () + "/norm_stats.json") << doc.dump ();
   }
   pi0::OpenOptions o;
   o.device = pi0::DeviceChoice::Cpu;
   o.data_dirs = {source_root () + "/tests/data/tokenizer"};
-  o.norm_stats = dir.path;
+  o.norm_stats = dir.path ();
   o.action_dims = 14;
   auto plain = pi0::open_policy ("builtin:pi0-tiny", o);
   o.action_dims = 0;

@@ -5,12 +5,12 @@
 
 #include <cstring>
 
+#include "tests/pi0testenv.h"
 #include "tests/pi0testprepcases.h"
 #include "tests/pi0testprepreference.h"
 
 #include <gtest/gtest.h>
 #include <glib.h>
-#include <glib/gstdio.h>
 
 #include <cstdio>
 #include <fstream>
@@ -571,15 +571,15 @@ Oracle
 find_oracle ()
 {
   Oracle o;
-  const char *root = g_getenv ("PI0_SOURCE_ROOT");
-  if (!root) {
+  if (!g_getenv ("PI0_SOURCE_ROOT")) {
     o.skip_reason = "PI0_SOURCE_ROOT is not set (run through meson test)";
     return o;
   }
-  o.python = std::string (root) + "/.venv/bin/python";
-  o.script = std::string (root) + "/tests/oracles/resize_oracle.py";
-  if (!g_file_test (o.python.c_str (), G_FILE_TEST_IS_EXECUTABLE))
-    o.skip_reason = o.python + " does not exist: run scripts/setup.sh";
+  o.python = pi0test::venv_python ();
+  o.script = pi0test::source_root () + "/tests/oracles/resize_oracle.py";
+  if (o.python.empty ())
+    o.skip_reason =
+        pi0test::source_root () + "/.venv/bin/python does not exist: run scripts/setup.sh";
   return o;
 }
 
@@ -665,9 +665,8 @@ run_oracle_test (Filter filter)
   SCOPED_TRACE ("PI0_PREP_SEED=" + std::to_string (seed));
   std::printf ("PI0_PREP_SEED=%u\n", seed);
   std::mt19937 rng (seed);
-  gchar *dir = g_dir_make_tmp ("pi0prep-oracle-XXXXXX", nullptr);
-  ASSERT_NE (dir, nullptr);
-  std::vector<OracleCase> cases = oracle_frames (dir, rng, n_env ? std::atoi (n_env) : 4);
+  const pi0test::TempDir dir ("pi0prep-oracle");
+  std::vector<OracleCase> cases = oracle_frames (dir.path (), rng, n_env ? std::atoi (n_env) : 4);
   std::vector<std::string> specs;
   for (auto &c : cases)
     specs.push_back (c.path + ":" + std::to_string (c.frame.height) + ":" +
@@ -728,12 +727,7 @@ run_oracle_test (Filter filter)
       EXPECT_LE (worst, 1e-3) << c.frame.width << "x" << c.frame.height
                               << ": filter=pil is not bit-identical to openpi";
     }
-    g_remove ((c.path + ".out").c_str ());
   }
-  for (auto &c : cases)
-    g_remove (c.path.c_str ());
-  g_rmdir (dir);
-  g_free (dir);
   if (!ran && !skip.empty ())
     GTEST_SKIP () << skip;
   ::testing::Test::RecordProperty ("exact_fraction",

@@ -37,15 +37,15 @@ TEST (LeRobotStats, VectorStatsAreThoseOfNumpyAndAggregateIsPooled)
 
 TEST (LeRobotWriter, RefusesWhatWouldDamageADataset)
 {
-  Dir d;
+  TempDir d;
   std::string err;
   /* A non-empty directory that is not a dataset. */
-  g_file_set_contents ((d.path + "/notes.txt").c_str (), "x", -1, nullptr);
-  EXPECT_EQ (pi0::lerobot::Writer::open (d.path, tiny_schema (), true, &err), nullptr);
+  g_file_set_contents ((d.path () + "/notes.txt").c_str (), "x", -1, nullptr);
+  EXPECT_EQ (pi0::lerobot::Writer::open (d.path (), tiny_schema (), true, &err), nullptr);
   EXPECT_NE (err.find ("not empty"), std::string::npos) << err;
   /* A dataset, without append; then with append but another fps. */
-  Dir d2;
-  auto w = pi0::lerobot::Writer::open (d2.path + "/ds", tiny_schema (), false, &err);
+  TempDir d2;
+  auto w = pi0::lerobot::Writer::open (d2.path () + "/ds", tiny_schema (), false, &err);
   ASSERT_NE (w, nullptr) << err;
   pi0::lerobot::Episode ep;
   ep.length = 2;
@@ -54,14 +54,14 @@ TEST (LeRobotWriter, RefusesWhatWouldDamageADataset)
   ep.task = {"t", "t"};
   EXPECT_TRUE (w->commit (ep, &err)) << err;
   w.reset ();
-  EXPECT_EQ (pi0::lerobot::Writer::open (d2.path + "/ds", tiny_schema (), false, &err), nullptr);
+  EXPECT_EQ (pi0::lerobot::Writer::open (d2.path () + "/ds", tiny_schema (), false, &err), nullptr);
   EXPECT_NE (err.find ("already holds a dataset"), std::string::npos) << err;
   auto other = tiny_schema ();
   other.fps = 30;
-  EXPECT_EQ (pi0::lerobot::Writer::open (d2.path + "/ds", other, true, &err), nullptr);
+  EXPECT_EQ (pi0::lerobot::Writer::open (d2.path () + "/ds", other, true, &err), nullptr);
   EXPECT_NE (err.find ("fps"), std::string::npos) << err;
   /* The dataset read back. */
-  auto r = pi0::lerobot::Reader::open (d2.path + "/ds", &err);
+  auto r = pi0::lerobot::Reader::open (d2.path () + "/ds", &err);
   ASSERT_NE (r, nullptr) << err;
   ASSERT_EQ (r->episodes ().size (), 1u);
   std::vector<float> st, ac;

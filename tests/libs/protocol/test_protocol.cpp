@@ -3,6 +3,7 @@
  * trips, every class of malformed frame, CRC and HMAC failures, the splitting rule, JSON
  * lines, robot configuration parsing, and the limit/step property. */
 
+#include "tests/pi0testenv.h"
 #include "tests/pi0testexact.h"
 #include "protocol/pi0frame.h"
 #include "common/pi0json.h"
@@ -716,9 +717,8 @@ TEST (RobotConfig, RejectsEveryBadField)
  * an empty file said "...: Success", and 40 kB of "[[[" cost 464 MB. */
 TEST (RobotConfig, HostileFilesAreRefusedAtOnceWithTheRealReason)
 {
-  char dir[] = "/tmp/pi0-robotcfg-XXXXXX";
-  ASSERT_TRUE (mkdtemp (dir));
-  const std::string d = dir;
+  const pi0test::TempDir dir ("pi0-robotcfg");
+  const std::string &d = dir.path ();
   RobotConfig cfg;
   std::string err;
   EXPECT_FALSE (load_robot_config ("/dev/zero", &cfg, &err));
@@ -737,7 +737,6 @@ TEST (RobotConfig, HostileFilesAreRefusedAtOnceWithTheRealReason)
   std::ofstream (d + "/huge.json") << std::string ((1 << 20) + 1, ' ');
   EXPECT_FALSE (load_robot_config (d + "/huge.json", &cfg, &err));
   EXPECT_NE (err.find ("1048577 bytes is more than the 1048576"), std::string::npos) << err;
-  std::filesystem::remove_all (d);
 }
 
 TEST (Safety, FloatChecksWorkInTheSafetyTranslationUnit)

@@ -7,6 +7,7 @@
 #include "serve/pi0codec.h"
 #include "common/pi0json.h"
 #include "serve/pi0mapping.h"
+#include "tests/pi0testenv.h"
 
 #include <glib.h>
 
@@ -163,9 +164,8 @@ TEST (Mapping, PresetsParseAndMatchOpenpisExamples)
 TEST (Mapping, PresetsCarryOpenpisTransformsAndDefaultPrompts)
 {
   std::string err;
-  const char *root = g_getenv ("PI0_SOURCE_ROOT");
   auto golden = pi0::json::load_strict (
-      std::string (root ? root : ".") + "/tests/parity/openpi_transforms/golden.json", &err);
+      pi0test::source_root () + "/tests/parity/openpi_transforms/golden.json", &err);
   ASSERT_TRUE (golden) << err;
   int checked = 0;
   for (const auto &c : (*golden)["configs"]) {

@@ -105,7 +105,7 @@ TEST (SimWorld, RefusesWhatItCannotSimulate)
   pi0::proto::RobotConfig seven;
   std::string err;
   ASSERT_TRUE (pi0::proto::load_robot_config (
-      std::string (std::getenv ("PI0_SOURCE_ROOT")) + "/pipelines/robot-7dof.json", &seven, &err))
+      pi0test::source_root () + "/pipelines/robot-7dof.json", &seven, &err))
       << err;
   EXPECT_THROW (World (seven, 0), std::invalid_argument);
   SceneOptions o;
