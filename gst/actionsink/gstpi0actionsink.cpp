@@ -76,25 +76,6 @@ namespace
 
 namespace proto = pi0::proto;
 
-/* What the properties mean for the session and the transport, and their defaults, are
- * protocol/pi0link's (proto::LinkOptions); the DEFAULT_*s name them. */
-const proto::LinkOptions kLink;
-#define DEFAULT_TARGET (kLink.target.c_str ())
-#define DEFAULT_FORMAT GST_PI0_ACTION_SINK_FORMAT_AUTO
-#define DEFAULT_MODE GST_PI0_ACTION_SINK_MODE_STREAM
-#define DEFAULT_CONTROL_RATE (kLink.control_rate)
-#define DEFAULT_EXECUTE_STEPS (kLink.sender.execute_steps)
-#define DEFAULT_ALLOW_UNLIMITED (kLink.allow_unlimited)
-#define DEFAULT_MAX_ACTION_AGE (kLink.sender.max_action_age_ns)
-#define DEFAULT_HOLD_TIMEOUT (kLink.sender.hold_timeout_ns)
-#define DEFAULT_STOP_TIMEOUT (kLink.sender.stop_timeout_ns)
-#define DEFAULT_MAX_SEND_BUFFER ((guint)kLink.transport.max_send_buffer)
-#define DEFAULT_DATAGRAM_SIZE (kLink.datagram_size)
-#define DEFAULT_RECONNECT_MIN (kLink.transport.reconnect_min_ns)
-#define DEFAULT_RECONNECT_MAX (kLink.transport.reconnect_max_ns)
-#define DEFAULT_TOLERATE_WRITE_ERRORS FALSE
-#define DEFAULT_ROBOT_FEEDBACK (kLink.robot_feedback)
-
 enum {
   PROP_0,
   PROP_TARGET,
@@ -120,8 +101,9 @@ enum {
 enum { SIGNAL_ACTION, N_SIGNALS };
 guint signals[N_SIGNALS];
 
-/* The properties: what they mean for the session and the transport (and their defaults) is
- * protocol/pi0link's; start() has proto::configure_link() check and translate them. */
+/* The properties, each starting at its default (the param specs read them here): what they
+ * mean for the session and the transport, and their defaults, are protocol/pi0link's
+ * (proto::LinkOptions); start() has proto::configure_link() check and translate them. */
 struct Settings {
   proto::LinkOptions link;
   bool tolerate_write_errors = false;
@@ -596,7 +578,7 @@ transfer (Settings &s, guint prop_id, GValue *value, bool set)
     GST_PI0_PROP_FIELD (PROP_RECONNECT_MAX, link.transport.reconnect_max_ns, guint64, uint64)
     GST_PI0_PROP_FIELD (PROP_TOLERATE_WRITE_ERRORS, tolerate_write_errors, gboolean, boolean)
     GST_PI0_PROP_FIELD (PROP_ROBOT_FEEDBACK, link.robot_feedback, gboolean, boolean)
-    GST_PI0_PROP_STRING_OR (PROP_TARGET, link.target, DEFAULT_TARGET)
+    GST_PI0_PROP_STRING_OR (PROP_TARGET, link.target)
     GST_PI0_PROP_STRING (PROP_ROBOT_CONFIG, link.robot_config)
     case PROP_HMAC_KEY: /* write-only: a key must not be readable back */
       if (set) {
@@ -673,6 +655,7 @@ gst_pi0_action_sink_class_init (GstPi0ActionSinkClass *klass)
   auto install = [gobject_class] (guint id, GParamSpec *ps) {
     g_object_class_install_property (gobject_class, id, ps);
   };
+  const Settings d; /* every default: Settings' initialisers */
 
   /**
    * GstPi0ActionSink:target:
@@ -684,30 +667,30 @@ gst_pi0_action_sink_class_init (GstPi0ActionSinkClass *klass)
       PROP_TARGET,
       g_param_spec_string ("target", "Target",
                            "Where actions go: udp://IP:PORT, tcp://IP:PORT, file:///path or stdout",
-                           DEFAULT_TARGET, GST_PI0_PARAM_READY));
+                           d.link.target.c_str (), GST_PI0_PARAM_READY));
   install (
       PROP_FORMAT,
       g_param_spec_enum (
           "format", "Format",
           "Message encoding: auto (binary for udp/tcp, JSON lines for file/stdout), json or binary",
-          gst_pi0_action_sink_format_get_type (), DEFAULT_FORMAT, GST_PI0_PARAM_READY));
+          gst_pi0_action_sink_format_get_type (), (gint)d.link.format, GST_PI0_PARAM_READY));
   install (PROP_MODE,
            g_param_spec_enum (
                "mode", "Mode",
                "chunk: send each chunk whole on arrival; stream: one action per control "
                "tick from the newest chunk; log: write every chunk whole and unmodified "
                "(file:// or stdout only: recordings, replays)",
-               gst_pi0_action_sink_mode_get_type (), DEFAULT_MODE, GST_PI0_PARAM_READY));
+               gst_pi0_action_sink_mode_get_type (), (gint)d.link.mode, GST_PI0_PARAM_READY));
   install (
       PROP_CONTROL_RATE,
       g_param_spec_double ("control-rate", "Control rate",
                            "Robot control rate in Hz: one chunk row per tick (also the step period "
                            "written in frames)",
-                           0.1, 1000.0, DEFAULT_CONTROL_RATE, GST_PI0_PARAM_READY));
+                           0.1, 1000.0, d.link.control_rate, GST_PI0_PARAM_READY));
   install (PROP_EXECUTE_STEPS,
            g_param_spec_uint ("execute-steps", "Execute steps",
                               "Use at most this many rows of each chunk (0 = all rows)", 0,
-                              G_MAXUINT, DEFAULT_EXECUTE_STEPS, GST_PI0_PARAM_READY));
+                              G_MAXUINT, d.link.sender.execute_steps, GST_PI0_PARAM_READY));
   install (
       PROP_ROBOT_CONFIG,
       g_param_spec_string ("robot-config", "Robot configuration",
@@ -718,22 +701,22 @@ gst_pi0_action_sink_class_init (GstPi0ActionSinkClass *klass)
            g_param_spec_boolean (
                "allow-unlimited", "Allow unlimited",
                "Start without robot-config (actions are still checked for NaN/Inf but not clamped)",
-               DEFAULT_ALLOW_UNLIMITED, GST_PI0_PARAM_READY));
+               d.link.allow_unlimited, GST_PI0_PARAM_READY));
   install (PROP_MAX_ACTION_AGE,
            g_param_spec_uint64 (
                "max-action-age", "Maximum action age",
                "Drop actions whose observation was captured longer ago than this, in nanoseconds",
-               GST_MSECOND, G_MAXUINT64, DEFAULT_MAX_ACTION_AGE, GST_PI0_PARAM_READY));
+               GST_MSECOND, G_MAXUINT64, d.link.sender.max_action_age_ns, GST_PI0_PARAM_READY));
   install (PROP_HOLD_TIMEOUT,
            g_param_spec_uint64 (
                "hold-timeout", "Hold timeout",
                "Send HOLD after this long without a fresh action, in nanoseconds of pipeline clock",
-               GST_MSECOND, G_MAXUINT64, DEFAULT_HOLD_TIMEOUT, GST_PI0_PARAM_READY));
+               GST_MSECOND, G_MAXUINT64, d.link.sender.hold_timeout_ns, GST_PI0_PARAM_READY));
   install (PROP_STOP_TIMEOUT,
            g_param_spec_uint64 (
                "stop-timeout", "Stop timeout",
                "Send STOP after this long without a fresh action, in nanoseconds (>= hold-timeout)",
-               GST_MSECOND, G_MAXUINT64, DEFAULT_STOP_TIMEOUT, GST_PI0_PARAM_READY));
+               GST_MSECOND, G_MAXUINT64, d.link.sender.stop_timeout_ns, GST_PI0_PARAM_READY));
   /* Write-only: a key must not be readable back through gst-inspect or a property dump. */
   install (
       PROP_HMAC_KEY,
@@ -746,27 +729,27 @@ gst_pi0_action_sink_class_init (GstPi0ActionSinkClass *klass)
            g_param_spec_uint (
                "max-send-buffer", "Maximum send buffer",
                "TCP: bytes queued for a slow peer before the oldest unsent frames are dropped",
-               1024, 64 * 1024 * 1024, DEFAULT_MAX_SEND_BUFFER, GST_PI0_PARAM_READY));
+               1024, 64 * 1024 * 1024, (guint)d.link.transport.max_send_buffer, GST_PI0_PARAM_READY));
   install (PROP_DATAGRAM_SIZE,
            g_param_spec_uint (
                "datagram-size", "Datagram size",
                "UDP: largest frame in bytes; bigger chunks are split per docs/protocol.md", 128,
-               65507, DEFAULT_DATAGRAM_SIZE, GST_PI0_PARAM_READY));
+               65507, (guint)d.link.datagram_size, GST_PI0_PARAM_READY));
   install (
       PROP_RECONNECT_MIN,
       g_param_spec_uint64 (
           "reconnect-min", "Reconnect minimum",
           "TCP: first reconnect delay in nanoseconds (doubles per failure up to reconnect-max)",
-          GST_MSECOND, 60 * GST_SECOND, DEFAULT_RECONNECT_MIN, GST_PI0_PARAM_READY));
+          GST_MSECOND, 60 * GST_SECOND, d.link.transport.reconnect_min_ns, GST_PI0_PARAM_READY));
   install (PROP_RECONNECT_MAX,
            g_param_spec_uint64 ("reconnect-max", "Reconnect maximum",
                                 "TCP: longest reconnect delay in nanoseconds", GST_MSECOND,
-                                600 * GST_SECOND, DEFAULT_RECONNECT_MAX, GST_PI0_PARAM_READY));
+                                600 * GST_SECOND, d.link.transport.reconnect_max_ns, GST_PI0_PARAM_READY));
   install (PROP_TOLERATE_WRITE_ERRORS,
            g_param_spec_boolean ("tolerate-write-errors", "Tolerate write errors",
                                  "file/stdout: a failed write is a warning and counts in "
                                  "stats.write-errors instead of an error that stops the pipeline",
-                                 DEFAULT_TOLERATE_WRITE_ERRORS, GST_PI0_PARAM_READY));
+                                 d.tolerate_write_errors, GST_PI0_PARAM_READY));
   /**
    * GstPi0ActionSink:robot-feedback:
    *
@@ -779,7 +762,7 @@ gst_pi0_action_sink_class_init (GstPi0ActionSinkClass *klass)
            g_param_spec_boolean ("robot-feedback", "Robot feedback",
                                  "Chunk mode over udp/tcp: use what the robot reports executing "
                                  "(FEEDBACK frames) instead of the sink's estimate",
-                                 DEFAULT_ROBOT_FEEDBACK, GST_PI0_PARAM_READY));
+                                 d.link.robot_feedback, GST_PI0_PARAM_READY));
   /**
    * GstPi0ActionSink:stats:
    *

@@ -89,29 +89,18 @@ enum {
   PROP_N_THREADS,
 };
 
-#define DEFAULT_WIDTH 224
-#define DEFAULT_HEIGHT 224
-#define DEFAULT_RESIZE GST_PI0_CUDA_PREP_RESIZE_PAD
-#define DEFAULT_FILTER GST_PI0_CUDA_PREP_FILTER_ANTIALIAS
-#define DEFAULT_NORMALIZE GST_PI0_CUDA_PREP_NORMALIZE_PI0
-#define DEFAULT_MEAN 0.5f
-#define DEFAULT_STD 0.5f
-#define DEFAULT_DTYPE GST_PI0_DTYPE_FLOAT32
-#define DEFAULT_DEVICE GST_PI0_DEVICE_AUTO
-#define DEFAULT_CUDA_DEVICE_ID -1
-#define DEFAULT_N_THREADS 0
-
+/* The properties, each starting at its default (the param specs read them here). */
 struct Settings {
-  int width = DEFAULT_WIDTH, height = DEFAULT_HEIGHT;
-  GstPi0CudaPrepResize resize = DEFAULT_RESIZE;
-  GstPi0CudaPrepFilter filter = DEFAULT_FILTER;
-  GstPi0CudaPrepNormalize normalize = DEFAULT_NORMALIZE;
-  float mean[3] = {DEFAULT_MEAN, DEFAULT_MEAN, DEFAULT_MEAN};
-  float std[3] = {DEFAULT_STD, DEFAULT_STD, DEFAULT_STD};
-  GstPi0DType dtype = DEFAULT_DTYPE;
-  GstPi0Device device = DEFAULT_DEVICE;
-  int cuda_device_id = DEFAULT_CUDA_DEVICE_ID;
-  guint n_threads = DEFAULT_N_THREADS;
+  int width = 224, height = 224;
+  GstPi0CudaPrepResize resize = GST_PI0_CUDA_PREP_RESIZE_PAD;
+  GstPi0CudaPrepFilter filter = GST_PI0_CUDA_PREP_FILTER_ANTIALIAS;
+  GstPi0CudaPrepNormalize normalize = GST_PI0_CUDA_PREP_NORMALIZE_PI0;
+  float mean[3] = {0.5f, 0.5f, 0.5f};
+  float std[3] = {0.5f, 0.5f, 0.5f};
+  GstPi0DType dtype = GST_PI0_DTYPE_FLOAT32;
+  GstPi0Device device = GST_PI0_DEVICE_AUTO;
+  int cuda_device_id = -1; /* -1: auto */
+  guint n_threads = 0;     /* 0: one per CPU core */
 };
 
 /* The tensor's dtypes are the meta's, in the meta's order. */
@@ -672,6 +661,7 @@ gst_pi0_cuda_prep_class_init (GstPi0CudaPrepClass *klass)
   gobject_class->set_property = GST_DEBUG_FUNCPTR (gst_pi0_cuda_prep_set_property);
   gobject_class->get_property = GST_DEBUG_FUNCPTR (gst_pi0_cuda_prep_get_property);
   gobject_class->finalize = GST_DEBUG_FUNCPTR (gst_pi0_cuda_prep_finalize);
+  const Settings d; /* every default: Settings' initialisers */
 
   /**
    * GstPi0CudaPrep:width:
@@ -681,7 +671,7 @@ gst_pi0_cuda_prep_class_init (GstPi0CudaPrepClass *klass)
   g_object_class_install_property (gobject_class, PROP_WIDTH,
                                    g_param_spec_int ("width", "Width",
                                                      "Width of the model input, in pixels", 1, 8192,
-                                                     DEFAULT_WIDTH, GST_PI0_PARAM_PLAYING));
+                                                     d.width, GST_PI0_PARAM_PLAYING));
   /**
    * GstPi0CudaPrep:height:
    *
@@ -690,7 +680,7 @@ gst_pi0_cuda_prep_class_init (GstPi0CudaPrepClass *klass)
   g_object_class_install_property (gobject_class, PROP_HEIGHT,
                                    g_param_spec_int ("height", "Height",
                                                      "Height of the model input, in pixels", 1,
-                                                     8192, DEFAULT_HEIGHT, GST_PI0_PARAM_PLAYING));
+                                                     8192, d.height, GST_PI0_PARAM_PLAYING));
   /**
    * GstPi0CudaPrep:resize:
    *
@@ -702,7 +692,7 @@ gst_pi0_cuda_prep_class_init (GstPi0CudaPrepClass *klass)
       g_param_spec_enum ("resize", "Resize",
                          "How the view's aspect ratio is kept: pad (openpi), "
                          "stretch or crop",
-                         gst_pi0_cuda_prep_resize_get_type (), DEFAULT_RESIZE,
+                         gst_pi0_cuda_prep_resize_get_type (), d.resize,
                          GST_PI0_PARAM_PLAYING));
   /**
    * GstPi0CudaPrep:filter:
@@ -718,7 +708,7 @@ gst_pi0_cuda_prep_class_init (GstPi0CudaPrepClass *klass)
                          "Resampling filter: antialias (PIL bilinear, openpi, "
                          "within 1 uint8 level), pil (bit-identical to PIL) or bilinear (torch "
                          "interpolate, no antialias)",
-                         gst_pi0_cuda_prep_filter_get_type (), DEFAULT_FILTER,
+                         gst_pi0_cuda_prep_filter_get_type (), d.filter,
                          GST_PI0_PARAM_PLAYING));
   /**
    * GstPi0CudaPrep:normalize:
@@ -731,7 +721,7 @@ gst_pi0_cuda_prep_class_init (GstPi0CudaPrepClass *klass)
       g_param_spec_enum ("normalize", "Normalize",
                          "Value normalization: pi0 (x/255*2-1, as openpi), "
                          "imagenet, or custom (the mean and std properties)",
-                         gst_pi0_cuda_prep_normalize_get_type (), DEFAULT_NORMALIZE,
+                         gst_pi0_cuda_prep_normalize_get_type (), d.normalize,
                          GST_PI0_PARAM_PLAYING));
   /**
    * GstPi0CudaPrep:mean:
@@ -744,7 +734,7 @@ gst_pi0_cuda_prep_class_init (GstPi0CudaPrepClass *klass)
                             "Per-channel R,G,B mean in [0,1] units (normalize="
                             "custom): out = (x/255 - mean) / std",
                             g_param_spec_float ("mean-value", "Mean value", "One channel's mean",
-                                                -G_MAXFLOAT, G_MAXFLOAT, DEFAULT_MEAN, GST_PI0_PARAM_PLAYING),
+                                                -G_MAXFLOAT, G_MAXFLOAT, d.mean[0], GST_PI0_PARAM_PLAYING),
                             GST_PI0_PARAM_PLAYING));
   /**
    * GstPi0CudaPrep:std:
@@ -757,7 +747,7 @@ gst_pi0_cuda_prep_class_init (GstPi0CudaPrepClass *klass)
                             "Per-channel R,G,B standard deviation in [0,1] units, "
                             "> 0 (normalize=custom)",
                             g_param_spec_float ("std-value", "Std value", "One channel's std", 0.f,
-                                                G_MAXFLOAT, DEFAULT_STD, GST_PI0_PARAM_PLAYING),
+                                                G_MAXFLOAT, d.std[0], GST_PI0_PARAM_PLAYING),
                             GST_PI0_PARAM_PLAYING));
   /**
    * GstPi0CudaPrep:dtype:
@@ -767,7 +757,7 @@ gst_pi0_cuda_prep_class_init (GstPi0CudaPrepClass *klass)
   g_object_class_install_property (gobject_class, PROP_DTYPE,
                                    g_param_spec_enum ("dtype", "DType",
                                                       "Element type of the model input tensor",
-                                                      GST_TYPE_PI0_DTYPE, DEFAULT_DTYPE,
+                                                      GST_TYPE_PI0_DTYPE, d.dtype,
                                                       GST_PI0_PARAM_PLAYING));
   /**
    * GstPi0CudaPrep:device:
@@ -780,7 +770,7 @@ gst_pi0_cuda_prep_class_init (GstPi0CudaPrepClass *klass)
       g_param_spec_enum ("device", "Device",
                          "Where to compute: auto (CUDA if usable, else CPU), "
                          "cuda or cpu",
-                         GST_TYPE_PI0_DEVICE, DEFAULT_DEVICE,
+                         GST_TYPE_PI0_DEVICE, d.device,
                          GST_PI0_PARAM_READY));
   /**
    * GstPi0CudaPrep:cuda-device-id:
@@ -791,7 +781,7 @@ gst_pi0_cuda_prep_class_init (GstPi0CudaPrepClass *klass)
       gobject_class, PROP_CUDA_DEVICE_ID,
       g_param_spec_int ("cuda-device-id", "CUDA device id",
                         "CUDA device ordinal (-1 = the first, or the shared context's)", -1,
-                        G_MAXINT, DEFAULT_CUDA_DEVICE_ID, GST_PI0_PARAM_READY));
+                        G_MAXINT, d.cuda_device_id, GST_PI0_PARAM_READY));
   /**
    * GstPi0CudaPrep:n-threads:
    *
@@ -801,7 +791,7 @@ gst_pi0_cuda_prep_class_init (GstPi0CudaPrepClass *klass)
                                    g_param_spec_uint ("n-threads", "Threads",
                                                       "Threads for the CPU path, in threads "
                                                       "(0 = one per CPU core)",
-                                                      0, 256, DEFAULT_N_THREADS, GST_PI0_PARAM_READY));
+                                                      0, 256, d.n_threads, GST_PI0_PARAM_READY));
 
   gst_element_class_add_static_pad_template (element_class, &sink_template);
   gst_element_class_add_static_pad_template (element_class, &src_template);

@@ -108,29 +108,8 @@ enum {
   PROP_STATS,
 };
 
-/* The defaults are the runner's Settings' (pi0inferrunner.h), which the properties fill. */
-static const Settings kDefaults;
-#define DEFAULT_MODEL nullptr
-#define DEFAULT_TOKENIZER nullptr
-#define DEFAULT_INSTRUCTION ""
-#define DEFAULT_NORM_STATS nullptr
-#define DEFAULT_NORM_MODE (kDefaults.norm_mode)
-#define DEFAULT_ACTION_DIMS (kDefaults.action_dims)
-#define DEFAULT_NUM_STEPS (kDefaults.num_steps)
-#define DEFAULT_PRECISION (kDefaults.precision)
-#define DEFAULT_DEVICE (kDefaults.device)
-#define DEFAULT_CUDA_DEVICE_ID (kDefaults.cuda_device_id)
-#define DEFAULT_SEED (kDefaults.seed)
-#define DEFAULT_REQUIRE_STATE (kDefaults.require_state)
-#define DEFAULT_RTC (kDefaults.rtc)
-#define DEFAULT_RTC_EXECUTION_HORIZON (kDefaults.rtc_execution_horizon)
-#define DEFAULT_RTC_MAX_GUIDANCE_WEIGHT (kDefaults.rtc_max_guidance_weight)
-#define DEFAULT_MAX_BATCH_SIZE (kDefaults.max_batch_size)
-#define DEFAULT_MAX_BATCH_WAIT (kDefaults.max_batch_wait)
 /* A deadline of now + this never nears 2^63 ns (the clock's signed range). */
 static constexpr guint64 kMaxBatchWait = 3600 * GST_SECOND;
-#define DEFAULT_TRANSFORMS (kDefaults.transforms.c_str ())
-#define DEFAULT_DISCRETE_STATE_INPUT (kDefaults.discrete_state_input)
 
 static GstStaticPadTemplate sink_template = GST_STATIC_PAD_TEMPLATE (
     "sink", GST_PAD_SINK, GST_PAD_ALWAYS, GST_STATIC_CAPS (GST_PI0_OBSERVATION_CAPS));
@@ -215,6 +194,9 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
   auto install = [gobject_class] (guint id, GParamSpec *ps) {
     g_object_class_install_property (gobject_class, id, ps);
   };
+  /* Every default: the initialisers of the runner's Settings (pi0inferrunner.h), which the
+   * properties fill. */
+  const Settings d;
 
   /**
    * GstPi0Infer:model:
@@ -232,13 +214,13 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
                            "file, or builtin:pi0-tiny / builtin:pi05-tiny (untrained demos) or "
                            "builtin:pi0 / builtin:pi05 (full size, random weights, for "
                            "benchmarks). Required",
-                           DEFAULT_MODEL, GST_PI0_PARAM_READY));
+                           nullptr, GST_PI0_PARAM_READY));
   install (
       PROP_TOKENIZER,
       g_param_spec_string ("tokenizer", "Tokenizer",
                            "SentencePiece model (the PaliGemma tokenizer); default: the one the "
                            "checkpoint's config.json names, or the bundled one for builtin models",
-                           DEFAULT_TOKENIZER, GST_PI0_PARAM_READY));
+                           nullptr, GST_PI0_PARAM_READY));
   /**
    * GstPi0Infer:instruction:
    *
@@ -248,7 +230,7 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
   install (PROP_INSTRUCTION,
            g_param_spec_string ("instruction", "Instruction",
                                 "The task in words; changes apply from the next observation",
-                                DEFAULT_INSTRUCTION, GST_PI0_PARAM_PLAYING));
+                                d.instruction.c_str (), GST_PI0_PARAM_PLAYING));
   install (
       PROP_NORM_STATS,
       g_param_spec_string ("norm-stats", "Norm stats",
@@ -256,30 +238,30 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
                            "with LeRobot's processor files: normalizes the state and "
                            "unnormalizes the actions; default: the checkpoint's own LeRobot "
                            "processor files if it has them, else none (identity)",
-                           DEFAULT_NORM_STATS, GST_PI0_PARAM_READY));
+                           nullptr, GST_PI0_PARAM_READY));
   install (PROP_NORM_MODE,
            g_param_spec_enum ("norm-mode", "Norm mode",
                               "How openpi norm-stats are applied (pi0: zscore, pi05: quantile); "
                               "LeRobot's processor files name their own",
-                              GST_TYPE_PI0_INFER_NORM_MODE, DEFAULT_NORM_MODE,
+                              GST_TYPE_PI0_INFER_NORM_MODE, d.norm_mode,
                               GST_PI0_PARAM_READY));
   install (PROP_ACTION_DIMS,
            g_param_spec_int ("action-dims", "Action dims",
                              "The robot's native action dimensions kept from the model's padded "
                              "ones (0 = all)",
-                             0, 1024, DEFAULT_ACTION_DIMS, GST_PI0_PARAM_READY));
+                             0, 1024, d.action_dims, GST_PI0_PARAM_READY));
   install (PROP_NUM_STEPS,
            g_param_spec_int ("num-steps", "Denoising steps",
                              "Flow-matching Euler steps per chunk (native Pi0 models)", 1, 1000,
-                             DEFAULT_NUM_STEPS, GST_PI0_PARAM_READY));
+                             d.num_steps, GST_PI0_PARAM_READY));
   install (PROP_PRECISION, g_param_spec_enum ("precision", "Precision",
                                               "Weight precision (fp16 breaks Pi0: not offered)",
-                                              GST_TYPE_PI0_INFER_PRECISION, DEFAULT_PRECISION, GST_PI0_PARAM_READY));
+                                              GST_TYPE_PI0_INFER_PRECISION, d.precision, GST_PI0_PARAM_READY));
   install (PROP_DEVICE, g_param_spec_enum ("device", "Device", "Where the policy runs",
-                                           GST_TYPE_PI0_DEVICE, DEFAULT_DEVICE,
+                                           GST_TYPE_PI0_DEVICE, d.device,
                                            GST_PI0_PARAM_READY));
   install (PROP_CUDA_DEVICE_ID, g_param_spec_int ("cuda-device-id", "CUDA device id",
-                                                  "CUDA device ordinal", 0, 64, DEFAULT_CUDA_DEVICE_ID,
+                                                  "CUDA device ordinal", 0, 64, d.cuda_device_id,
                                                   GST_PI0_PARAM_READY));
   /**
    * GstPi0Infer:seed:
@@ -290,12 +272,12 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
   install (PROP_SEED,
            g_param_spec_uint64 ("seed", "Seed",
                                 "Noise seed: observation N uses seed + N (same seed, same actions)",
-                                0, G_MAXUINT64, DEFAULT_SEED, GST_PI0_PARAM_PLAYING));
+                                0, G_MAXUINT64, d.seed, GST_PI0_PARAM_PLAYING));
   install (PROP_REQUIRE_STATE,
            g_param_spec_boolean ("require-state", "Require state",
                                  "Give no actions for observations whose robot state is missing or "
                                  "stale (else a missing state is zeros)",
-                                 DEFAULT_REQUIRE_STATE, GST_PI0_PARAM_PLAYING));
+                                 d.require_state, GST_PI0_PARAM_PLAYING));
   /**
    * GstPi0Infer:rtc:
    *
@@ -310,7 +292,7 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
            g_param_spec_enum ("rtc", "Real-time chunking",
                               "Guide each chunk toward the rest of the chunk being executed (needs "
                               "pi0actionsink downstream)",
-                              GST_TYPE_PI0_INFER_RTC, DEFAULT_RTC, GST_PI0_PARAM_PLAYING));
+                              GST_TYPE_PI0_INFER_RTC, d.rtc, GST_PI0_PARAM_PLAYING));
   /**
    * GstPi0Infer:rtc-execution-horizon:
    *
@@ -324,12 +306,12 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
       g_param_spec_uint ("rtc-execution-horizon", "RTC execution horizon",
                          "Rows s: guidance ends at row horizon - s (0 = from the clock: the rows "
                          "of the executing chunk already due at the observation)",
-                         0, 1000, DEFAULT_RTC_EXECUTION_HORIZON, GST_PI0_PARAM_PLAYING));
+                         0, 1000, d.rtc_execution_horizon, GST_PI0_PARAM_PLAYING));
   install (PROP_RTC_MAX_GUIDANCE_WEIGHT,
            g_param_spec_double ("rtc-max-guidance-weight", "RTC maximum guidance weight",
                                 "The clip beta of the guidance weight (the paper: 5; with "
                                 "rtc=guided-identity use 10)",
-                                0.0, 1000.0, DEFAULT_RTC_MAX_GUIDANCE_WEIGHT, GST_PI0_PARAM_PLAYING));
+                                0.0, 1000.0, d.rtc_max_guidance_weight, GST_PI0_PARAM_PLAYING));
   /**
    * GstPi0Infer:max-batch-size:
    *
@@ -344,7 +326,7 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
   install (PROP_MAX_BATCH_SIZE,
            g_param_spec_uint ("max-batch-size", "Maximum batch size",
                               "Observations run together in one forward pass (1 = each alone)", 1,
-                              64, DEFAULT_MAX_BATCH_SIZE, GST_PI0_PARAM_READY));
+                              64, d.max_batch_size, GST_PI0_PARAM_READY));
   /**
    * GstPi0Infer:max-batch-wait:
    *
@@ -359,7 +341,7 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
            g_param_spec_uint64 ("max-batch-wait", "Maximum batch wait",
                                 "With max-batch-size > 1: ns the first held observation waits for "
                                 "more before a partial batch runs (at most 1 hour)",
-                                0, kMaxBatchWait, DEFAULT_MAX_BATCH_WAIT, GST_PI0_PARAM_PLAYING));
+                                0, kMaxBatchWait, d.max_batch_wait, GST_PI0_PARAM_PLAYING));
   /**
    * GstPi0Infer:transforms:
    *
@@ -375,7 +357,7 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
            g_param_spec_string ("transforms", "Transforms",
                                 "openpi's robot transforms of the checkpoint: aloha, aloha_sim, "
                                 "libero, libero_absolute, droid or none",
-                                DEFAULT_TRANSFORMS, GST_PI0_PARAM_READY));
+                                d.transforms.c_str (), GST_PI0_PARAM_READY));
   /**
    * GstPi0Infer:discrete-state-input:
    *
@@ -391,7 +373,7 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
                               "openpi's discrete_state_input for a pi0.5 checkpoint that names "
                               "neither its type nor this (openpi's converter): bins "
                               "(pi05_droid, pi05_base) or none (pi05_libero)",
-                              GST_TYPE_PI0_INFER_DISCRETE_STATE, DEFAULT_DISCRETE_STATE_INPUT,
+                              GST_TYPE_PI0_INFER_DISCRETE_STATE, d.discrete_state_input,
                               GST_PI0_PARAM_READY));
   install (PROP_MODEL_ID,
            g_param_spec_string ("model-id", "Model id",
@@ -468,7 +450,7 @@ transfer (Settings &s, guint prop_id, GValue *value, bool set)
   switch (prop_id) {
     GST_PI0_PROP_STRING (PROP_MODEL, model)
     GST_PI0_PROP_STRING (PROP_TOKENIZER, tokenizer)
-    GST_PI0_PROP_STRING_OR (PROP_INSTRUCTION, instruction, DEFAULT_INSTRUCTION)
+    GST_PI0_PROP_STRING_OR (PROP_INSTRUCTION, instruction)
     GST_PI0_PROP_STRING (PROP_NORM_STATS, norm_stats)
     GST_PI0_PROP_FIELD (PROP_NORM_MODE, norm_mode, gint, enum)
     GST_PI0_PROP_FIELD (PROP_ACTION_DIMS, action_dims, gint, int)
@@ -483,7 +465,7 @@ transfer (Settings &s, guint prop_id, GValue *value, bool set)
     GST_PI0_PROP_FIELD (PROP_RTC_MAX_GUIDANCE_WEIGHT, rtc_max_guidance_weight, gdouble, double)
     GST_PI0_PROP_FIELD (PROP_MAX_BATCH_SIZE, max_batch_size, guint, uint)
     GST_PI0_PROP_FIELD (PROP_MAX_BATCH_WAIT, max_batch_wait, guint64, uint64)
-    GST_PI0_PROP_STRING_OR (PROP_TRANSFORMS, transforms, DEFAULT_TRANSFORMS)
+    GST_PI0_PROP_STRING_OR (PROP_TRANSFORMS, transforms)
     GST_PI0_PROP_FIELD (PROP_DISCRETE_STATE_INPUT, discrete_state_input, gint, enum)
   }
   return false;

@@ -37,11 +37,12 @@
 namespace pi0::infer
 {
 
-/* The element's properties. */
+/* The element's properties, each starting at its default: the element's param specs read them
+ * here. model, tokenizer and norm_stats are NULL when empty. */
 struct Settings {
   std::string model;
   std::string tokenizer;
-  std::string instruction;
+  std::string instruction; /* "" */
   std::string norm_stats;
   GstPi0InferNormMode norm_mode = GST_PI0_INFER_NORM_MODE_ZSCORE;
   int action_dims = 0;

@@ -83,36 +83,22 @@ enum {
   PROP_STATS,
 };
 
-#define DEFAULT_LOCATION nullptr
-#define DEFAULT_APPEND FALSE
-#define DEFAULT_ACTION_SINK nullptr
-#define DEFAULT_INSTRUCTION nullptr
-#define DEFAULT_ENCODER GST_PI0_LEROBOT_ENCODER_AUTO
-#define DEFAULT_LOSSLESS FALSE
-#define DEFAULT_QUANTIZER 23
-#define DEFAULT_GOP_SIZE 2
-#define DEFAULT_FPS 0
-#define DEFAULT_AUTO_START TRUE
-#define DEFAULT_ROBOT_TYPE nullptr
-#define DEFAULT_EPISODE_LENGTH 0
-#define DEFAULT_GAP_ACTION GST_PI0_LEROBOT_GAP_KEEP
-#define DEFAULT_FAIL_PIPELINE FALSE
-
+/* The properties, each starting at its default (the param specs read them here). */
 struct Settings {
   std::string location;
-  bool append = DEFAULT_APPEND;
+  bool append = false;
   std::string action_sink;
   std::string instruction;
-  GstPi0LeRobotEncoder encoder = DEFAULT_ENCODER;
-  bool lossless = DEFAULT_LOSSLESS;
-  guint quantizer = DEFAULT_QUANTIZER;
-  guint gop = DEFAULT_GOP_SIZE;
-  guint fps = DEFAULT_FPS;
-  bool auto_start = DEFAULT_AUTO_START;
-  std::string robot_type;
-  guint episode_length = DEFAULT_EPISODE_LENGTH;
-  GstPi0LeRobotGapAction gap_action = DEFAULT_GAP_ACTION;
-  bool fail_pipeline = DEFAULT_FAIL_PIPELINE;
+  GstPi0LeRobotEncoder encoder = GST_PI0_LEROBOT_ENCODER_AUTO;
+  bool lossless = false;
+  guint quantizer = 23;
+  guint gop = 2;
+  guint fps = 0; /* 0: the base camera's */
+  bool auto_start = true;
+  std::string robot_type; /* empty: null in info.json */
+  guint episode_length = 0; /* 0: episodes end by event, EOS or stop */
+  GstPi0LeRobotGapAction gap_action = GST_PI0_LEROBOT_GAP_KEEP;
+  bool fail_pipeline = false;
 
   pi0::record::Settings recorder () const
   {
@@ -411,17 +397,17 @@ static bool
 transfer (Settings &s, guint prop_id, GValue *value, bool set)
 {
   switch (prop_id) {
-    GST_PI0_PROP_STRING_OR (PROP_LOCATION, location, "")
+    GST_PI0_PROP_STRING_OR (PROP_LOCATION, location)
     GST_PI0_PROP_FIELD (PROP_APPEND, append, gboolean, boolean)
-    GST_PI0_PROP_STRING_OR (PROP_ACTION_SINK, action_sink, "")
-    GST_PI0_PROP_STRING_OR (PROP_INSTRUCTION, instruction, "")
+    GST_PI0_PROP_STRING_OR (PROP_ACTION_SINK, action_sink)
+    GST_PI0_PROP_STRING_OR (PROP_INSTRUCTION, instruction)
     GST_PI0_PROP_FIELD (PROP_ENCODER, encoder, gint, enum)
     GST_PI0_PROP_FIELD (PROP_LOSSLESS, lossless, gboolean, boolean)
     GST_PI0_PROP_FIELD (PROP_QUANTIZER, quantizer, guint, uint)
     GST_PI0_PROP_FIELD (PROP_GOP_SIZE, gop, guint, uint)
     GST_PI0_PROP_FIELD (PROP_FPS, fps, guint, uint)
     GST_PI0_PROP_FIELD (PROP_AUTO_START, auto_start, gboolean, boolean)
-    GST_PI0_PROP_STRING_OR (PROP_ROBOT_TYPE, robot_type, "")
+    GST_PI0_PROP_STRING_OR (PROP_ROBOT_TYPE, robot_type)
     GST_PI0_PROP_FIELD (PROP_EPISODE_LENGTH, episode_length, guint, uint)
     GST_PI0_PROP_FIELD (PROP_GAP_ACTION, gap_action, gint, enum)
     GST_PI0_PROP_FIELD (PROP_FAIL_PIPELINE, fail_pipeline, gboolean, boolean)
@@ -482,74 +468,75 @@ gst_pi0_lerobot_sink_class_init (GstPi0LeRobotSinkClass *klass)
   gobject_class->set_property = GST_DEBUG_FUNCPTR (gst_pi0_lerobot_sink_set_property);
   gobject_class->get_property = GST_DEBUG_FUNCPTR (gst_pi0_lerobot_sink_get_property);
   gobject_class->finalize = GST_DEBUG_FUNCPTR (gst_pi0_lerobot_sink_finalize);
+  const Settings d; /* every default: Settings' initialisers */
 
   g_object_class_install_property (
       gobject_class, PROP_LOCATION,
       g_param_spec_string ("location", "Location",
                            "The dataset's directory (created if missing; must be empty or hold a "
                            "dataset)",
-                           DEFAULT_LOCATION, GST_PI0_PARAM_READY));
+                           d.location.c_str (), GST_PI0_PARAM_READY));
   g_object_class_install_property (
       gobject_class, PROP_APPEND,
       g_param_spec_boolean ("append", "Append",
                             "Add episodes to the dataset already in location (same fps and "
                             "features); without it an existing dataset is an error",
-                            DEFAULT_APPEND, GST_PI0_PARAM_READY));
+                            d.append, GST_PI0_PARAM_READY));
   g_object_class_install_property (
       gobject_class, PROP_ACTION_SINK,
       g_param_spec_string ("action-sink", "Action sink",
                            "Name of the pi0actionsink in this pipeline whose sent actions are "
                            "recorded",
-                           DEFAULT_ACTION_SINK, GST_PI0_PARAM_READY));
+                           d.action_sink.c_str (), GST_PI0_PARAM_READY));
   g_object_class_install_property (
       gobject_class, PROP_INSTRUCTION,
       g_param_spec_string ("instruction", "Instruction",
                            "The task of the episodes until a pi0-instruction or episode start "
                            "event sets another",
-                           DEFAULT_INSTRUCTION, GST_PI0_PARAM_READY));
+                           d.instruction.c_str (), GST_PI0_PARAM_READY));
   g_object_class_install_property (
       gobject_class, PROP_ENCODER,
       g_param_spec_enum ("encoder", "Encoder", "H.264 encoder for the cameras",
-                         GST_TYPE_PI0_LEROBOT_ENCODER, DEFAULT_ENCODER, GST_PI0_PARAM_READY));
+                         GST_TYPE_PI0_LEROBOT_ENCODER, d.encoder, GST_PI0_PARAM_READY));
   g_object_class_install_property (
       gobject_class, PROP_LOSSLESS,
       g_param_spec_boolean ("lossless", "Lossless",
                             "Encode every frame exactly (x264 at QP 0; RGB cameras as GBR 4:4:4)",
-                            DEFAULT_LOSSLESS, GST_PI0_PARAM_READY));
+                            d.lossless, GST_PI0_PARAM_READY));
   g_object_class_install_property (
       gobject_class, PROP_QUANTIZER,
       g_param_spec_uint ("quantizer", "Quantizer",
                          "Constant quality of lossy encoding (x264 CRF-like quantizer, nvh264enc "
                          "QP); lower is better",
-                         0, 50, DEFAULT_QUANTIZER, GST_PI0_PARAM_READY));
+                         0, 50, d.quantizer, GST_PI0_PARAM_READY));
   g_object_class_install_property (
       gobject_class, PROP_GOP_SIZE,
       g_param_spec_uint ("gop-size", "GOP size",
                          "Frames between key frames (LeRobot's default 2 keeps random access "
                          "cheap for its loader)",
-                         1, 1000, DEFAULT_GOP_SIZE, GST_PI0_PARAM_READY));
+                         1, 1000, d.gop, GST_PI0_PARAM_READY));
   g_object_class_install_property (
       gobject_class, PROP_FPS,
       g_param_spec_uint ("fps", "FPS",
                          "The dataset's frames per second (0: the base camera's, which must then "
                          "be a whole number)",
-                         0, 1000, DEFAULT_FPS, GST_PI0_PARAM_READY));
+                         0, 1000, d.fps, GST_PI0_PARAM_READY));
   g_object_class_install_property (
       gobject_class, PROP_AUTO_START,
       g_param_spec_boolean ("auto-start", "Auto start",
                             "Start an episode at the first observation (otherwise wait for a "
                             "pi0-episode start event)",
-                            DEFAULT_AUTO_START, GST_PI0_PARAM_READY));
+                            d.auto_start, GST_PI0_PARAM_READY));
   g_object_class_install_property (gobject_class, PROP_ROBOT_TYPE,
                                    g_param_spec_string ("robot-type", "Robot type",
                                                         "info.json's robot_type (empty: null)",
-                                                        DEFAULT_ROBOT_TYPE, GST_PI0_PARAM_READY));
+                                                        d.robot_type.c_str (), GST_PI0_PARAM_READY));
   g_object_class_install_property (
       gobject_class, PROP_EPISODE_LENGTH,
       g_param_spec_uint ("episode-length", "Episode length",
                          "End an episode after this many frames and start the next (0: episodes "
                          "end only by event, EOS or stop)",
-                         0, G_MAXUINT, DEFAULT_EPISODE_LENGTH, GST_PI0_PARAM_READY));
+                         0, G_MAXUINT, d.episode_length, GST_PI0_PARAM_READY));
   /**
    * GstPi0LeRobotSink:gap-action:
    *
@@ -562,7 +549,7 @@ gst_pi0_lerobot_sink_class_init (GstPi0LeRobotSinkClass *klass)
       gobject_class, PROP_GAP_ACTION,
       g_param_spec_enum ("gap-action", "Gap action",
                          "What a frame more than 1.5 periods after the previous one does",
-                         gst_pi0_lerobot_gap_action_get_type (), DEFAULT_GAP_ACTION,
+                         gst_pi0_lerobot_gap_action_get_type (), d.gap_action,
                          GST_PI0_PARAM_READY));
   /**
    * GstPi0LeRobotSink:fail-pipeline:
@@ -579,7 +566,7 @@ gst_pi0_lerobot_sink_class_init (GstPi0LeRobotSinkClass *klass)
       g_param_spec_boolean ("fail-pipeline", "Fail pipeline",
                             "A recording failure stops the pipeline (true) or only the recording, "
                             "with a warning (false: the robot's control goes on)",
-                            DEFAULT_FAIL_PIPELINE, GST_PI0_PARAM_READY));
+                            d.fail_pipeline, GST_PI0_PARAM_READY));
   g_object_class_install_property (
       gobject_class, PROP_STATS,
       g_param_spec_boxed ("stats", "Stats",

@@ -56,12 +56,10 @@ enum {
   PROP_N_EPISODES,
 };
 
-#define DEFAULT_LOCATION nullptr
-#define DEFAULT_EPISODE 0
-
+/* The properties, each starting at its default (the param specs read them here). */
 struct Settings {
-  std::string location;
-  guint episode = DEFAULT_EPISODE;
+  std::string location; /* NULL when empty */
+  guint episode = 0;
 };
 
 /* One camera. Its file may hold many episodes (LeRobot concatenates them): frame k of the
@@ -603,6 +601,7 @@ gst_pi0_lerobot_src_class_init (GstPi0LeRobotSrcClass *klass)
   gobject_class->set_property = GST_DEBUG_FUNCPTR (gst_pi0_lerobot_src_set_property);
   gobject_class->get_property = GST_DEBUG_FUNCPTR (gst_pi0_lerobot_src_get_property);
   gobject_class->finalize = GST_DEBUG_FUNCPTR (gst_pi0_lerobot_src_finalize);
+  const Settings d; /* every default: Settings' initialisers */
   /**
    * GstPi0LeRobotSrc:location:
    *
@@ -611,11 +610,11 @@ gst_pi0_lerobot_src_class_init (GstPi0LeRobotSrcClass *klass)
   g_object_class_install_property (
       gobject_class, PROP_LOCATION,
       g_param_spec_string ("location", "Location", "The dataset's directory (LeRobotDataset v3)",
-                           DEFAULT_LOCATION, GST_PI0_PARAM_READY));
+                           nullptr, GST_PI0_PARAM_READY));
   g_object_class_install_property (
       gobject_class, PROP_EPISODE,
       g_param_spec_uint ("episode", "Episode", "Index of the episode to play", 0, G_MAXUINT,
-                         DEFAULT_EPISODE, GST_PI0_PARAM_READY));
+                         d.episode, GST_PI0_PARAM_READY));
   g_object_class_install_property (
       gobject_class, PROP_N_EPISODES,
       g_param_spec_uint ("n-episodes", "Episodes", "Episodes in the dataset (known from READY)", 0,

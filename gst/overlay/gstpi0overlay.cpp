@@ -81,15 +81,12 @@ enum {
   PROP_STATS,
 };
 
-#define DEFAULT_MODE GST_PI0_OVERLAY_PLOT
-#define DEFAULT_MAX_AGE GST_SECOND
-#define DEFAULT_WAIT_ACTIONS FALSE
-
+/* The properties, each starting at its default (the param specs read them here). */
 struct Settings {
-  GstPi0OverlayMode mode = DEFAULT_MODE;
-  std::string links, projection, robot_config;
-  guint64 max_age = DEFAULT_MAX_AGE;
-  gboolean wait_actions = DEFAULT_WAIT_ACTIONS;
+  GstPi0OverlayMode mode = GST_PI0_OVERLAY_PLOT;
+  std::string links, projection, robot_config; /* NULL when empty */
+  guint64 max_age = GST_SECOND;
+  gboolean wait_actions = FALSE;
 };
 
 bool
@@ -137,9 +134,9 @@ struct GstPi0OverlayPrivate {
   std::mutex settings_lock;
   Settings settings; /* under settings_lock */
   /* Taken at READY to PAUSED (the application thread), read by the streaming threads. */
-  GstPi0OverlayMode mode = DEFAULT_MODE;
+  GstPi0OverlayMode mode{};
   pi0::overlay::Style style;
-  guint64 max_age = DEFAULT_MAX_AGE;
+  guint64 max_age = 0;
   bool wait_actions = false;
   /* The video pad's format and segment (its streaming thread). */
   GstVideoInfo info;
@@ -555,9 +552,10 @@ gst_pi0_overlay_class_init (GstPi0OverlayClass *klass)
   gobject_class->set_property = GST_DEBUG_FUNCPTR (gst_pi0_overlay_set_property);
   gobject_class->get_property = GST_DEBUG_FUNCPTR (gst_pi0_overlay_get_property);
   gobject_class->finalize = GST_DEBUG_FUNCPTR (gst_pi0_overlay_finalize);
+  const Settings d; /* every default: Settings' initialisers */
   g_object_class_install_property (gobject_class, PROP_MODE,
                                    g_param_spec_enum ("mode", "Mode", "What to draw of the chunk",
-                                                      GST_TYPE_PI0_OVERLAY_MODE, DEFAULT_MODE,
+                                                      GST_TYPE_PI0_OVERLAY_MODE, d.mode,
                                                       GST_PI0_PARAM_READY));
   g_object_class_install_property (
       gobject_class, PROP_LINKS,
@@ -582,14 +580,14 @@ gst_pi0_overlay_class_init (GstPi0OverlayClass *klass)
       g_param_spec_uint64 ("max-age", "Maximum age",
                            "A chunk is not drawn on frames later than its observation by more "
                            "than this (running time, ns; 0: always drawn)",
-                           0, G_MAXUINT64, DEFAULT_MAX_AGE, GST_PI0_PARAM_READY));
+                           0, G_MAXUINT64, d.max_age, GST_PI0_PARAM_READY));
   g_object_class_install_property (
       gobject_class, PROP_WAIT_ACTIONS,
       g_param_spec_boolean ("wait-actions", "Wait for actions",
                             "Each frame waits for the chunk observed from it (or a later one, the "
                             "actions pad's EOS or unlinking): every frame shows its own plan. For "
                             "recordings and lock-step runs; a live view leaves it off",
-                            DEFAULT_WAIT_ACTIONS, GST_PI0_PARAM_READY));
+                            d.wait_actions, GST_PI0_PARAM_READY));
   g_object_class_install_property (
       gobject_class, PROP_STATS,
       g_param_spec_boxed ("stats", "Stats",

@@ -53,10 +53,9 @@ enum {
   PROP_STATS,
 };
 
-#define DEFAULT_SERVER nullptr
-
+/* The properties, each starting at its default (the param specs read them here). */
 struct Settings {
-  std::string server; /* empty: the server named in each request */
+  std::string server; /* NULL when empty: the server named in each request */
 };
 
 struct Stats {
@@ -245,7 +244,7 @@ gst_pi0_serve_sink_class_init (GstPi0ServeSinkClass *klass)
           "server", "Server name",
           "Answer only requests of this server (default: any, each through its "
           "own)",
-          DEFAULT_SERVER, GST_PI0_PARAM_READY));
+          nullptr, GST_PI0_PARAM_READY));
   /**
    * GstPi0ServeSink:stats:
    *

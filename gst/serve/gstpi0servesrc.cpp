@@ -91,31 +91,20 @@ enum {
   PROP_STATS,
 };
 
-#define DEFAULT_SERVER "pi0serve"
-#define DEFAULT_HOST "127.0.0.1"
-#define DEFAULT_PORT 8000
-#define DEFAULT_API_KEY_FILE nullptr
-#define DEFAULT_MAPPING "aloha"
-#define DEFAULT_MAX_MESSAGE_SIZE (16u << 20)
-#define DEFAULT_MAX_CLIENTS 16
-#define DEFAULT_REQUEST_TIMEOUT (60 * GST_SECOND)
-#define DEFAULT_SEED 0
-#define DEFAULT_PROMPT ""
-#define DEFAULT_METADATA "{}"
-
+/* The properties, each starting at its default (the param specs read them here). */
 struct Settings {
-  std::string server = DEFAULT_SERVER;
-  std::string host = DEFAULT_HOST;
-  int port = DEFAULT_PORT;
-  std::string api_key;
-  std::string api_key_file;
-  std::string mapping = DEFAULT_MAPPING;
-  guint max_message = DEFAULT_MAX_MESSAGE_SIZE;
-  int max_clients = DEFAULT_MAX_CLIENTS;
-  guint64 request_timeout = DEFAULT_REQUEST_TIMEOUT;
-  guint64 seed = DEFAULT_SEED;
-  std::string prompt = DEFAULT_PROMPT;
-  std::string metadata = DEFAULT_METADATA;
+  std::string server = "pi0serve";
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::string api_key;      /* write-only */
+  std::string api_key_file; /* NULL when empty */
+  std::string mapping = "aloha";
+  guint max_message = 16u << 20;
+  int max_clients = 16;
+  guint64 request_timeout = 60 * GST_SECOND; /* 0: wait forever */
+  guint64 seed = 0;
+  std::string prompt; /* "": the mapping's default_prompt */
+  std::string metadata = "{}";
 };
 
 /* Between start() and stop(): the server, and the caps of its observations. */
@@ -182,17 +171,17 @@ static bool
 transfer (Settings &s, guint prop_id, GValue *value, bool set)
 {
   switch (prop_id) {
-    GST_PI0_PROP_STRING_OR (PROP_SERVER, server, DEFAULT_SERVER)
-    GST_PI0_PROP_STRING_OR (PROP_HOST, host, DEFAULT_HOST)
+    GST_PI0_PROP_STRING_OR (PROP_SERVER, server)
+    GST_PI0_PROP_STRING_OR (PROP_HOST, host)
     GST_PI0_PROP_FIELD (PROP_PORT, port, gint, int)
     GST_PI0_PROP_STRING (PROP_API_KEY_FILE, api_key_file)
-    GST_PI0_PROP_STRING_OR (PROP_MAPPING, mapping, DEFAULT_MAPPING)
+    GST_PI0_PROP_STRING_OR (PROP_MAPPING, mapping)
     GST_PI0_PROP_FIELD (PROP_MAX_MESSAGE_SIZE, max_message, guint, uint)
     GST_PI0_PROP_FIELD (PROP_MAX_CLIENTS, max_clients, gint, int)
     GST_PI0_PROP_FIELD (PROP_REQUEST_TIMEOUT, request_timeout, guint64, uint64)
     GST_PI0_PROP_FIELD (PROP_SEED, seed, guint64, uint64)
-    GST_PI0_PROP_STRING_OR (PROP_PROMPT, prompt, DEFAULT_PROMPT)
-    GST_PI0_PROP_STRING_OR (PROP_METADATA, metadata, DEFAULT_METADATA)
+    GST_PI0_PROP_STRING_OR (PROP_PROMPT, prompt)
+    GST_PI0_PROP_STRING_OR (PROP_METADATA, metadata)
     case PROP_API_KEY: /* write-only: a key must not be readable back */
       if (set)
         s.api_key = g_value_get_string (value) ? g_value_get_string (value) : "";
@@ -540,6 +529,7 @@ gst_pi0_serve_src_class_init (GstPi0ServeSrcClass *klass)
   gobject_class->set_property = GST_DEBUG_FUNCPTR (gst_pi0_serve_src_set_property);
   gobject_class->get_property = GST_DEBUG_FUNCPTR (gst_pi0_serve_src_get_property);
   gobject_class->finalize = GST_DEBUG_FUNCPTR (gst_pi0_serve_src_finalize);
+  const Settings d; /* every default: Settings' initialisers */
 
   /**
    * GstPi0ServeSrc:server:
@@ -550,7 +540,7 @@ gst_pi0_serve_src_class_init (GstPi0ServeSrcClass *klass)
   g_object_class_install_property (
       gobject_class, PROP_SERVER,
       g_param_spec_string ("server", "Server name",
-                           "Name of the policy server (unique per process)", DEFAULT_SERVER,
+                           "Name of the policy server (unique per process)", d.server.c_str (),
                            GST_PI0_PARAM_READY));
   /**
    * GstPi0ServeSrc:host:
@@ -562,11 +552,11 @@ gst_pi0_serve_src_class_init (GstPi0ServeSrcClass *klass)
       gobject_class, PROP_HOST,
       g_param_spec_string ("host", "Host",
                            "Numeric address to listen on (0.0.0.0 or :: for every interface)",
-                           DEFAULT_HOST, GST_PI0_PARAM_READY));
+                           d.host.c_str (), GST_PI0_PARAM_READY));
   g_object_class_install_property (
       gobject_class, PROP_PORT,
       g_param_spec_int ("port", "Port", "TCP port to listen on (0: any free port, see bound-port)",
-                        0, 65535, DEFAULT_PORT, GST_PI0_PARAM_READY));
+                        0, 65535, d.port, GST_PI0_PARAM_READY));
   g_object_class_install_property (
       gobject_class, PROP_BOUND_PORT,
       g_param_spec_int ("bound-port", "Bound port",
@@ -587,7 +577,7 @@ gst_pi0_serve_src_class_init (GstPi0ServeSrcClass *klass)
       gobject_class, PROP_API_KEY_FILE,
       g_param_spec_string ("api-key-file", "API key file",
                            "File whose first line is the API key (instead of api-key)",
-                           DEFAULT_API_KEY_FILE, GST_PI0_PARAM_READY));
+                           nullptr, GST_PI0_PARAM_READY));
   /**
    * GstPi0ServeSrc:mapping:
    *
@@ -599,23 +589,23 @@ gst_pi0_serve_src_class_init (GstPi0ServeSrcClass *klass)
       gobject_class, PROP_MAPPING,
       g_param_spec_string ("mapping", "Mapping",
                            "Observation keys: a preset (aloha, droid, libero) or a JSON file",
-                           DEFAULT_MAPPING, GST_PI0_PARAM_READY));
+                           d.mapping.c_str (), GST_PI0_PARAM_READY));
   g_object_class_install_property (
       gobject_class, PROP_MAX_MESSAGE_SIZE,
       g_param_spec_uint ("max-message-size", "Max message size",
                          "Largest request in bytes; a client that sends more is disconnected",
-                         1024, 1u << 30, DEFAULT_MAX_MESSAGE_SIZE, GST_PI0_PARAM_READY));
+                         1024, 1u << 30, d.max_message, GST_PI0_PARAM_READY));
   g_object_class_install_property (
       gobject_class, PROP_MAX_CLIENTS,
       g_param_spec_int ("max-clients", "Max clients",
                         "Clients served at once; more are refused with HTTP 503", 1, 4096,
-                        DEFAULT_MAX_CLIENTS, GST_PI0_PARAM_READY));
+                        d.max_clients, GST_PI0_PARAM_READY));
   g_object_class_install_property (
       gobject_class, PROP_REQUEST_TIMEOUT,
       g_param_spec_uint64 ("request-timeout", "Request timeout",
                            "Nanoseconds after which an unanswered request gets an error (0: wait "
                            "forever)",
-                           0, G_MAXUINT64, DEFAULT_REQUEST_TIMEOUT, GST_PI0_PARAM_READY));
+                           0, G_MAXUINT64, d.request_timeout, GST_PI0_PARAM_READY));
   /**
    * GstPi0ServeSrc:seed:
    *
@@ -627,19 +617,19 @@ gst_pi0_serve_src_class_init (GstPi0ServeSrcClass *klass)
       gobject_class, PROP_SEED,
       g_param_spec_uint64 ("seed", "Seed",
                            "Noise seed: request N of each connection uses seed + N", 0,
-                           G_MAXUINT64, DEFAULT_SEED, GST_PI0_PARAM_READY));
+                           G_MAXUINT64, d.seed, GST_PI0_PARAM_READY));
   g_object_class_install_property (
       gobject_class, PROP_PROMPT,
       g_param_spec_string ("prompt", "Default prompt",
                            "Instruction for requests that carry no prompt (default: the "
                            "mapping's default_prompt; with neither, they are refused)",
-                           DEFAULT_PROMPT, GST_PI0_PARAM_READY));
+                           d.prompt.c_str (), GST_PI0_PARAM_READY));
   g_object_class_install_property (
       gobject_class, PROP_METADATA,
       g_param_spec_string ("metadata", "Metadata",
                            "JSON object sent to each client on connect (openpi's policy "
                            "metadata)",
-                           DEFAULT_METADATA, GST_PI0_PARAM_READY));
+                           d.metadata.c_str (), GST_PI0_PARAM_READY));
   /**
    * GstPi0ServeSrc:stats:
    *

@@ -63,15 +63,6 @@ GST_DEBUG_CATEGORY_STATIC (gst_pi0_view_mux_debug);
 enum { VIEW_MAIN, VIEW_SIDE, VIEW_TOP };
 enum { TIMESTAMPS_RUNNING_TIME, TIMESTAMPS_PTS };
 
-#define DEFAULT_BASE_VIEW VIEW_MAIN
-#define DEFAULT_MAX_SKEW (10 * GST_MSECOND)
-#define DEFAULT_MAX_STALENESS (200 * GST_MSECOND)
-#define DEFAULT_MAX_STATE_AGE (100 * GST_MSECOND)
-#define DEFAULT_REQUIRE_ALL_VIEWS FALSE
-#define DEFAULT_FORCE_LIVE FALSE
-#define DEFAULT_MAX_WAIT G_MAXUINT64
-#define DEFAULT_TIMESTAMPS TIMESTAMPS_RUNNING_TIME
-
 static_assert (GST_CLOCK_TIME_NONE == pi0::mux::kNone, "the pairing rules use GStreamer's times");
 
 enum {
@@ -133,15 +124,16 @@ gst_pi0_view_mux_pad_init (GstPi0ViewMuxPad *pad)
 /* ------------------------------------------------------------------------------------------ */
 /* The element                                                                                 */
 
-/* The properties (force-live is the base class's). */
+/* The properties, each starting at its default (the param specs read them here; force-live is
+ * the base class's). */
 struct Settings {
-  int base_view = DEFAULT_BASE_VIEW;
-  GstClockTime max_skew = DEFAULT_MAX_SKEW;
-  GstClockTime max_staleness = DEFAULT_MAX_STALENESS;
-  GstClockTime max_state_age = DEFAULT_MAX_STATE_AGE;
-  bool require_all_views = DEFAULT_REQUIRE_ALL_VIEWS;
-  GstClockTime max_wait = DEFAULT_MAX_WAIT;
-  int timestamps = DEFAULT_TIMESTAMPS;
+  int base_view = VIEW_MAIN;
+  GstClockTime max_skew = 10 * GST_MSECOND;
+  GstClockTime max_staleness = 200 * GST_MSECOND;
+  GstClockTime max_state_age = 100 * GST_MSECOND;
+  bool require_all_views = false;
+  GstClockTime max_wait = G_MAXUINT64; /* -1: the pipeline latency */
+  int timestamps = TIMESTAMPS_RUNNING_TIME;
 
   /* What the muxer takes. */
   pi0::mux::Settings muxer () const
@@ -202,7 +194,8 @@ gst_pi0_view_mux_init (GstPi0ViewMux *self)
 {
   self->priv = new GstPi0ViewMuxPrivate ();
   /* Our own latency: the time we wait for a frame captured up to max-skew after the base. */
-  gst_aggregator_set_latency (GST_AGGREGATOR (self), DEFAULT_MAX_SKEW, DEFAULT_MAX_SKEW);
+  const GstClockTime skew = self->priv->settings.max_skew;
+  gst_aggregator_set_latency (GST_AGGREGATOR (self), skew, skew);
 }
 
 static void
@@ -579,6 +572,7 @@ gst_pi0_view_mux_class_init (GstPi0ViewMuxClass *klass)
   auto install = [gobject_class] (guint id, GParamSpec *ps) {
     g_object_class_install_property (gobject_class, id, ps);
   };
+  const Settings d; /* every default: Settings' initialisers */
 
   /**
    * GstPi0ViewMux:base-view:
@@ -588,7 +582,7 @@ gst_pi0_view_mux_class_init (GstPi0ViewMuxClass *klass)
   install (PROP_BASE_VIEW,
            g_param_spec_enum ("base-view", "Base view",
                               "The view whose frames pace the output: one observation per frame",
-                              GST_TYPE_PI0_VIEW_MUX_VIEW, DEFAULT_BASE_VIEW, GST_PI0_PARAM_READY));
+                              GST_TYPE_PI0_VIEW_MUX_VIEW, d.base_view, GST_PI0_PARAM_READY));
   /**
    * GstPi0ViewMux:max-skew:
    *
@@ -600,7 +594,7 @@ gst_pi0_view_mux_class_init (GstPi0ViewMuxClass *klass)
            g_param_spec_uint64 ("max-skew", "Maximum skew",
                                 "How much later than the base frame another view's frame may be "
                                 "captured and still pair with it (in nanoseconds)",
-                                0, 10 * GST_SECOND, DEFAULT_MAX_SKEW, GST_PI0_PARAM_PLAYING));
+                                0, 10 * GST_SECOND, d.max_skew, GST_PI0_PARAM_PLAYING));
   /**
    * GstPi0ViewMux:max-staleness:
    *
@@ -611,7 +605,7 @@ gst_pi0_view_mux_class_init (GstPi0ViewMuxClass *klass)
            g_param_spec_uint64 ("max-staleness", "Maximum staleness",
                                 "A view whose newest frame is older than this, relative to the "
                                 "observation, is masked (in nanoseconds)",
-                                0, G_MAXUINT64, DEFAULT_MAX_STALENESS, GST_PI0_PARAM_PLAYING));
+                                0, G_MAXUINT64, d.max_staleness, GST_PI0_PARAM_PLAYING));
   /**
    * GstPi0ViewMux:max-state-age:
    *
@@ -623,7 +617,7 @@ gst_pi0_view_mux_class_init (GstPi0ViewMuxClass *klass)
       g_param_spec_uint64 ("max-state-age", "Maximum state age",
                            "A robot state sample older than this, relative to the observation, "
                            "is flagged stale (in nanoseconds)",
-                           0, G_MAXUINT64, DEFAULT_MAX_STATE_AGE, GST_PI0_PARAM_PLAYING));
+                           0, G_MAXUINT64, d.max_state_age, GST_PI0_PARAM_PLAYING));
   /**
    * GstPi0ViewMux:require-all-views:
    *
@@ -634,7 +628,7 @@ gst_pi0_view_mux_class_init (GstPi0ViewMuxClass *klass)
            g_param_spec_boolean ("require-all-views", "Require all views",
                                  "Drop observations in which any view is masked instead of sending "
                                  "them with the view marked invalid",
-                                 DEFAULT_REQUIRE_ALL_VIEWS, GST_PI0_PARAM_PLAYING));
+                                 d.require_all_views, GST_PI0_PARAM_PLAYING));
   /**
    * GstPi0ViewMux:force-live:
    *
@@ -644,7 +638,8 @@ gst_pi0_view_mux_class_init (GstPi0ViewMuxClass *klass)
   install (PROP_FORCE_LIVE,
            g_param_spec_boolean (
                "force-live", "Force live",
-               "Behave as a live muxer even when no upstream source is live", DEFAULT_FORCE_LIVE,
+               "Behave as a live muxer even when no upstream source is live",
+               FALSE /* construct-only: GObject gives GstAggregator this default at construction */,
                GST_PI0_PARAM_CONSTRUCT_ONLY));
   /**
    * GstPi0ViewMux:max-wait:
@@ -659,7 +654,7 @@ gst_pi0_view_mux_class_init (GstPi0ViewMuxClass *klass)
                                 "Live: the longest an observation waits after its base frame's "
                                 "capture, whatever the cameras' latency (in nanoseconds; -1 = the "
                                 "pipeline latency)",
-                                0, G_MAXUINT64, DEFAULT_MAX_WAIT, GST_PI0_PARAM_PLAYING));
+                                0, G_MAXUINT64, d.max_wait, GST_PI0_PARAM_PLAYING));
   /**
    * GstPi0ViewMux:timestamps:
    *
@@ -672,7 +667,7 @@ gst_pi0_view_mux_class_init (GstPi0ViewMuxClass *klass)
            g_param_spec_enum ("timestamps", "Timestamps",
                               "Pair by running-time (default) or by the buffers' pts as they are "
                               "(replaying recordings whose demuxers rebase segments)",
-                              GST_TYPE_PI0_VIEW_MUX_TIMESTAMPS, DEFAULT_TIMESTAMPS, GST_PI0_PARAM_READY));
+                              GST_TYPE_PI0_VIEW_MUX_TIMESTAMPS, d.timestamps, GST_PI0_PARAM_READY));
   /**
    * GstPi0ViewMux:stats:
    *
