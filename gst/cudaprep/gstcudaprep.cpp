@@ -775,12 +775,15 @@ gst_pi0_cuda_prep_class_init (GstPi0CudaPrepClass *klass)
   /**
    * GstPi0CudaPrep:cuda-device-id:
    *
-   * CUDA device ordinal; -1 picks device 0 or the one of a shared gst.cuda.context.
+   * The CUDA device the work runs on. -1, auto: device 0 (as pi0infer's auto, so that the
+   * tensor is where the policy runs). Frames in CUDA memory are read in place when they are in
+   * that device's primary context (which cudaprep shares as gst.cuda.context), through the
+   * host otherwise.
    */
   g_object_class_install_property (
       gobject_class, PROP_CUDA_DEVICE_ID,
       g_param_spec_int ("cuda-device-id", "CUDA device id",
-                        "CUDA device ordinal (-1 = the first, or the shared context's)", -1,
+                        "CUDA device ordinal (-1 = auto: device 0, as pi0infer's auto)", -1,
                         G_MAXINT, d.cuda_device_id, GST_PI0_PARAM_READY));
   /**
    * GstPi0CudaPrep:n-threads:

@@ -260,9 +260,18 @@ gst_pi0_infer_class_init (GstPi0InferClass *klass)
   install (PROP_DEVICE, g_param_spec_enum ("device", "Device", "Where the policy runs",
                                            GST_TYPE_PI0_DEVICE, d.device,
                                            GST_PI0_PARAM_READY));
-  install (PROP_CUDA_DEVICE_ID, g_param_spec_int ("cuda-device-id", "CUDA device id",
-                                                  "CUDA device ordinal", 0, 64, d.cuda_device_id,
-                                                  GST_PI0_PARAM_READY));
+  /**
+   * GstPi0Infer:cuda-device-id:
+   *
+   * The CUDA device the policy runs on (with device=cuda, or auto with a GPU). -1, auto: device
+   * 0, which is where cudaprep's auto puts the tensor. The policy is opened at start, before a
+   * tensor says where it is: a tensor on another device is copied to the policy's, with one
+   * warning naming both. A device LibTorch does not see fails the start.
+   */
+  install (PROP_CUDA_DEVICE_ID,
+           g_param_spec_int ("cuda-device-id", "CUDA device id",
+                             "CUDA device ordinal (-1 = auto: device 0, as cudaprep's auto)", -1,
+                             G_MAXINT, d.cuda_device_id, GST_PI0_PARAM_READY));
   /**
    * GstPi0Infer:seed:
    *

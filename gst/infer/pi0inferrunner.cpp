@@ -43,7 +43,9 @@ open_options (const Settings &s)
   o.device = s.device == GST_PI0_DEVICE_CUDA  ? pi0::DeviceChoice::Cuda
              : s.device == GST_PI0_DEVICE_CPU ? pi0::DeviceChoice::Cpu
                                               : pi0::DeviceChoice::Auto;
-  o.cuda_device_id = s.cuda_device_id;
+  /* auto (-1): the first device, which is where cudaprep's auto puts the tensor; the policy is
+   * opened at start, before any tensor says where it is. */
+  o.cuda_device_id = s.cuda_device_id < 0 ? 0 : s.cuda_device_id;
   o.precision = s.precision == GST_PI0_INFER_PRECISION_BF16   ? pi0::PrecisionChoice::Bf16
                 : s.precision == GST_PI0_INFER_PRECISION_FP32 ? pi0::PrecisionChoice::Fp32
                                                               : pi0::PrecisionChoice::Auto;
@@ -193,6 +195,7 @@ Runner::open (const Settings &s, Notices &n)
     model_id_ = policy->model_id ();
   }
   warned_no_state_ = warned_truncated_ = warned_rtc_unsupported_ = warned_state_ignored_ = false;
+  warned_device_ = false;
   warned_execution_horizon_ = 0;
   rtc_.reset ();
   policy_ = std::move (policy);
@@ -204,6 +207,7 @@ Runner::close ()
 {
   policy_.reset ();
   warned_no_state_ = warned_truncated_ = warned_rtc_unsupported_ = warned_state_ignored_ = false;
+  warned_device_ = false;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -348,6 +352,17 @@ Runner::prepare (GstBuffer *buf, const Settings &s, GstClockTime now, Prepared *
                "The robot state is connected, but this checkpoint reads no state (a pi05 model "
                "with discrete_state_input false, as openpi's pi05_libero): it is ignored.",
                policy->describe ());
+  }
+  /* Works, but every observation crosses between the devices: said once, with the fix. */
+  const c10::Device pd = policy->device ();
+  if (tm->device == GST_PI0_DEVICE_CUDA && pd.is_cuda () && pd.index () != (int)tm->device_id &&
+      !warned_device_) {
+    warned_device_ = true;
+    n.warning (GST_STREAM_ERROR, GST_STREAM_ERROR_FAILED,
+               strf ("The input tensor is on CUDA device %d but the policy runs on device %d: "
+                     "each observation is copied between them (set cuda-device-id=%d here, or "
+                     "cudaprep's to %d).",
+                     (int)tm->device_id, (int)pd.index (), (int)tm->device_id, (int)pd.index ()));
   }
   if (spec.state_dim > 0 && (int)state_dim > spec.state_dim) {
     n.error (GST_CORE_ERROR, GST_CORE_ERROR_NEGOTIATION,

@@ -49,7 +49,7 @@ struct Settings {
   int num_steps = 10;
   GstPi0InferPrecision precision = GST_PI0_INFER_PRECISION_AUTO;
   GstPi0Device device = GST_PI0_DEVICE_AUTO;
-  int cuda_device_id = 0;
+  int cuda_device_id = -1; /* -1: auto, device 0 (where cudaprep's auto puts the tensor) */
   guint64 seed = 0;
   bool require_state = true;
   GstPi0InferRtc rtc = GST_PI0_INFER_RTC_OFF;
@@ -159,6 +159,7 @@ private:
   pi0::RtcTracker rtc_;
   bool warned_no_state_ = false, warned_truncated_ = false, warned_rtc_unsupported_ = false;
   bool warned_state_ignored_ = false;  /* a state on a model that reads none (said once) */
+  bool warned_device_ = false;         /* the tensor on another CUDA device (said once) */
   guint warned_execution_horizon_ = 0; /* the value last warned about (0: none) */
 
   mutable std::mutex stats_lock_;

@@ -45,8 +45,16 @@ policy_options (const OpenOptions &o)
                                     "(run on the CPU, or let the device be chosen: auto).");
   const bool cuda = o.device == DeviceChoice::Cuda || (o.device == DeviceChoice::Auto && have_cuda);
   PolicyOptions po;
-  po.device =
-      cuda ? c10::Device (c10::kCUDA, (c10::DeviceIndex)o.cuda_device_id) : c10::Device (c10::kCPU);
+  po.device = c10::Device (c10::kCPU);
+  if (cuda) {
+    /* c10's device index is 8 bits: an id past the devices must not wrap onto one of them. */
+    const int id = o.cuda_device_id, n = (int)at::getNumGPUs ();
+    if (id < 0 || id >= n)
+      throw OpenError (Kind::Library, "CUDA device " + std::to_string (id) +
+                                          " was asked for, but LibTorch sees " +
+                                          std::to_string (n) + " CUDA device(s), numbered from 0.");
+    po.device = c10::Device (c10::kCUDA, (c10::DeviceIndex)id);
+  }
   po.dtype = o.precision == PrecisionChoice::Bf16 || (o.precision == PrecisionChoice::Auto && cuda)
                  ? at::kBFloat16
                  : at::kFloat;

@@ -44,6 +44,8 @@ enum class PrecisionChoice { Auto, Fp32, Bf16 }; // Auto: bf16 on CUDA, fp32 on 
 
 struct OpenOptions {
   DeviceChoice device = DeviceChoice::Auto;
+  /* The CUDA device (0, 1, ...) when the policy runs on CUDA; one LibTorch does not see is an
+   * OpenError. */
   int cuda_device_id = 0;
   PrecisionChoice precision = PrecisionChoice::Auto;
   bool cuda_graph = true;

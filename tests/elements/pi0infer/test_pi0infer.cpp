@@ -1385,3 +1385,32 @@ TEST (Pi0InferRtc, TorchScriptPolicyStaysUnguidedWithAWarning)
   }
   EXPECT_TRUE (warned);
 }
+
+/* cuda-device-id has one range and one meaning on both CUDA elements: -1 (the default) is auto,
+ * device 0, where cudaprep's auto puts the tensor; any device id is taken. The CPU path never
+ * reads it: the same actions whatever it says. */
+TEST (Pi0Infer, CudaDeviceIdIsCudaprepsRangeAndAutoAndTheCpuIgnoresIt)
+{
+  for (const char *name : {"cudaprep", "pi0infer"}) {
+    ElementPtr e (gst_element_factory_make (name, nullptr));
+    ASSERT_NE (e, nullptr) << name;
+    GParamSpecInt *p = G_PARAM_SPEC_INT (
+        g_object_class_find_property (G_OBJECT_GET_CLASS (e.get ()), "cuda-device-id"));
+    ASSERT_NE (p, nullptr) << name;
+    EXPECT_EQ (p->minimum, -1) << name;
+    EXPECT_EQ (p->maximum, G_MAXINT) << name;
+    EXPECT_EQ (p->default_value, -1) << name;
+    gint id = 0;
+    g_object_get (e.get (), "cuda-device-id", &id, nullptr);
+    EXPECT_EQ (id, -1) << name;
+  }
+  auto run = [] (gint id) {
+    Infer inf (make_infer ("builtin:pi0-tiny", "device", GST_PI0_DEVICE_CPU, "cuda-device-id", id,
+                           nullptr));
+    return inf.run (make_observation (3, 9));
+  };
+  const std::vector<float> a = run (-1);
+  ASSERT_FALSE (a.empty ());
+  EXPECT_EQ (run (0), a);
+  EXPECT_EQ (run (100), a); /* no such device, and the CPU does not care */
+}
