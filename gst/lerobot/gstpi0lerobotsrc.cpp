@@ -46,6 +46,20 @@
 GST_DEBUG_CATEGORY_STATIC (gst_pi0_lerobot_src_debug);
 #define GST_CAT_DEFAULT gst_pi0_lerobot_src_debug
 
+/* Threads and locks. The application thread sets properties and changes state; each camera's
+ * branch streams on its own threads (decodebin's), the state on the appsrc's.
+ *  - settings_lock guards Settings, the properties; held only to copy them.
+ *  - The element's STATE_LOCK guards State: change_state runs under it (the dataset is read at
+ *    READY, the branches are built at PAUSED and torn down), and n-episodes takes it to read
+ *    the dataset. The branches' streaming threads touch only their own Branch (its phase is
+ *    atomic: handle_message reads it on the threads that post); the list of branches changes
+ *    only between NULL and READY, when no branch element exists.
+ *  - pending_lock guards pending, the state buffers the appsrc's need-data callback (its
+ *    streaming thread) takes one by one, against build and teardown filling and clearing it.
+ * Lock order: STATE_LOCK (held by GStreamer around change_state, which posts its errors as
+ * every element does), then settings_lock or pending_lock; those two are never held together,
+ * nor while pushing or posting. */
+
 namespace
 {
 
@@ -85,7 +99,7 @@ struct Branch {
 };
 
 /* From READY: the dataset, its pads and, from PAUSED, the branches that play it. Changed by
- * state changes only (the application thread). */
+ * state changes only (the application thread, under the element's STATE_LOCK). */
 struct State {
   std::unique_ptr<pi0::lerobot::Reader> reader;
   std::vector<Branch *> branches;
@@ -97,13 +111,12 @@ struct State {
 } // namespace
 
 struct GstPi0LeRobotSrcPrivate {
-  std::mutex settings_lock;
-  Settings settings; /* under settings_lock */
-  State state;
-  /* The state buffers still to give the state appsrc (its need-data callback, on the appsrc's
-   * streaming thread). */
-  std::mutex pending_lock;
-  std::vector<GstBuffer *> pending; /* under pending_lock */
+  std::mutex settings_lock; /* guards settings; held only to copy them */
+  Settings settings;
+  State state; /* under the element's STATE_LOCK (state changes, n-episodes) */
+  std::mutex pending_lock; /* guards pending */
+  /* The state buffers still to give the state appsrc, the next one at the back. */
+  std::vector<GstBuffer *> pending;
 };
 
 struct _GstPi0LeRobotSrc {

@@ -59,6 +59,17 @@
 GST_DEBUG_CATEGORY_STATIC (gst_pi0_overlay_debug);
 #define GST_CAT_DEFAULT gst_pi0_overlay_debug
 
+/* Threads and locks. Two streaming threads, one per sink pad, meet in State: the actions pad's
+ * fills it, the video pad's draws from it (and with wait-actions waits on cond for it). The
+ * application thread sets properties and changes state.
+ *  - settings_lock guards Settings, the properties; held only to copy them.
+ *  - lock guards State (the plans, the flushing flag, the stats); held while asking whether the
+ *    actions pad is linked, which takes that pad's object lock after it.
+ *  - VideoState has no lock: the video pad's streaming thread alone uses it, and READY to PAUSED
+ *    fills it before that thread starts.
+ * Lock order: settings_lock and lock are never held together; neither is held while pushing or
+ * posting. */
+
 GST_PI0_DEFINE_ENUM_TYPE (gst_pi0_overlay_mode_get_type, "GstPi0OverlayMode",
                           {GST_PI0_OVERLAY_PLOT,
                            "Each joint's trajectory over the chunk, in an inset (any robot)",
@@ -128,24 +139,11 @@ struct Plan {
  * the oldest is taken as the plan at once. */
 constexpr size_t kMaxPending = 64;
 
-} // namespace
-
-struct GstPi0OverlayPrivate {
-  std::mutex settings_lock;
-  Settings settings; /* under settings_lock */
-  /* Taken at READY to PAUSED (the application thread), read by the streaming threads. */
-  GstPi0OverlayMode mode{};
-  pi0::overlay::Style style;
-  guint64 max_age = 0;
-  bool wait_actions = false;
-  /* The video pad's format and segment (its streaming thread). */
-  GstVideoInfo info;
-  bool have_info = false;
-  GstSegment segment;
-  /* Under lock, with the stats: the plan drawn now (the latest chunk observed at or before the
-   * last frame), the chunks observed after it, and how far the actions stream has come. */
-  std::mutex lock;
-  std::condition_variable cond; /* a chunk, the actions' EOS or a flush: a waiting frame looks */
+/* What the two pads' streaming threads share, under the private struct's lock: the plan drawn
+ * now (the latest chunk observed at or before the last frame), the chunks observed after it, how
+ * far the actions stream has come, whether the video pad is flushing, and the stats. The actions
+ * pad fills it; the video pad draws from it, and with wait-actions waits for it. */
+struct State {
   bool have_chunk = false;
   pi0::overlay::Chunk chunk;
   GstClockTime chunk_time = GST_CLOCK_TIME_NONE;
@@ -155,7 +153,37 @@ struct GstPi0OverlayPrivate {
   bool actions_eos = false;
   bool flushing = false; /* the video pad flushing or the element going down */
   Stats stats;
+};
+
+/* The video pad's streaming thread's alone, no lock: the settings taken at READY to PAUSED (the
+ * application thread, before the streaming threads start), and the pad's format and segment
+ * (its serialized events; a flush stops the thread first). */
+struct VideoState {
+  GstPi0OverlayMode mode{};
+  pi0::overlay::Style style;
+  guint64 max_age = 0;
+  bool wait_actions = false;
+  GstVideoInfo info;
+  bool have_info = false;
+  GstSegment segment;
   bool warned = false; /* a drawing failure is posted once */
+
+  VideoState ()
+  {
+    gst_video_info_init (&info);
+    gst_segment_init (&segment, GST_FORMAT_TIME);
+  }
+};
+
+} // namespace
+
+struct GstPi0OverlayPrivate {
+  std::mutex settings_lock; /* guards settings; held only to copy them */
+  Settings settings;
+  std::mutex lock;              /* guards state; cond is waited on with it */
+  std::condition_variable cond; /* a chunk, the actions' EOS or a flush: a waiting frame looks */
+  State state;
+  VideoState video; /* the video pad's streaming thread's (see VideoState) */
 };
 
 struct _GstPi0Overlay {
@@ -235,32 +263,32 @@ take_settings (GstPi0Overlay *self)
     style.lower = cfg.lower;
     style.upper = cfg.upper;
   }
-  priv->mode = s.mode;
-  priv->style = std::move (style);
-  priv->max_age = s.max_age;
-  priv->wait_actions = s.wait_actions;
+  priv->video.mode = s.mode;
+  priv->video.style = std::move (style);
+  priv->video.max_age = s.max_age;
+  priv->video.wait_actions = s.wait_actions;
   return true;
 }
 
 /* A chunk becomes the plan (under lock). */
 static void
-take_plan (GstPi0OverlayPrivate *priv, Plan &&p)
+take_plan (State &st, Plan &&p)
 {
-  priv->have_chunk = p.finite;
-  priv->chunk = std::move (p.chunk);
-  priv->chunk_time = p.time;
+  st.have_chunk = p.finite;
+  st.chunk = std::move (p.chunk);
+  st.chunk_time = p.time;
 }
 
 /* Forget every chunk (under lock): a flush or a new start. */
 static void
-reset_plans (GstPi0OverlayPrivate *priv)
+reset_plans (State &st)
 {
-  priv->have_chunk = false;
-  priv->chunk_time = GST_CLOCK_TIME_NONE;
-  priv->pending.clear ();
-  priv->actions_time = GST_CLOCK_TIME_NONE;
-  priv->actions_untimed = false;
-  priv->actions_eos = false;
+  st.have_chunk = false;
+  st.chunk_time = GST_CLOCK_TIME_NONE;
+  st.pending.clear ();
+  st.actions_time = GST_CLOCK_TIME_NONE;
+  st.actions_untimed = false;
+  st.actions_eos = false;
 }
 
 static GstFlowReturn
@@ -271,7 +299,7 @@ gst_pi0_overlay_actions_chain (GstPad *, GstObject *parent, GstBuffer *buf)
   GstPi0ActionMeta *meta = gst_buffer_get_pi0_action_meta (buf);
   std::lock_guard<std::mutex> g (priv->lock);
   if (!meta) {
-    priv->stats.no_meta++;
+    priv->state.stats.no_meta++;
     GST_LOG_OBJECT (self, "a buffer without an action chunk");
     gst_buffer_unref (buf);
     return GST_FLOW_OK;
@@ -280,25 +308,25 @@ gst_pi0_overlay_actions_chain (GstPad *, GstObject *parent, GstBuffer *buf)
   p.time = meta->observation_time;
   p.finite = gst_pi0_action_meta_check_finite (meta);
   if (!p.finite) {
-    priv->stats.non_finite++; /* the robot is not sent it: no plan to show from then */
+    priv->state.stats.non_finite++; /* the robot is not sent it: no plan to show from then */
     GST_DEBUG_OBJECT (self, "chunk %" G_GUINT64_FORMAT " is not finite: it clears the plan",
                       meta->sequence);
   } else {
-    priv->stats.chunks++;
+    priv->state.stats.chunks++;
     p.chunk.horizon = meta->horizon;
     p.chunk.dim = meta->dim;
     p.chunk.actions.assign (meta->actions, meta->actions + (size_t)meta->horizon * meta->dim);
   }
   gst_buffer_unref (buf);
   if (GST_CLOCK_TIME_IS_VALID (p.time))
-    priv->actions_time = p.time;
+    priv->state.actions_time = p.time;
   else
-    priv->actions_untimed = true;
-  if (priv->pending.size () >= kMaxPending) {
-    take_plan (priv, std::move (priv->pending.front ()));
-    priv->pending.pop_front ();
+    priv->state.actions_untimed = true;
+  if (priv->state.pending.size () >= kMaxPending) {
+    take_plan (priv->state, std::move (priv->state.pending.front ()));
+    priv->state.pending.pop_front ();
   }
-  priv->pending.push_back (std::move (p));
+  priv->state.pending.push_back (std::move (p));
   priv->cond.notify_all ();
   return GST_FLOW_OK;
 }
@@ -310,14 +338,14 @@ gst_pi0_overlay_actions_event (GstPad *, GstObject *parent, GstEvent *ev)
   GstPi0OverlayPrivate *priv = self->priv;
   if (GST_EVENT_TYPE (ev) == GST_EVENT_FLUSH_STOP) {
     std::lock_guard<std::mutex> g (priv->lock);
-    reset_plans (priv);
+    reset_plans (priv->state);
   } else if (GST_EVENT_TYPE (ev) == GST_EVENT_EOS) {
     std::lock_guard<std::mutex> g (priv->lock);
-    priv->actions_eos = true; /* no chunk to wait for any more */
+    priv->state.actions_eos = true; /* no chunk to wait for any more */
     priv->cond.notify_all ();
   } else if (GST_EVENT_TYPE (ev) == GST_EVENT_STREAM_START) {
     std::lock_guard<std::mutex> g (priv->lock);
-    priv->actions_eos = false;
+    priv->state.actions_eos = false;
   }
   /* The actions stream ends here: its caps, segments and EOS are not the video's. */
   gst_event_unref (ev);
@@ -341,28 +369,28 @@ gst_pi0_overlay_video_event (GstPad *pad, GstObject *parent, GstEvent *ev)
     case GST_EVENT_CAPS: {
       GstCaps *caps;
       gst_event_parse_caps (ev, &caps);
-      if (!gst_video_info_from_caps (&priv->info, caps)) {
+      if (!gst_video_info_from_caps (&priv->video.info, caps)) {
         GST_ELEMENT_ERROR (self, STREAM, FORMAT,
                            ("Caps that are not video: %" GST_PTR_FORMAT, caps), (nullptr));
         gst_event_unref (ev);
         return FALSE;
       }
-      priv->have_info = true;
+      priv->video.have_info = true;
       break;
     }
     case GST_EVENT_SEGMENT:
-      gst_event_copy_segment (ev, &priv->segment);
+      gst_event_copy_segment (ev, &priv->video.segment);
       break;
     case GST_EVENT_FLUSH_START: {
       std::lock_guard<std::mutex> g (priv->lock);
-      priv->flushing = true; /* a frame waiting for its chunk leaves */
+      priv->state.flushing = true; /* a frame waiting for its chunk leaves */
       priv->cond.notify_all ();
       break;
     }
     case GST_EVENT_FLUSH_STOP: {
-      gst_segment_init (&priv->segment, GST_FORMAT_TIME);
+      gst_segment_init (&priv->video.segment, GST_FORMAT_TIME);
       std::lock_guard<std::mutex> g (priv->lock);
-      priv->flushing = false;
+      priv->state.flushing = false;
       break;
     }
     default:
@@ -376,49 +404,53 @@ gst_pi0_overlay_video_chain (GstPad *, GstObject *parent, GstBuffer *buf)
 {
   GstPi0Overlay *self = GST_PI0_OVERLAY (parent);
   GstPi0OverlayPrivate *priv = self->priv;
-  if (!priv->have_info) {
+  if (!priv->video.have_info) {
     gst_buffer_unref (buf);
     GST_ELEMENT_ERROR (self, CORE, NEGOTIATION, ("A video frame came before its caps"), (nullptr));
     return GST_FLOW_NOT_NEGOTIATED;
   }
   const GstClockTime rt =
-      priv->segment.format == GST_FORMAT_TIME && GST_BUFFER_PTS_IS_VALID (buf)
-          ? gst_segment_to_running_time (&priv->segment, GST_FORMAT_TIME, GST_BUFFER_PTS (buf))
+      priv->video.segment.format == GST_FORMAT_TIME && GST_BUFFER_PTS_IS_VALID (buf)
+          ? gst_segment_to_running_time (&priv->video.segment, GST_FORMAT_TIME,
+                                         GST_BUFFER_PTS (buf))
           : GST_CLOCK_TIME_NONE;
   pi0::overlay::Chunk chunk;
   bool draw = false;
   {
     std::unique_lock<std::mutex> g (priv->lock);
-    priv->stats.frames++;
+    priv->state.stats.frames++;
     /* wait-actions: until the actions stream has come as far as this frame. Unlinking the pad
      * notifies nothing: looked at again every 100 ms. */
     bool waited = false;
-    while (priv->wait_actions && GST_CLOCK_TIME_IS_VALID (rt) && !priv->flushing &&
-           !priv->actions_eos && !priv->actions_untimed && gst_pad_is_linked (self->actions_sink) &&
-           !(GST_CLOCK_TIME_IS_VALID (priv->actions_time) && priv->actions_time >= rt)) {
+    while (
+        priv->video.wait_actions && GST_CLOCK_TIME_IS_VALID (rt) && !priv->state.flushing &&
+        !priv->state.actions_eos && !priv->state.actions_untimed &&
+        gst_pad_is_linked (self->actions_sink) &&
+        !(GST_CLOCK_TIME_IS_VALID (priv->state.actions_time) && priv->state.actions_time >= rt)) {
       waited = true;
       priv->cond.wait_for (g, std::chrono::milliseconds (100));
     }
-    if (priv->flushing) {
+    if (priv->state.flushing) {
       gst_buffer_unref (buf);
       return GST_FLOW_FLUSHING;
     }
-    priv->stats.waited += waited;
+    priv->state.stats.waited += waited;
     /* The plan for this frame: the latest chunk observed at or before it. */
-    while (!priv->pending.empty () && (!GST_CLOCK_TIME_IS_VALID (rt) ||
-                                       !GST_CLOCK_TIME_IS_VALID (priv->pending.front ().time) ||
-                                       priv->pending.front ().time <= rt)) {
-      take_plan (priv, std::move (priv->pending.front ()));
-      priv->pending.pop_front ();
+    while (!priv->state.pending.empty () &&
+           (!GST_CLOCK_TIME_IS_VALID (rt) ||
+            !GST_CLOCK_TIME_IS_VALID (priv->state.pending.front ().time) ||
+            priv->state.pending.front ().time <= rt)) {
+      take_plan (priv->state, std::move (priv->state.pending.front ()));
+      priv->state.pending.pop_front ();
     }
-    if (priv->have_chunk) {
-      const bool stale = priv->max_age > 0 && GST_CLOCK_TIME_IS_VALID (rt) &&
-                         GST_CLOCK_TIME_IS_VALID (priv->chunk_time) &&
-                         rt > priv->chunk_time + priv->max_age;
+    if (priv->state.have_chunk) {
+      const bool stale = priv->video.max_age > 0 && GST_CLOCK_TIME_IS_VALID (rt) &&
+                         GST_CLOCK_TIME_IS_VALID (priv->state.chunk_time) &&
+                         rt > priv->state.chunk_time + priv->video.max_age;
       if (stale)
-        priv->stats.stale++;
+        priv->state.stats.stale++;
       else {
-        chunk = priv->chunk;
+        chunk = priv->state.chunk;
         draw = true;
       }
     }
@@ -427,30 +459,28 @@ gst_pi0_overlay_video_chain (GstPad *, GstObject *parent, GstBuffer *buf)
     return gst_pad_push (self->src, buf);
   buf = gst_buffer_make_writable (buf);
   GstVideoFrame frame;
-  if (!gst_video_frame_map (&frame, &priv->info, buf, GST_MAP_READWRITE)) {
+  if (!gst_video_frame_map (&frame, &priv->video.info, buf, GST_MAP_READWRITE)) {
     gst_buffer_unref (buf);
     GST_ELEMENT_ERROR (self, STREAM, FAILED, ("Cannot map a video frame to draw on"), (nullptr));
     return GST_FLOW_ERROR;
   }
-  const bool alpha = GST_VIDEO_INFO_FORMAT (&priv->info) == GST_VIDEO_FORMAT_BGRA;
+  const bool alpha = GST_VIDEO_INFO_FORMAT (&priv->video.info) == GST_VIDEO_FORMAT_BGRA;
   uint8_t *data = (uint8_t *)GST_VIDEO_FRAME_PLANE_DATA (&frame, 0);
   const int w = GST_VIDEO_FRAME_WIDTH (&frame), h = GST_VIDEO_FRAME_HEIGHT (&frame);
   const int stride = GST_VIDEO_FRAME_PLANE_STRIDE (&frame, 0);
   std::string err;
   const bool ok =
-      priv->mode == GST_PI0_OVERLAY_PLANAR
-          ? pi0::overlay::draw_planar (data, w, h, stride, alpha, chunk, priv->style, &err)
-          : pi0::overlay::draw_plot (data, w, h, stride, alpha, chunk, priv->style, &err);
+      priv->video.mode == GST_PI0_OVERLAY_PLANAR
+          ? pi0::overlay::draw_planar (data, w, h, stride, alpha, chunk, priv->video.style, &err)
+          : pi0::overlay::draw_plot (data, w, h, stride, alpha, chunk, priv->video.style, &err);
   gst_video_frame_unmap (&frame);
-  {
+  if (ok) {
     std::lock_guard<std::mutex> g (priv->lock);
-    if (ok)
-      priv->stats.drawn++;
-    else if (!priv->warned) {
-      priv->warned = true;
-      GST_ELEMENT_WARNING (self, STREAM, FAILED, ("Cannot draw the chunk: %s", err.c_str ()),
-                           ("frames pass undrawn while it lasts; posted once"));
-    }
+    priv->state.stats.drawn++;
+  } else if (!priv->video.warned) {
+    priv->video.warned = true;
+    GST_ELEMENT_WARNING (self, STREAM, FAILED, ("Cannot draw the chunk: %s", err.c_str ()),
+                         ("frames pass undrawn while it lasts; posted once"));
   }
   return gst_pad_push (self->src, buf);
 }
@@ -462,19 +492,21 @@ gst_pi0_overlay_change_state (GstElement *element, GstStateChange transition)
   GstPi0OverlayPrivate *priv = self->priv;
   if (transition == GST_STATE_CHANGE_PAUSED_TO_READY) {
     std::lock_guard<std::mutex> g (priv->lock);
-    priv->flushing = true; /* before the pads deactivate: a waiting frame must leave */
+    priv->state.flushing = true; /* before the pads deactivate: a waiting frame must leave */
     priv->cond.notify_all ();
   }
   if (transition == GST_STATE_CHANGE_READY_TO_PAUSED) {
     if (!take_settings (self))
       return GST_STATE_CHANGE_FAILURE;
-    std::lock_guard<std::mutex> g (priv->lock);
-    reset_plans (priv);
-    priv->flushing = false;
-    priv->stats = Stats ();
-    priv->warned = false;
-    priv->have_info = false;
-    gst_segment_init (&priv->segment, GST_FORMAT_TIME);
+    {
+      std::lock_guard<std::mutex> g (priv->lock);
+      reset_plans (priv->state);
+      priv->state.flushing = false;
+      priv->state.stats = Stats ();
+    }
+    priv->video.warned = false;
+    priv->video.have_info = false;
+    gst_segment_init (&priv->video.segment, GST_FORMAT_TIME);
   }
   return GST_ELEMENT_CLASS (gst_pi0_overlay_parent_class)->change_state (element, transition);
 }
@@ -495,7 +527,7 @@ gst_pi0_overlay_get_property (GObject *object, guint prop_id, GValue *value, GPa
   GstPi0Overlay *self = GST_PI0_OVERLAY (object);
   if (prop_id == PROP_STATS) {
     std::lock_guard<std::mutex> g (self->priv->lock);
-    const Stats &st = self->priv->stats;
+    const Stats &st = self->priv->state.stats;
     g_value_take_boxed (
         value, gst_structure_new ("pi0overlay-stats", "chunks", G_TYPE_UINT64, st.chunks, "no-meta",
                                   G_TYPE_UINT64, st.no_meta, "non-finite", G_TYPE_UINT64,
@@ -520,8 +552,6 @@ static void
 gst_pi0_overlay_init (GstPi0Overlay *self)
 {
   self->priv = new GstPi0OverlayPrivate ();
-  gst_video_info_init (&self->priv->info);
-  gst_segment_init (&self->priv->segment, GST_FORMAT_TIME);
   self->video_sink = gst_pad_new_from_static_template (&video_sink_template, "video_sink");
   gst_pad_set_chain_function (self->video_sink, gst_pi0_overlay_video_chain);
   gst_pad_set_event_function (self->video_sink, gst_pi0_overlay_video_event);
