@@ -106,7 +106,7 @@ main (int argc, char **argv)
       {"model", 'm', 0, G_OPTION_ARG_STRING, &o.model,
        "pi0infer model (default builtin:pi0-tiny; builtin:pi0 is the full size)", "M"},
       {"device", 0, 0, G_OPTION_ARG_STRING, &o.device, "auto, cpu or cuda (default auto)", "D"},
-      {"precision", 0, 0, G_OPTION_ARG_STRING, &o.precision, "auto, fp32 or bf16 (default auto)",
+      {"precision", 0, 0, G_OPTION_ARG_STRING, &o.precision, "auto, bf16 or fp32 (default auto)",
        "P"},
       {"num-steps", 0, 0, G_OPTION_ARG_INT, &o.num_steps, "flow-matching steps (default 10)", "N"},
       {"duration", 'd', 0, G_OPTION_ARG_DOUBLE, &o.duration, "seconds to run (default 10)", "S"},

@@ -14,6 +14,12 @@
 GST_DEBUG_CATEGORY_EXTERN (gst_pi0_infer_debug);
 #define GST_CAT_DEFAULT gst_pi0_infer_debug
 
+/* The property's values are open_policy()'s, in one order: a precision copies straight across. */
+static_assert ((int)pi0::PrecisionChoice::Auto == GST_PI0_INFER_PRECISION_AUTO &&
+                   (int)pi0::PrecisionChoice::Bf16 == GST_PI0_INFER_PRECISION_BF16 &&
+                   (int)pi0::PrecisionChoice::Fp32 == GST_PI0_INFER_PRECISION_FP32,
+               "pi0infer's precision enum and pi0::PrecisionChoice differ");
+
 /* The tracker takes the pipeline's running times as they are. */
 static_assert (pi0::RtcTracker::kTimeNone == GST_CLOCK_TIME_NONE, "one 'no time' for both");
 
@@ -46,9 +52,7 @@ open_options (const Settings &s)
   /* auto (-1): the first device, which is where cudaprep's auto puts the tensor; the policy is
    * opened at start, before any tensor says where it is. */
   o.cuda_device_id = s.cuda_device_id < 0 ? 0 : s.cuda_device_id;
-  o.precision = s.precision == GST_PI0_INFER_PRECISION_BF16   ? pi0::PrecisionChoice::Bf16
-                : s.precision == GST_PI0_INFER_PRECISION_FP32 ? pi0::PrecisionChoice::Fp32
-                                                              : pi0::PrecisionChoice::Auto;
+  o.precision = (pi0::PrecisionChoice)s.precision;
   o.num_steps = s.num_steps;
   o.tokenizer = s.tokenizer;
   o.data_dirs = data_dirs ();

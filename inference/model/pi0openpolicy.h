@@ -39,8 +39,9 @@ namespace pi0
 
 class OwnStream;
 
-enum class DeviceChoice { Auto, Cpu, Cuda };     // Auto: CUDA when usable, else the CPU
-enum class PrecisionChoice { Auto, Fp32, Bf16 }; // Auto: bf16 on CUDA, fp32 on the CPU
+enum class DeviceChoice { Auto, Cpu, Cuda }; // Auto: CUDA when usable, else the CPU
+// Auto: bf16 on CUDA, fp32 on the CPU; in the order of pi0infer's `precision` property.
+enum class PrecisionChoice { Auto, Bf16, Fp32 };
 
 struct OpenOptions {
   DeviceChoice device = DeviceChoice::Auto;

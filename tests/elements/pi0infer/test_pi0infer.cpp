@@ -1414,3 +1414,22 @@ TEST (Pi0Infer, CudaDeviceIdIsCudaprepsRangeAndAutoAndTheCpuIgnoresIt)
   EXPECT_EQ (run (0), a);
   EXPECT_EQ (run (100), a); /* no such device, and the CPU does not care */
 }
+
+/* precision reaches the policy as the value its nick names (the element's enum and
+ * open_policy()'s are in one order): on the CPU auto is fp32, and bf16 weights give other
+ * actions. */
+TEST (Pi0Infer, PrecisionReachesThePolicyAsNamed)
+{
+  auto run = [] (const char *precision) {
+    GstElement *e = make_infer ("builtin:pi0-tiny", "device", GST_PI0_DEVICE_CPU, nullptr);
+    gst_util_set_object_arg (G_OBJECT (e), "precision", precision);
+    Infer inf (e);
+    return inf.run (make_observation (3, 9));
+  };
+  const std::vector<float> fp32 = run ("fp32");
+  ASSERT_FALSE (fp32.empty ());
+  EXPECT_EQ (run ("auto"), fp32);
+  const std::vector<float> bf16 = run ("bf16");
+  ASSERT_EQ (bf16.size (), fp32.size ());
+  EXPECT_NE (bf16, fp32);
+}
