@@ -6,10 +6,19 @@
 
 #include <glib.h>
 
+#ifdef __SANITIZE_ADDRESS__
+#include <dlfcn.h>
+#include <exception>
+extern "C" void __asan_init ();
+#endif
+
 #include <filesystem>
 #include <fstream>
+#include <stdexcept>
 #include <string>
 #include <system_error>
+#include <utility>
+#include <vector>
 
 namespace pi0test
 {
@@ -80,5 +89,27 @@ public:
 private:
   std::string path_;
 };
+
+/* What a child that is not built with the sanitizers (gst-launch-1.0, and the gst-plugin-scanner
+ * it starts) needs in its environment to load this build's plugin: nothing in a normal build.
+ * Under scripts/sanitize.sh the plugin is built with AddressSanitizer, which must be the first
+ * library in a process, and its __cxa_throw interceptor needs libstdc++ loaded with it: the
+ * child preloads both, the ones this test binary runs with. Its leaks (every system plugin the
+ * scanner opens) are not ours: no leak check there. Returns (name, value) pairs to set. */
+inline std::vector<std::pair<std::string, std::string>>
+uninstrumented_child_env ()
+{
+  std::vector<std::pair<std::string, std::string>> env;
+#ifdef __SANITIZE_ADDRESS__
+  Dl_info asan{}, cxx{};
+  if (!dladdr (reinterpret_cast<void *> (&__asan_init), &asan) || !asan.dli_fname ||
+      !dladdr (reinterpret_cast<void *> (&std::terminate), &cxx) || !cxx.dli_fname)
+    throw std::runtime_error ("cannot find the AddressSanitizer runtime or libstdc++");
+  env.emplace_back ("LD_PRELOAD", std::string (asan.dli_fname) + ":" + cxx.dli_fname);
+  const char *options = g_getenv ("ASAN_OPTIONS");
+  env.emplace_back ("ASAN_OPTIONS", std::string (options ? options : "") + ":detect_leaks=0");
+#endif
+  return env;
+}
 
 } // namespace pi0test

@@ -10,7 +10,6 @@
 #include <gst/pi0/pi0.h>
 #include <gtest/gtest.h>
 
-#include <dlfcn.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -20,10 +19,6 @@
 #include <exception>
 #include <string>
 #include <vector>
-
-#ifdef __SANITIZE_ADDRESS__
-extern "C" void __asan_init ();
-#endif
 
 using namespace pi0test;
 
@@ -1082,22 +1077,8 @@ TEST (Pi0Infer, TokenizerThatIsADirectoryUnderGstLaunchIsAnErrorNotAnAbort)
       g_environ_setenv (env, "GST_PLUGIN_PATH_1_0", (std::string (build) + "/gst").c_str (), TRUE);
   env = g_environ_unsetenv (env, "GST_PLUGIN_PATH");
   env = g_environ_setenv (env, "GST_REGISTRY", (dir.path () + "/registry.bin").c_str (), TRUE);
-#ifdef __SANITIZE_ADDRESS__
-  // scripts/sanitize.sh: the plugin is built with AddressSanitizer but gst-launch-1.0 (a C
-  // program) and the gst-plugin-scanner it starts are not. ASan must be the first library in a
-  // process, and its __cxa_throw interceptor needs libstdc++ loaded with it: preload both, the
-  // ones this test binary runs with. Their leaks (every system plugin the scanner opens) are
-  // not ours: no leak check in those children.
-  Dl_info asan{}, cxx{};
-  ASSERT_TRUE (dladdr (reinterpret_cast<void *> (&__asan_init), &asan) && asan.dli_fname);
-  ASSERT_TRUE (dladdr (reinterpret_cast<void *> (&std::terminate), &cxx) && cxx.dli_fname);
-  env = g_environ_setenv (env, "LD_PRELOAD",
-                          (std::string (asan.dli_fname) + ":" + cxx.dli_fname).c_str (), TRUE);
-  const char *asan_options = g_getenv ("ASAN_OPTIONS");
-  env = g_environ_setenv (
-      env, "ASAN_OPTIONS",
-      (std::string (asan_options ? asan_options : "") + ":detect_leaks=0").c_str (), TRUE);
-#endif
+  for (auto &kv : uninstrumented_child_env ()) /* scripts/sanitize.sh's build */
+    env = g_environ_setenv (env, kv.first.c_str (), kv.second.c_str (), TRUE);
   gchar *out = nullptr, *err = nullptr;
   gint status = 0;
   GError *error = nullptr;

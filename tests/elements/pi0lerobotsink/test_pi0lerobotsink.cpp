@@ -393,9 +393,12 @@ TEST (Pi0LeRobotSinkRecord, KilledRecordingKeepsItsFinishedEpisodes)
   env["GST_PLUGIN_PATH"] = build_root () + "/gst";
   env["GST_PLUGIN_PATH_1_0"] = build_root () + "/gst";
   env["GST_REGISTRY"] = dir.path () + "/registry.bin";
+  for (auto &kv : uninstrumented_child_env ()) /* scripts/sanitize.sh's build */
+    env[kv.first] = kv.second;
   const gchar *argv[] = {"bash", "-c", "eval exec gst-launch-1.0 -q \"$PI0_LINE\"", nullptr};
-  GSubprocessLauncher *l = g_subprocess_launcher_new (
-      (GSubprocessFlags)(G_SUBPROCESS_FLAGS_STDOUT_SILENCE | G_SUBPROCESS_FLAGS_STDERR_SILENCE));
+  GSubprocessLauncher *l = g_subprocess_launcher_new (G_SUBPROCESS_FLAGS_STDOUT_SILENCE);
+  const std::string log = dir.path () + "/gst-launch.log"; /* its errors, for a failure's message */
+  g_subprocess_launcher_set_stderr_file_path (l, log.c_str ());
   for (auto &kv : env)
     g_subprocess_launcher_setenv (l, kv.first.c_str (), kv.second.c_str (), TRUE);
   g_subprocess_launcher_set_cwd (l, source_root ().c_str ());
@@ -415,7 +418,12 @@ TEST (Pi0LeRobotSinkRecord, KilledRecordingKeepsItsFinishedEpisodes)
   g_subprocess_wait (p, nullptr, nullptr);
   g_object_unref (p);
   const int64_t n = committed ();
-  ASSERT_GE (n, 2) << "the recording did not commit two episodes";
+  gchar *launch_err = nullptr;
+  g_file_get_contents (log.c_str (), &launch_err, nullptr, nullptr);
+  const std::string launch_text = launch_err ? launch_err : "";
+  g_free (launch_err);
+  ASSERT_GE (n, 2) << "the recording did not commit two episodes; gst-launch-1.0 said:\n"
+                   << launch_text;
   int parts = 0;
   for (auto &f : fs::recursive_directory_iterator (dir.path () + "/lerobot"))
     parts += f.path ().extension () == ".part";
