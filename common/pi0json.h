@@ -23,6 +23,8 @@ namespace pi0::json
 {
 
 using Value = nlohmann::json;
+/* For what the project writes: keys in the order they were set (nlohmann::json sorts them). */
+using OrderedValue = nlohmann::ordered_json;
 
 /* The deepest nesting of arrays and objects a file may have. The project's files need five
  * levels (LeRobot's image statistics); a deeper file is refused before it is parsed. */

@@ -360,7 +360,7 @@ TEST (Pi0Sim, BadArgumentsAreClearErrors)
   EXPECT_NE (r.out.find ("execute must be 1 to the horizon"), std::string::npos) << r.out;
   r = pi0_sim ("run --frobnicate 1");
   EXPECT_EQ (r.status, 2);
-  EXPECT_NE (r.out.find ("unknown option --frobnicate"), std::string::npos) << r.out;
+  EXPECT_NE (r.out.find ("Unknown option --frobnicate"), std::string::npos) << r.out;
   r = pi0_sim ("run --execute 5 --delay-ms 500"); // 5 rows at 10 Hz: the next chunk is due
   EXPECT_EQ (r.status, 1);
   EXPECT_NE (r.out.find ("the delay must be shorter"), std::string::npos) << r.out;

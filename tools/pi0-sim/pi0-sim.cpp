@@ -21,6 +21,7 @@
  *       cameras and the state (with the task) as RTP to H, ports P to P+6; the actions on A:N;
  *       real time (pi0simremote.h)
  */
+#include "common/pi0json.h"
 #include "gst/gstpi0elements.h"
 #include "tools/pi0-sim/pi0simloop.h"
 #include "tools/pi0-sim/pi0simremote.h"
@@ -31,14 +32,20 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
+#include <functional>
+#include <map>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace
 {
+
+namespace tsim = pi0::tools::sim;
+using Json = pi0::json::OrderedValue;
 
 /* The command, snapshot's own options, and the loop's (which expert and snapshot read too). */
 struct Args {
@@ -48,29 +55,32 @@ struct Args {
   std::string policy_host = "127.0.0.1", bind = "0.0.0.0";
   int rtp_port = 5600, port = 9870;
   unsigned gap_ms = 500;
-  pi0::sim::LoopOptions loop = [] {
-    pi0::sim::LoopOptions o;
+  tsim::LoopOptions loop = [] {
+    tsim::LoopOptions o;
     o.episodes = 10;
     return o;
   }();
 };
 
+constexpr const char *kUsage =
+    "usage: pi0-sim snapshot --out DIR [--seed S] [--ticks N] [--width W] [--height H]"
+    " [--robot-config F]\n"
+    "       pi0-sim expert [--episodes K] [--seed S] [--execute N] [--horizon H] "
+    "[--actuation-noise RAD] [--blocks N] [--block-size M] [--robot-config F]\n"
+    "       pi0-sim run [--policy expert|MODEL] [--infer PROPS] [--episodes K] [--seed S]"
+    " [--execute N] [--horizon H] [--width W] [--height H] [--prep-size P]"
+    " [--delay-ms D] [--record DIR [--lossless]] [--overlay DIR] [--actuation-noise RAD]"
+    " [--blocks N] [--block-size M] [--real-time] [--robot-config F] [--timeout S]\n"
+    "       pi0-sim robot [--policy-host H] [--rtp-port P] [--bind A] [--port N]"
+    " [--episodes K] [--seed S] [--execute N] [--width W] [--height H] [--gap-ms G]"
+    " [--actuation-noise RAD] [--blocks N] [--block-size M] [--robot-config F]"
+    " [--timeout S]\n"
+    "       (pi0-sim --help: every option)\n";
+
 int
 usage ()
 {
-  std::fprintf (
-      stderr, "usage: pi0-sim snapshot --out DIR [--seed S] [--ticks N] [--width W] [--height H]"
-              " [--robot-config F]\n"
-              "       pi0-sim expert [--episodes K] [--seed S] [--execute N] [--horizon H] "
-              "[--actuation-noise RAD] [--blocks N] [--block-size M] [--robot-config F]\n"
-              "       pi0-sim run [--policy expert|MODEL] [--infer PROPS] [--episodes K] [--seed S]"
-              " [--execute N] [--horizon H] [--width W] [--height H] [--prep-size P]"
-              " [--delay-ms D] [--record DIR [--lossless]] [--overlay DIR] [--actuation-noise RAD]"
-              " [--blocks N] [--block-size M] [--real-time] [--robot-config F] [--timeout S]\n"
-              "       pi0-sim robot [--policy-host H] [--rtp-port P] [--bind A] [--port N]"
-              " [--episodes K] [--seed S] [--execute N] [--width W] [--height H] [--gap-ms G]"
-              " [--actuation-noise RAD] [--blocks N] [--block-size M] [--robot-config F]"
-              " [--timeout S]\n");
+  std::fputs (kUsage, stderr);
   return 2;
 }
 
@@ -86,118 +96,182 @@ parse_uint (const char *s, unsigned long long max, unsigned long long *out)
   return true;
 }
 
-bool
+/* One option taking a value: its GOption entry's texts and what it does with the value ("" or
+ * why the value is refused, which the error prefixes with the option's name). */
+struct Option {
+  const char *name, *arg, *help;
+  std::function<std::string (const char *)> set;
+};
+
+std::function<std::string (const char *)>
+whole (unsigned long long max, std::function<void (unsigned long long)> store)
+{
+  return [max, store] (const char *v) -> std::string {
+    unsigned long long n = 0;
+    if (!parse_uint (v, max, &n))
+      return "not a whole number up to " + std::to_string (max) + ": " + v;
+    store (n);
+    return "";
+  };
+}
+
+std::function<std::string (const char *)>
+real (double lo, double hi, const char *what, std::function<void (double)> store)
+{
+  return [=] (const char *v) -> std::string {
+    char *end = nullptr;
+    const double r = std::strtod (v, &end);
+    if (!end || *end || end == v || !(r >= lo && r <= hi))
+      return std::string (what) + ": " + v;
+    store (r);
+    return "";
+  };
+}
+
+std::function<std::string (const char *)>
+text (std::string *out)
+{
+  return [out] (const char *v) -> std::string {
+    *out = v;
+    return "";
+  };
+}
+
+gboolean
+on_option (const gchar *name, const gchar *value, gpointer data, GError **error)
+{
+  auto *options = static_cast<const std::vector<Option> *> (data);
+  for (const Option &o : *options)
+    if (std::string ("--") + o.name == name) {
+      const std::string why = o.set (value);
+      if (why.empty ())
+        return TRUE;
+      g_set_error (error, G_OPTION_ERROR, G_OPTION_ERROR_BAD_VALUE, "%s: %s", name, why.c_str ());
+      return FALSE;
+    }
+  g_set_error (error, G_OPTION_ERROR, G_OPTION_ERROR_UNKNOWN_OPTION, "unknown option %s", name);
+  return FALSE;
+}
+
+/* The command line through GOptionContext: 0 when it is good, else the exit status (2, the
+ * error or the usage printed; 0 for --help, which prints every option). */
+int
 parse (int argc, char **argv, Args *a)
 {
-  if (argc < 2)
-    return false;
-  a->command = argv[1];
-  for (int i = 2; i < argc; i++) {
-    const std::string k = argv[i];
-    if (k == "--lossless") {
-      a->loop.lossless = true;
-      continue;
-    }
-    if (k == "--real-time") {
-      a->loop.real_time = true;
-      continue;
-    }
-    if (i + 1 >= argc) {
-      std::fprintf (stderr, "pi0-sim: %s needs a value\n", k.c_str ());
-      return false;
-    }
-    const char *v = argv[++i];
-    unsigned long long n = 0;
-    auto number = [&] (unsigned long long max) {
-      if (parse_uint (v, max, &n))
-        return true;
-      std::fprintf (stderr, "pi0-sim: %s: not a whole number up to %llu: %s\n", k.c_str (), max, v);
-      return false;
-    };
-    if (k == "--out")
-      a->out = v;
-    else if (k == "--robot-config")
-      a->loop.robot_config = v;
-    else if (k == "--policy")
-      a->loop.policy = v;
-    else if (k == "--infer")
-      a->loop.infer_properties = v;
-    else if (k == "--record")
-      a->loop.record = v;
-    else if (k == "--overlay")
-      a->loop.overlay = v;
-    else if (k == "--policy-host")
-      a->policy_host = v;
-    else if (k == "--bind")
-      a->bind = v;
-    else if (k == "--actuation-noise") {
-      char *end = nullptr;
-      const double r = std::strtod (v, &end);
-      if (!end || *end || !(r >= 0 && r <= 0.5)) {
-        std::fprintf (stderr, "pi0-sim: --actuation-noise: radians from 0 to 0.5: %s\n", v);
-        return false;
-      }
-      a->loop.scene.actuation_noise = r;
-    } else if (k == "--block-size") {
-      char *end = nullptr;
-      const double m = std::strtod (v, &end);
-      if (!end || *end || !(m >= 0.02 && m <= 0.15)) {
-        std::fprintf (stderr, "pi0-sim: --block-size: metres from 0.02 to 0.15: %s\n", v);
-        return false;
-      }
-      // Touching stays "the tip over the block": the same share of its side as the default's.
-      a->loop.scene.touch_radius =
-          m * pi0::sim::SceneOptions{}.touch_radius / pi0::sim::SceneOptions{}.block_size;
-      a->loop.scene.block_size = m;
-    } else if (k == "--seed") {
-      if (!number (~0ull))
-        return false;
-      a->loop.seed = n;
-    } else {
-      struct {
-        const char *name;
-        unsigned long long max;
-        unsigned *u;
-        int *i;
-      } const numbers[] = {{"--ticks", 100000, &a->ticks, nullptr},
-                           {"--episodes", 1000000, &a->loop.episodes, nullptr},
-                           {"--execute", 50, &a->loop.execute, nullptr},
-                           {"--horizon", 50, &a->loop.horizon, nullptr},
-                           {"--timeout", 3600, &a->timeout, nullptr},
-                           {"--delay-ms", 60000, &a->delay_ms, nullptr},
-                           {"--gap-ms", 60000, &a->gap_ms, nullptr},
-                           {"--rtp-port", 65529, nullptr, &a->rtp_port},
-                           {"--port", 65535, nullptr, &a->port},
-                           {"--blocks", 5, &a->loop.scene.blocks, nullptr},
-                           {"--width", 4096, nullptr, &a->loop.camera_width},
-                           {"--height", 4096, nullptr, &a->loop.camera_height},
-                           {"--prep-size", 4096, nullptr, &a->loop.prep_size}};
-      bool known = false;
-      for (const auto &num : numbers)
-        if (k == num.name) {
-          if (!number (num.max))
-            return false;
-          if (num.u)
-            *num.u = (unsigned)n;
-          else
-            *num.i = (int)n;
-          known = true;
-        }
-      if (!known) {
-        std::fprintf (stderr, "pi0-sim: unknown option %s\n", k.c_str ());
-        return false;
-      }
-    }
+  pi0::sim::SceneOptions &scene = a->loop.scene;
+  const std::vector<Option> options = {
+      {"out", "DIR", "snapshot: where the three cameras' PNGs go", text (&a->out)},
+      {"seed", "S", "the first episode's scene (episode e is S + e; default 0)",
+       whole (~0ull, [a] (auto n) { a->loop.seed = n; })},
+      {"ticks", "N", "snapshot: ticks the expert moves before the pictures (default 0)",
+       whole (100000, [a] (auto n) { a->ticks = (unsigned)n; })},
+      {"episodes", "K", "episodes to run (default 10)",
+       whole (1000000, [a] (auto n) { a->loop.episodes = (unsigned)n; })},
+      {"execute", "N", "rows of each chunk executed before the next observation (default 5)",
+       whole (50, [a] (auto n) { a->loop.execute = (unsigned)n; })},
+      {"horizon", "H", "the expert's chunk length (default 10)",
+       whole (50, [a] (auto n) { a->loop.horizon = (unsigned)n; })},
+      {"width", "W", "the cameras' width in pixels (default 224)",
+       whole (4096, [a] (auto n) { a->loop.camera_width = (int)n; })},
+      {"height", "H", "the cameras' height in pixels (default 224)",
+       whole (4096, [a] (auto n) { a->loop.camera_height = (int)n; })},
+      {"prep-size", "P", "run: cudaprep's output size, the model's image size (default 224)",
+       whole (4096, [a] (auto n) { a->loop.prep_size = (int)n; })},
+      {"policy", "expert|MODEL", "run: the scripted expert, or pi0infer's model (default expert)",
+       text (&a->loop.policy)},
+      {"infer", "PROPS", "run: more pi0infer properties (\"rtc=off num-steps=10\")",
+       text (&a->loop.infer_properties)},
+      {"delay-ms", "D", "run: world time from capture to the chunk at the robot (default 0)",
+       whole (60000, [a] (auto n) { a->delay_ms = (unsigned)n; })},
+      {"record", "DIR", "run: append each episode to this LeRobotDataset", text (&a->loop.record)},
+      {"overlay", "DIR", "run: the main camera with the planned path, one PNG per observation",
+       text (&a->loop.overlay)},
+      {"actuation-noise", "RAD", "noise on every joint command, radians (default 0)",
+       real (0, 0.5, "radians from 0 to 0.5", [&scene] (double r) { scene.actuation_noise = r; })},
+      {"blocks", "N", "blocks on the table, 1 to 5 (default 3)",
+       whole (5, [&scene] (auto n) { scene.blocks = (unsigned)n; })},
+      {"block-size", "M", "the blocks' side in metres, 0.02 to 0.15 (default 0.10)",
+       real (0.02, 0.15, "metres from 0.02 to 0.15",
+             [&scene] (double m) {
+               // Touching stays "the tip over the block": the same share of its side as the
+               // default's.
+               scene.touch_radius =
+                   m * pi0::sim::SceneOptions{}.touch_radius / pi0::sim::SceneOptions{}.block_size;
+               scene.block_size = m;
+             })},
+      {"robot-config", "F", "the arm (default pipelines/robot-planar.json)",
+       text (&a->loop.robot_config)},
+      {"timeout", "S", "real seconds to wait for one chunk (default 120)",
+       whole (3600, [a] (auto n) { a->timeout = (unsigned)n; })},
+      {"policy-host", "H", "robot: where the cameras and the state go (default 127.0.0.1)",
+       text (&a->policy_host)},
+      {"rtp-port", "P", "robot: the main camera's RTP port; the others P+2 to P+6 (default 5600)",
+       whole (65529, [a] (auto n) { a->rtp_port = (int)n; })},
+      {"bind", "A", "robot: the address of its action port (default 0.0.0.0)", text (&a->bind)},
+      {"port", "N", "robot: its action port (default 9870)",
+       whole (65535, [a] (auto n) { a->port = (int)n; })},
+      {"gap-ms", "G", "robot: quiet time between episodes (default 500)",
+       whole (60000, [a] (auto n) { a->gap_ms = (unsigned)n; })},
+  };
+  gboolean lossless = FALSE, real_time = FALSE;
+  std::vector<GOptionEntry> entries;
+  for (const Option &o : options)
+    entries.push_back ({o.name, 0, 0, G_OPTION_ARG_CALLBACK, (gpointer)on_option, o.help, o.arg});
+  entries.push_back ({"lossless", 0, 0, G_OPTION_ARG_NONE, &lossless,
+                      "run --record: the cameras bit-exact", nullptr});
+  entries.push_back ({"real-time", 0, 0, G_OPTION_ARG_NONE, &real_time,
+                      "run: on the clock, the cameras live, nothing waiting for the policy",
+                      nullptr});
+  entries.push_back ({nullptr, 0, 0, G_OPTION_ARG_NONE, nullptr, nullptr, nullptr});
+
+  GOptionContext *ctx = g_option_context_new ("snapshot|expert|run|robot");
+  GOptionGroup *group = g_option_group_new ("pi0-sim", "pi0-sim's options", "pi0-sim's options",
+                                            const_cast<std::vector<Option> *> (&options), nullptr);
+  g_option_group_add_entries (group, entries.data ());
+  g_option_context_set_main_group (ctx, group);
+  g_option_context_set_summary (
+      ctx, "The closed loop's simulated world (docs/sim.md):\n"
+           "  snapshot  the three cameras' views of a scene as PNGs, the scene as JSON\n"
+           "  expert    episodes solved by the scripted expert\n"
+           "  run       the same episodes through the chain (pi0viewmux, the policy, the robot)\n"
+           "  robot     the robot's end alone, for a policy's end elsewhere");
+  GError *err = nullptr;
+  const gboolean ok = g_option_context_parse (ctx, &argc, &argv, &err);
+  g_option_context_free (ctx);
+  if (!ok) {
+    std::fprintf (stderr, "pi0-sim: %s\n", err->message);
+    g_error_free (err);
+    return 2;
   }
+  a->loop.lossless = lossless;
+  a->loop.real_time = real_time;
+  if (argc != 2)
+    return usage ();
+  a->command = argv[1];
   if (a->loop.scene.blocks == 0) {
     std::fprintf (stderr, "pi0-sim: --blocks must be from 1 to 5\n");
-    return false;
+    return 2;
   }
   if (a->loop.execute == 0 || a->loop.horizon == 0) {
     std::fprintf (stderr, "pi0-sim: --execute and --horizon must be at least 1\n");
-    return false;
+    return 2;
   }
-  return true;
+  return 0;
+}
+
+/* @v rounded to @decimals places, as the lines print it. */
+double
+rounded (double v, int decimals)
+{
+  const double scale = std::pow (10.0, decimals);
+  return std::round (v * scale) / scale;
+}
+
+void
+print_line (const Json &j)
+{
+  std::printf ("%s\n", j.dump ().c_str ());
+  std::fflush (stdout);
 }
 
 /* Prints each episode's line as it ends, and the summary line of all of them. */
@@ -206,7 +280,7 @@ struct Summary {
   unsigned counts[4] = {0, 0, 0, 0}, success_ticks = 0, switches = 0;
   double jerk = 0, switch_sum = 0, switch_max = 0;
 
-  void add (const pi0::sim::EpisodeResult &r)
+  void add (const tsim::EpisodeResult &r)
   {
     counts[(int)r.outcome]++;
     if (r.outcome == pi0::sim::Outcome::Success)
@@ -215,58 +289,66 @@ struct Summary {
     switches += r.switches;
     switch_sum += r.switch_step_sum;
     switch_max = std::max (switch_max, r.switch_step_max);
-    std::printf ("{\"seed\":%llu,\"instruction\":\"%s\",\"outcome\":\"%s\",\"ticks\":%u,"
-                 "\"chunks\":%u,",
-                 (unsigned long long)r.seed, r.instruction.c_str (),
-                 pi0::sim::outcome_name (r.outcome), r.ticks, r.chunks);
+    Json j = {{"seed", r.seed},
+              {"instruction", r.instruction},
+              {"outcome", pi0::sim::outcome_name (r.outcome)},
+              {"ticks", r.ticks},
+              {"chunks", r.chunks}};
     /* What pi0infer did is known in-process only: `robot` sees the policy through the wire. */
-    if (!remote)
-      std::printf ("\"guided\":%u,\"delay_rows\":%u,\"unanswered\":%u,", r.guided, r.delay_rows,
-                   r.unanswered);
-    std::printf ("\"rows\":%u,\"rejected\":%u,\"jerk\":%.3f,\"switches\":%u,"
-                 "\"switch_step_max\":%.5f,\"step_max\":%.5f,\"late\":%u}\n",
-                 r.executed, r.rejected, r.jerk, r.switches, r.switch_step_max, r.step_max, r.late);
-    std::fflush (stdout);
+    if (!remote) {
+      j["guided"] = r.guided;
+      j["delay_rows"] = r.delay_rows;
+      j["unanswered"] = r.unanswered;
+    }
+    j["rows"] = r.executed;
+    j["rejected"] = r.rejected;
+    j["jerk"] = rounded (r.jerk, 3);
+    j["switches"] = r.switches;
+    j["switch_step_max"] = rounded (r.switch_step_max, 5);
+    j["step_max"] = rounded (r.step_max, 5);
+    j["late"] = r.late;
+    print_line (j);
   }
   void print (unsigned episodes) const
   {
     const unsigned success = counts[(int)pi0::sim::Outcome::Success];
-    std::printf ("{\"episodes\":%u,\"success\":%u,\"wrong\":%u,\"timeout\":%u,"
-                 "\"mean_ticks_to_success\":%.2f,\"mean_jerk\":%.3f,\"switches\":%u,"
-                 "\"mean_switch_step\":%.5f,\"max_switch_step\":%.5f}\n",
-                 episodes, success, counts[(int)pi0::sim::Outcome::Wrong],
-                 counts[(int)pi0::sim::Outcome::Timeout],
-                 success ? (double)success_ticks / success : 0.0, episodes ? jerk / episodes : 0.0,
-                 switches, switches ? switch_sum / switches : 0.0, switch_max);
+    print_line (
+        {{"episodes", episodes},
+         {"success", success},
+         {"wrong", counts[(int)pi0::sim::Outcome::Wrong]},
+         {"timeout", counts[(int)pi0::sim::Outcome::Timeout]},
+         {"mean_ticks_to_success", rounded (success ? (double)success_ticks / success : 0.0, 2)},
+         {"mean_jerk", rounded (episodes ? jerk / episodes : 0.0, 3)},
+         {"switches", switches},
+         {"mean_switch_step", rounded (switches ? switch_sum / switches : 0.0, 5)},
+         {"max_switch_step", rounded (switch_max, 5)}});
   }
 };
 
-std::string
+Json
 scene_json (const pi0::sim::World &w)
 {
-  std::string s = "{\"seed\":" + std::to_string (w.seed ()) + ",\"instruction\":\"" +
-                  w.instruction () + "\",\"target\":" + std::to_string (w.target ()) +
-                  ",\"blocks\":[";
-  char buf[160];
-  for (size_t i = 0; i < w.blocks ().size (); i++) {
-    const pi0::sim::Block &b = w.blocks ()[i];
-    std::snprintf (buf, sizeof buf, "%s{\"colour\":\"%s\",\"x\":%.4f,\"y\":%.4f,\"yaw\":%.4f}",
-                   i ? "," : "", b.colour.c_str (), b.at.x, b.at.y, b.yaw);
-    s += buf;
-  }
-  s += "],\"joints\":[";
-  for (size_t i = 0; i < w.joints ().size (); i++) {
-    std::snprintf (buf, sizeof buf, "%s%.4f", i ? "," : "", w.joints ()[i]);
-    s += buf;
-  }
-  return s + "]}";
+  Json blocks = Json::array (), joints = Json::array ();
+  for (const pi0::sim::Block &b : w.blocks ())
+    blocks.push_back ({{"colour", b.colour},
+                       {"x", rounded (b.at.x, 4)},
+                       {"y", rounded (b.at.y, 4)},
+                       {"yaw", rounded (b.yaw, 4)}});
+  for (float q : w.joints ())
+    joints.push_back (rounded (q, 4));
+  return {{"seed", w.seed ()},
+          {"instruction", w.instruction ()},
+          {"target", w.target ()},
+          {"blocks", blocks},
+          {"joints", joints}};
 }
 
-/* GStreamer and the project's elements, for the commands that run a pipeline. */
+/* GStreamer (its options are not pi0-sim's: GST_DEBUG and the like) and the project's elements,
+ * for the commands that run a pipeline. */
 bool
-start_gstreamer (int *argc, char ***argv)
+start_gstreamer ()
 {
-  gst_init (argc, argv);
+  gst_init (nullptr, nullptr);
   if (gst_pi0_elements_register (nullptr))
     return true;
   std::fprintf (stderr, "pi0-sim: could not register the gst-pi0 elements\n");
@@ -279,9 +361,9 @@ int
 main (int argc, char **argv)
 {
   Args a;
-  if (!parse (argc, argv, &a))
-    return usage ();
-  pi0::sim::LoopOptions &o = a.loop;
+  if (const int status = parse (argc, argv, &a))
+    return status;
+  tsim::LoopOptions &o = a.loop;
   o.timeout_s = a.timeout;
   o.delay_ns = (uint64_t)a.delay_ms * 1000000;
   if (o.robot_config.empty ()) {
@@ -310,15 +392,15 @@ main (int argc, char **argv)
           return 1;
         }
       }
-      std::printf ("%s\n", scene_json (w).c_str ());
+      print_line (scene_json (w));
       return 0;
     }
     if (a.command == "run") {
-      if (!start_gstreamer (&argc, &argv))
+      if (!start_gstreamer ())
         return 1;
       Summary sum;
-      const bool ok = pi0::sim::run_loop (
-          o, [&] (const pi0::sim::EpisodeResult &r) { sum.add (r); }, &err);
+      const bool ok = tsim::run_loop (
+          o, [&] (const tsim::EpisodeResult &r) { sum.add (r); }, &err);
       if (!ok) {
         std::fprintf (stderr, "pi0-sim: %s\n", err.c_str ());
         return 1;
@@ -327,9 +409,9 @@ main (int argc, char **argv)
       return 0;
     }
     if (a.command == "robot") {
-      if (!start_gstreamer (&argc, &argv))
+      if (!start_gstreamer ())
         return 1;
-      pi0::sim::RemoteOptions r;
+      tsim::RemoteOptions r;
       r.loop = o;
       r.policy_host = a.policy_host;
       r.bind = a.bind;
@@ -338,8 +420,8 @@ main (int argc, char **argv)
       r.gap_s = a.gap_ms / 1000.0;
       Summary sum;
       sum.remote = true;
-      if (!pi0::sim::run_remote_robot (
-              r, [&] (const pi0::sim::EpisodeResult &e) { sum.add (e); }, &err)) {
+      if (!tsim::run_remote_robot (
+              r, [&] (const tsim::EpisodeResult &e) { sum.add (e); }, &err)) {
         std::fprintf (stderr, "pi0-sim: %s\n", err.c_str ());
         return 1;
       }
@@ -356,11 +438,12 @@ main (int argc, char **argv)
             w.step (chunk[k].data ());
         }
         success += w.outcome () == pi0::sim::Outcome::Success;
-        std::printf ("{\"seed\":%llu,\"instruction\":\"%s\",\"outcome\":\"%s\",\"ticks\":%u}\n",
-                     (unsigned long long)w.seed (), w.instruction ().c_str (),
-                     pi0::sim::outcome_name (w.outcome ()), w.decided_at ());
+        print_line ({{"seed", w.seed ()},
+                     {"instruction", w.instruction ()},
+                     {"outcome", pi0::sim::outcome_name (w.outcome ())},
+                     {"ticks", w.decided_at ()}});
       }
-      std::printf ("{\"episodes\":%u,\"success\":%u}\n", o.episodes, success);
+      print_line ({{"episodes", o.episodes}, {"success", success}});
       return 0;
     }
   } catch (const std::exception &e) {

@@ -15,8 +15,11 @@
 
 #include <string>
 
-namespace pi0::sim
+namespace pi0::tools::sim
 {
+
+using pi0::sim::Camera;
+using pi0::sim::World;
 
 /* The sim's cameras on the chain's pads, in their order: the overhead camera is the base
  * (main) view, the wrist camera the side (left wrist) one, the front camera the top one. */
@@ -58,4 +61,4 @@ push_timed (GstElement *src, GstBuffer *buf, GstClockTime t, GstClockTime durati
   return gst_app_src_push_buffer (GST_APP_SRC (src), buf) == GST_FLOW_OK;
 }
 
-} // namespace pi0::sim
+} // namespace pi0::tools::sim

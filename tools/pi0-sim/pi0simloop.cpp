@@ -118,8 +118,10 @@ pi0_sim_clock_set (Pi0SimClock *self, GstClockTime t)
   g_mutex_unlock (&self->lock);
 }
 
-namespace pi0::sim
+namespace pi0::tools::sim
 {
+
+using namespace pi0::sim; /* the world, its cameras, its expert */
 
 namespace
 {
@@ -796,4 +798,4 @@ run_loop (const LoopOptions &o, const std::function<void (const EpisodeResult &)
   return true;
 }
 
-} // namespace pi0::sim
+} // namespace pi0::tools::sim

@@ -14,8 +14,13 @@
 #include <functional>
 #include <string>
 
-namespace pi0::sim
+namespace pi0::tools::sim
 {
+
+/* The world is the GStreamer-free sim/ library's (pi0::sim); what runs it through the chain is
+ * the tool's. */
+using pi0::sim::Outcome;
+using pi0::sim::SceneOptions;
 
 struct LoopOptions {
   /* "expert": the scripted expert's chunks, attached to each observation in place of
@@ -75,4 +80,4 @@ struct EpisodeResult {
 bool run_loop (const LoopOptions &o, const std::function<void (const EpisodeResult &)> &on_episode,
                std::string *error);
 
-} // namespace pi0::sim
+} // namespace pi0::tools::sim

@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace pi0::sim
+namespace pi0::tools::sim
 {
 
 /* The joints at the start and after each tick, with the chunk whose row the tick ran (0: none
@@ -50,4 +50,4 @@ measure_motion (const std::vector<Traced> &trace, double period_s, EpisodeResult
   }
 }
 
-} // namespace pi0::sim
+} // namespace pi0::tools::sim

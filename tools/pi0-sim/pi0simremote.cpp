@@ -16,8 +16,10 @@
 #include <iterator>
 #include <memory>
 
-namespace pi0::sim
+namespace pi0::tools::sim
 {
+
+using namespace pi0::sim; /* the world, its cameras, its expert */
 
 namespace
 {
@@ -285,4 +287,4 @@ run_remote_robot (const RemoteOptions &o,
   return true;
 }
 
-} // namespace pi0::sim
+} // namespace pi0::tools::sim

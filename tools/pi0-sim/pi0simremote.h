@@ -16,7 +16,7 @@
 #include <functional>
 #include <string>
 
-namespace pi0::sim
+namespace pi0::tools::sim
 {
 
 struct RemoteOptions {
@@ -43,4 +43,4 @@ bool run_remote_robot (const RemoteOptions &o,
                        const std::function<void (const EpisodeResult &)> &on_episode,
                        std::string *error);
 
-} // namespace pi0::sim
+} // namespace pi0::tools::sim

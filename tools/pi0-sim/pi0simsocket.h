@@ -19,7 +19,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-namespace pi0::sim
+namespace pi0::tools::sim
 {
 
 class ActionSocket
@@ -81,4 +81,4 @@ private:
   bool have_peer_ = false;
 };
 
-} // namespace pi0::sim
+} // namespace pi0::tools::sim
