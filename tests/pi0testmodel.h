@@ -82,4 +82,16 @@ max_abs (const at::Tensor &a, const at::Tensor &b)
   return (a.to (at::kDouble).cpu () - b.to (at::kDouble).cpu ()).abs ().max ().item<double> ();
 }
 
+/* One PolicyInput as a batch of one, the model's forward arguments. */
+struct Batch {
+  at::Tensor images, masks, tokens, token_mask, state, noise;
+};
+
+inline Batch
+batch_of (const pi0::PolicyInput &in)
+{
+  return Batch{in.images.unsqueeze (0),     in.image_masks.unsqueeze (0), in.tokens.unsqueeze (0),
+               in.token_mask.unsqueeze (0), in.state.unsqueeze (0),       in.noise.unsqueeze (0)};
+}
+
 } // namespace pi0test

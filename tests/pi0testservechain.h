@@ -10,6 +10,7 @@
 #include "tests/pi0testlaunch.h"
 #include "tests/pi0testleaks.h"
 #include "tests/pi0testserve.h"
+#include "tools/common/pi0elementstats.h"
 
 #include <gst/app/gstappsink.h>
 #include <gst/app/gstappsrc.h>
@@ -30,17 +31,12 @@
 namespace pi0test::servechain
 {
 
+/* An element's stats field, 0 when absent (the tools' reading of it). */
+using pi0::tools::stat_u64;
 inline guint64
 stat_of (GstElement *e, const char *field)
 {
-  GstStructure *s = nullptr;
-  g_object_get (e, "stats", &s, nullptr);
-  guint64 v = 0;
-  if (s)
-    gst_structure_get_uint64 (s, field, &v);
-  if (s)
-    gst_structure_free (s);
-  return v;
+  return stat_u64 (e, field);
 }
 
 /* The server's side of "every client has gone". */

@@ -19,17 +19,6 @@ using namespace pi0test;
 namespace
 {
 
-struct Batch {
-  at::Tensor images, masks, tokens, token_mask, state, noise;
-};
-
-Batch
-batch_of (const pi0::PolicyInput &in)
-{
-  return Batch{in.images.unsqueeze (0),     in.image_masks.unsqueeze (0), in.tokens.unsqueeze (0),
-               in.token_mask.unsqueeze (0), in.state.unsqueeze (0),       in.noise.unsqueeze (0)};
-}
-
 /* fn() throws pi0::Error whose message holds every one of @parts. */
 template <typename Fn>
 void

@@ -23,17 +23,6 @@ using namespace pi0test;
 namespace
 {
 
-struct Batch {
-  at::Tensor images, masks, tokens, token_mask, state, noise;
-};
-
-Batch
-batch_of (const pi0::PolicyInput &in)
-{
-  return Batch{in.images.unsqueeze (0),     in.image_masks.unsqueeze (0), in.tokens.unsqueeze (0),
-               in.token_mask.unsqueeze (0), in.state.unsqueeze (0),       in.noise.unsqueeze (0)};
-}
-
 at::Tensor
 plain (const pi0::Pi0Model &m, const Batch &b)
 {
