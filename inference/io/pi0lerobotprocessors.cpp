@@ -2,6 +2,7 @@
 // {"name": ..., "steps": [{"registry_name": ..., "config": {...}, "state_file": ...}, ...]},
 // the normalizer steps' statistics in the state files as "<feature>.<stat>" tensors.
 #include <set>
+#include <vector>
 
 #include <torch/types.h>
 
@@ -93,9 +94,33 @@ feature_of (const Json &features, const char *type, const std::string &where)
   return found;
 }
 
-/* A normalizer step's statistics of @key: "<key>.mean" ... as float64 vectors of @dim. */
+/* The statistics of @key (in @file) that normalization @mode reads, as LeRobot's
+ * _NormalizationMixin names them; LeRobot raises when one is missing ("MEAN_STD normalization
+ * mode requires mean and std stats"), and so does this reader, at load rather than on the first
+ * observation. */
+std::vector<const char *>
+required_stats (NormMode mode)
+{
+  switch (mode) {
+    case NormMode::ZScore:
+      return {"mean", "std"};
+    case NormMode::MinMax:
+      return {"min", "max"};
+    case NormMode::Quantile:
+      return {"q01", "q99"};
+    case NormMode::Quantile10:
+      return {"q10", "q90"};
+    case NormMode::Identity:
+      break;
+  }
+  return {};
+}
+
+/* A normalizer step's statistics of @key: "<key>.mean" ... as float64 vectors of @dim; those
+ * @mode needs must be there. */
 NormVectors
-vectors_of (const TensorMap &t, const std::string &key, int dim, const std::string &file)
+vectors_of (const TensorMap &t, const std::string &key, int dim, NormMode mode,
+            const char *mode_name, const std::string &file)
 {
   NormVectors nv;
   auto get = [&] (const char *stat) -> std::optional<torch::Tensor> {
@@ -103,14 +128,22 @@ vectors_of (const TensorMap &t, const std::string &key, int dim, const std::stri
     if (it == t.end ())
       return std::nullopt;
     const torch::Tensor &v = it->second;
-    if (!torch::isFloatingType (v.scalar_type ()) || v.numel () != dim)
-      throw Error (file + ": \"" + key + "." + stat + "\" must hold " + std::to_string (dim) +
+    const std::string name = "\"" + key + "." + stat + "\"";
+    if (!torch::isFloatingType (v.scalar_type ()))
+      throw Error (file + ": " + name + " must hold floats, found " +
+                   c10::toString (v.scalar_type ()) + " values");
+    if (v.numel () != dim)
+      throw Error (file + ": " + name + " must hold " + std::to_string (dim) +
                    " floats (the feature's shape), found " + std::to_string (v.numel ()));
     torch::Tensor d = v.reshape ({dim}).to (torch::kFloat64).clone ();
     if (!torch::isfinite (d).all ().item<bool> ())
-      throw Error (file + ": \"" + key + "." + stat + "\" has a non-finite value");
+      throw Error (file + ": " + name + " has a non-finite value");
     return d;
   };
+  for (const char *stat : required_stats (mode))
+    if (!t.count (key + "." + stat))
+      throw Error (file + ": " + mode_name + " normalization of \"" + key + "\" needs \"" + key +
+                   "." + stat + "\", which this file does not have");
   auto mean = get ("mean"), std = get ("std");
   nv.mean = mean ? *mean : torch::zeros ({dim}, torch::kFloat64);
   nv.std = std ? *std : torch::ones ({dim}, torch::kFloat64);
@@ -216,8 +249,13 @@ load_lerobot_processors (const std::string &dir)
         auto [key, dim] = feature_of (features, type, where);
         if (key.empty ())
           throw Error (where + ": no " + type + " feature");
-        (state ? ns.state_mode_ : ns.action_mode_) = mode_of (norm_map, type, where);
-        (state ? ns.state_ : ns.actions_) = vectors_of (t, key, dim, file);
+        const NormMode mode = mode_of (norm_map, type, where);
+        (state ? ns.state_mode_ : ns.action_mode_) = mode;
+        (state ? ns.state_ : ns.actions_) = vectors_of (
+            t, key, dim, mode,
+            mode == NormMode::Identity ? "IDENTITY"
+                                       : norm_map.at (type).get<std::string> ().c_str (),
+            file);
         (state ? out.state_dims : out.action_dims) = dim;
         (state ? have_state : have_actions) = true;
       }

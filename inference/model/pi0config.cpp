@@ -62,7 +62,8 @@ int_field (const Json &o, const char *key, int fallback, const std::string &sour
     return fallback;
   const double d = v->is_number () ? v->get<double> () : -1.0;
   if (!v->is_number () || d != std::floor (d) || d < 0 || d > 1e9)
-    throw Error (source + ": '" + key + "' must be a non-negative integer, found " + v->dump ());
+    throw Error (source + ": '" + key + "' must be a whole number from 0 to 1000000000, found " +
+                 v->dump ());
   return static_cast<int> (d);
 }
 
@@ -179,8 +180,8 @@ Pi0Config::validate () const
    * checked before anything is sized from them: a config.json that says depth 1e9 is refused
    * here, not after a billion modules are built. Products in 64 bits. */
   auto at_most = [&] (int64_t v, int64_t cap, const char *what) {
-    need (v <= cap, std::string (what) + " is " + std::to_string (v) + ", at most " +
-                        std::to_string (cap));
+    need (v <= cap,
+          std::string (what) + " is " + std::to_string (v) + ", at most " + std::to_string (cap));
   };
   at_most (vision.image_size, 4096, "vision image_size");
   at_most (vision.width, 65536, "vision width");

@@ -131,7 +131,8 @@ def main() -> None:
         mean = torch.randn(dim, generator=gen) * scale
         std = (torch.rand(dim, generator=gen) + 0.5) * scale
         return {"mean": mean, "std": std, "min": mean - 3 * std, "max": mean + 3 * std,
-                "q01": mean - 2.3 * std, "q99": mean + 2.2 * std, "count": torch.tensor([1000])}
+                "q01": mean - 2.3 * std, "q99": mean + 2.2 * std, "q10": mean - 1.3 * std,
+                "q90": mean + 1.2 * std, "count": torch.tensor([1000])}
 
     scale = torch.tensor([0.5, 1.0, 0.8, 1.5, 0.3, 2.0, 40.0])
     dataset_stats = {"observation.state": stats(STATE_DIM, scale), "action": stats(ACTION_DIM, scale)}

@@ -10,7 +10,10 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <utility>
+#include <vector>
 
+#include "common/pi0json.h"
 #include "inference/io/pi0normstats.h"
 #include "inference/io/pi0safetensors.h"
 #include "inference/model/pi0openpolicy.h"
@@ -237,4 +240,82 @@ TEST (LeRobotPolicy, BrokenProcessorFilesAreNamed)
   }
   std::remove (post.c_str ());
   expect_named ("no policy_postprocessor.json");
+}
+
+/* Each normalization mode's statistics, in files LeRobot's own writer made and this test edited:
+ * a missing one is refused at load, naming the file, the feature and the key (LeRobot raises
+ * "MEAN_STD normalization mode requires mean and std stats"; read as mean 0 and std 1 it moved
+ * the actions silently), and a statistic of integers names its dtype. */
+TEST (LeRobotPolicy, MissingStatisticsAreRefusedForEveryMode)
+{
+  PI0_REQUIRE_LEROBOT ();
+  ASSERT_FALSE (checkpoint ("pi0", "tiny").empty ());
+  TempDir tmp;
+  const std::string dir = tmp.path () + "/ckpt";
+  pi0::OpenOptions o;
+  o.device = pi0::DeviceChoice::Cpu;
+  o.tokenizer = source_root () + "/tests/data/tokenizer/tiny_paligemma.model";
+  auto refusal = [&] () -> std::string {
+    try {
+      pi0::open_policy (dir, o);
+      return "";
+    } catch (const pi0::OpenError &e) {
+      return e.what ();
+    }
+  };
+  struct Side {
+    const char *pipeline, *type, *feature;
+  };
+  const Side sides[] = {{"policy_preprocessor.json", "STATE", "observation.state"},
+                        {"policy_postprocessor.json", "ACTION", "action"}};
+  const std::pair<const char *, std::vector<const char *>> modes[] = {
+      {"MEAN_STD", {"mean", "std"}},
+      {"MIN_MAX", {"min", "max"}},
+      {"QUANTILES", {"q01", "q99"}},
+      {"QUANTILE10", {"q10", "q90"}}};
+  for (const Side &side : sides) {
+    for (const auto &[mode, keys] : modes) {
+      std::filesystem::remove_all (dir);
+      std::filesystem::copy (checkpoint ("pi0", "tiny"), dir);
+      // The (un)normalizer step: its mode set to @mode, its statistics' file as LeRobot named it.
+      const std::string pipeline = dir + "/" + side.pipeline;
+      std::string err, stats;
+      auto json = pi0::json::load_strict (pipeline, &err);
+      ASSERT_TRUE (json) << err;
+      for (auto &step : (*json)["steps"])
+        if (step["config"].contains ("norm_map")) {
+          step["config"]["norm_map"][side.type] = mode;
+          stats = dir + "/" + step["state_file"].get<std::string> ();
+        }
+      ASSERT_FALSE (stats.empty ()) << pipeline;
+      std::ofstream (pipeline, std::ios::trunc) << json->dump (2);
+      EXPECT_EQ (refusal (), "") << mode << " with every statistic";
+      const pi0::TensorMap all = pi0::load_safetensors (stats);
+      for (const char *k : keys) {
+        pi0::TensorMap less;
+        for (const auto &[name, t] : all)
+          if (name != std::string (side.feature) + "." + k)
+            less.emplace (name, t.clone ());
+        ASSERT_EQ (less.size () + 1, all.size ()) << side.feature << "." << k;
+        pi0::save_safetensors (stats, less);
+        const std::string why = refusal ();
+        const std::string file = std::filesystem::path (stats).filename ().string ();
+        EXPECT_NE (why.find (file), std::string::npos) << why;
+        EXPECT_NE (why.find (std::string (mode) + " normalization of \"" + side.feature +
+                             "\" needs \"" + side.feature + "." + k + "\""),
+                   std::string::npos)
+            << why;
+      }
+      pi0::TensorMap ints;
+      for (const auto &[name, t] : all)
+        ints.emplace (name, name == std::string (side.feature) + "." + keys[0] ? t.to (at::kInt)
+                                                                               : t.clone ());
+      pi0::save_safetensors (stats, ints);
+      const std::string why = refusal ();
+      EXPECT_NE (why.find ("\"" + std::string (side.feature) + "." + keys[0] +
+                           "\" must hold floats, found Int values"),
+                 std::string::npos)
+          << why;
+    }
+  }
 }

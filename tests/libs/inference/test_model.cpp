@@ -236,15 +236,16 @@ TEST (ModelConfig, HostileSizesAndFilesAreRefusedBeforeAnythingIsBuilt)
       pi0::config_from_json (json, "cfg.json");
       ADD_FAILURE () << json << " accepted";
     } catch (const pi0::Error &e) {
-      EXPECT_NE (std::string (e.what ()).find (says), std::string::npos) << json << ": "
-                                                                         << e.what ();
+      EXPECT_NE (std::string (e.what ()).find (says), std::string::npos)
+          << json << ": " << e.what ();
     }
   };
   refused (R"({"gst_pi0": {"text": {"depth": 1000000000}, "expert": {"depth": 1000000000}}})",
            "Gemma depth is 1000000000, at most 1024");
   refused (R"({"gst_pi0": {"vision": {"image_size": 4096, "patch_size": 1}, "num_views": 64}})",
            "the prefix length (views x patches + tokens) is 1073741872, at most 1048576");
-  refused (R"({"image_resolution": [100002, 100002]})", "vision image_size is 100002, at most 4096");
+  refused (R"({"image_resolution": [100002, 100002]})",
+           "vision image_size is 100002, at most 4096");
   refused (R"({"chunk_size": 1000000})", "horizon is 1000000, at most 65536");
   refused (R"({"gst_pi0": {"vocab_size": 100000000}})", "vocab_size is 100000000");
   refused (R"({"gst_pi0": {"text": {"depth": 1024, "width": 65536},
@@ -335,7 +336,18 @@ TEST (ModelConfig, DuplicateKeyIsRefusedNamingIt)
     pi0::config_from_json (R"({"gst_pi0": {"num_views": 3.5}})", "cfg.json");
     FAIL () << "fractional view count accepted";
   } catch (const pi0::Error &e) {
-    EXPECT_NE (std::string (e.what ()).find ("'num_views' must be a non-negative integer"),
+    EXPECT_NE (std::string (e.what ()).find ("'num_views' must be a whole number from 0 to"),
+               std::string::npos)
+        << e.what ();
+  }
+  /* Past the bound (2^31 - 1 is an integer, but not one this reader takes): the message says
+   * the bound, not "non-negative". */
+  try {
+    pi0::config_from_json (R"({"type": "pi0", "chunk_size": 2147483647})", "cfg.json");
+    FAIL () << "2^31-1 accepted";
+  } catch (const pi0::Error &e) {
+    EXPECT_NE (std::string (e.what ()).find (
+                   "'chunk_size' must be a whole number from 0 to 1000000000, found 2147483647"),
                std::string::npos)
         << e.what ();
   }
