@@ -95,7 +95,7 @@ struct Settings {
   guint gop = 2;
   guint fps = 0; /* 0: the base camera's */
   bool auto_start = true;
-  std::string robot_type; /* empty: null in info.json */
+  std::string robot_type;   /* empty: null in info.json */
   guint episode_length = 0; /* 0: episodes end by event, EOS or stop */
   GstPi0LeRobotGapAction gap_action = GST_PI0_LEROBOT_GAP_KEEP;
   bool fail_pipeline = false;
@@ -127,7 +127,7 @@ static_assert ((int)pi0::record::Encoder::Auto == GST_PI0_LEROBOT_ENCODER_AUTO &
 struct State {
   GstElement *action_sink = nullptr;
   gulong action_handler = 0;
-  guint fps = 0;                 /* the fps property, at start */
+  guint fps = 0;                  /* the fps property, at start */
   std::set<guint32> seen_seqnums; /* episode events taken (they come once per camera) */
   bool fail_pipeline = false;     /* the property, at start */
   bool failed = false;            /* recording stopped by a failure: the rest is dropped */
@@ -181,8 +181,8 @@ on_action (GstElement *sink, const gchar *kind, guint64 chunk_id, guint step_ind
   const float *v = values ? (const float *)g_bytes_get_data (values, &len) : nullptr;
   /* The send time is read inside: anything handled after a commit was sent after it. */
   self->priv->recorder.command (kind, chunk_id, step_index,
-                                gst_element_get_current_running_time (GST_ELEMENT (self)), v,
-                                len, steps, dim);
+                                gst_element_get_current_running_time (GST_ELEMENT (self)), v, len,
+                                steps, dim);
 }
 
 /* A recording failure (a full disk, an encoder that fails, a camera that changes shape) with
@@ -202,8 +202,9 @@ recording_failed (GstPi0LeRobotSink *self, GstFlowReturn ret, pi0::Notices &n)
   stop.demote_errors ();
   n.splice (stop);
   n.warning (GST_RESOURCE_ERROR, GST_RESOURCE_ERROR_WRITE,
-             "Recording stopped: " + why + "; the rest of the pipeline goes on (fail-pipeline "
-             "is false), nothing more is recorded until the element restarts");
+             "Recording stopped: " + why +
+                 "; the rest of the pipeline goes on (fail-pipeline "
+                 "is false), nothing more is recorded until the element restarts");
   return GST_FLOW_OK;
 }
 
@@ -386,10 +387,16 @@ gst_pi0_lerobot_sink_set_caps (GstBaseSink *bsink, GstCaps *caps)
                        (nullptr));
     return FALSE;
   }
+  /* A dataset has one fps: a new rate mid-recording is a recording failure (what it has
+   * recorded so far is kept), which stops the pipeline only with fail-pipeline=true; the caps
+   * are accepted otherwise, and the robot's control goes on. */
+  if (self->priv->state.failed)
+    return TRUE;
   pi0::Notices n;
-  const bool ok = self->priv->recorder.set_fps (fps, n);
+  GstFlowReturn ret = self->priv->recorder.set_fps (fps, n) ? GST_FLOW_OK : GST_FLOW_ERROR;
+  ret = recording_failed (self, ret, n);
   GST_PI0_POST_NOTICES (self, n);
-  return ok;
+  return ret == GST_FLOW_OK;
 }
 
 /* Every settable property, both directions (gstpi0props.h). */
@@ -431,12 +438,11 @@ gst_pi0_lerobot_sink_get_property (GObject *object, guint prop_id, GValue *value
   GstPi0LeRobotSinkPrivate *priv = GST_PI0_LEROBOT_SINK (object)->priv;
   if (prop_id == PROP_STATS) {
     const pi0::record::Counts c = priv->recorder.counts ();
-    g_value_take_boxed (value, gst_structure_new ("pi0lerobotsink-stats", "episodes",
-                                                  G_TYPE_UINT64, c.episodes, "frames",
-                                                  G_TYPE_UINT64, c.frames, "skipped",
-                                                  G_TYPE_UINT64, c.skipped, "episode-frames",
-                                                  G_TYPE_UINT64, c.current, "gaps",
-                                                  G_TYPE_UINT64, c.gaps, nullptr));
+    g_value_take_boxed (value, gst_structure_new ("pi0lerobotsink-stats", "episodes", G_TYPE_UINT64,
+                                                  c.episodes, "frames", G_TYPE_UINT64, c.frames,
+                                                  "skipped", G_TYPE_UINT64, c.skipped,
+                                                  "episode-frames", G_TYPE_UINT64, c.current,
+                                                  "gaps", G_TYPE_UINT64, c.gaps, nullptr));
     return;
   }
   std::lock_guard<std::mutex> g (priv->settings_lock);
@@ -527,10 +533,10 @@ gst_pi0_lerobot_sink_class_init (GstPi0LeRobotSinkClass *klass)
                             "Start an episode at the first observation (otherwise wait for a "
                             "pi0-episode start event)",
                             d.auto_start, GST_PI0_PARAM_READY));
-  g_object_class_install_property (gobject_class, PROP_ROBOT_TYPE,
-                                   g_param_spec_string ("robot-type", "Robot type",
-                                                        "info.json's robot_type (empty: null)",
-                                                        d.robot_type.c_str (), GST_PI0_PARAM_READY));
+  g_object_class_install_property (
+      gobject_class, PROP_ROBOT_TYPE,
+      g_param_spec_string ("robot-type", "Robot type", "info.json's robot_type (empty: null)",
+                           d.robot_type.c_str (), GST_PI0_PARAM_READY));
   g_object_class_install_property (
       gobject_class, PROP_EPISODE_LENGTH,
       g_param_spec_uint ("episode-length", "Episode length",

@@ -93,7 +93,6 @@ TEST (Pi0LeRobotSink, RefusesABaseCameraAtAFractionalRateUnlessFpsIsSet)
   }
 }
 
-
 /* Drops the base camera's frames 4..7 (by PTS): a 133 ms hole in the recorded timeline. */
 static GstPadProbeReturn
 drop_four_frames (GstPad *, GstPadProbeInfo *info, gpointer)
@@ -167,6 +166,97 @@ TEST (Pi0LeRobotSink, AGapIsCountedPostedAndKeptOrSplitAsAsked)
       EXPECT_EQ (lengths, (std::vector<int64_t>{8}));
     else
       EXPECT_EQ (lengths, (std::vector<int64_t>{4, 4}));
+  }
+}
+
+/* At the base camera's 10th frame its caps change to 15 fps (a camera reconfigured mid-run). */
+static GstPadProbeReturn
+halve_the_rate (GstPad *pad, GstPadProbeInfo *, gpointer data)
+{
+  int *seen = static_cast<int *> (data);
+  if (++*seen != 10)
+    return GST_PAD_PROBE_OK;
+  GstCaps *caps = gst_pad_get_current_caps (pad);
+  GstCaps *slower = gst_caps_make_writable (caps);
+  gst_caps_set_simple (slower, "framerate", GST_TYPE_FRACTION, 15, 1, nullptr);
+  gst_pad_push_event (pad, gst_event_new_caps (slower));
+  gst_caps_unref (slower);
+  return GST_PAD_PROBE_OK;
+}
+
+/* A LeRobot dataset has one fps: a base camera whose rate changes mid-episode ends the recording
+ * (the frames before it committed, at the old rate) with a "Recording stopped" warning, and the
+ * pipeline, the robot's control among it, goes on to its end; fail-pipeline=true makes it the
+ * error that stops the pipeline. */
+TEST (Pi0LeRobotSink, AFrameRateChangeStopsTheRecordingNotThePipelineUnlessAsked)
+{
+  REQUIRE_LEROBOT_PYTHON (py, "make the dataset with the real lerobot");
+  TempDir dir;
+  const std::string good = dir.path () + "/good";
+  ASSERT_TRUE (lerobot_made (py, dir.path (), good));
+  for (int fail = 0; fail < 2; fail++) {
+    SCOPED_TRACE (fail);
+    const std::string rec = dir.path () + "/rec-" + std::to_string (fail);
+    const std::string line =
+        "pi0lerobotsrc name=ds location=" + good +
+        " episode=1 ds.main ! identity name=cut ! queue ! mux.main ds.state ! queue ! mux.state "
+        "pi0viewmux name=mux ! pi0lerobotsink name=rec action-sink=robot location=" +
+        rec + " fail-pipeline=" + (fail ? "true" : "false") +
+        " fakesrc num-buffers=0 ! pi0actionsink name=robot allow-unlimited=true "
+        "target=file:///dev/null";
+    std::string parse_error;
+    ElementPtr pipe = pi0::tools::launch (line, &parse_error);
+    ASSERT_TRUE (pipe) << parse_error;
+    ObjectPtr<GstElement> cut (by_name (pipe.get (), "cut")), sink (by_name (pipe.get (), "rec"));
+    ObjectPtr<GstPad> cp (gst_element_get_static_pad (cut.get (), "src"));
+    int frames = 0;
+    gst_pad_add_probe (cp.get (), GST_PAD_PROBE_TYPE_BUFFER, halve_the_rate, &frames, nullptr);
+    ObjectPtr<GstBus> bus (gst_element_get_bus (pipe.get ()));
+    ASSERT_NE (gst_element_set_state (pipe.get (), GST_STATE_PLAYING), GST_STATE_CHANGE_FAILURE);
+    std::string warning;
+    MessagePtr m;
+    for (;;) {
+      m.reset (gst_bus_timed_pop_filtered (
+          bus.get (), 60 * GST_SECOND,
+          (GstMessageType)(GST_MESSAGE_ERROR | GST_MESSAGE_EOS | GST_MESSAGE_WARNING)));
+      if (!m || GST_MESSAGE_TYPE (m.get ()) != GST_MESSAGE_WARNING)
+        break;
+      if (message_text (m.get ()).find ("Recording stopped") != std::string::npos)
+        warning = message_text (m.get ());
+    }
+    ASSERT_NE (m, nullptr) << "neither EOS nor an error";
+    gst_element_set_state (pipe.get (), GST_STATE_NULL);
+    if (fail) {
+      ASSERT_EQ (GST_MESSAGE_TYPE (m.get ()), GST_MESSAGE_ERROR);
+      EXPECT_NE (message_text (m.get ()).find ("frame rate changed to 15 fps"), std::string::npos)
+          << message_text (m.get ());
+      continue;
+    }
+    EXPECT_EQ (GST_MESSAGE_TYPE (m.get ()), GST_MESSAGE_EOS) << message_text (m.get ());
+    EXPECT_GT (frames, 10) << "the camera's frames went on after the change";
+    EXPECT_NE (warning.find ("frame rate changed to 15 fps"), std::string::npos) << warning;
+    /* The episode so far is kept, at the dataset's one rate. */
+    std::string e;
+    auto r = pi0::lerobot::Reader::open (rec, &e);
+    ASSERT_TRUE (r) << e;
+    ASSERT_EQ (r->episodes ().size (), 1u);
+    EXPECT_GE (r->episodes ()[0].length, 8);
+    EXPECT_LE (r->episodes ()[0].length, 9);
+    /* And LeRobot loads it: the frames recorded before the change, every video frame decoded. */
+    std::string out;
+    EXPECT_EQ (run ({py, "-c",
+                     "import sys\n"
+                     "from lerobot.datasets import LeRobotDataset\n"
+                     "ds = LeRobotDataset('local/rate-change', root=sys.argv[1])\n"
+                     "for i in range(len(ds)): ds[i]\n"
+                     "print('frames', len(ds), 'fps', ds.fps)\n",
+                     rec},
+                    &out, python_env (dir.path ())),
+               0)
+        << out;
+    EXPECT_NE (out.find ("frames " + std::to_string (r->episodes ()[0].length) + " fps 30"),
+               std::string::npos)
+        << out;
   }
 }
 
