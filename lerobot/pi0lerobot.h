@@ -130,11 +130,14 @@ public:
 
   virtual const Schema &schema () const = 0;
   virtual const std::vector<EpisodeInfo> &episodes () const = 0;
+  /* meta/tasks.parquet: the task of each task_index. */
+  virtual const std::vector<std::string> &tasks () const = 0;
   virtual std::string video_path (const EpisodeInfo &ep, size_t cam) const = 0;
-  /* The frames of episode @ep: state and action (row-major), timestamps (s), frame indices. */
+  /* The frames of episode @ep: state and action (row-major), timestamps (s), and when
+   * @task_index is given each frame's task_index (an index into tasks(), checked). */
   virtual bool read_frames (const EpisodeInfo &ep, std::vector<float> *state,
                             std::vector<float> *action, std::vector<double> *timestamp,
-                            std::string *error) = 0;
+                            std::string *error, std::vector<int64_t> *task_index = nullptr) = 0;
 
 private:
   static std::unique_ptr<Reader> open_checked (const std::string &root, std::string *error);

@@ -144,12 +144,17 @@ read_episode_rows (const fs::path &root, const Schema &schema, std::vector<Row> 
 }
 
 bool
-read_tasks (const fs::path &root, std::vector<std::string> *tasks, std::string *error)
+read_tasks (const fs::path &root, std::vector<std::string> *tasks, std::string *error,
+            bool required)
 {
   const fs::path p = root / "meta" / "tasks.parquet";
   std::error_code ec;
-  if (!fs::exists (p, ec))
+  if (!fs::exists (p, ec)) {
+    if (required)
+      return fail (error, p.string () + " is missing: the episodes' tasks are there (LeRobot "
+                                        "cannot load the dataset without it)");
     return true;
+  }
   auto t = read_parquet (p, error);
   if (!t)
     return false;
@@ -159,8 +164,11 @@ read_tasks (const fs::path &root, std::vector<std::string> *tasks, std::string *
   tasks->assign (t->num_rows (), "");
   for (int64_t r = 0; r < t->num_rows (); r++) {
     int64_t i;
-    if (!int64_at (idx, r, &i) || i < 0 || i >= t->num_rows ())
-      return fail (error, p.string () + ": task_index is not 0..N-1");
+    if (!int64_at (idx, r, &i) || i != r)
+      return fail (error, p.string () + ": row " + std::to_string (r) + " has task_index " +
+                              (int64_at (idx, r, &i) ? std::to_string (i) : "null") +
+                              "; the rows must be in task_index order 0..N-1 (LeRobot finds a "
+                              "frame's task by row position)");
     if (!string_at (txt, r, &(*tasks)[i]))
       return fail (error, p.string () + ": column 'task' is not a string");
   }

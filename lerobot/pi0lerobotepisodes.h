@@ -26,9 +26,12 @@ struct Row {
  * played as it says is an error. */
 bool read_episode_rows (const std::filesystem::path &root, const Schema &schema,
                         std::vector<Row> *rows, std::string *error);
-/* meta/tasks.parquet's tasks by task_index (none when the file is missing). */
+/* meta/tasks.parquet's tasks by task_index: a row per task, in task_index order 0..N-1 (LeRobot
+ * finds a frame's task by row position, tasks.iloc[task_index], so rows in another order would
+ * give frames another task than the file says). A missing file is no tasks when not @required
+ * (a dataset that committed no episode yet), an error otherwise (LeRobot cannot load it). */
 bool read_tasks (const std::filesystem::path &root, std::vector<std::string> *tasks,
-                 std::string *error);
+                 std::string *error, bool required = false);
 /* info.json's total_episodes, checked against the rows: every episode it counts has a row
  * (rows beyond it are a crash's uncommitted episodes, which are not played). */
 bool committed_episodes (const pi0::json::Value &info, const std::vector<Row> &rows,

@@ -28,10 +28,12 @@ public:
   fs::path root;
   Schema schema_;
   std::vector<EpisodeInfo> episodes_;
+  std::vector<std::string> tasks_;
   std::string video_path_tmpl, data_path_tmpl;
 
   const Schema &schema () const override { return schema_; }
   const std::vector<EpisodeInfo> &episodes () const override { return episodes_; }
+  const std::vector<std::string> &tasks () const override { return tasks_; }
 
   std::string video_path (const EpisodeInfo &ep, size_t cam) const override
   {
@@ -41,7 +43,8 @@ public:
   }
 
   bool read_frames (const EpisodeInfo &ep, std::vector<float> *state, std::vector<float> *action,
-                    std::vector<double> *timestamp, std::string *error) override
+                    std::vector<double> *timestamp, std::string *error,
+                    std::vector<int64_t> *task_index) override
   {
     try {
       const fs::path p =
@@ -53,6 +56,9 @@ public:
            ts = column (t, "timestamp", p, error), st = column (t, "observation.state", p, error),
            ac = column (t, "action", p, error);
       if (!ei || !fi || !ts || !st || !ac)
+        return false;
+      auto ti = task_index ? column (t, "task_index", p, error) : nullptr;
+      if (task_index && !ti)
         return false;
       const size_t sd = schema_.state_names.size (), ad = schema_.action_names.size ();
       std::vector<std::pair<int64_t, int64_t>> order; /* frame_index, row */
@@ -71,6 +77,8 @@ public:
       state->clear ();
       action->clear ();
       timestamp->clear ();
+      if (task_index)
+        task_index->clear ();
       std::vector<double> v;
       for (auto &o : order) {
         double t0;
@@ -87,6 +95,18 @@ public:
           return fail (error, p.string () + ": the timestamps of episode " +
                                   std::to_string (ep.index) + " are not finite and increasing");
         timestamp->push_back (t0);
+        if (task_index) {
+          /* LeRobot raises on a task_index past its tasks when the frame is read. */
+          int64_t k;
+          if (!int64_at (ti, o.second, &k) || k < 0 || k >= (int64_t)tasks_.size ())
+            return fail (error, p.string () + ": frame " + std::to_string (o.first) +
+                                    " of episode " + std::to_string (ep.index) +
+                                    " has task_index " +
+                                    (int64_at (ti, o.second, &k) ? std::to_string (k) : "null") +
+                                    ", meta/tasks.parquet has " + std::to_string (tasks_.size ()) +
+                                    " tasks");
+          task_index->push_back (k);
+        }
       }
       return true;
     } catch (const std::bad_alloc &) {
@@ -154,6 +174,8 @@ Reader::open_checked (const std::string &root_dir, std::string *error)
       r->episodes_.push_back (row.info);
   std::sort (r->episodes_.begin (), r->episodes_.end (),
              [] (const EpisodeInfo &a, const EpisodeInfo &b) { return a.index < b.index; });
+  if (!read_tasks (r->root, &r->tasks_, error, !r->episodes_.empty ()))
+    return nullptr;
   return r;
 }
 

@@ -407,6 +407,24 @@ public:
       if (!want_f.contains (it.key ()))
         return fail (error,
                      "the dataset has feature '" + it.key () + "', which the stream does not give");
+    /* info.json has one codec and one pixel format per camera, and new episodes go into new
+     * files that this recording encodes: a dataset whose camera says otherwise (AV1, as LeRobot
+     * records by default) would end up with features that do not describe some of its files. */
+    for (const Camera &c : schema.cameras)
+      for (const Camera &h : have.cameras) {
+        if (h.key != c.key)
+          continue;
+        if (!h.codec.empty () && h.codec != c.codec)
+          return fail (error, "cannot append to " + root.string () + ": its " + c.key + " is " +
+                                  h.codec + " video and this recording encodes " + c.codec +
+                                  " (info.json has one codec per camera): record "
+                                  "into a new dataset");
+        if (!h.pix_fmt.empty () && !c.pix_fmt.empty () && h.pix_fmt != c.pix_fmt)
+          return fail (error, "cannot append to " + root.string () + ": its " + c.key + " is " +
+                                  h.pix_fmt + " video and this recording writes " + c.pix_fmt +
+                                  " (info.json has one pixel format per camera): "
+                                  "record into a new dataset");
+      }
     /* Keep the dataset's own camera order and names, as info.json lists them. */
     std::vector<Row> all;
     if (!read_episode_rows (root, schema, &all, error))

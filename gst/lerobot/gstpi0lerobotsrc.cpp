@@ -31,6 +31,7 @@
 #include "gst/common/gstpi0props.h"
 
 #include "lerobot/pi0lerobot.h"
+#include "lerobot/pi0lerobotmp4.h"
 
 #include <gst/app/gstappsrc.h>
 #include <gst/pi0/pi0.h>
@@ -68,12 +69,24 @@ enum {
   PROP_LOCATION,
   PROP_EPISODE,
   PROP_N_EPISODES,
+  PROP_SEND_INSTRUCTION,
 };
 
 /* The properties, each starting at its default (the param specs read them here). */
 struct Settings {
   std::string location; /* NULL when empty */
   guint episode = 0;
+  bool send_instruction = true;
+};
+
+/* The state pad's instructions: each frame's task (meta/tasks.parquet through the frame's
+ * task_index), sent as a pi0-instruction event before the episode's first state and before each
+ * state whose task differs from the one before. Owned by the pad probe that sends them; touched
+ * only on the state appsrc's streaming thread. */
+struct Instructions {
+  std::vector<std::string> task; /* per episode frame */
+  std::string sent;
+  bool any_sent = false;
 };
 
 /* One camera. Its file may hold many episodes (LeRobot concatenates them): frame k of the
@@ -113,7 +126,7 @@ struct State {
 struct GstPi0LeRobotSrcPrivate {
   std::mutex settings_lock; /* guards settings; held only to copy them */
   Settings settings;
-  State state; /* under the element's STATE_LOCK (state changes, n-episodes) */
+  State state;             /* under the element's STATE_LOCK (state changes, n-episodes) */
   std::mutex pending_lock; /* guards pending */
   /* The state buffers still to give the state appsrc, the next one at the back. */
   std::vector<GstBuffer *> pending;
@@ -206,7 +219,8 @@ restamp (GstPad *pad, GstPadProbeInfo *info, gpointer user_data)
       const double dt = ((double)GST_BUFFER_PTS (buf) - (double)b->origin) / GST_SECOND;
       idx = (int64_t)std::llround (dt * b->fps);
     }
-    GST_LOG_OBJECT (b->owner, "camera %s: file frame %" G_GINT64_FORMAT " (pts %" GST_TIME_FORMAT
+    GST_LOG_OBJECT (b->owner,
+                    "camera %s: file frame %" G_GINT64_FORMAT " (pts %" GST_TIME_FORMAT
                     "), next episode frame %" G_GSIZE_FORMAT,
                     b->name.c_str (), idx, GST_TIME_ARGS (GST_BUFFER_PTS (buf)), b->next);
     while (b->next < b->want.size () && b->want[b->next] < idx) {
@@ -320,8 +334,24 @@ feed_state (GstAppSrc *src, guint length, gpointer user_data)
 
 /* filesrc ! decodebin ! videoconvert ! capsfilter (RGB-family and GBR: RGB; others: as
  * decoded) -> the camera's pad. */
+/* Before state k (its buffer offset), the instruction when it is new. */
+static GstPadProbeReturn
+send_instruction (GstPad *pad, GstPadProbeInfo *info, gpointer user_data)
+{
+  Instructions *in = static_cast<Instructions *> (user_data);
+  GstBuffer *buf = GST_PAD_PROBE_INFO_BUFFER (info);
+  const guint64 k = GST_BUFFER_OFFSET (buf);
+  if (k >= in->task.size () || (in->any_sent && in->task[k] == in->sent))
+    return GST_PAD_PROBE_OK;
+  in->sent = in->task[k];
+  in->any_sent = true;
+  GST_DEBUG_OBJECT (pad, "frame %" G_GUINT64_FORMAT ": instruction \"%s\"", k, in->sent.c_str ());
+  gst_pad_push_event (pad, gst_pi0_instruction_event_new (in->sent.c_str ()));
+  return GST_PAD_PROBE_OK;
+}
+
 static bool
-build (GstPi0LeRobotSrc *self, guint episode, std::string *error)
+build (GstPi0LeRobotSrc *self, guint episode, bool instructions, std::string *error)
 {
   GstPi0LeRobotSrcPrivate *priv = self->priv;
   State &st = priv->state;
@@ -344,7 +374,8 @@ build (GstPi0LeRobotSrc *self, guint episode, std::string *error)
   /* The state (and the frames' timestamps, which say which video frames are the episode's). */
   std::vector<float> state, action;
   std::vector<double> ts;
-  if (!r->read_frames (*ep, &state, &action, &ts, error))
+  std::vector<int64_t> task_index;
+  if (!r->read_frames (*ep, &state, &action, &ts, error, &task_index))
     return false;
   for (size_t c = 0; c < st.branches.size (); c++) {
     Branch *b = st.branches[c];
@@ -373,9 +404,27 @@ build (GstPi0LeRobotSrc *self, guint episode, std::string *error)
       *error = "filesrc, decodebin, videoconvert or capsfilter is missing";
       return false;
     }
+    /* The file checked before anything decodes it: a missing, empty, truncated or foreign
+     * file, or one whose stream is not the camera's of info.json, is refused here, while the
+     * state change can still fail (found by decodebin on its own threads it could leave
+     * gst-launch-1.0 hanging). */
     const std::string path = r->video_path (*ep, c);
-    if (!g_file_test (path.c_str (), G_FILE_TEST_EXISTS)) {
-      *error = "the video of camera " + b->name + " is missing: " + path;
+    const pi0::lerobot::Camera &cam = r->schema ().cameras[c];
+    pi0::lerobot::Mp4Video video;
+    std::string why;
+    if (!pi0::lerobot::probe_mp4 (path, &video, &why)) {
+      why = "the video of camera " + b->name + " cannot be played: " + why;
+    } else if (!pi0::lerobot::codec_matches (cam.codec, video.sample_entry)) {
+      why = "the video of camera " + b->name + " holds " + video.sample_entry +
+            ", info.json says " + cam.codec + ": " + path;
+    } else if (cam.width && cam.height &&
+               (video.width != cam.width || video.height != cam.height)) {
+      why = "the video of camera " + b->name + " is " + std::to_string (video.width) + "x" +
+            std::to_string (video.height) + ", info.json says " + std::to_string (cam.width) + "x" +
+            std::to_string (cam.height) + ": " + path;
+    }
+    if (!why.empty ()) {
+      *error = why;
       gst_object_unref (src);
       gst_object_unref (dec);
       return false;
@@ -421,6 +470,13 @@ build (GstPi0LeRobotSrc *self, guint episode, std::string *error)
   gst_caps_unref (caps);
   gst_bin_add (GST_BIN (self), st.state_src);
   GstPad *sp = gst_element_get_static_pad (st.state_src, "src");
+  if (instructions) {
+    auto *in = new Instructions ();
+    for (int64_t t : task_index)
+      in->task.push_back (r->tasks ()[t]);
+    gst_pad_add_probe (sp, GST_PAD_PROBE_TYPE_BUFFER, send_instruction, in,
+                       [] (gpointer p) { delete static_cast<Instructions *> (p); });
+  }
   gst_ghost_pad_set_target (GST_GHOST_PAD (st.state_pad), sp);
   gst_object_unref (sp);
   gst_pad_set_active (st.state_pad, TRUE); /* as the cameras' */
@@ -428,6 +484,7 @@ build (GstPi0LeRobotSrc *self, guint episode, std::string *error)
     GstBuffer *b = gst_buffer_new_memdup (state.data () + k * dim, dim * sizeof (float));
     GST_BUFFER_PTS (b) = gst_util_uint64_scale (k, GST_SECOND, fps);
     GST_BUFFER_DURATION (b) = gst_util_uint64_scale (k + 1, GST_SECOND, fps) - GST_BUFFER_PTS (b);
+    GST_BUFFER_OFFSET (b) = k; /* the episode frame, for send_instruction */
     std::lock_guard<std::mutex> g (priv->pending_lock);
     priv->pending.push_back (b); /* reversed: the next one is at the back */
   }
@@ -535,7 +592,8 @@ gst_pi0_lerobot_src_change_state (GstElement *element, GstStateChange transition
       return GST_STATE_CHANGE_FAILURE;
     }
   }
-  if (transition == GST_STATE_CHANGE_READY_TO_PAUSED && !build (self, s.episode, &err)) {
+  if (transition == GST_STATE_CHANGE_READY_TO_PAUSED &&
+      !build (self, s.episode, s.send_instruction, &err)) {
     GST_ELEMENT_ERROR (self, RESOURCE, OPEN_READ, ("Cannot play the episode: %s", err.c_str ()),
                        (nullptr));
     teardown (self);
@@ -556,6 +614,7 @@ transfer (Settings &s, guint prop_id, GValue *value, bool set)
   switch (prop_id) {
     GST_PI0_PROP_STRING (PROP_LOCATION, location)
     GST_PI0_PROP_FIELD (PROP_EPISODE, episode, guint, uint)
+    GST_PI0_PROP_FIELD (PROP_SEND_INSTRUCTION, send_instruction, gboolean, boolean)
   }
   return false;
 }
@@ -624,14 +683,22 @@ gst_pi0_lerobot_src_class_init (GstPi0LeRobotSrcClass *klass)
       gobject_class, PROP_LOCATION,
       g_param_spec_string ("location", "Location", "The dataset's directory (LeRobotDataset v3)",
                            nullptr, GST_PI0_PARAM_READY));
+  g_object_class_install_property (gobject_class, PROP_EPISODE,
+                                   g_param_spec_uint ("episode", "Episode",
+                                                      "Index of the episode to play", 0, G_MAXUINT,
+                                                      d.episode, GST_PI0_PARAM_READY));
+  g_object_class_install_property (gobject_class, PROP_N_EPISODES,
+                                   g_param_spec_uint ("n-episodes", "Episodes",
+                                                      "Episodes in the dataset (known from READY)",
+                                                      0, G_MAXUINT, 0, GST_PI0_PARAM_READ_ONLY));
   g_object_class_install_property (
-      gobject_class, PROP_EPISODE,
-      g_param_spec_uint ("episode", "Episode", "Index of the episode to play", 0, G_MAXUINT,
-                         d.episode, GST_PI0_PARAM_READY));
-  g_object_class_install_property (
-      gobject_class, PROP_N_EPISODES,
-      g_param_spec_uint ("n-episodes", "Episodes", "Episodes in the dataset (known from READY)", 0,
-                         G_MAXUINT, 0, GST_PI0_PARAM_READ_ONLY));
+      gobject_class, PROP_SEND_INSTRUCTION,
+      g_param_spec_boolean (
+          "send-instruction", "Send instruction",
+          "Send each frame's task (meta/tasks.parquet) on the state pad as a pi0-instruction "
+          "event, before the episode's first state and wherever the task changes: pi0infer "
+          "follows it, pi0lerobotsink records it",
+          d.send_instruction, GST_PI0_PARAM_READY));
   gst_element_class_add_static_pad_template (element_class, &src_template);
   gst_element_class_set_static_metadata (
       element_class, "Pi0 LeRobot dataset player", "Source/Video",

@@ -114,8 +114,28 @@ CASES = [
      lambda r: edit_episodes(r, lambda t: set_column(t, "episode_index", [0, 1, 1]))),
     ("data-missing", 1, "cannot open",
      lambda r: [p.unlink() for p in (r / "data").rglob("*.parquet")]),
-    ("video-missing", 1, "is missing",
+    ("video-missing", 1, "no such file",
      lambda r: [p.unlink() for p in (r / "videos").rglob("*.mp4")]),
+    # Files that are not (whole) MP4s: refused before anything decodes them (a decoder finding
+    # them while the pipeline starts could leave gst-launch-1.0 hanging).
+    ("video-empty", 1, "an empty file",
+     lambda r: [p.write_bytes(b"") for p in (r / "videos").rglob("*.mp4")]),
+    ("video-cut-in-half", 1, "truncated",
+     lambda r: [p.write_bytes(p.read_bytes()[: p.stat().st_size // 2])
+                for p in (r / "videos").rglob("*.mp4")]),
+    ("video-not-mp4", 1, "not an MP4 file",
+     lambda r: [p.write_text("this is not a video\n") for p in (r / "videos").rglob("*.mp4")]),
+    # Tasks as LeRobot finds them: tasks.parquet is required, a frame's task is the row at its
+    # task_index (tasks.iloc), and a task_index past the rows raises.
+    ("tasks-missing", 0, "tasks.parquet is missing",
+     lambda r: (r / "meta" / "tasks.parquet").unlink()),
+    ("tasks-reordered", 0, "the rows must be in task_index order",
+     lambda r: pq.write_table(pq.read_table(r / "meta" / "tasks.parquet").take([1, 0]),
+                              r / "meta" / "tasks.parquet")),
+    ("task-index-past-tasks", 1, "has task_index 9, meta/tasks.parquet has 2 tasks",
+     lambda r: [pq.write_table(set_column(pq.read_table(p), "task_index",
+                                          [9] * pq.read_table(p).num_rows), p)
+                for p in (r / "data").rglob("*.parquet")]),
     # The video is shorter than the episodes say: a warning, the episode's frames up to there.
     ("video-truncated", 2, "",
      lambda r: truncate_video(r)),

@@ -64,8 +64,10 @@ def make(args):
     for e, n in enumerate(lengths):
         for k in range(n):
             s = state_row(e, k)
+            # With --task-change, episode 2 is told something else from its frame 5 on.
+            task = "task 2" if args.task_change and e == 2 and k >= 5 else f"task {e % 2}"
             ds.add_frame({"observation.images.main": frame_image(e, k, w, h),
-                          "observation.state": s, "action": s * 2, "task": f"task {e % 2}"})
+                          "observation.state": s, "action": s * 2, "task": task})
         ds.save_episode()
     ds.finalize()
     info = json.load(open(Path(args.root) / "meta" / "info.json"))
@@ -117,6 +119,14 @@ def check_episode(ds, root, episode, dump):
     ts = [float(t) for t in frames["timestamp"]]
     state = np.stack([np.asarray(s, np.float32) for s in frames["observation.state"]])
     got_state = np.fromfile(dump / "state.f32", np.float32)
+    # The instruction in effect at each state played (pi0-instruction events) is the task
+    # LeRobot gives the frame.
+    tasks_file = dump / "task.txt"
+    if tasks_file.exists():
+        got_tasks = tasks_file.read_text().splitlines()
+        want_tasks = [ds[i]["task"] for i in range(lo, hi)]
+        if got_tasks != want_tasks:
+            fail(f"tasks: played {got_tasks}, LeRobot gives {want_tasks}")
     if got_state.size != state.size:
         fail(f"state: {got_state.size // STATE_DIM} rows played, the episode has {len(state)}")
     elif not np.array_equal(got_state.reshape(state.shape), state):
@@ -180,6 +190,7 @@ def main():
     m.add_argument("--fps", type=int, default=30)
     m.add_argument("--size", default="96x64")
     m.add_argument("--lengths", default="7,12,9")
+    m.add_argument("--task-change", action="store_true")
     c = sub.add_parser("check")
     c.add_argument("root")
     c.add_argument("dumps")

@@ -84,9 +84,31 @@ TEST (Pi0LeRobotSrc, TheDatasetIsReadAtReadyNotWhenLocationIsSet)
   gst_element_set_state (pipe.get (), GST_STATE_NULL);
 }
 
+/* The instruction in effect at each state buffer (the pi0-instruction events before it), a
+ * line each, into a file. */
+struct TaskPerState {
+  std::string path, current; /* touched on the state pad's streaming thread only */
+};
+
+static GstPadProbeReturn
+write_task_per_state (GstPad *, GstPadProbeInfo *info, gpointer user_data)
+{
+  TaskPerState *t = static_cast<TaskPerState *> (user_data);
+  if (GST_PAD_PROBE_INFO_TYPE (info) & GST_PAD_PROBE_TYPE_EVENT_DOWNSTREAM) {
+    const gchar *text = nullptr;
+    if (gst_pi0_instruction_event_parse (GST_PAD_PROBE_INFO_EVENT (info), &text))
+      t->current = text;
+  } else if (GST_PAD_PROBE_INFO_TYPE (info) & GST_PAD_PROBE_TYPE_BUFFER) {
+    std::ofstream (t->path, std::ios::app) << t->current << "\n";
+  }
+  return GST_PAD_PROBE_OK;
+}
+
 /* Datasets the real lerobot wrote (LeRobotDataset.create + add_frame + save_episode: every
  * episode of a camera in one MP4, H.264 and LeRobot's default AV1): every episode plays, each
- * of its frames byte for byte the frame LeRobot's decoder selects for it, and its state rows. */
+ * of its frames byte for byte the frame LeRobot's decoder selects for it, its state rows, and
+ * before them the instruction LeRobot gives each frame as its task (episode 2 changes task at
+ * its frame 5). */
 TEST (Pi0LeRobotSrc, PlaysEveryEpisodeOfDatasetsLeRobotWrote)
 {
   REQUIRE_LEROBOT_PYTHON (py, "play datasets the real lerobot wrote");
@@ -96,7 +118,8 @@ TEST (Pi0LeRobotSrc, PlaysEveryEpisodeOfDatasetsLeRobotWrote)
     SCOPED_TRACE (codec);
     const std::string root = dir.path () + "/" + codec;
     std::string out;
-    ASSERT_TRUE (lerobot_made (py, dir.path (), root, {"--codec", codec, "--lengths", "7,12,9"}));
+    ASSERT_TRUE (lerobot_made (py, dir.path (), root,
+                               {"--codec", codec, "--lengths", "7,12,9", "--task-change"}));
     for (guint e = 0; e < 3; e++) {
       SCOPED_TRACE (e);
       const std::string dump = dir.path () + "/" + codec + "-played/" + std::to_string (e);
@@ -104,12 +127,20 @@ TEST (Pi0LeRobotSrc, PlaysEveryEpisodeOfDatasetsLeRobotWrote)
       const std::string line =
           "pi0lerobotsrc name=ds location=" + root + " episode=" + std::to_string (e) +
           " ds.main ! video/x-raw,format=I420 ! filesink location=" + dump +
-          "/main.yuv ds.state ! filesink location=" + dump + "/state.f32";
+          "/main.yuv ds.state ! filesink name=st location=" + dump + "/state.f32";
       std::string parse_error;
       ElementPtr pipe = pi0::tools::launch (line, &parse_error);
       ASSERT_TRUE (pipe) << parse_error;
-      ASSERT_EQ (gst_element_set_state (pipe.get (), GST_STATE_PLAYING),
-                 GST_STATE_CHANGE_ASYNC);
+      TaskPerState tasks{dump + "/task.txt", ""};
+      {
+        ObjectPtr<GstElement> st (by_name (pipe.get (), "st"));
+        ObjectPtr<GstPad> pad (gst_element_get_static_pad (st.get (), "sink"));
+        gst_pad_add_probe (
+            pad.get (),
+            (GstPadProbeType)(GST_PAD_PROBE_TYPE_BUFFER | GST_PAD_PROBE_TYPE_EVENT_DOWNSTREAM),
+            write_task_per_state, &tasks, nullptr);
+      }
+      ASSERT_EQ (gst_element_set_state (pipe.get (), GST_STATE_PLAYING), GST_STATE_CHANGE_ASYNC);
       EXPECT_EQ (run_to_eos (pipe.get (), 60), "") << "every episode ends, the last and the others";
       gst_element_set_state (pipe.get (), GST_STATE_NULL);
     }
@@ -355,6 +386,41 @@ TEST (Pi0LeRobotSrc, HostileDatasetsGiveErrorsNamingTheFieldNeverAbortsOrHangs)
           << "expected an error with: " << expect << "\ngot: " << result;
   }
 
+  /* The files that are not whole MP4s through gst-launch-1.0 itself, as a user meets them: it
+   * exits at once with the error (an empty video used to hang it, 9 runs of 9). */
+  gchar *launch = g_find_program_in_path ("gst-launch-1.0");
+  if (launch) {
+    for (const char *name : {"video-empty", "video-cut-in-half", "video-not-mp4"}) {
+      SCOPED_TRACE (name);
+      const std::string location = "location=" + cases_dir + "/" + name;
+      const gchar *argv[] = {
+          "timeout",         "-k",        "5",       "120", launch,     "pi0lerobotsrc", "name=ds",
+          location.c_str (), "episode=1", "ds.main", "!",   "fakesink", "ds.state",      "!",
+          "fakesink",        nullptr};
+      gchar **env = g_get_environ ();
+      env = g_environ_setenv (env, "GST_PLUGIN_PATH_1_0", (build_root () + "/gst").c_str (), TRUE);
+      env = g_environ_unsetenv (env, "GST_PLUGIN_PATH");
+      env = g_environ_setenv (env, "GST_REGISTRY", (dir.path () + "/registry.bin").c_str (), TRUE);
+      for (auto &kv : uninstrumented_child_env ()) /* scripts/sanitize.sh's build */
+        env = g_environ_setenv (env, kv.first.c_str (), kv.second.c_str (), TRUE);
+      gchar *sout = nullptr, *serr = nullptr;
+      gint status = 0;
+      const gint64 t0 = g_get_monotonic_time ();
+      ASSERT_TRUE (g_spawn_sync (nullptr, const_cast<gchar **> (argv), env, G_SPAWN_SEARCH_PATH,
+                                 nullptr, nullptr, &sout, &serr, &status, nullptr));
+      const double seconds = (g_get_monotonic_time () - t0) / 1e6;
+      g_strfreev (env);
+      const std::string text = std::string (sout ? sout : "") + (serr ? serr : "");
+      g_free (sout);
+      g_free (serr);
+      ASSERT_TRUE (WIFEXITED (status)) << text;
+      EXPECT_NE (WEXITSTATUS (status), 124) << "gst-launch-1.0 hung (" << seconds << " s)";
+      EXPECT_NE (WEXITSTATUS (status), 0) << text;
+      EXPECT_NE (text.find ("cannot be played"), std::string::npos) << text;
+    }
+    g_free (launch);
+  }
+
   /* Appending onto damage. The stream's schema is the undamaged dataset's. */
   auto r = pi0::lerobot::Reader::open (good, &err);
   ASSERT_TRUE (r) << err;
@@ -376,4 +442,53 @@ TEST (Pi0LeRobotSrc, HostileDatasetsGiveErrorsNamingTheFieldNeverAbortsOrHangs)
   /* And the undamaged one is appended to. */
   err.clear ();
   EXPECT_NE (pi0::lerobot::Writer::open (good, schema, true, &err), nullptr) << err;
+}
+
+/* Through pi0viewmux, the dataset's tasks reach pi0infer as instructions, in the order the
+ * episode changes them; with send-instruction=false pi0infer keeps its own. */
+TEST (Pi0LeRobotSrc, TheTasksReachPi0InferThroughTheViewMux)
+{
+  REQUIRE_LEROBOT_PYTHON (py, "make the dataset with the real lerobot");
+  TempDir dir;
+  const std::string root = dir.path () + "/ds";
+  ASSERT_TRUE (lerobot_made (py, dir.path (), root, {"--lengths", "7,12,9", "--task-change"}));
+  for (bool send : {true, false}) {
+    SCOPED_TRACE (send);
+    const std::string line =
+        "pi0lerobotsrc name=ds location=" + root +
+        " episode=2 send-instruction=" + (send ? "true" : "false") +
+        " pi0viewmux name=mux ! cudaprep width=32 height=32 ! queue ! pi0infer name=inf "
+        "model=builtin:pi0-tiny instruction=other action-dims=7 ! fakesink "
+        "ds.main ! queue ! mux.main ds.state ! queue ! mux.state";
+    std::string parse_error;
+    ElementPtr pipe = pi0::tools::launch (line, &parse_error);
+    ASSERT_TRUE (pipe) << parse_error;
+    ObjectPtr<GstElement> inf (by_name (pipe.get (), "inf"));
+    struct Seen {
+      std::mutex lock;
+      std::vector<std::string> values;
+    } seen;
+    g_signal_connect (inf.get (), "notify::instruction",
+                      G_CALLBACK (+[] (GObject *o, GParamSpec *, gpointer p) {
+                        Seen *s = static_cast<Seen *> (p);
+                        gchar *v = nullptr;
+                        g_object_get (o, "instruction", &v, nullptr);
+                        std::lock_guard<std::mutex> g (s->lock);
+                        s->values.push_back (v ? v : "");
+                        g_free (v);
+                      }),
+                      &seen);
+    gst_element_set_state (pipe.get (), GST_STATE_PLAYING);
+    EXPECT_EQ (run_to_eos (pipe.get (), 60), "");
+    gst_element_set_state (pipe.get (), GST_STATE_NULL);
+    std::lock_guard<std::mutex> g (seen.lock);
+    if (send)
+      EXPECT_EQ (seen.values, (std::vector<std::string>{"task 0", "task 2"}));
+    else
+      EXPECT_TRUE (seen.values.empty ()) << seen.values[0];
+    gchar *now = nullptr;
+    g_object_get (inf.get (), "instruction", &now, nullptr);
+    EXPECT_STREQ (now, send ? "task 2" : "other");
+    g_free (now);
+  }
 }

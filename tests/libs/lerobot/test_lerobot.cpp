@@ -70,3 +70,39 @@ TEST (LeRobotWriter, RefusesWhatWouldDamageADataset)
   EXPECT_EQ (st, ep.state);
   EXPECT_EQ (ts, (std::vector<double>{0.0, (double)(float)0.1}));
 }
+
+/* info.json has one codec and one pixel format per camera: appending H.264 episodes onto a
+ * dataset LeRobot recorded in AV1 (its default) would leave its features describing only some of
+ * its files, so it is refused, naming the camera and both codecs; the same dataset in H.264 is
+ * appended to. */
+TEST (LeRobotWriter, RefusesToAppendAnotherCodecThanTheDatasets)
+{
+  REQUIRE_LEROBOT_PYTHON (py, "make the datasets with the real lerobot");
+  TempDir dir;
+  for (const char *codec : {"libsvtav1", "h264"}) {
+    SCOPED_TRACE (codec);
+    const std::string root = dir.path () + "/" + codec;
+    ASSERT_TRUE (lerobot_made (py, dir.path (), root, {"--codec", codec, "--lengths", "3"}));
+    std::string err;
+    auto r = pi0::lerobot::Reader::open (root, &err);
+    ASSERT_TRUE (r) << err;
+    /* What pi0lerobotsink records with x264 from I420 frames. */
+    pi0::lerobot::Schema ours = r->schema ();
+    ASSERT_FALSE (ours.cameras.empty ());
+    for (auto &c : ours.cameras) {
+      c.codec = "h264";
+      c.pix_fmt = "yuv420p";
+    }
+    auto w = pi0::lerobot::Writer::open (root, ours, true, &err);
+    if (std::string (codec) == "h264") {
+      EXPECT_NE (w, nullptr) << err;
+      continue;
+    }
+    EXPECT_EQ (w, nullptr);
+    EXPECT_NE (err.find ("its " + ours.cameras[0].key +
+                         " is av1 video and this recording "
+                         "encodes h264"),
+               std::string::npos)
+        << err;
+  }
+}
