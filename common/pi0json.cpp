@@ -92,8 +92,8 @@ parse_strict (const std::string &text, const std::string &source, std::string *e
   auto path_of_top = [&] () {
     std::string path;
     for (size_t i = 0; i + 1 < open.size (); i++)
-      path += "/" + (open[i].object ? escape_pointer (open[i].last_key)
-                                    : std::to_string (open[i].index));
+      path += "/" +
+              (open[i].object ? escape_pointer (open[i].last_key) : std::to_string (open[i].index));
     return path.empty () ? std::string ("/") : path;
   };
   auto callback = [&] (int, Value::parse_event_t ev, Value &parsed) {
@@ -147,6 +147,15 @@ parse_strict (const std::string &text, const std::string &source, std::string *e
     return std::nullopt;
   }
   return v;
+}
+
+std::optional<OrderedValue>
+parse_strict_ordered (const std::string &text, const std::string &source, std::string *error)
+{
+  /* The checks (depth, duplicate keys) are parse_strict's; the text then parses as is. */
+  if (!parse_strict (text, source, error))
+    return std::nullopt;
+  return OrderedValue::parse (text);
 }
 
 std::optional<Value>

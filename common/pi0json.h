@@ -35,6 +35,11 @@ constexpr size_t kMaxNesting = 64;
 std::optional<Value> parse_strict (const std::string &text, const std::string &source,
                                    std::string *error);
 
+/* As parse_strict(), keeping the objects' keys in the order the text gives them (for what is
+ * passed on, such as a metadata file sent to clients as it was written). */
+std::optional<OrderedValue> parse_strict_ordered (const std::string &text,
+                                                  const std::string &source, std::string *error);
+
 /* Reads (pi0::read_regular_file: a regular file of at most @max_bytes, never blocking on a
  * FIFO) and parses a file; a missing, unreadable or oversized file is an error naming it. */
 std::optional<Value> load_strict (const std::string &path, std::string *error,

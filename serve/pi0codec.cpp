@@ -34,9 +34,9 @@ struct DType {
 /* numpy's dtype.str of every accepted type. Nothing else: no objects ("|O"), no records or raw
  * bytes ("|V"), no strings ("<U"), no complex, no big-endian, no datetimes. */
 const DType kDTypes[] = {
-    {"|b1", 1, Kind::kBool}, {"|u1", 1, Kind::kUInt}, {"|i1", 1, Kind::kInt},
-    {"<u2", 2, Kind::kUInt}, {"<i2", 2, Kind::kInt},  {"<u4", 4, Kind::kUInt},
-    {"<i4", 4, Kind::kInt},  {"<u8", 8, Kind::kUInt}, {"<i8", 8, Kind::kInt},
+    {"|b1", 1, Kind::kBool},  {"|u1", 1, Kind::kUInt},  {"|i1", 1, Kind::kInt},
+    {"<u2", 2, Kind::kUInt},  {"<i2", 2, Kind::kInt},   {"<u4", 4, Kind::kUInt},
+    {"<i4", 4, Kind::kInt},   {"<u8", 8, Kind::kUInt},  {"<i8", 8, Kind::kInt},
     {"<f2", 2, Kind::kFloat}, {"<f4", 4, Kind::kFloat}, {"<f8", 8, Kind::kFloat},
 };
 
@@ -124,8 +124,7 @@ read_array (const msgpack::object &o, const std::string &where, Array *a, std::s
     if (dt == d.name)
       a->dtype = &d;
   if (!a->dtype) {
-    *error = where + ": dtype '" + dt.substr (0, 32) + "' is not accepted (only " + kAccepted +
-             ")";
+    *error = where + ": dtype '" + dt.substr (0, 32) + "' is not accepted (only " + kAccepted + ")";
     return Shape::kBad;
   }
   if (generic) {
@@ -139,8 +138,8 @@ read_array (const msgpack::object &o, const std::string &where, Array *a, std::s
     return Shape::kArray;
   }
   if (shape->type != msgpack::type::ARRAY || shape->via.array.size > kMaxNdim) {
-    *error = where + ": the shape must be a list of at most " + std::to_string (kMaxNdim) +
-             " sizes";
+    *error =
+        where + ": the shape must be a list of at most " + std::to_string (kMaxNdim) + " sizes";
     return Shape::kBad;
   }
   uint64_t count = 1;
@@ -259,7 +258,9 @@ push_state (double v, const std::string &where, size_t index, std::vector<float>
 {
   if (!std::isfinite (v) || std::fabs (v) > (double)FLT_MAX) {
     *error = where + "[" + std::to_string (index) + "] is " +
-             (std::isnan (v) ? "NaN" : std::isinf (v) ? "infinite" : "beyond float32's range") +
+             (std::isnan (v)   ? "NaN"
+              : std::isinf (v) ? "infinite"
+                               : "beyond float32's range") +
              ": the state must be finite float32 values";
     return false;
   }
@@ -311,8 +312,8 @@ public:
       dim += parts_[i].size ();
     }
     if ((int)dim != m_.state_dim)
-      return fail ("the robot state has " + std::to_string (dim) + " values; mapping '" +
-                   m_.name + "' expects " + std::to_string (m_.state_dim));
+      return fail ("the robot state has " + std::to_string (dim) + " values; mapping '" + m_.name +
+                   "' expects " + std::to_string (m_.state_dim));
     out_->state.clear ();
     for (auto &p : parts_)
       out_->state.insert (out_->state.end (), p.begin (), p.end ());
@@ -406,13 +407,13 @@ private:
     const bool is_float = dt == "<f4" || dt == "<f8";
     if (a.scalar || (dt != "|u1" && !is_float) || a.shape.size () != 3 ||
         (a.shape[0] != 3 && a.shape[2] != 3))
-      return fail (w + ": an image must be uint8 [H,W,3] or [3,H,W] (or float32/float64 in [0, 1]); got " +
-                   dt + " " + (a.scalar ? std::string ("scalar") : shape_text ()));
+      return fail (
+          w + ": an image must be uint8 [H,W,3] or [3,H,W] (or float32/float64 in [0, 1]); got " +
+          dt + " " + (a.scalar ? std::string ("scalar") : shape_text ()));
     out->chw = a.shape[0] == 3;
     const uint64_t h = out->chw ? a.shape[1] : a.shape[0];
     const uint64_t wd = out->chw ? a.shape[2] : a.shape[1];
-    if (h < 1 || wd < 1 || h > (uint64_t)lim_.max_image_side ||
-        wd > (uint64_t)lim_.max_image_side)
+    if (h < 1 || wd < 1 || h > (uint64_t)lim_.max_image_side || wd > (uint64_t)lim_.max_image_side)
       return fail (w + ": image size " + std::to_string (wd) + "x" + std::to_string (h) +
                    " is outside 1x1 .. " + std::to_string (lim_.max_image_side) + "x" +
                    std::to_string (lim_.max_image_side));
@@ -588,45 +589,60 @@ pack_bin_key (msgpack::packer<msgpack::sbuffer> &pk, const char *key)
   pk.pack_bin_body (key, (uint32_t)n);
 }
 
+/* A float64, always: msgpack-c's pack_double writes an integral double as an integer, and the
+ * clients (Python's msgpack) would get 12 where openpi's server sends 12.0. */
 void
-pack_json (msgpack::packer<msgpack::sbuffer> &pk, const json::Value &v)
+pack_float64 (msgpack::sbuffer &buf, double d)
 {
+  uint64_t bits;
+  std::memcpy (&bits, &d, sizeof bits);
+  char out[9] = {(char)0xcb};
+  for (int i = 0; i < 8; i++)
+    out[1 + i] = (char)(bits >> (56 - 8 * i));
+  buf.write (out, sizeof out);
+}
+
+void
+pack_json (msgpack::packer<msgpack::sbuffer> &pk, msgpack::sbuffer &buf,
+           const json::OrderedValue &v)
+{
+  using T = json::OrderedValue::value_t;
   switch (v.type ()) {
-    case json::Value::value_t::null:
+    case T::null:
       pk.pack_nil ();
       break;
-    case json::Value::value_t::boolean:
+    case T::boolean:
       if (v.get<bool> ())
         pk.pack_true ();
       else
         pk.pack_false ();
       break;
-    case json::Value::value_t::number_integer:
+    case T::number_integer:
       pk.pack_int64 (v.get<int64_t> ());
       break;
-    case json::Value::value_t::number_unsigned:
+    case T::number_unsigned:
       pk.pack_uint64 (v.get<uint64_t> ());
       break;
-    case json::Value::value_t::number_float:
-      pk.pack_double (v.get<double> ());
+    case T::number_float:
+      pack_float64 (buf, v.get<double> ()); /* 1.0 stays a float, as Python's msgpack sends it */
       break;
-    case json::Value::value_t::string: {
+    case T::string: {
       const auto &s = v.get_ref<const std::string &> ();
       pk.pack_str ((uint32_t)s.size ());
       pk.pack_str_body (s.data (), (uint32_t)s.size ());
       break;
     }
-    case json::Value::value_t::array:
+    case T::array:
       pk.pack_array ((uint32_t)v.size ());
       for (const auto &e : v)
-        pack_json (pk, e);
+        pack_json (pk, buf, e);
       break;
-    case json::Value::value_t::object:
+    case T::object:
       pk.pack_map ((uint32_t)v.size ());
       for (auto it = v.begin (); it != v.end (); ++it) {
         pk.pack_str ((uint32_t)it.key ().size ());
         pk.pack_str_body (it.key ().data (), (uint32_t)it.key ().size ());
-        pack_json (pk, it.value ());
+        pack_json (pk, buf, it.value ());
       }
       break;
     default:
@@ -655,11 +671,10 @@ decode_observation (const uint8_t *data, size_t size, const Mapping &mapping,
   msgpack::object_handle oh;
   try {
     std::size_t off = 0;
-    oh = msgpack::unpack (reinterpret_cast<const char *> (data), size, off, reference_all,
-                          nullptr, limit);
+    oh = msgpack::unpack (reinterpret_cast<const char *> (data), size, off, reference_all, nullptr,
+                          limit);
     if (off != size) {
-      *error = "malformed msgpack: " + std::to_string (size - off) +
-               " bytes after the observation";
+      *error = "malformed msgpack: " + std::to_string (size - off) + " bytes after the observation";
       return false;
     }
   } catch (const msgpack::size_overflow &e) {
@@ -717,16 +732,16 @@ encode_actions (const float *actions, int horizon, int dim, int stride, const Ti
     pack_key (pk, "policy_timing");
     pk.pack_map (1);
     pack_key (pk, "infer_ms");
-    pk.pack_double (timing.policy_infer_ms);
+    pack_float64 (buf, timing.policy_infer_ms);
   }
   if (timing.server_infer_ms >= 0) {
     pack_key (pk, "server_timing");
     pk.pack_map (timing.prev_total_ms >= 0 ? 2 : 1);
     pack_key (pk, "infer_ms");
-    pk.pack_double (timing.server_infer_ms);
+    pack_float64 (buf, timing.server_infer_ms);
     if (timing.prev_total_ms >= 0) {
       pack_key (pk, "prev_total_ms");
-      pk.pack_double (timing.prev_total_ms);
+      pack_float64 (buf, timing.prev_total_ms);
     }
   }
   return std::string (buf.data (), buf.size ());
@@ -735,7 +750,7 @@ encode_actions (const float *actions, int horizon, int dim, int stride, const Ti
 bool
 encode_metadata (const std::string &json_text, std::string *out, std::string *error)
 {
-  auto doc = json::parse_strict (json_text.empty () ? "{}" : json_text, "metadata", error);
+  auto doc = json::parse_strict_ordered (json_text.empty () ? "{}" : json_text, "metadata", error);
   if (!doc)
     return false;
   if (!doc->is_object ()) {
@@ -744,7 +759,7 @@ encode_metadata (const std::string &json_text, std::string *out, std::string *er
   }
   msgpack::sbuffer buf;
   msgpack::packer<msgpack::sbuffer> pk (buf);
-  pack_json (pk, *doc);
+  pack_json (pk, buf, *doc);
   out->assign (buf.data (), buf.size ());
   return true;
 }

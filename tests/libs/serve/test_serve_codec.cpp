@@ -44,8 +44,8 @@ bin (Packer &p, const std::string &s)
 
 /* msgpack_numpy.pack_array's map: bytes keys, the dtype string, the shape list. */
 void
-ndarray (Packer &p, const std::string &dtype, const std::vector<uint64_t> &shape,
-         const void *data, size_t nbytes)
+ndarray (Packer &p, const std::string &dtype, const std::vector<uint64_t> &shape, const void *data,
+         size_t nbytes)
 {
   p.pack_map (4);
   bin (p, "__ndarray__");
@@ -366,7 +366,9 @@ TEST (Codec, NonFiniteOrOutOfRangeStateIsRefused)
     s[5] = bad;
     std::string e = error_of (aloha (s), m);
     EXPECT_NE (e.find ("'state'[5]"), std::string::npos) << e;
-    EXPECT_NE (e.find (std::isnan (bad) ? "NaN" : std::isinf (bad) ? "infinite" : "range"),
+    EXPECT_NE (e.find (std::isnan (bad)   ? "NaN"
+                       : std::isinf (bad) ? "infinite"
+                                          : "range"),
                std::string::npos)
         << e;
   }
@@ -695,6 +697,24 @@ TEST (Codec, ActionsAndMetadataAreWhatMsgpackNumpyReads)
   EXPECT_EQ (tb.server_infer_ms, 12.5);
   EXPECT_EQ (tb.prev_total_ms, 40);
   EXPECT_EQ (tb.policy_infer_ms, 9);
+  /* Timings are floats on the wire even when integral (40 ms, 9 ms), as openpi's server sends
+   * them. */
+  {
+    msgpack::object_handle th = msgpack::unpack (bytes.data (), bytes.size ());
+    int floats = 0;
+    for (uint32_t i = 0; i < th.get ().via.map.size; i++) {
+      const msgpack::object &key = th.get ().via.map.ptr[i].key;
+      const msgpack::object &kv = th.get ().via.map.ptr[i].val;
+      if (key.type != msgpack::type::STR ||
+          (key.as<std::string> () != "policy_timing" && key.as<std::string> () != "server_timing"))
+        continue;
+      for (uint32_t j = 0; j < kv.via.map.size; j++) {
+        EXPECT_EQ (kv.via.map.ptr[j].val.type, msgpack::type::FLOAT64);
+        floats++;
+      }
+    }
+    EXPECT_EQ (floats, 3);
+  }
 
   /* The ndarray's keys are msgpack bin (msgpack_numpy looks them up as bytes). */
   msgpack::object_handle oh = msgpack::unpack (bytes.data (), bytes.size ());
@@ -706,12 +726,29 @@ TEST (Codec, ActionsAndMetadataAreWhatMsgpackNumpyReads)
     EXPECT_EQ (actions.via.map.ptr[i].key.type, msgpack::type::BIN);
 
   std::string meta;
-  ASSERT_TRUE (encode_metadata (R"({"reset_pose": [0, 1.5, -2], "robot": "aloha", "n": null})",
-                                &meta, &err))
+  ASSERT_TRUE (
+      encode_metadata (R"({"reset_pose": [0, 1.5, -2], "robot": "aloha", "n": null})", &meta, &err))
       << err;
   oh = msgpack::unpack (meta.data (), meta.size ());
   ASSERT_EQ (oh.get ().type, msgpack::type::MAP);
   EXPECT_EQ (oh.get ().via.map.size, 3u);
+  /* The metadata goes out as the file has it: its keys in its order (not sorted), a float that
+   * happens to be integral still a float (msgpack-c would pack 2.0 as the integer 2). */
+  ASSERT_TRUE (encode_metadata (R"({"zeta": 2.0, "alpha": 3, "mid": [1.0, 1]})", &meta, &err))
+      << err;
+  oh = msgpack::unpack (meta.data (), meta.size ());
+  const msgpack::object_map &mm = oh.get ().via.map;
+  ASSERT_EQ (mm.size, 3u);
+  std::vector<std::string> keys;
+  for (uint32_t i = 0; i < mm.size; i++)
+    keys.push_back (mm.ptr[i].key.as<std::string> ());
+  EXPECT_EQ (keys, (std::vector<std::string>{"zeta", "alpha", "mid"}));
+  EXPECT_EQ (mm.ptr[0].val.type, msgpack::type::FLOAT64);
+  EXPECT_EQ (mm.ptr[0].val.via.f64, 2.0);
+  EXPECT_EQ (mm.ptr[1].val.type, msgpack::type::POSITIVE_INTEGER);
+  ASSERT_EQ (mm.ptr[2].val.type, msgpack::type::ARRAY);
+  EXPECT_EQ (mm.ptr[2].val.via.array.ptr[0].type, msgpack::type::FLOAT64);
+  EXPECT_EQ (mm.ptr[2].val.via.array.ptr[1].type, msgpack::type::POSITIVE_INTEGER);
   EXPECT_FALSE (encode_metadata ("[1]", &meta, &err));
   EXPECT_FALSE (encode_metadata (R"({"a": 1, "a": 2})", &meta, &err));
   EXPECT_NE (err.find ("more than once"), std::string::npos) << err;
