@@ -48,7 +48,7 @@ struct ImageView {
 
 struct Observation {
   std::array<ImageView, kNumViews> views;
-  std::vector<float> state; /* finite float32, mapping.state_dim values */
+  std::vector<float> state;          /* finite float32, mapping.state_dim values */
   std::optional<std::string> prompt; /* UTF-8 */
   std::optional<uint64_t> seed;
 };
@@ -61,9 +61,9 @@ bool decode_observation (const uint8_t *data, size_t size, const Mapping &mappin
 /* What the server adds to a chunk, as openpi's server does (`server_timing`) and openpi's
  * Policy.infer (`policy_timing`). Negative: left out. */
 struct Timing {
-  double server_infer_ms = -1;   /* request received -> chunk ready */
-  double prev_total_ms = -1;     /* the previous request's whole cycle */
-  double policy_infer_ms = -1;   /* the model's forward pass */
+  double server_infer_ms = -1; /* request received -> chunk ready */
+  double prev_total_ms = -1;   /* the previous request's whole cycle */
+  double policy_infer_ms = -1; /* the model's forward pass */
 };
 
 /* {"actions": float32 ndarray [horizon, dim], "policy_timing": {...}, "server_timing": {...}}.

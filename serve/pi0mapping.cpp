@@ -25,7 +25,8 @@ std::string
 aloha (const std::string &name, const std::string &transforms, const std::string &prompt)
 {
   return R"({
-  "name": ")" + name + R"(",
+  "name": ")" +
+         name + R"(",
   "views": {"main": ["images", "cam_high"], "side": ["images", "cam_left_wrist"],
             "top": ["images", "cam_right_wrist"]},
   "optional_views": ["side", "top"],
@@ -34,7 +35,8 @@ aloha (const std::string &name, const std::string &transforms, const std::string
   "prompt": "prompt",
   "action_dim": 14,
   "ignore": [["images", "cam_low"]],
-  "transforms": ")" + transforms + "\"" +
+  "transforms": ")" +
+         transforms + "\"" +
          (prompt.empty () ? "" : ",\n  \"default_prompt\": \"" + prompt + "\"") + "\n}\n";
 }
 
@@ -110,8 +112,8 @@ fail (std::string *error, const std::string &source, const std::string &what)
 }
 
 bool
-read_path (const json::Value &v, const std::string &field, const std::string &source,
-           KeyPath *out, std::string *error)
+read_path (const json::Value &v, const std::string &field, const std::string &source, KeyPath *out,
+           std::string *error)
 {
   out->clear ();
   if (v.is_string ()) {
@@ -123,8 +125,7 @@ read_path (const json::Value &v, const std::string &field, const std::string &so
       out->push_back (e.get<std::string> ());
     }
   } else {
-    return fail (error, source,
-                 field + ": a key path is a string or a non-empty array of strings");
+    return fail (error, source, field + ": a key path is a string or a non-empty array of strings");
   }
   if ((int)out->size () > kMaxDepth)
     return fail (error, source,
@@ -136,8 +137,8 @@ read_path (const json::Value &v, const std::string &field, const std::string &so
 }
 
 bool
-read_int (const json::Value &v, const std::string &field, int lo, int hi,
-          const std::string &source, int *out, std::string *error)
+read_int (const json::Value &v, const std::string &field, int lo, int hi, const std::string &source,
+          int *out, std::string *error)
 {
   if (!v.is_number_integer () || v.get<long long> () < lo || v.get<long long> () > hi)
     return fail (error, source,
@@ -275,8 +276,7 @@ parse_mapping (const std::string &json_text, const std::string &source, std::str
   if (!read_int ((*doc)["state_dim"], "\"state_dim\"", 1, kMaxDim, source, &m.state_dim, error))
     return std::nullopt;
   if (doc->contains ("action_dim") &&
-      !read_int ((*doc)["action_dim"], "\"action_dim\"", 0, kMaxDim, source, &m.action_dim,
-                 error))
+      !read_int ((*doc)["action_dim"], "\"action_dim\"", 0, kMaxDim, source, &m.action_dim, error))
     return std::nullopt;
   if (doc->contains ("prompt") && !read_path ((*doc)["prompt"], "prompt", source, &m.prompt, error))
     return std::nullopt;
@@ -331,8 +331,7 @@ parse_mapping (const std::string &json_text, const std::string &source, std::str
     }
     for (size_t i = 0; i < (*doc)["ignore"].size (); i++) {
       KeyPath p;
-      if (!read_path ((*doc)["ignore"][i], "ignore[" + std::to_string (i) + "]", source, &p,
-                      error))
+      if (!read_path ((*doc)["ignore"][i], "ignore[" + std::to_string (i) + "]", source, &p, error))
         return std::nullopt;
       m.ignore.push_back (p);
     }
@@ -378,8 +377,8 @@ load_mapping (const std::string &name_or_path, std::string *error)
     for (const auto &n : mapping_presets ())
       names += (names.empty () ? "" : ", ") + n;
     if (error)
-      *error = "'" + name_or_path + "' is neither a mapping preset (" + names +
-               ") nor a JSON file path";
+      *error =
+          "'" + name_or_path + "' is neither a mapping preset (" + names + ") nor a JSON file path";
     return std::nullopt;
   }
   std::string err;

@@ -52,7 +52,7 @@ using KeyPath = std::vector<std::string>;
 
 struct Mapping {
   std::string name;
-  std::array<KeyPath, kNumViews> views; /* empty: the view is never sent (always masked) */
+  std::array<KeyPath, kNumViews> views;   /* empty: the view is never sent (always masked) */
   std::array<bool, kNumViews> optional{}; /* may be absent from a request: then masked */
   std::vector<KeyPath> state;             /* concatenated in this order */
   int state_dim = 0;                      /* values the parts add up to */

@@ -69,18 +69,18 @@ struct ServerSettings {
    * is closed to make room: silent or slow sockets cannot lock robots out, and sessions are
    * never closed for them. */
   int max_pending = 256;
-  int listen_backlog = 1024;  /* connections the kernel queues before accept (GLib's: 10) */
-  int max_ahead = 16;         /* requests a client may send before their answers */
-  double keepalive_s = 20;    /* a ping every this many seconds (websockets' ping_interval) */
+  int listen_backlog = 1024; /* connections the kernel queues before accept (GLib's: 10) */
+  int max_ahead = 16;        /* requests a client may send before their answers */
+  double keepalive_s = 20;   /* a ping every this many seconds (websockets' ping_interval) */
   /* A session that sends nothing, not even a pong, for keepalive_s + this is closed (1011),
    * as websockets' ping_timeout closes it: a hung robot does not hold its session forever. */
   double pong_timeout_s = 20;
   double request_timeout_s = 60; /* no answer from the pipeline: error to the client (0: none) */
   Mapping mapping;
-  DecodeLimits limits; /* max_message is set from the field above */
+  DecodeLimits limits;              /* max_message is set from the field above */
   std::string metadata_json = "{}"; /* sent on connect (msgpack map); the server adds nothing */
-  uint64_t seed = 0;                /* request N of a connection uses seed + N, unless it sends one */
-  std::string default_prompt;       /* for requests without a prompt */
+  uint64_t seed = 0;          /* request N of a connection uses seed + N, unless it sends one */
+  std::string default_prompt; /* for requests without a prompt */
 };
 
 /* One decoded request. The image pointers in `obs` point into `message`. */
@@ -89,8 +89,8 @@ struct Request {
   uint64_t number = 0; /* the connection's request count, from 0 */
   Observation obs;
   std::shared_ptr<GBytes> message;
-  std::string prompt; /* obs.prompt or the default */
-  uint64_t seed = 0;  /* the noise seed of this request */
+  std::string prompt;      /* obs.prompt or the default */
+  uint64_t seed = 0;       /* the noise seed of this request */
   int64_t received_us = 0; /* g_get_monotonic_time() when the message arrived */
 };
 
@@ -101,19 +101,20 @@ struct Reply {
 };
 
 struct ServerStats {
-  uint64_t connections = 0;      /* websocket sessions opened */
-  uint64_t open = 0;             /* open now */
-  uint64_t refused = 0;          /* HTTP requests refused: key, origin, capacity */
-  uint64_t requests = 0;         /* observations accepted */
-  uint64_t replies = 0;          /* chunks sent */
-  uint64_t errors = 0;           /* errors sent to clients (then closed) */
-  uint64_t dropped = 0;          /* answers for clients that had gone */
-  uint64_t timeouts = 0;         /* requests the pipeline did not answer in time */
-  uint64_t queued = 0;           /* requests waiting for pop() now */
-  uint64_t peers = 0;            /* TCP connections now (sessions, handshakes, probes, closing) */
-  uint64_t evicted = 0;          /* peers that were not sessions, closed to make room */
-  uint64_t hung = 0;             /* sessions closed for answering no ping (pong timeout) */
-  bool draining = false;         /* drain() was called */
+  uint64_t connections = 0; /* websocket sessions opened */
+  uint64_t open = 0;        /* open now */
+  uint64_t refused = 0;     /* HTTP requests refused: key, origin, capacity */
+  uint64_t requests = 0;    /* observations accepted */
+  uint64_t replies = 0;     /* chunks sent */
+  uint64_t errors = 0;      /* errors sent to clients (then closed) */
+  uint64_t dropped = 0;     /* answers for clients that had gone */
+  uint64_t timeouts = 0;    /* requests the pipeline did not answer in time */
+  uint64_t queued = 0;      /* requests waiting for pop() now */
+  uint64_t peers = 0;       /* TCP connections now (sessions, handshakes, probes, closing) */
+  uint64_t evicted = 0;     /* peers that were not sessions, closed to make room */
+  uint64_t hung = 0;        /* sessions closed for answering no ping (pong timeout) */
+  uint64_t fd_limited = 0;  /* peers closed or not accepted for the open-file limit */
+  bool draining = false;    /* drain() was called */
 };
 
 class Server

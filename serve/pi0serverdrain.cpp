@@ -30,8 +30,8 @@ Server::Impl::begin_drain ()
   draining = true;
   bump ([] (ServerStats &s) { s.draining = true; });
   /* New robots find the port closed (or, behind a Service, another replica). */
-  g_socket_service_stop (service);
-  g_socket_listener_close (G_SOCKET_LISTENER (service));
+  stop_accepting ();
+  g_socket_close (listener, nullptr);
   for (auto &kv : conns)
     if (!kv.second.in_flight && kv.second.waiting.empty ())
       close_going_away (kv.second);
@@ -104,8 +104,8 @@ void
 Server::Impl::begin_shutdown ()
 {
   shutting_down = true;
-  g_socket_service_stop (service);
-  g_socket_listener_close (G_SOCKET_LISTENER (service));
+  stop_accepting ();
+  g_socket_close (listener, nullptr);
   for (auto &kv : conns) {
     kv.second.closing = true;
     if (soup_websocket_connection_get_state (kv.second.ws) == SOUP_WEBSOCKET_STATE_OPEN)
@@ -156,10 +156,10 @@ Server::Impl::~Impl ()
     soup_server_disconnect (soup);
     g_object_unref (soup);
   }
-  if (service) {
-    g_socket_service_stop (service);
-    g_socket_listener_close (G_SOCKET_LISTENER (service));
-    g_object_unref (service);
+  stop_accepting ();
+  if (listener) {
+    g_socket_close (listener, nullptr);
+    g_object_unref (listener);
   }
   /* Streams soup still holds: forget them here rather than in a weak notify after we are
    * gone. */

@@ -5,10 +5,32 @@
 
 #include "serve/pi0serverauth.h"
 
+#include <sys/resource.h>
+
+#include <algorithm>
 #include <cstring>
 
 namespace pi0::serve
 {
+
+/* The file descriptors left for peers: the open-file limit, less those open now (the pipeline's,
+ * the listening socket) and a reserve. */
+static int
+fd_room_now (int reserve)
+{
+  struct rlimit rl;
+  if (getrlimit (RLIMIT_NOFILE, &rl) != 0)
+    return 1 << 20;
+  const rlim_t limit = rl.rlim_cur == RLIM_INFINITY ? (rlim_t)1 << 20 : rl.rlim_cur;
+  int open_now = 0;
+  if (GDir *d = g_dir_open ("/proc/self/fd", 0, nullptr)) {
+    while (g_dir_read_name (d))
+      open_now++;
+    g_dir_close (d);
+  }
+  return (int)std::max<rlim_t> (1, std::min<rlim_t> (limit, 1 << 20) -
+                                       std::min<rlim_t> (limit, (rlim_t)open_now + reserve));
+}
 
 bool
 Server::Impl::open (std::string *error)
@@ -23,22 +45,27 @@ Server::Impl::open (std::string *error)
     return false;
   }
   GSocketAddress *sa = g_inet_socket_address_new (addr, (guint16)cfg.port);
-  g_object_unref (addr);
-  service = g_socket_service_new ();
-  g_socket_listener_set_backlog (G_SOCKET_LISTENER (service), cfg.listen_backlog);
-  GSocketAddress *effective = nullptr;
   GError *err = nullptr;
-  gboolean ok =
-      g_socket_listener_add_address (G_SOCKET_LISTENER (service), sa, G_SOCKET_TYPE_STREAM,
-                                     G_SOCKET_PROTOCOL_TCP, nullptr, &effective, &err);
+  listener = g_socket_new (g_inet_address_get_family (addr), G_SOCKET_TYPE_STREAM,
+                           G_SOCKET_PROTOCOL_TCP, &err);
+  g_object_unref (addr);
+  GSocketAddress *effective = nullptr;
+  if (listener) {
+    g_socket_set_listen_backlog (listener, cfg.listen_backlog);
+    g_socket_set_blocking (listener, FALSE); /* on_acceptable takes until WOULD_BLOCK */
+    if (g_socket_bind (listener, sa, TRUE, &err) && g_socket_listen (listener, &err))
+      effective = g_socket_get_local_address (listener, &err);
+  }
   g_object_unref (sa);
-  if (!ok) {
-    *error = "cannot listen on " + cfg.host + ":" + std::to_string (cfg.port) + ": " + err->message;
-    g_error_free (err);
+  if (!effective) {
+    *error = "cannot listen on " + cfg.host + ":" + std::to_string (cfg.port) + ": " +
+             (err ? err->message : "no socket");
+    g_clear_error (&err);
     return false;
   }
   port = g_inet_socket_address_get_port (G_INET_SOCKET_ADDRESS (effective));
   g_object_unref (effective);
+  fd_room = fd_room_now (kFdReserve);
 
   soup = SOUP_SERVER (g_object_new (SOUP_TYPE_SERVER, "server-header", "gst-pi0", nullptr));
   soup_server_add_handler (soup, "/healthz", on_healthz, this, nullptr);
@@ -48,8 +75,7 @@ Server::Impl::open (std::string *error)
    * on the wire, GBs in memory). openpi's server runs with compression=None too; a client
    * that offers it is answered without it and sends plain frames. */
   soup_server_remove_websocket_extension (soup, SOUP_TYPE_WEBSOCKET_EXTENSION_DEFLATE);
-  g_signal_connect (service, "incoming", G_CALLBACK (on_incoming), this);
-  g_socket_service_start (service);
+  start_accepting ();
 
   tick = g_timeout_source_new_seconds (1);
   g_source_set_callback (tick, on_tick, this, nullptr);

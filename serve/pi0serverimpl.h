@@ -79,7 +79,15 @@ struct Server::Impl {
   const ServerSettings &cfg;
   std::string metadata;
   SoupServer *soup = nullptr;
-  GSocketService *service = nullptr;
+  /* The listening socket, accepted from by hand (not GSocketService, which on EMFILE logs a
+   * warning and tries again at once, forever: 100 % CPU and megabytes of log while robots wait). */
+  GSocket *listener = nullptr;
+  GSource *accept_source = nullptr, *accept_resume = nullptr;
+  /* File descriptors this server may hold for peers (sessions, handshakes, lingering closes):
+   * the open-file limit found at open(), less what the process held then and a reserve. */
+  int fd_room = 0;
+  gint64 last_fd_warning_us = 0;
+  uint64_t fd_failures_unreported = 0;
   GMainLoop *loop = nullptr;
   GSource *tick = nullptr, *quit_timer = nullptr;
   std::map<GSocketAddress *, Peer> peers;
@@ -123,8 +131,16 @@ struct Server::Impl {
   static constexpr size_t kLingerBytes = 64u << 20;
   std::vector<Lingering *> lingering;
 
+  static constexpr int kFdReserve = 32; /* for the pipeline, the model, logs, DNS... */
+  void start_accepting ();
+  void stop_accepting ();
+  static gboolean on_acceptable (GSocket *, GIOCondition, gpointer data);
+  void out_of_fds (const char *why);
   static gboolean on_incoming (GSocketService *, GSocketConnection *tcp, GObject *, gpointer data);
-  void make_room ();
+  /* False when there is no room for one more peer (the new one is then closed). */
+  bool make_room ();
+  void evict (Peer &p);
+  bool evict_oldest_pending (); /* false when every peer is a session */
   static void on_io_gone (gpointer data, GObject *);
   void forget_peer (GSocketAddress *key);
   static gboolean on_handshake_timeout (gpointer data);

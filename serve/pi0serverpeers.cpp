@@ -6,11 +6,106 @@
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 
 namespace pi0::serve
 {
+
+/* ---- Accepting ---- */
+
+void
+Server::Impl::start_accepting ()
+{
+  if (accept_source || !listener)
+    return;
+  accept_source = g_socket_create_source (listener, G_IO_IN, nullptr);
+  g_source_set_callback (accept_source, (GSourceFunc)(void (*) ())on_acceptable, this, nullptr);
+  g_source_attach (accept_source, g_main_context_get_thread_default ());
+}
+
+void
+Server::Impl::stop_accepting ()
+{
+  for (GSource **s : {&accept_source, &accept_resume})
+    if (*s) {
+      g_source_destroy (*s);
+      g_source_unref (*s);
+      *s = nullptr;
+    }
+}
+
+/* Takes what the kernel has queued (a bounded number per wake-up, so that sessions are served
+ * in between). Out of file descriptors anyway (other code of the process opened some): the
+ * oldest peer that is not a session is closed to make room; with none, accepting pauses for
+ * 100 ms rather than spinning on a queue it cannot take from. */
+gboolean
+Server::Impl::on_acceptable (GSocket *, GIOCondition, gpointer data)
+{
+  auto self = static_cast<Impl *> (data);
+  for (int n = 0; n < 64; n++) {
+    GError *err = nullptr;
+    GSocket *s = g_socket_accept (self->listener, nullptr, &err);
+    if (!s) {
+      const bool would_block = g_error_matches (err, G_IO_ERROR, G_IO_ERROR_WOULD_BLOCK);
+      const bool no_fds = g_error_matches (err, G_IO_ERROR, G_IO_ERROR_TOO_MANY_OPEN_FILES);
+      g_clear_error (&err);
+      if (would_block)
+        break;
+      if (no_fds) {
+        self->out_of_fds ("the process is out of file descriptors");
+        if (!self->evict_oldest_pending ()) {
+          /* Nothing to close: wait, and try again. */
+          if (self->accept_source) {
+            g_source_destroy (self->accept_source);
+            g_source_unref (self->accept_source);
+            self->accept_source = nullptr;
+          }
+          self->accept_resume = g_timeout_source_new (100);
+          g_source_set_callback (
+              self->accept_resume,
+              [] (gpointer d) -> gboolean {
+                auto impl = static_cast<Impl *> (d);
+                g_source_unref (impl->accept_resume);
+                impl->accept_resume = nullptr;
+                impl->start_accepting ();
+                return G_SOURCE_REMOVE;
+              },
+              self, nullptr);
+          g_source_attach (self->accept_resume, g_main_context_get_thread_default ());
+          return G_SOURCE_REMOVE; /* destroyed above */
+        }
+        break;
+      }
+      continue; /* a connection reset before it was taken, and the like */
+    }
+    GSocketConnection *tcp = g_socket_connection_factory_create_connection (s);
+    g_object_unref (s);
+    on_incoming (nullptr, tcp, nullptr, self);
+    g_object_unref (tcp);
+  }
+  return G_SOURCE_CONTINUE;
+}
+
+/* A counted warning, at most every 10 s. */
+void
+Server::Impl::out_of_fds (const char *why)
+{
+  bump ([] (ServerStats &s) { s.fd_limited++; });
+  fd_failures_unreported++;
+  const gint64 now = g_get_monotonic_time ();
+  if (last_fd_warning_us && now - last_fd_warning_us < 10 * G_USEC_PER_SEC)
+    return;
+  struct rlimit rl;
+  getrlimit (RLIMIT_NOFILE, &rl);
+  g_warning ("pi0serve: %s (open-file limit %llu, room for %d peers): %" G_GUINT64_FORMAT
+             " connections closed or delayed since the last warning; the oldest peers that are "
+             "not sessions are closed first. Raise the limit (ulimit -n) for more.",
+             why, (unsigned long long)rl.rlim_cur, fd_room, fd_failures_unreported);
+  last_fd_warning_us = now;
+  fd_failures_unreported = 0;
+}
 
 gboolean
 Server::Impl::on_incoming (GSocketService *, GSocketConnection *tcp, GObject *, gpointer data)
@@ -20,7 +115,11 @@ Server::Impl::on_incoming (GSocketService *, GSocketConnection *tcp, GObject *, 
     self->bump ([] (ServerStats &s) { s.refused++; });
     return TRUE; /* not kept: closed when GIO drops it */
   }
-  self->make_room ();
+  if (!self->make_room ()) {
+    self->out_of_fds ("no room for another peer");
+    g_io_stream_close (G_IO_STREAM (tcp), nullptr, nullptr);
+    return TRUE;
+  }
   GSocket *sock = g_socket_connection_get_socket (tcp);
   /* Small answers must leave at once, not wait for Nagle. */
   g_socket_set_option (sock, IPPROTO_TCP, TCP_NODELAY, 1, nullptr);
@@ -61,29 +160,66 @@ Server::Impl::on_incoming (GSocketService *, GSocketConnection *tcp, GObject *, 
 
 /* Before a new peer: when max_pending peers are not sessions, the oldest of them is closed
  * (a silent socket, a slow handshake, a probe kept alive). Sessions are not counted and never
- * closed here; they are bounded by max_clients when they ask to upgrade. */
-void
+ * closed here; they are bounded by max_clients when they ask to upgrade. And whatever their
+ * age, peers are closed to keep one file descriptor free under the open-file limit (fd_room),
+ * so that the next robot can always be accepted: the oldest non-session first, then the oldest
+ * lingering close; with neither, false (no room). */
+bool
 Server::Impl::make_room ()
 {
-  int pending = 0;
+  int pending = 0, holding = (int)lingering.size ();
   Peer *oldest = nullptr;
   for (auto &kv : peers) {
     Peer &p = kv.second;
-    if (p.upgraded || p.evicted)
+    if (p.evicted)
+      continue; /* its socket is closed */
+    holding++;
+    if (p.upgraded)
       continue;
     pending++;
     if (!oldest || p.accepted_us < oldest->accepted_us)
       oldest = &p;
+  }
+  if (holding + 1 >= fd_room) {
+    if (evict_oldest_pending ())
+      return true;
+    if (!lingering.empty ()) {
+      end_linger (lingering.front ());
+      return true;
+    }
+    return false;
   }
   /* Room for every session's handshake at once (robots reconnecting together), then
    * max_pending more; only a peer pending for a second or more is closed for a new one (a
    * robot's handshake takes milliseconds); a burst younger than that is kept whole. */
   if (pending < cfg.max_pending + cfg.max_clients || !oldest ||
       g_get_monotonic_time () - oldest->accepted_us < G_USEC_PER_SEC)
-    return;
-  oldest->evicted = true;
-  g_io_stream_close (G_IO_STREAM (oldest->tcp), nullptr, nullptr);
+    return true;
+  evict (*oldest);
+  return true;
+}
+
+void
+Server::Impl::evict (Peer &p)
+{
+  p.evicted = true;
+  g_io_stream_close (G_IO_STREAM (p.tcp), nullptr, nullptr);
   bump ([] (ServerStats &s) { s.evicted++; });
+}
+
+bool
+Server::Impl::evict_oldest_pending ()
+{
+  Peer *oldest = nullptr;
+  for (auto &kv : peers)
+    if (!kv.second.upgraded && !kv.second.evicted &&
+        (!oldest || kv.second.accepted_us < oldest->accepted_us))
+      oldest = &kv.second;
+  if (!oldest)
+    return false;
+  evict (*oldest);
+  bump ([] (ServerStats &s) { s.fd_limited++; });
+  return true;
 }
 
 void

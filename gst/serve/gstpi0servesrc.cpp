@@ -72,7 +72,6 @@ namespace
 
 namespace serve = pi0::serve;
 
-
 enum {
   PROP_0,
   PROP_SERVER,
@@ -153,7 +152,8 @@ make_stats (GstPi0ServeSrc *self)
       G_TYPE_UINT64, (guint64)s.errors, "dropped", G_TYPE_UINT64, (guint64)s.dropped, "timeouts",
       G_TYPE_UINT64, (guint64)s.timeouts, "queued", G_TYPE_UINT64, (guint64)s.queued, "peers",
       G_TYPE_UINT64, (guint64)s.peers, "evicted", G_TYPE_UINT64, (guint64)s.evicted, "hung",
-      G_TYPE_UINT64, (guint64)s.hung, "draining", G_TYPE_BOOLEAN, (gboolean)s.draining, nullptr);
+      G_TYPE_UINT64, (guint64)s.hung, "fd-limited", G_TYPE_UINT64, (guint64)s.fd_limited,
+      "draining", G_TYPE_BOOLEAN, (gboolean)s.draining, nullptr);
 }
 
 /* The "drain" action signal (serve::Server::drain()). */
@@ -259,15 +259,15 @@ gst_pi0_serve_src_start (GstBaseSrc *bsrc)
     ss.api_key = s.api_key;
     if (!s.api_key_file.empty ()) {
       if (!s.api_key.empty ()) {
-        GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS,
-                           ("Set api-key or api-key-file, not both."), (nullptr));
+        GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS, ("Set api-key or api-key-file, not both."),
+                           (nullptr));
         return FALSE;
       }
       if (!read_key_file (s.api_key_file, &ss.api_key, &err)) {
-        GST_ELEMENT_ERROR (self, RESOURCE, OPEN_READ,
-                           ("Cannot read the API key from '%s': %s", s.api_key_file.c_str (),
-                            err.c_str ()),
-                           (nullptr));
+        GST_ELEMENT_ERROR (
+            self, RESOURCE, OPEN_READ,
+            ("Cannot read the API key from '%s': %s", s.api_key_file.c_str (), err.c_str ()),
+            (nullptr));
         return FALSE;
       }
     }
@@ -295,19 +295,17 @@ gst_pi0_serve_src_start (GstBaseSrc *bsrc)
 
     auto srv = serve::Server::get (s.server);
     if (!srv->start (ss, &err)) {
-      GST_ELEMENT_ERROR (self, RESOURCE, OPEN_READ_WRITE,
-                         ("Cannot start the policy server '%s': %s", s.server.c_str (),
-                          err.c_str ()),
-                         (nullptr));
+      GST_ELEMENT_ERROR (
+          self, RESOURCE, OPEN_READ_WRITE,
+          ("Cannot start the policy server '%s': %s", s.server.c_str (), err.c_str ()), (nullptr));
       return FALSE;
     }
     GST_INFO_OBJECT (self, "serving on %s:%d with mapping '%s'", s.host.c_str (), srv->port (),
                      ss.mapping.name.c_str ());
 
     /* Requests come when robots ask: a variable rate (0/1). */
-    GstCaps *caps = gst_pi0_observation_caps_new (pi0::kViewNames, pi0::kNumViews,
-                                                  pi0::kViewNames[0], ss.mapping.state_dim, 0, 1,
-                                                  FALSE);
+    GstCaps *caps = gst_pi0_observation_caps_new (
+        pi0::kViewNames, pi0::kNumViews, pi0::kViewNames[0], ss.mapping.state_dim, 0, 1, FALSE);
     {
       std::lock_guard<std::mutex> lk (self->priv->lock);
       self->priv->state.server = srv;
@@ -438,10 +436,9 @@ build_observation (GstPi0ServeSrc *self, serve::Server &srv, const serve::Reques
     if (!mem) {
       gst_buffer_unref (buf);
       srv.fail (r.client, r.number, "the server could not allocate memory for an image");
-      GST_ELEMENT_WARNING (self, RESOURCE, NO_SPACE_LEFT,
-                           ("Could not allocate %" G_GSIZE_FORMAT " bytes for an image.",
-                            iv.size ()),
-                           (nullptr));
+      GST_ELEMENT_WARNING (
+          self, RESOURCE, NO_SPACE_LEFT,
+          ("Could not allocate %" G_GSIZE_FORMAT " bytes for an image.", iv.size ()), (nullptr));
       return nullptr;
     }
     GstVideoInfo info;
@@ -560,7 +557,8 @@ gst_pi0_serve_src_class_init (GstPi0ServeSrcClass *klass)
   g_object_class_install_property (
       gobject_class, PROP_BOUND_PORT,
       g_param_spec_int ("bound-port", "Bound port",
-                        "The port the server listens on (0 when not running)", 0, 65535, 0, GST_PI0_PARAM_READ_ONLY));
+                        "The port the server listens on (0 when not running)", 0, 65535, 0,
+                        GST_PI0_PARAM_READ_ONLY));
   /**
    * GstPi0ServeSrc:api-key:
    *
@@ -576,8 +574,8 @@ gst_pi0_serve_src_class_init (GstPi0ServeSrcClass *klass)
   g_object_class_install_property (
       gobject_class, PROP_API_KEY_FILE,
       g_param_spec_string ("api-key-file", "API key file",
-                           "File whose first line is the API key (instead of api-key)",
-                           nullptr, GST_PI0_PARAM_READY));
+                           "File whose first line is the API key (instead of api-key)", nullptr,
+                           GST_PI0_PARAM_READY));
   /**
    * GstPi0ServeSrc:mapping:
    *
@@ -593,8 +591,8 @@ gst_pi0_serve_src_class_init (GstPi0ServeSrcClass *klass)
   g_object_class_install_property (
       gobject_class, PROP_MAX_MESSAGE_SIZE,
       g_param_spec_uint ("max-message-size", "Max message size",
-                         "Largest request in bytes; a client that sends more is disconnected",
-                         1024, 1u << 30, d.max_message, GST_PI0_PARAM_READY));
+                         "Largest request in bytes; a client that sends more is disconnected", 1024,
+                         1u << 30, d.max_message, GST_PI0_PARAM_READY));
   g_object_class_install_property (
       gobject_class, PROP_MAX_CLIENTS,
       g_param_spec_int ("max-clients", "Max clients",
@@ -615,9 +613,8 @@ gst_pi0_serve_src_class_init (GstPi0ServeSrcClass *klass)
    */
   g_object_class_install_property (
       gobject_class, PROP_SEED,
-      g_param_spec_uint64 ("seed", "Seed",
-                           "Noise seed: request N of each connection uses seed + N", 0,
-                           G_MAXUINT64, d.seed, GST_PI0_PARAM_READY));
+      g_param_spec_uint64 ("seed", "Seed", "Noise seed: request N of each connection uses seed + N",
+                           0, G_MAXUINT64, d.seed, GST_PI0_PARAM_READY));
   g_object_class_install_property (
       gobject_class, PROP_PROMPT,
       g_param_spec_string ("prompt", "Default prompt",
@@ -652,10 +649,9 @@ gst_pi0_serve_src_class_init (GstPi0ServeSrcClass *klass)
    * answers to what it has sent and is then closed with 1001 (going away), so its robot
    * reconnects elsewhere. The pipeline keeps running: stop it once the `open` stat is 0.
    */
-  g_signal_new_class_handler ("drain", G_TYPE_FROM_CLASS (klass),
-                              (GSignalFlags)(G_SIGNAL_RUN_LAST | G_SIGNAL_ACTION),
-                              G_CALLBACK (gst_pi0_serve_src_drain), nullptr, nullptr, nullptr,
-                              G_TYPE_NONE, 0);
+  g_signal_new_class_handler (
+      "drain", G_TYPE_FROM_CLASS (klass), (GSignalFlags)(G_SIGNAL_RUN_LAST | G_SIGNAL_ACTION),
+      G_CALLBACK (gst_pi0_serve_src_drain), nullptr, nullptr, nullptr, G_TYPE_NONE, 0);
 
   gst_element_class_add_static_pad_template (element_class, &src_template);
   gst_element_class_set_static_metadata (

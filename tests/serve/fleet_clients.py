@@ -157,6 +157,12 @@ def case_lockout(args):
     """--silent sockets that never finish a handshake (half of them trickle a byte of a request
     line now and then, slowloris), reopened whenever the server cuts one, while a robot connects
     and asks 20 times: every try must succeed."""
+    import resource
+
+    # A flood larger than the server's open-file limit needs a client with a larger one.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < args.silent + 256 <= hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (args.silent + 256, hard))
     stop = threading.Event()
     opened = [0]
 

@@ -28,6 +28,8 @@
 #include "serve/pi0mapping.h"
 #include "common/pi0transformnames.h"
 
+#include <sys/resource.h>
+
 #include <gst/gst.h>
 #include <gst/pi0/pi0.h>
 
@@ -195,7 +197,9 @@ struct Element {
 std::string
 range_text (GParamSpec *p)
 {
-  auto span = [] (auto lo, auto hi) { return std::to_string (lo) + ".." + std::to_string (hi); };
+  auto span = [] (auto lo, auto hi) {
+    return std::to_string (lo) + ".." + std::to_string (hi);
+  };
   if (G_IS_PARAM_SPEC_INT (p))
     return span (G_PARAM_SPEC_INT (p)->minimum, G_PARAM_SPEC_INT (p)->maximum);
   if (G_IS_PARAM_SPEC_UINT (p))
@@ -301,8 +305,8 @@ launch_line (const std::vector<Element> &chain)
 {
   std::string line = "gst-launch-1.0";
   for (size_t i = 0; i < chain.size (); i++) {
-    line += (i ? " ! " : " ") +
-            std::string (GST_OBJECT_NAME (gst_element_get_factory (chain[i].e)));
+    line +=
+        (i ? " ! " : " ") + std::string (GST_OBJECT_NAME (gst_element_get_factory (chain[i].e)));
     for (const auto &[k, v] : chain[i].props)
       line += " " + shell_word (k + "=" + launch_value (v));
   }
@@ -392,6 +396,15 @@ main (int argc, char **argv)
   }
   g_option_context_free (ctx);
 
+  /* Every robot, handshake and silent socket is a file descriptor: the soft open-file limit
+   * goes up to the hard one (1024 is a shell's, a systemd service's and a container's usual
+   * soft limit, with a hard limit far above). The server keeps within whatever it gets. */
+  struct rlimit rl;
+  if (getrlimit (RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit (RLIMIT_NOFILE, &rl);
+  }
+
   if (o.print_mapping) {
     const std::string json = pi0::serve::mapping_preset_json (o.print_mapping);
     if (json.empty ()) {
@@ -477,20 +490,20 @@ main (int argc, char **argv)
 
   /* Then each element's own ranges and names (enum nicks), through one setter that records
    * what it set: --print-pipeline prints exactly that. */
-  std::vector<Element> chain = {{run.src, {}}, {prep, {}}, {queue, {}}, {infer, {}},
-                                {run.sink, {}}};
+  std::vector<Element> chain = {
+      {run.src, {}}, {prep, {}}, {queue, {}}, {infer, {}}, {run.sink, {}}};
   Element &src = chain[0], &pre = chain[1], &q = chain[2], &inf = chain[3];
   const int size = o.image_size != kUnset ? o.image_size
                                           : (g_str_equal (o.model, "builtin:pi0-tiny") ? 32 : 224);
-  bool ok = set_checked (src, "mapping", o.mapping ? o.mapping : "aloha", "--mapping") &&
-            set_checked (src, "host", o.host ? o.host : "127.0.0.1", "--host") &&
-            set_checked (src, "port", o.port, "--port") &&
-            set_checked (src, "max-clients", o.max_clients, "--max-clients") &&
-            set_checked (src, "max-message-size", o.max_message, "--max-message-size") &&
-            set_checked (src, "request-timeout",
-                         (gint64)std::llround (o.request_timeout * GST_SECOND),
-                         "--request-timeout") &&
-            set_checked (src, "seed", o.seed, "--seed");
+  bool ok =
+      set_checked (src, "mapping", o.mapping ? o.mapping : "aloha", "--mapping") &&
+      set_checked (src, "host", o.host ? o.host : "127.0.0.1", "--host") &&
+      set_checked (src, "port", o.port, "--port") &&
+      set_checked (src, "max-clients", o.max_clients, "--max-clients") &&
+      set_checked (src, "max-message-size", o.max_message, "--max-message-size") &&
+      set_checked (src, "request-timeout", (gint64)std::llround (o.request_timeout * GST_SECOND),
+                   "--request-timeout") &&
+      set_checked (src, "seed", o.seed, "--seed");
   ok = ok && set_given (src, "api-key-file", o.api_key_file, "--api-key-file") &&
        set_given (src, "metadata", o.metadata, "--metadata") &&
        set_given (src, "prompt", o.prompt, "--prompt") &&

@@ -8,6 +8,7 @@
  * Checked from the server's side: its counters, that every connection is gone at the end, and
  * that no file descriptor outlives the server. */
 
+#include <sys/resource.h>
 #include "serve/pi0server.h"
 #include "tests/pi0testserve.h"
 
@@ -128,6 +129,19 @@ protected:
     run_clients ("health", srv->port (), {});
     all_gone (*srv);
     srv->stop ();
+    /* And once with peers evicted: GLib opens one more eventfd for good the first time that
+     * happens in a process (seen since the server accepts by hand). */
+    auto evicting = Server::get ("warm-up-evicting");
+    ServerSettings s = settings ("aloha");
+    s.max_clients = 1;
+    s.max_pending = 1;
+    ASSERT_TRUE (evicting->start (s, &err)) << err;
+    {
+      StandIn policy (*evicting);
+      run_fleet ("lockout", evicting->port (), {"--silent", "8"});
+    }
+    all_gone (*evicting);
+    evicting->stop ();
   }
   void TearDown () override
   {
@@ -369,6 +383,41 @@ TEST_F (PolicyServer, SilentSocketsCannotLockRobotsOut)
   }
 }
 
+/* The same under an open-file limit of 1024 (a shell's, a systemd service's and a container's
+ * usual soft limit) with 1,100 silent sockets, more than the limit, and the default room for
+ * pending peers: the server keeps a descriptor free by closing the oldest non-sessions whatever
+ * their age, so accept never fails and the robot gets in every time. (Before: accept failed with
+ * EMFILE, GSocketService retried it at once forever, and robots waited 7-9 s.) */
+TEST_F (PolicyServer, SilentSocketsBeyondTheOpenFileLimitCannotLockRobotsOut)
+{
+  struct rlimit was;
+  ASSERT_EQ (getrlimit (RLIMIT_NOFILE, &was), 0);
+  if (was.rlim_max < 4096)
+    GTEST_SKIP () << "the hard open-file limit is " << was.rlim_max
+                  << "; the flood's client needs more than 1,400";
+  struct rlimit low = was;
+  low.rlim_cur = 1024;
+  ASSERT_EQ (setrlimit (RLIMIT_NOFILE, &low), 0);
+  auto srv = Server::get ("fdlimit");
+  std::string err;
+  /* The limit stays low for the whole run (the flood's client raises its own). */
+  struct Restore {
+    struct rlimit was;
+    ~Restore () { setrlimit (RLIMIT_NOFILE, &was); }
+  } restore{was};
+  ASSERT_TRUE (srv->start (settings ("aloha"), &err)) << err;
+  {
+    StandIn policy (*srv);
+    auto r = run_fleet ("lockout", srv->port (), {"--silent", "1100"});
+    EXPECT_TRUE (r.ok) << r.out;
+    EXPECT_TRUE (all_gone (*srv));
+    EXPECT_EQ (srv->stats ().replies, 20u);
+    EXPECT_GT (srv->stats ().fd_limited, 0u) << "the flood did not reach the limit";
+    EXPECT_GT (srv->stats ().evicted, 0u);
+  }
+  srv->stop ();
+}
+
 /* A robot that upgrades and then answers nothing (no pongs) is closed after a ping interval and
  * the pong timeout (1 s each here; 20 s each by default, as websockets). */
 TEST_F (PolicyServer, AHungRobotIsClosedByThePongTimeout)
@@ -471,8 +520,7 @@ TEST_F (PolicyServer, TheListenBacklogTakesABurstOfRobots)
   auto srv = Server::get ("backlog");
   std::string err;
   ASSERT_TRUE (srv->start (settings ("aloha"), &err)) << err;
-  const std::string cmd =
-      "ss -ltnH 'sport = :" + std::to_string (srv->port ()) + "' 2>/dev/null";
+  const std::string cmd = "ss -ltnH 'sport = :" + std::to_string (srv->port ()) + "' 2>/dev/null";
   gchar *out = nullptr;
   gint status = 1;
   const bool ran = g_spawn_command_line_sync (("sh -c \"" + cmd + "\"").c_str (), &out, nullptr,
