@@ -397,6 +397,15 @@ TEST (Pi0Sim, BadArgumentsAreClearErrors)
   /* pi0-sim robot: ports out of range, and no policy's end answering within --timeout. */
   r = pi0_sim ("robot --rtp-port 65530");
   EXPECT_EQ (r.status, 2);
+  /* An empty key would turn authentication off without a word; a key file must be readable. */
+  r = pi0_sim ("robot --key=");
+  EXPECT_EQ (r.status, 2);
+  EXPECT_NE (r.out.find ("--key: empty: an empty key would turn authentication off"),
+             std::string::npos)
+      << r.out;
+  r = pi0_sim ("robot --key-file /nonexistent/pi0-key");
+  EXPECT_EQ (r.status, 2);
+  EXPECT_NE (r.out.find ("--key-file: cannot read it"), std::string::npos) << r.out;
   r = pi0_sim ("robot --episodes 1 --timeout 1 --bind 127.0.0.1 --rtp-port 9 --port " +
                std::to_string (40000 + getpid () % 20000));
   EXPECT_EQ (r.status, 1);

@@ -21,6 +21,7 @@
  *       cameras and the state (with the task) as RTP to H, ports P to P+6; the actions on A:N;
  *       real time (pi0simremote.h)
  */
+#include "common/pi0file.h"
 #include "common/pi0json.h"
 #include "gst/gstpi0elements.h"
 #include "tools/pi0-sim/pi0simloop.h"
@@ -55,6 +56,7 @@ struct Args {
   std::string policy_host = "127.0.0.1", bind = "0.0.0.0";
   int rtp_port = 5600, port = 9870;
   unsigned gap_ms = 500;
+  std::string key; /* robot: HMAC key, empty for none */
   tsim::LoopOptions loop = [] {
     tsim::LoopOptions o;
     o.episodes = 10;
@@ -73,7 +75,8 @@ constexpr const char *kUsage =
     " [--blocks N] [--block-size M] [--real-time] [--robot-config F] [--timeout S]\n"
     "       pi0-sim robot [--policy-host H] [--rtp-port P] [--bind A] [--port N]"
     " [--episodes K] [--seed S] [--execute N] [--width W] [--height H] [--gap-ms G]"
-    " [--actuation-noise RAD] [--blocks N] [--block-size M] [--robot-config F]"
+    " [--key K | --key-file F] [--actuation-noise RAD] [--blocks N] [--block-size M] "
+    "[--robot-config F]"
     " [--timeout S]\n"
     "       (pi0-sim --help: every option)\n";
 
@@ -212,6 +215,28 @@ parse (int argc, char **argv, Args *a)
        whole (65535, [a] (auto n) { a->port = (int)n; })},
       {"gap-ms", "G", "robot: quiet time between episodes (default 500)",
        whole (60000, [a] (auto n) { a->gap_ms = (unsigned)n; })},
+      {"key", "K",
+       "robot: HMAC key shared with pi0actionsink's key: action frames must carry a valid "
+       "HMAC-SHA256 (others are dropped), and the feedback is signed with it",
+       [a] (const char *v) -> std::string {
+         if (!*v)
+           return "empty: an empty key would turn authentication off (omit --key to run "
+                  "without it)";
+         a->key = v;
+         return "";
+       }},
+      {"key-file", "F", "robot: read the HMAC key from a file (its whole content)",
+       [a] (const char *v) -> std::string {
+         std::string text, why;
+         if (!pi0::read_regular_file (v, 64 * 1024, &text, &why))
+           return "cannot read it: " + why;
+         if (text.empty ())
+           return std::string ("the file ") + v +
+                  " is empty: an empty key would turn "
+                  "authentication off";
+         a->key = text;
+         return "";
+       }},
   };
   gboolean lossless = FALSE, real_time = FALSE;
   std::vector<GOptionEntry> entries;
@@ -418,6 +443,7 @@ main (int argc, char **argv)
       r.rtp_port = a.rtp_port;
       r.port = a.port;
       r.gap_s = a.gap_ms / 1000.0;
+      r.key = a.key;
       Summary sum;
       sum.remote = true;
       if (!tsim::run_remote_robot (

@@ -34,9 +34,9 @@ struct LoopOptions {
   unsigned execute = 5;  /* rows of each chunk executed before the next observation */
   unsigned horizon = 10; /* the expert's chunk length */
   int camera_width = 224, camera_height = 224;
-  int prep_size = 224;    /* cudaprep's width and height: the model's image size */
-  std::string record;     /* a LeRobotDataset directory to append each episode to, or "" */
-  bool lossless = false;  /* record the cameras bit-exact (pi0lerobotsink lossless=true) */
+  int prep_size = 224;   /* cudaprep's width and height: the model's image size */
+  std::string record;    /* a LeRobotDataset directory to append each episode to, or "" */
+  bool lossless = false; /* record the cameras bit-exact (pi0lerobotsink lossless=true) */
   /* A directory: the main camera with pi0overlay's drawing of the chunk being run, one PNG per
    * observation (SEED-TICK.png), or "". */
   std::string overlay;

@@ -88,6 +88,7 @@ public:
     const World w (robot_, seed, o_.loop.scene);
     proto::ReceiverSettings rs;
     rs.robot = robot_;
+    rs.key = o_.key; /* frames without a valid HMAC are dropped, as pi0-robotsim drops them */
     proto::Receiver rx (rs);
     const GstClockTime give_up = now () + (GstClockTime)(o_.loop.timeout_s * GST_SECOND);
     for (GstClockTime next = now (), k = 0;; k++) {
@@ -121,6 +122,7 @@ public:
     episode_start_ = true;
     proto::ReceiverSettings rs;
     rs.robot = robot_;
+    rs.key = o_.key; /* frames without a valid HMAC are dropped, as pi0-robotsim drops them */
     proto::Receiver rx (rs);
     std::vector<Traced> trace{{world.joints (), 0}};
     const GstClockTime t0 = now ();
@@ -141,7 +143,7 @@ public:
       proto::Header h;
       if (rx.feedback (t, &h)) {
         std::vector<uint8_t> fb;
-        proto::encode (h, nullptr, "", fb);
+        proto::encode (h, nullptr, o_.key, fb); /* signed as the actions are */
         socket_.send_back (fb);
       }
       const uint64_t chunk = rx.executing (t).chunk_id;

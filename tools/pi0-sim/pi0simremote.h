@@ -28,6 +28,9 @@ struct RemoteOptions {
    * and until no action frame has come for a fifth of it, so that no chunk made from the last
    * episode's cameras runs in the next. */
   double gap_s = 0.5;
+  /* HMAC-SHA256 key shared with pi0actionsink's `key` (empty: none): action frames must carry
+   * it, and the feedback is signed with it. */
+  std::string key;
   /* The world, the episodes and their seeds, the cameras' size, rows executed per observation,
    * the robot configuration; timeout_s: how long to wait for the policy's first answer. */
   LoopOptions loop;
