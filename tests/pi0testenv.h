@@ -112,4 +112,19 @@ uninstrumented_child_env ()
   return env;
 }
 
+/* The environment of a child gst-launch-1.0 that loads this build's plugin: its plugin
+ * directory on both plugin paths, a registry of its own in @registry_dir (never the user's),
+ * and uninstrumented_child_env(). Returns (name, value) pairs to set. */
+inline std::vector<std::pair<std::string, std::string>>
+gst_child_env (const std::string &registry_dir)
+{
+  std::vector<std::pair<std::string, std::string>> env = {
+      {"GST_PLUGIN_PATH", build_root () + "/gst"},
+      {"GST_PLUGIN_PATH_1_0", build_root () + "/gst"},
+      {"GST_REGISTRY", registry_dir + "/registry.bin"}};
+  for (auto &kv : uninstrumented_child_env ())
+    env.push_back (kv);
+  return env;
+}
+
 } // namespace pi0test

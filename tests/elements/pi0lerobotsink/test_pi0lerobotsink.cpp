@@ -169,6 +169,22 @@ TEST (Pi0LeRobotSink, AGapIsCountedPostedAndKeptOrSplitAsAsked)
   }
 }
 
+/* The EOS or error that ends a run on @bus (nullptr when neither comes within 60 s), and the last
+ * "Recording stopped" warning before it in *@warning. */
+static MessagePtr
+until_the_end (GstBus *bus, std::string *warning)
+{
+  for (;;) {
+    MessagePtr m (gst_bus_timed_pop_filtered (
+        bus, 60 * GST_SECOND,
+        (GstMessageType)(GST_MESSAGE_ERROR | GST_MESSAGE_EOS | GST_MESSAGE_WARNING)));
+    if (!m || GST_MESSAGE_TYPE (m.get ()) != GST_MESSAGE_WARNING)
+      return m;
+    if (message_text (m.get ()).find ("Recording stopped") != std::string::npos)
+      *warning = message_text (m.get ());
+  }
+}
+
 /* At the base camera's 10th frame its caps change to 15 fps (a camera reconfigured mid-run). */
 static GstPadProbeReturn
 halve_the_rate (GstPad *pad, GstPadProbeInfo *, gpointer data)
@@ -214,16 +230,7 @@ TEST (Pi0LeRobotSink, AFrameRateChangeStopsTheRecordingNotThePipelineUnlessAsked
     ObjectPtr<GstBus> bus (gst_element_get_bus (pipe.get ()));
     ASSERT_NE (gst_element_set_state (pipe.get (), GST_STATE_PLAYING), GST_STATE_CHANGE_FAILURE);
     std::string warning;
-    MessagePtr m;
-    for (;;) {
-      m.reset (gst_bus_timed_pop_filtered (
-          bus.get (), 60 * GST_SECOND,
-          (GstMessageType)(GST_MESSAGE_ERROR | GST_MESSAGE_EOS | GST_MESSAGE_WARNING)));
-      if (!m || GST_MESSAGE_TYPE (m.get ()) != GST_MESSAGE_WARNING)
-        break;
-      if (message_text (m.get ()).find ("Recording stopped") != std::string::npos)
-        warning = message_text (m.get ());
-    }
+    MessagePtr m = until_the_end (bus.get (), &warning);
     ASSERT_NE (m, nullptr) << "neither EOS nor an error";
     gst_element_set_state (pipe.get (), GST_STATE_NULL);
     if (fail) {
@@ -285,16 +292,7 @@ TEST (Pi0LeRobotSink, ARecordingFailureStopsTheRecordingNotThePipelineUnlessAske
     ObjectPtr<GstBus> bus (gst_element_get_bus (pipe.get ()));
     ASSERT_NE (gst_element_set_state (pipe.get (), GST_STATE_PLAYING), GST_STATE_CHANGE_FAILURE);
     std::string warning;
-    MessagePtr m;
-    for (;;) {
-      m.reset (gst_bus_timed_pop_filtered (
-          bus.get (), 60 * GST_SECOND,
-          (GstMessageType)(GST_MESSAGE_ERROR | GST_MESSAGE_EOS | GST_MESSAGE_WARNING)));
-      if (!m || GST_MESSAGE_TYPE (m.get ()) != GST_MESSAGE_WARNING)
-        break;
-      if (message_text (m.get ()).find ("Recording stopped") != std::string::npos)
-        warning = message_text (m.get ());
-    }
+    MessagePtr m = until_the_end (bus.get (), &warning);
     ASSERT_NE (m, nullptr) << "neither EOS nor an error";
     gst_element_set_state (pipe.get (), GST_STATE_NULL);
     if (fail) {
@@ -480,10 +478,7 @@ TEST (Pi0LeRobotSinkRecord, KilledRecordingKeepsItsFinishedEpisodes)
   ASSERT_TRUE (start_robot (sim, vars, dir.path () + "/robot.jsonl"));
   auto env = vars;
   env["PI0_LINE"] = pipeline_line ("record-lerobot");
-  env["GST_PLUGIN_PATH"] = build_root () + "/gst";
-  env["GST_PLUGIN_PATH_1_0"] = build_root () + "/gst";
-  env["GST_REGISTRY"] = dir.path () + "/registry.bin";
-  for (auto &kv : uninstrumented_child_env ()) /* scripts/sanitize.sh's build */
+  for (auto &kv : gst_child_env (dir.path ()))
     env[kv.first] = kv.second;
   const gchar *argv[] = {"bash", "-c", "eval exec gst-launch-1.0 -q \"$PI0_LINE\"", nullptr};
   GSubprocessLauncher *l = g_subprocess_launcher_new (G_SUBPROCESS_FLAGS_STDOUT_SILENCE);

@@ -398,10 +398,7 @@ TEST (Pi0LeRobotSrc, HostileDatasetsGiveErrorsNamingTheFieldNeverAbortsOrHangs)
           location.c_str (), "episode=1", "ds.main", "!",   "fakesink", "ds.state",      "!",
           "fakesink",        nullptr};
       gchar **env = g_get_environ ();
-      env = g_environ_setenv (env, "GST_PLUGIN_PATH_1_0", (build_root () + "/gst").c_str (), TRUE);
-      env = g_environ_unsetenv (env, "GST_PLUGIN_PATH");
-      env = g_environ_setenv (env, "GST_REGISTRY", (dir.path () + "/registry.bin").c_str (), TRUE);
-      for (auto &kv : uninstrumented_child_env ()) /* scripts/sanitize.sh's build */
+      for (auto &kv : gst_child_env (dir.path ()))
         env = g_environ_setenv (env, kv.first.c_str (), kv.second.c_str (), TRUE);
       gchar *sout = nullptr, *serr = nullptr;
       gint status = 0;
