@@ -363,9 +363,11 @@ TEST (ProjectDocs, OnlyInferenceIncludesAllOfLibTorch)
     files++;
     std::stringstream lines (slurp (kRoot / p));
     std::string line;
-    while (std::getline (lines, line))
-      if (std::regex_search (line, all))
+    while (std::getline (lines, line)) {
+      if (std::regex_search (line, all)) {
         EXPECT_EQ (p.rfind ("inference/", 0), 0u) << p << " includes " << line;
+      }
+    }
   }
   EXPECT_GE (files, 200);
 }

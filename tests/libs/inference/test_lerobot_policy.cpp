@@ -168,7 +168,7 @@ TEST (LeRobotPolicy, Pi05AtRealWidthsThroughItsProcessorsMatchesLeRobot)
 /* pi0.5 and pi0 at full size (every real size but the vocabulary, which is the test
  * tokenizer's): about 11 GB of fp32 weights written by LeRobot and read by us, and minutes of CPU,
  * so by hand only (docs/testing.md): PI0_FULL_PARITY=1. */
-void
+static void
 expect_full_size_parity (const char *kind)
 {
   if (!std::getenv ("PI0_FULL_PARITY"))

@@ -139,7 +139,7 @@ TEST (OpenPolicy, EachRequestOfABatchGetsWhatItGetsAlone)
 }
 
 /* The largest |a - b| relative to the larger magnitude (at least 1). */
-double
+static double
 max_rel_diff (const at::Tensor &a, const at::Tensor &b)
 {
   const double scale =
