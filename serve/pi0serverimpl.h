@@ -140,6 +140,7 @@ struct Server::Impl {
   /* False when there is no room for one more peer (the new one is then closed). */
   bool make_room ();
   void evict (Peer &p);
+  void evict_for_fds (Peer &p); /* evict(), counted as fd_limited */
   bool evict_oldest_pending (); /* false when every peer is a session */
   static void on_io_gone (gpointer data, GObject *);
   void forget_peer (GSocketAddress *key);

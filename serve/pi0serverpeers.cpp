@@ -181,8 +181,10 @@ Server::Impl::make_room ()
       oldest = &p;
   }
   if (holding + 1 >= fd_room) {
-    if (evict_oldest_pending ())
+    if (oldest) { /* found above: no second scan */
+      evict_for_fds (*oldest);
       return true;
+    }
     if (!lingering.empty ()) {
       end_linger (lingering.front ());
       return true;
@@ -217,9 +219,15 @@ Server::Impl::evict_oldest_pending ()
       oldest = &kv.second;
   if (!oldest)
     return false;
-  evict (*oldest);
-  bump ([] (ServerStats &s) { s.fd_limited++; });
+  evict_for_fds (*oldest);
   return true;
+}
+
+void
+Server::Impl::evict_for_fds (Peer &p)
+{
+  evict (p);
+  bump ([] (ServerStats &s) { s.fd_limited++; });
 }
 
 void
