@@ -405,7 +405,9 @@ TEST (Pi0Sim, BadArgumentsAreClearErrors)
       << r.out;
   r = pi0_sim ("robot --key-file /nonexistent/pi0-key");
   EXPECT_EQ (r.status, 2);
-  EXPECT_NE (r.out.find ("--key-file: cannot read it"), std::string::npos) << r.out;
+  EXPECT_NE (r.out.find ("--key-file: cannot read the key file /nonexistent/pi0-key"),
+             std::string::npos)
+      << r.out;
   r = pi0_sim ("robot --episodes 1 --timeout 1 --bind 127.0.0.1 --rtp-port 9 --port " +
                std::to_string (40000 + getpid () % 20000));
   EXPECT_EQ (r.status, 1);

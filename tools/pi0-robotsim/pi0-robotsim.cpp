@@ -21,10 +21,10 @@
  *
  * The first line on stdout is always {"event":"listening",...,"port":N} (useful with --port 0). */
 
-#include "common/pi0file.h"
 #include "protocol/pi0frame.h"
 #include "protocol/pi0safety.h"
 #include "protocol/pi0session.h"
+#include "tools/common/pi0keyfile.h"
 
 #include <glib.h>
 
@@ -649,18 +649,10 @@ main (int argc, char **argv)
     o.key = key;
   }
   if (key_file) {
-    std::string text, why;
-    if (!pi0::read_regular_file (key_file, 64 * 1024, &text, &why)) {
-      fprintf (stderr, "pi0-robotsim: cannot read the key file %s\n", why.c_str ());
+    const std::string why = pi0::tools::read_hmac_key_file (key_file, &o.key);
+    if (!why.empty ()) {
+      fprintf (stderr, "pi0-robotsim: %s\n", why.c_str ());
       rc = 2;
-    } else if (text.empty ()) {
-      fprintf (stderr,
-               "pi0-robotsim: the key file %s is empty: an empty key would turn "
-               "authentication off\n",
-               key_file);
-      rc = 2;
-    } else {
-      o.key = text;
     }
   }
   if (log)

@@ -21,9 +21,9 @@
  *       cameras and the state (with the task) as RTP to H, ports P to P+6; the actions on A:N;
  *       real time (pi0simremote.h)
  */
-#include "common/pi0file.h"
 #include "common/pi0json.h"
 #include "gst/gstpi0elements.h"
+#include "tools/common/pi0keyfile.h"
 #include "tools/pi0-sim/pi0simloop.h"
 #include "tools/pi0-sim/pi0simremote.h"
 #include "sim/pi0simrender.h"
@@ -226,16 +226,8 @@ parse (int argc, char **argv, Args *a)
          return "";
        }},
       {"key-file", "F", "robot: read the HMAC key from a file (its whole content)",
-       [a] (const char *v) -> std::string {
-         std::string text, why;
-         if (!pi0::read_regular_file (v, 64 * 1024, &text, &why))
-           return "cannot read it: " + why;
-         if (text.empty ())
-           return std::string ("the file ") + v +
-                  " is empty: an empty key would turn "
-                  "authentication off";
-         a->key = text;
-         return "";
+       [a] (const char *v) {
+         return pi0::tools::read_hmac_key_file (v, &a->key);
        }},
   };
   gboolean lossless = FALSE, real_time = FALSE;
