@@ -27,6 +27,19 @@ configure_link (const LinkOptions &o, LinkConfig *out, std::string *error, std::
     return refuse ("hmac-key is empty: an empty key would turn authentication off",
                    "Set a non-empty key, or leave hmac-key unset to send without one.");
   const bool log = o.mode == SendMode::kLog;
+  const bool external = target.type == TargetType::kExternal;
+  if (external && o.hmac_key_set)
+    return refuse ("hmac-key does not apply to a " + target.scheme +
+                       ":// target: the link is in this process, and ROS 2 secures its own "
+                       "traffic (SROS 2)",
+                   "Leave hmac-key unset.");
+  if (external && o.format == Format::kJson)
+    return refuse ("format=json cannot be sent to a " + target.scheme + ":// target");
+  if (external && o.robot_config.empty () && !log)
+    return refuse ("A " + target.scheme +
+                       ":// target needs robot-config: the joint names of what it publishes "
+                       "come from its \"joints\"",
+                   "Set robot-config to the robot's JSON configuration.");
   if (log && target.is_network ())
     return refuse ("mode=log writes the policy's raw chunks and never goes to a robot: use a "
                    "file:// or stdout target");
@@ -64,6 +77,8 @@ configure_link (const LinkOptions &o, LinkConfig *out, std::string *error, std::
    * frames both ways. */
   ts.read_feedback =
       o.robot_feedback && binary && target.is_network () && o.mode == SendMode::kChunk;
+  if (external && ss.robot)
+    ts.joints = ss.robot->joint_names;
   out->target = std::move (target);
   out->sender = std::move (ss);
   out->transport = std::move (ts);
@@ -84,10 +99,12 @@ SenderLink::open (const LinkConfig &c, std::string *error)
 void
 SenderLink::pump (uint64_t now, bool tell_session)
 {
-  transport_.pump ([this, now] (const uint8_t *data, size_t len) {
-    if (const char *why = session_->robot_frame (now, data, len, out_))
-      pending_.robot_drops.push_back (why);
-  });
+  transport_.pump (
+      [this, now] (const uint8_t *data, size_t len) {
+        if (const char *why = session_->robot_frame (now, data, len, out_))
+          pending_.robot_drops.push_back (why);
+      },
+      now);
   if (tell_session)
     session_->link (now, transport_.up (), transport_.take_new_connection (), out_);
   deliver ();

@@ -105,10 +105,18 @@ parse_target (const std::string &t, Target *out, std::string *err)
     *out = r;
     return true;
   }
+  if (g_str_has_prefix (t.c_str (), "ros2://")) {
+    r.type = TargetType::kExternal;
+    r.scheme = "ros2";
+    r.uri = t;
+    *out = r;
+    return true;
+  }
   const bool udp = g_str_has_prefix (t.c_str (), "udp://");
   const bool tcp = g_str_has_prefix (t.c_str (), "tcp://");
   if (!udp && !tcp) {
-    *err = "target \"" + t + "\" is not udp://IP:PORT, tcp://IP:PORT, file:///path or stdout";
+    *err = "target \"" + t +
+           "\" is not udp://IP:PORT, tcp://IP:PORT, file:///path, stdout or ros2:///TOPIC";
     return false;
   }
   GUri *uri = g_uri_parse (t.c_str (), G_URI_FLAGS_NONE, nullptr);
@@ -146,7 +154,7 @@ Transport::open (const Target &target, const TransportSettings &s, std::string *
   s_ = s;
   backoff_ = s.reconnect_min_ns;
   error_.clear ();
-  if (target.is_network ()) {
+  if (target.type == TargetType::kUdp || target.type == TargetType::kTcp) {
     GInetAddress *ia = g_inet_address_new_from_string (target.host.c_str ());
     if (!ia) {
       *err = "\"" + target.host + "\" is not a numeric IP address";
@@ -163,8 +171,7 @@ Transport::open (const Target &target, const TransportSettings &s, std::string *
        * reads. */
       struct stat st;
       if (fstat (STDOUT_FILENO, &st) != 0) {
-        *err = std::string ("target=stdout, but standard output is closed: ") +
-               g_strerror (errno);
+        *err = std::string ("target=stdout, but standard output is closed: ") + g_strerror (errno);
         return false;
       }
       stdout_socket_ = S_ISSOCK (st.st_mode);
@@ -195,8 +202,35 @@ Transport::open (const Target &target, const TransportSettings &s, std::string *
     case TargetType::kTcp:
       /* The first connection attempt happens in pump(): open() must not wait on a peer. */
       return true;
+    case TargetType::kExternal: {
+      if (!s.external || s.external->abi != PI0_EXTERNAL_LINK_ABI ||
+          target.scheme != s.external->scheme) {
+        *err = "no link for " + target.scheme + ":// targets is loaded";
+        return false;
+      }
+      std::vector<const char *> names;
+      for (const std::string &j : s.joints)
+        names.push_back (j.c_str ());
+      char *why = nullptr;
+      external_ =
+          s.external->open (target.uri.c_str (), names.data (), (unsigned)names.size (), &why);
+      if (!external_) {
+        *err = why ? why : "the " + target.scheme + " link did not open";
+        g_free (why);
+        return false;
+      }
+      return true;
+    }
   }
   return false;
+}
+
+bool
+Transport::up () const
+{
+  if (target_.type == TargetType::kExternal)
+    return external_ && s_.external->up (external_);
+  return !is_network () || connected_;
 }
 
 void
@@ -212,11 +246,28 @@ Transport::close ()
   stdout_open_ = false;
   own_file_ = false;
   g_clear_object (&addr_);
+  if (external_)
+    s_.external->close (external_);
+  external_ = nullptr;
 }
 
 void
-Transport::pump (const FrameCallback &on_frame)
+Transport::pump (const FrameCallback &on_frame, uint64_t now_running)
 {
+  if (target_.type == TargetType::kExternal) {
+    if (!external_)
+      return;
+    /* What the robot side sends back goes to @on_frame only when feedback is read. */
+    const FrameCallback *cb = s_.read_feedback && on_frame ? &on_frame : nullptr;
+    s_.external->pump (
+        external_, now_running,
+        [] (void *ud, const uint8_t *d, size_t len) {
+          if (ud)
+            (*(const FrameCallback *)ud) (d, len);
+        },
+        (void *)cb);
+    return;
+  }
   if (target_.type == TargetType::kUdp)
     read_udp (on_frame);
   if (target_.type != TargetType::kTcp)
@@ -346,8 +397,7 @@ Transport::write (const uint8_t *data, size_t len)
       errno = 0;
       if (fwrite (data, 1, len, file_) != len || fflush (file_) != 0) {
         /* A recording that loses data must say so: the caller posts this. */
-        error_ = std::string ("writing to ") +
-                 target_.path +
+        error_ = std::string ("writing to ") + target_.path +
                  " failed: " + g_strerror (errno ? errno : EIO);
         return SendResult::kFailed;
       }
@@ -359,6 +409,9 @@ Transport::write (const uint8_t *data, size_t len)
       g_clear_error (&e);
       return n == (gssize)len ? SendResult::kSent : SendResult::kDropped;
     }
+    case TargetType::kExternal:
+      return external_ && s_.external->send (external_, data, len) == 0 ? SendResult::kSent
+                                                                        : SendResult::kDropped;
     case TargetType::kTcp: {
       if (!connected_ || len > s_.max_send_buffer)
         return SendResult::kDropped;

@@ -8,6 +8,7 @@
  * or memory, and a peer that talks too much is read a bounded amount per pump(). GIO, no
  * GStreamer; not thread-safe (the caller holds its lock). */
 
+#include "protocol/pi0external.h"
 #include "protocol/pi0session.h"
 
 #include <cstddef>
@@ -24,19 +25,26 @@ typedef struct _GInetSocketAddress GInetSocketAddress;
 namespace pi0::proto
 {
 
-enum class TargetType { kUdp, kTcp, kFile, kStdout };
+/* kExternal: a link outside this library (`ros2://`, pi0external.h). */
+enum class TargetType { kUdp, kTcp, kFile, kStdout, kExternal };
 
 struct Target {
   TargetType type = TargetType::kStdout;
   std::string host; /* numeric IP address (udp, tcp) */
   uint16_t port = 0;
-  std::string path; /* file */
-  bool is_network () const { return type == TargetType::kUdp || type == TargetType::kTcp; }
+  std::string path;   /* file */
+  std::string scheme; /* external: "ros2" */
+  std::string uri;    /* external: the whole target, for the link to read */
+  /* A link to a robot (frames both ways, binary, never a log). */
+  bool is_network () const
+  {
+    return type == TargetType::kUdp || type == TargetType::kTcp || type == TargetType::kExternal;
+  }
 };
 
-/* `udp://IP:PORT`, `tcp://IP:PORT`, `file:///path` or `stdout`. Numeric addresses only: a name
- * would need a blocking lookup, and an action target should be an explicit address. False with
- * a message otherwise. */
+/* `udp://IP:PORT`, `tcp://IP:PORT`, `file:///path`, `stdout` or `ros2:///TOPIC[?...]` (read by
+ * the pi0ros2 plugin's link, not here). Numeric addresses only: a name would need a blocking
+ * lookup, and an action target should be an explicit address. False with a message otherwise. */
 bool parse_target (const std::string &uri, Target *out, std::string *error);
 
 struct TransportSettings {
@@ -50,6 +58,10 @@ struct TransportSettings {
    * the robot sends is read and thrown away (TCP, to notice a close) or left unread (UDP). */
   bool read_feedback = false;
   size_t max_read_per_pump = 64 * 1024; /* bytes read from the robot per pump() at most */
+  /* external targets: the link's table (from the plugin that serves the scheme) and the robot
+   * configuration's joint names. */
+  const Pi0ExternalLink *external = nullptr;
+  std::vector<std::string> joints;
 };
 
 enum class SendResult {
@@ -90,7 +102,7 @@ public:
   /* Drives TCP: completes a pending connect, retries with backoff, flushes the queue, notices a
    * closed peer. Reads what the robot sent (read_feedback) and calls @on_frame for each
    * candidate frame. Cheap when nothing is to be done. */
-  void pump (const FrameCallback &on_frame = nullptr);
+  void pump (const FrameCallback &on_frame = nullptr, uint64_t now = kTimeNone);
   /* Sends or queues one frame. Frames never wait for a peer: with no connection they are
    * dropped (a reconnect starts a new session and must not replay old actions). */
   SendResult write (const uint8_t *data, size_t len);
@@ -100,7 +112,7 @@ public:
   /* True once after each new TCP connection (the caller starts a new session on it). */
   bool take_new_connection ();
   /* The link can carry frames now (always for files and UDP). */
-  bool up () const { return !is_network () || connected_; }
+  bool up () const;
   bool is_network () const { return target_.is_network (); }
   uint64_t reconnects () const { return reconnects_; }
   const TransportCounters &counters ();
@@ -124,6 +136,7 @@ private:
   TransportSettings s_;
   GInetSocketAddress *addr_ = nullptr;
   GSocket *sock_ = nullptr;
+  void *external_ = nullptr; /* the external link's handle */
   FILE *file_ = nullptr;
   bool own_file_ = false;
   bool stdout_open_ = false;

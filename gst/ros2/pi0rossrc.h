@@ -1,0 +1,85 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+/* What pi0rosjointsrc and pi0rosimagesrc share (docs/ros2.md): the node's and the
+ * subscription's properties, the node's life (made at start, gone at stop: a pipeline in NULL
+ * holds nothing of rcl), the wait for a message that unlock() cuts short, a message's stamp on
+ * the pipeline's running time, the LATENCY answer and rate-limited warnings. */
+
+#include "ros2/pi0rosnode.h"
+
+#include <gst/base/gstpushsrc.h>
+#include <gst/gst.h>
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+
+namespace pi0::ros
+{
+
+/* The properties both sources have, with their defaults. */
+struct SourceSettings {
+  std::string topic;
+  std::string node_name; /* "" = the element's name */
+  std::string ns;
+  std::string ros_args;
+  bool use_sim_time = false;
+  gint qos = 0; /* QosPreset: sensor-data */
+  gint depth = 5;
+  guint64 max_age = 500 * GST_MSECOND;  /* older stamps are dropped */
+  guint64 max_ahead = 50 * GST_MSECOND; /* stamps further ahead are dropped */
+  guint64 latency = 30 * GST_MSECOND;   /* reported downstream */
+};
+
+/* Property ids of the shared properties start at this one in each element. */
+enum { kSourcePropFirst = 100 };
+
+GType qos_preset_get_type (void);
+/* Installs topic, node-name, namespace, ros-args, use-sim-time, qos, depth, max-age, max-ahead
+ * and latency, with @d's values as defaults and @topic_blurb for the topic. */
+void install_source_properties (GObjectClass *klass, const SourceSettings &d,
+                                const char *topic_blurb);
+/* set/get of those properties; false for another id. */
+bool transfer_source_property (SourceSettings &s, guint prop_id, GValue *value, bool set);
+
+/* The node and the wait, for one source element. */
+class SourceNode
+{
+public:
+  /* Makes the node and subscribes @ts on the settings' topic. False with a message. */
+  bool open (GstElement *element, const SourceSettings &s, const rosidl_message_type_support_t *ts,
+             std::string *error);
+  void close ();
+  /* Waits for a message, 100 ms at a time, until one is there (true) or unlock() (false). */
+  bool wait_message ();
+  rcl_subscription_t *subscription () { return &sub_; }
+  Node &node () { return node_; }
+  /* From unlock/unlock_stop. */
+  void set_flushing (bool f);
+  bool flushing () const { return flushing_; }
+
+  /* A message's stamp (ROS time, ns) as the element's running time now: false when neither the
+   * clock nor ROS time is known yet. *age_ns: how long ago the stamp was, on the ROS clock. */
+  bool age_of (int64_t stamp_ns, int64_t *age_ns);
+  static uint64_t running_now (GstElement *element);
+
+private:
+  Node node_;
+  rcl_subscription_t sub_ = rcl_get_zero_initialized_subscription ();
+  bool sub_ok_ = false;
+  std::atomic<bool> flushing_{false};
+};
+
+/* At most one warning per second per kind (a flood of bad messages must not flood the bus). */
+class WarnLimiter
+{
+public:
+  bool allow (unsigned kind);
+
+private:
+  gint64 last_[16] = {};
+};
+
+} // namespace pi0::ros
