@@ -14,12 +14,16 @@ its last process. Only the standard library is used: any Python runs it.
 
 What was checked about Fast DDS (rmw_fastrtps_cpp, Jazzy's 2.14 and Kilted's 3.2) in such a
 namespace, with nothing configured: participants discover each other over lo within about
-0.2 s; data between processes then goes through shared memory (/dev/shm/fastrtps_*). Two
-namespaces on one host stay apart, because discovery goes over UDP, which the namespace confines.
-Shared memory is NOT confined by a network namespace (/dev/shm is the host's): with
-FASTDDS_BUILTIN_TRANSPORTS=SHM (or an XML profile with only the SHM transport) processes in
-different namespaces, or one in a namespace and one on the host, discover each other and talk.
-So never restrict Fast DDS to shared memory here; ros_env() removes that variable.
+0.2 s (also with UDP alone, FASTDDS_BUILTIN_TRANSPORTS=UDPv4, although lo has no MULTICAST
+flag; also with ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST; a Jazzy and a Kilted process talk);
+data between processes then goes through shared memory (/dev/shm/fastrtps_* for Jazzy,
+fastdds_* for Kilted). Two namespaces side by side stay apart, because discovery goes over UDP,
+which the namespace confines. Shared memory is NOT confined by a network namespace (/dev/shm is
+the host's): with FASTDDS_BUILTIN_TRANSPORTS=SHM, processes in two different namespaces
+discovered each other and exchanged messages (a process on the host would share that /dev/shm
+too; not tried, since no ROS process runs outside a namespace here). So never restrict Fast DDS
+to shared memory here; ros_env() removes that variable, and takes a ROS_DOMAIN_ID for runs that
+want a second fence.
 
 CLI:
     ros2_netns.py check                    exit 0 if a namespace can be made, else 77 and why

@@ -9,6 +9,8 @@ this project's code). One scenario per run; prints "ready" once its publishers e
   ros2_publish.py wrong-type      a std_msgs/String on /joint_states (same name, other type;
                                   a process of its own: one participant cannot hold both types)
   ros2_publish.py good-joints     JointState j1..j3 at 50 Hz
+  ros2_publish.py stamps          JointState stamped 300, 100 or 0 ms before it is published
+                                  (j1 = that age in ms)
   ros2_publish.py flood           JointState as fast as it can for --seconds
   ros2_publish.py sim-time        /clock from 1000 s, and JointState stamped on it
   ros2_publish.py camera-stops    one camera that publishes, then stops, then publishes again
@@ -70,7 +72,7 @@ def main():
         return False
 
     period = 0.02
-    if a.scenario in ("joints-bad", "good-joints", "flood"):
+    if a.scenario in ("joints-bad", "good-joints", "flood", "stamps"):
         matched(js)
     if a.scenario == "joints-bad":
         # Each round: one good sample (extra joints, any order), then every kind of bad one. A
@@ -113,6 +115,12 @@ def main():
     elif a.scenario == "wrong-type":
         for r in range(a.rounds):
             wrong.publish(String(data="not a joint state"))
+            time.sleep(period)
+    elif a.scenario == "stamps":
+        for r in range(a.rounds):
+            age_ms = (300, 100, 0)[r % 3]
+            js.publish(joint_state(node, JOINTS, [age_ms, 0, 0],
+                                   time.time_ns() - age_ms * 1_000_000))
             time.sleep(period)
     elif a.scenario == "good-joints":
         for r in range(a.rounds):

@@ -138,8 +138,8 @@ def encode_png(rgb):
 # Baseline JPEG, YCbCr 4:4:4. The Huffman tables are not the standard's: every DC category has
 # a 4-bit code and every AC symbol an 8-bit code (both canonical, declared in DHT), which any
 # baseline decoder reads and which needs no table written down here.
-_ZIGZAG = np.array(sorted(range(64), key=lambda n: (n // 8 + n % 8,
-                                                     n // 8 if (n // 8 + n % 8) % 2 else -(n // 8))))
+_ZIGZAG = np.array(sorted(range(64), key=lambda n: (n // 8 + n % 8,  # diagonal, then along it
+                                                     (n // 8) * (-1) ** (n // 8 + n % 8 + 1))))
 _DCT = np.array([[math.sqrt((1 if u == 0 else 2) / 8) * math.cos((2 * x + 1) * u * math.pi / 16)
                   for x in range(8)] for u in range(8)])
 _Q_LUMA = np.array([16, 11, 10, 16, 24, 40, 51, 61, 12, 12, 14, 19, 26, 58, 60, 55,
@@ -274,9 +274,8 @@ class Executor:
 
     def _splice(self, act_ns, make_plan):
         """Drop what was planned from act_ns on and append make_plan(position at act_ns)."""
-        kept = [p for p in self.plans if p.act_ns < act_ns] or self.plans[:1]
-        self.plans = kept
-        self.plans = kept + [make_plan(self.sample(act_ns)[0])]
+        self.plans = [p for p in self.plans if p.act_ns < act_ns] or self.plans[:1]
+        self.plans.append(make_plan(self.sample(act_ns)[0]))
 
     def prune(self, now_ns):
         while len(self.plans) > 1 and self.plans[1].act_ns <= now_ns:

@@ -15,6 +15,7 @@ the distro's venv. Exit 0 when every case passes, 1 otherwise."""
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -332,6 +333,72 @@ def case_joints_bad(a, tmp, py):
     check(0 < len(warns) <= 7 * 5, "warned, at most once a second per reason (%d)" % len(warns))
 
 
+def case_stamps(a, tmp, py):
+    """A message's header stamp is its buffer's time: PTS = running time now minus how long ago
+    it was stamped (ROS time), so samples stamped 300 and 100 ms before they were sent come out
+    that much earlier on the pipeline's clock than their arrival."""
+    pub = Peer([os.path.join(HERE, "ros2_publish.py"), "stamps", "--rounds", "90"], py,
+               os.path.join(tmp, "pub-stamps.log"))
+    got = []
+
+    def on_start(pipe):
+        def pull(sink):
+            s = sink.emit("pull-sample")
+            clock = pipe.get_clock()
+            now = clock.get_time() - pipe.get_base_time() if clock else None
+            b = s.get_buffer()
+            import array
+            v = array.array("f")
+            v.frombytes(b.extract_dup(0, b.get_size()))
+            got.append((now, b.pts, v[0]))
+            return Gst.FlowReturn.OK
+        sink = pipe.get_by_name("out")
+        sink.set_property("emit-signals", True)
+        sink.connect("new-sample", pull)
+
+    pipe, msgs = run_pipeline("pi0rosjointsrc joints=j1,j2,j3 max-age=1000000000 "
+                              "! appsink name=out sync=false", 3.5, on_start)
+    pub.stop()
+    ages = {}
+    for now, pts, age_ms in got:
+        if now is not None:
+            ages.setdefault(int(age_ms), []).append((now - pts) / 1e6)
+    for age_ms, seen in sorted(ages.items()):
+        seen.sort()
+        med = seen[len(seen) // 2]
+        print("   stamped %3d ms before sending: PTS %.1f ms before arrival (median of %d)"
+              % (age_ms, med, len(seen)))
+        # Transport and the pull add a few ms; the stamp's age is what must show.
+        check(age_ms <= med < age_ms + 25, "a stamp %d ms old maps %d ms back" % (age_ms, age_ms))
+    check(len(ages) == 3, "all three ages seen")
+
+
+def case_robot_vanishes(a, tmp, py):
+    """The robot (the controller subscribing, the joint states publishing) goes away mid-run:
+    the sink goes on publishing to nobody, reports no more FEEDBACK (a controller whose robot is
+    gone executes nothing), no error, and the pipeline stops at once."""
+    rec = os.path.join(tmp, "robot-gone.json")
+    robot = Peer([os.path.join(HERE, "ros2_robot.py"), "--joints", ",".join(ARM),
+                  "--cameras", "main:160x120:rgb8", "--fps", "15", "--rate", "50",
+                  "--controller", "arm_controller", "--record", rec, "--duration", "2.5"],
+                 py, os.path.join(tmp, "robot-gone.log"))
+    desc = ("pi0viewmux name=mux max-staleness=300000000 max-state-age=100000000 "
+            "! cudaprep width=32 height=32 ! queue max-size-buffers=1 leaky=downstream "
+            "! pi0infer model=builtin:pi0-tiny instruction=pick action-dims=7 "
+            "! pi0actionsink name=sink mode=chunk robot-config=%s "
+            "target=ros2:///arm_controller/joint_trajectory "
+            "pi0rosimagesrc topic=/main/image_raw ! queue ! mux.main "
+            "pi0rosjointsrc robot-config=%s ! queue ! mux.state" % (CONFIG, CONFIG))
+    pipe, msgs = run_pipeline(desc, 5.5)
+    robot.stop()
+    sk = stats(pipe, "sink")
+    print("   sink:", {k: sk[k] for k in ("sent", "feedback", "holds", "stops", "dropped")})
+    check(not msgs["error"], "no error when the robot goes: %s" % msgs["error"])
+    check(sk["sent"] > 0 and sk["feedback"] > 0, "chunks and reports while it was there")
+    # No camera, no state, no chunk: the sink's watchdog says STOP (an empty trajectory).
+    check(sk["stops"] >= 1, "the watchdog's STOP once it was gone")
+
+
 def case_images_bad(a, tmp, py):
     """Bad Image messages are dropped before any byte is read; the good ones (padded rows) come
     out with their stride."""
@@ -432,7 +499,8 @@ def case_camera_stops(a, tmp, py):
     check(not msgs["error"], "no error: %s" % msgs["error"])
 
 
-CASES = {"chain": case_chain, "feedback": case_feedback, "joints-bad": case_joints_bad,
+CASES = {"chain": case_chain, "feedback": case_feedback, "stamps": case_stamps,
+         "robot-vanishes": case_robot_vanishes, "joints-bad": case_joints_bad,
          "images-bad": case_images_bad, "wrong-type": case_wrong_type, "flood": case_flood,
          "sim-time": case_sim_time, "nobody": case_nobody, "camera-stops": case_camera_stops}
 
@@ -457,8 +525,10 @@ def main():
         if not ok:
             print("SKIP: every DDS test runs in a network namespace of its own, and %s" % why)
             return SKIP
-        env = dict(os.environ)
-        env.update(ros2_netns.ros_env(a.distro))
+        # A domain of the test's own and logs out of ~/.ros: Fast DDS also moves data through
+        # /dev/shm, which network namespaces do not separate (tests/ros2/ros2_netns.py).
+        log_dir = tempfile.mkdtemp(prefix="pi0-ros2-log-")
+        env = ros2_netns.ros_env(a.distro, domain_id=1 + os.getpid() % 100, log_dir=log_dir)
         env["PI0_ROS2_IN_NETNS"] = "1"
         env["GST_PLUGIN_PATH_1_0"] = "%s:%s" % (a.plugin_dir, a.pi0_plugin_dir)
         env["GST_REGISTRY"] = os.path.join(tempfile.gettempdir(),
@@ -471,6 +541,7 @@ def main():
             os.unlink(env["GST_REGISTRY"])
         except OSError:
             pass
+        shutil.rmtree(log_dir, ignore_errors=True)
         return r
     global Gst
     import gi

@@ -8,7 +8,8 @@ Exit 0: passed; 77: skipped (a line "SKIP: why": no ROS venv, no network namespa
 Any Python 3.8+ runs this part; it runs every ROS 2 process in a network namespace with only lo
 up (ros2_netns.py), with the venv's Python:
 
-  bad arguments  the robot exits 2 with a message on stderr
+  bad arguments  the robot exits 2 with a message on stderr; beside them, a robot that exits
+                 0 after --duration 1, having written its record
   robot          ros2_robot.py (rows padded, sensor cameras of every raw encoding, jpeg, png,
                  /arm_controller/commands) with the checker (--role checker) beside it:
                  joint states (every name, the robot's fixed order, stamps increasing),
@@ -16,8 +17,8 @@ up (ros2_netns.py), with the venv's Python:
                  stamped 200 ms ahead executed on time (judged by the stamps of /joint_states,
                  within 2 control periods), a stop by an empty trajectory, a refused trajectory
                  with an unknown joint; then the robot's --record against what was sent
-  sim time       ros2_robot.py --use-sim-time --duration (unpadded rows, best-effort joint
-                 states, no extra joints) with --role simcheck: /clock from 1000 s, stamps on it,
+  sim time       ros2_robot.py --use-sim-time (unpadded rows, best-effort joint states, no extra
+                 joints) with --role simcheck: /clock from 1000 s at real speed, stamps on it,
                  a command and a trajectory stamped on the simulated clock
 """
 import argparse
@@ -38,13 +39,11 @@ S = 1_000_000_000
 RATE = 50.0
 PERIOD_NS = int(S / RATE)
 TOL_NS = 2 * PERIOD_NS
+CLOCK_RATE_HZ = 100
 
 ROBOT_ARGS = ["--rate", str(RATE), "--fps", "20", "--pad-rows", "--commands-topic",
               "--cameras", "main:50x40:rgb8,side:40x30:bgr8,gray:30x20:mono8,rgba:20x10:rgba8,"
                            "bgra:20x10:bgra8,yuv:32x8:yuv422_yuy2,top:64x48:jpeg,shot:40x30:png"]
-# Long enough for the simcheck to start, discover and check on a busy machine (two of these
-# side by side on two cores take about 4 s to get there).
-SIM_DURATION_S = 7
 SIM_ARGS = ["--rate", str(RATE), "--fps", "20", "--use-sim-time", "--joints", "a,b,c",
             "--extra-joints", "", "--initial", "0.5,-0.5,1", "--state-qos", "best-effort",
             "--controller", "ctl", "--commands-topic", "/fwd/commands",
@@ -514,10 +513,24 @@ def orchestrate(args):
     bad = [["--cameras", "x:10x10:foo"], ["--joints", "a,a"], ["--rate", "0"],
            ["--initial", "1,2"], ["--cameras", "y:33x4:yuv422_yuy2"], ["--extra-joints",
                                                                       "joint1"]]
-    results = ros2_netns.run_in_netns([[py, robot_py] + b for b in bad], env=env, timeout=30)
+    # Beside them, a robot that stops by itself after --duration.
+    short = os.path.join(tmp, "duration.json")
+    results = ros2_netns.run_in_netns(
+        [[py, robot_py] + b for b in bad]
+        + [[py, robot_py, "--duration", "1", "--cameras", "", "--record", short]],
+        env=env, timeout=30)
     for b, r in zip(bad, results):
         check(r.returncode == 2 and "error:" in r.stderr, f"bad arguments {b}: exit 2 "
               f"(got {r.returncode}) with a message")
+    r = results[-1]
+    trace = []
+    if os.path.exists(short):
+        with open(short, encoding="utf-8") as f:
+            trace = json.load(f)["trace"]
+    check(r.returncode == 0 and not r.timed_out and r.stdout == "ready\n"
+          and 0.9 * S < trace[-1][0] - trace[0][0] < 1.1 * S if trace else False,
+          f"--duration 1: exit {r.returncode}, \"ready\", a record of "
+          f"{(trace[-1][0] - trace[0][0]) / S if trace else 0:.2f} s")
 
     phases = [("bad arguments", time.monotonic() - t_start)]
     record = os.path.join(tmp, "robot.json")
@@ -542,23 +555,22 @@ def orchestrate(args):
     phases.append(("robot", time.monotonic() - t_start - sum(t for _, t in phases)))
     record = os.path.join(tmp, "sim.json")
     results = ros2_netns.run_in_netns([
-        ros2_netns.Command([py, robot_py, "--duration", str(SIM_DURATION_S), "--record", record]
-                           + SIM_ARGS,
+        ros2_netns.Command([py, robot_py, "--record", record] + SIM_ARGS, daemon=True,
                            ready="ready", name="robot"),
         ros2_netns.Command([py, me, "--role", "simcheck", "--robot-args", json.dumps(SIM_ARGS)]
                            + (["-v"] if args.verbose else []), name="simcheck")],
         env=env, timeout=60)
     if args.verbose or any(r.returncode != 0 for r in results):
         show(results)
-    check(results[0].returncode == 0 and not results[0].timed_out,
-          "sim robot: exit 0 after --duration")
+    check(results[0].returncode == 0 and not results[0].timed_out, "sim robot: exit 0")
     counted = check.add(results[1].stdout)
     check(results[1].returncode == 0 and counted, "simcheck: passed")
     if check(os.path.exists(record), "sim robot: --record written"):
         with open(record, encoding="utf-8") as f:
             rec = json.load(f)
+        ran = (rec["trace"][-1][0] - rec["trace"][0][0]) / S
         check(rec["clock"] == "sim"
-              and rec["counters"]["clock_msgs_published"] > 0.7 * SIM_DURATION_S * 100
+              and rec["counters"]["clock_msgs_published"] > 0.7 * ran * CLOCK_RATE_HZ
               and rec["trace"][0][0] >= 1000 * S and rec["commands_topic"] == "/fwd/commands",
               "sim record: on the simulated clock")
 
