@@ -24,6 +24,8 @@ APT_PACKAGES=(
   libsoup-3.0-dev libmsgpack-cxx-dev
   libcairo2-dev
   iproute2
+  gobject-introspection libgirepository1.0-dev gir1.2-gstreamer-1.0 gir1.2-gst-plugins-base-1.0
+  python3-gi python3-gst-1.0 python3-numpy
 )
 
 missing=()
