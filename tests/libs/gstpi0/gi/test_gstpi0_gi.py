@@ -589,6 +589,70 @@ class BadCalls(unittest.TestCase):
         self.assertPi0Error(GstPi0.Error.INVALID, obs.get_view_buffer, Gst.Buffer.new(), 0)
 
 
+SOURCE = os.environ.get("PI0_SOURCE_ROOT", os.path.join(os.path.dirname(__file__), "../../../.."))
+EXAMPLES = os.path.join(SOURCE, "docs", "examples")
+
+
+def run_example(name, *args):
+    """docs/examples/<name> as a user runs it: python3 file.py, from a scratch directory."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as cwd:
+        r = subprocess.run([sys.executable, os.path.join(EXAMPLES, name), *args], cwd=cwd,
+                           capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        raise AssertionError(f"{name} exited {r.returncode}:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+    return r.stdout
+
+
+@unittest.skipUnless(Gst.ElementFactory.find("pi0infer"), "built without LibTorch")
+class Examples(unittest.TestCase):
+    def test_actions_numpy(self):
+        out = run_example("actions-numpy.py", "--frames", "12")
+        chunks = [line for line in out.splitlines() if line.startswith("chunk ")]
+        self.assertEqual(len(chunks), 12, out)
+        self.assertTrue(all(": 50x7 float32, inference " in line for line in chunks), out)
+        self.assertIn("12 action chunks", out)
+
+    def test_instruction_stats(self):
+        out = run_example("instruction-stats.py", "--at", "7", "--instruction", "fold it")
+        self.assertIn("pi0infer: 'fold it' from observation 7 on", out)
+        self.assertIn("pi0infer stats (pi0infer-stats):", out)
+        self.assertIn("  chunks = 30", out)
+        self.assertIn("pi0actionsink stats (pi0actionsink-stats):", out)
+        self.assertIn("  frames = 30", out)
+        self.assertIn("30 chunks logged", out)
+
+    def test_replay_compare(self):
+        out = run_example("replay-compare.py")
+        self.assertIn("30 recorded chunks, 30 replayed, 30 bitwise equal", out)
+
+    def test_observation_numpy(self):
+        out = run_example("observation-numpy.py", "--every", "1", "--top-frames", "3")
+        self.assertIn("  main  RGB  640x480, stride 1920, plane 0 (480, 1920)", out)
+        self.assertIn("  side  NV12 320x240, stride 320, plane 0 (240, 320)", out)
+        self.assertIn("  top   MASKED", out)
+        self.assertIn("masks [True, True, False]", out)
+        self.assertIn("tensor float32 [3, 3, 32, 32], masks [True, True, True]", out)
+
+
+class MetaDocQuotesTheExamples(unittest.TestCase):
+    def test_every_python_block_is_in_an_example(self):
+        with open(os.path.join(SOURCE, "docs", "meta.md")) as f:
+            doc = f.read()
+        section = doc[doc.index("## From Python"):]
+        blocks = section.split("```python\n")[1:]
+        self.assertGreaterEqual(len(blocks), 2)
+        examples = ""
+        for name in sorted(os.listdir(EXAMPLES)):
+            if name.endswith(".py"):
+                with open(os.path.join(EXAMPLES, name)) as f:
+                    examples += f.read() + "\n"
+        for block in blocks:
+            code = block[:block.index("```")]
+            self.assertIn(code, examples, "docs/meta.md quotes code no example runs")
+
+
 if __name__ == "__main__":
     if len(sys.argv) > 2 and sys.argv[1] == "--leak-child":
         kept = use_every_accessor(int(sys.argv[2]), keep=sys.argv[3:] == ["keep"])
