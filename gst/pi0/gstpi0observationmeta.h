@@ -86,7 +86,8 @@ typedef struct _GstPi0ObservationMeta GstPi0ObservationMeta;
  * @sequence: observation number, counting from 0 at each start of the muxer
  * @observation_time: running time of the observation (the base view's frame)
  * @n_views: number of entries in @views
- * @views: the views, in view order
+ * @views: the views, in view order; bindings read them with
+ *   gst_pi0_observation_meta_get_view()
  * @state_flags: #GstPi0StateFlags
  * @state_dim: number of floats in @state
  * @state: (type gpointer): the robot state vector (owned by the meta; %NULL when absent);
@@ -105,7 +106,17 @@ struct _GstPi0ObservationMeta {
   guint64 sequence;
   GstClockTime observation_time;
   guint n_views;
+#ifndef __GI_SCANNER__
   GstPi0View views[GST_PI0_MAX_VIEWS];
+#else
+  /* PyGObject cannot read an array of structs inside a struct (it logs a critical and gives an
+   * empty list): under another name the field keeps its place in the typelib while `views`
+   * is an AttributeError in Python. Bindings read the views with
+   * gst_pi0_observation_meta_get_view(). */
+  /*< private >*/
+  GstPi0View _gi_views[GST_PI0_MAX_VIEWS];
+  /*< public >*/
+#endif
   GstPi0StateFlags state_flags;
   guint state_dim;
   gfloat *state;
