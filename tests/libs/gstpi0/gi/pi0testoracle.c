@@ -391,3 +391,23 @@ pi0_test_oracle_actions_address (GstBuffer *buffer)
 
   return m ? (guint64)(guintptr)m->actions : 0;
 }
+
+/**
+ * pi0_test_oracle_make_device_tensor_buffer:
+ *
+ * Returns: (transfer full): a buffer whose tensor meta says its data is in CUDA memory (an
+ *   address no one may read: the test only shows that Python is refused it).
+ */
+GstBuffer *
+pi0_test_oracle_make_device_tensor_buffer (void)
+{
+  static guint8 never_read[64];
+  const gint64 shape[1] = {16};
+  GstBuffer *buf = gst_buffer_new ();
+  GstPi0TensorStorage *storage = gst_pi0_tensor_storage_new (never_read, sizeof (never_read),
+                                                             GST_PI0_DEVICE_CUDA, 0, NULL, NULL);
+
+  gst_buffer_add_pi0_tensor_meta (buf, storage, GST_PI0_DTYPE_FLOAT32, 1, shape);
+  gst_pi0_tensor_storage_unref (storage);
+  return buf;
+}

@@ -17,4 +17,6 @@ GstBuffer *pi0_test_oracle_make_buffer (void);
 
 guint64 pi0_test_oracle_actions_address (GstBuffer *buffer);
 
+GstBuffer *pi0_test_oracle_make_device_tensor_buffer (void);
+
 G_END_DECLS

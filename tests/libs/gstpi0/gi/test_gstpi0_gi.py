@@ -595,6 +595,13 @@ class BadCalls(unittest.TestCase):
         with self.assertRaises(OverflowError):
             GstPi0.buffer_add_pi0_action_meta_full(buf, -1, 3, None, None)
 
+    def test_device_memory_is_refused(self):
+        buf = Pi0TestOracle.make_device_tensor_buffer()
+        tensor = GstPi0.buffer_get_pi0_tensor_meta(buf)
+        self.assertEqual(tensor.device, GstPi0.Device.CUDA)
+        self.assertEqual(tensor.get_shape(), [16])
+        self.assertPi0Error(GstPi0.Error.UNAVAILABLE, tensor.get_data_buffer)
+
     def test_views_that_are_not_there(self):
         buf = Pi0TestOracle.make_buffer()
         obs = GstPi0.buffer_get_pi0_observation_meta(buf)
