@@ -572,7 +572,9 @@ class BadCalls(unittest.TestCase):
                          (GstPi0.buffer_get_pi0_observation_meta, (None,)),
                          (GstPi0.instruction_event_parse, (None,)),
                          (GstPi0.TensorStorage.new_from_bytes, (None,)),
-                         (GstPi0.observation_caps_new, (["main"], None, 0, 0, 1, False))]:
+                         (GstPi0.observation_caps_new, (["main"], None, 0, 0, 1, False)),
+                         # Not an enum value: PyGObject checks the enum's GType.
+                         (GstPi0.episode_event_new, (7, None))]:
             with self.assertRaises(TypeError, msg=fn.__name__):
                 fn(*args)
 
@@ -594,6 +596,18 @@ class BadCalls(unittest.TestCase):
         self.assertEqual(m.get_masks(), [])
         with self.assertRaises(OverflowError):
             GstPi0.buffer_add_pi0_action_meta_full(buf, -1, 3, None, None)
+
+    def test_c_api_guards_without_a_gerror_return_none_and_change_nothing(self):
+        # The functions without a GError check their input with GLib's guards, as GStreamer's
+        # do: a critical on stderr and None, never a crash nor a half-made meta.
+        buf = Pi0TestOracle.make_buffer()
+        obs = GstPi0.buffer_get_pi0_observation_meta(buf)
+        self.assertIsNone(obs.add_view("x" * GstPi0.VIEW_NAME_LEN))
+        self.assertEqual(obs.get_n_views(), 3)
+        tensor = GstPi0.buffer_get_pi0_tensor_meta(buf)
+        tensor.set_masks([True] * 9)
+        self.assertEqual(tensor.get_masks(), [True, False, True])
+        self.assertEqual(Oracle.describe(buf), Oracle.describe(Pi0TestOracle.make_buffer()))
 
     def test_device_memory_is_refused(self):
         buf = Pi0TestOracle.make_device_tensor_buffer()
