@@ -35,6 +35,8 @@ APT_PACKAGES=(
   libcairo2-dev
   iproute2
   libpython3-dev
+  gobject-introspection libgirepository1.0-dev gir1.2-gstreamer-1.0 gir1.2-gst-plugins-base-1.0
+  python3-gi python3-gst-1.0 python3-numpy
 )
 
 missing=()

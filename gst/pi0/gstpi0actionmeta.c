@@ -89,12 +89,49 @@ gst_pi0_action_meta_get_info (void)
 }
 
 /**
- * gst_buffer_add_pi0_action_meta:
+ * gst_pi0_action_flags_get_type:
+ *
+ * The #GstPi0ActionFlags as a GType, for bindings (nicks `non-finite`, `untrained`).
+ *
+ * Since: 0.4
+ */
+GType
+gst_pi0_action_flags_get_type (void)
+{
+  static gsize id = 0;
+  static const GFlagsValue values[] = {
+      {GST_PI0_ACTION_FLAG_NONE, "GST_PI0_ACTION_FLAG_NONE", "none"},
+      {GST_PI0_ACTION_FLAG_NON_FINITE, "GST_PI0_ACTION_FLAG_NON_FINITE", "non-finite"},
+      {GST_PI0_ACTION_FLAG_UNTRAINED, "GST_PI0_ACTION_FLAG_UNTRAINED", "untrained"},
+      {0, NULL, NULL}};
+  if (g_once_init_enter (&id))
+    g_once_init_leave (&id, g_flags_register_static ("GstPi0ActionFlags", values));
+  return (GType)id;
+}
+
+/**
+ * gst_buffer_get_pi0_action_meta:
+ * @buffer: a #GstBuffer
+ *
+ * Returns: (transfer none) (nullable): the action meta of @buffer, valid while @buffer lives
+ *   and keeps it, or %NULL.
+ */
+GstPi0ActionMeta *
+gst_buffer_get_pi0_action_meta (GstBuffer *buffer)
+{
+  g_return_val_if_fail (GST_IS_BUFFER (buffer), NULL);
+  return (GstPi0ActionMeta *)gst_buffer_get_meta (buffer, GST_PI0_ACTION_META_API_TYPE);
+}
+
+/**
+ * gst_buffer_add_pi0_action_meta: (skip)
  * @buffer: a writable buffer
  * @horizon: rows
  * @dim: columns
- * @actions: (array) (nullable): @horizon × @dim values to copy, or %NULL for zeros
+ * @actions: (nullable): @horizon × @dim values to copy, or %NULL for zeros
  * @model_id: (nullable): the policy's identifier
+ *
+ * Bindings use gst_buffer_add_pi0_action_meta_full(), which knows the length of @actions.
  *
  * Returns: (transfer none) (nullable): the meta, its flags computed from the values.
  */
@@ -120,9 +157,11 @@ gst_buffer_add_pi0_action_meta (GstBuffer *buffer, guint horizon, guint dim, con
 }
 
 /**
- * gst_pi0_action_meta_get_action:
+ * gst_pi0_action_meta_get_action: (skip)
  *
- * Returns: (transfer none) (array) (nullable): the @dim values of step @step, or %NULL.
+ * Bindings use gst_pi0_action_meta_get_row(), which gives the length.
+ *
+ * Returns: (transfer none) (nullable): the @dim values of step @step, or %NULL.
  */
 const gfloat *
 gst_pi0_action_meta_get_action (const GstPi0ActionMeta *meta, guint step)
@@ -160,4 +199,128 @@ gst_pi0_action_meta_check_finite (GstPi0ActionMeta *meta)
   else
     meta->flags = (GstPi0ActionFlags)(meta->flags | GST_PI0_ACTION_FLAG_NON_FINITE);
   return finite;
+}
+
+/**
+ * gst_buffer_add_pi0_action_meta_full:
+ * @buffer: a writable buffer
+ * @horizon: rows, > 0
+ * @dim: columns, > 0
+ * @actions: (array length=n_actions) (nullable): @horizon × @dim values to copy, row-major, or
+ *   %NULL for zeros
+ * @n_actions: number of values in @actions: @horizon × @dim (ignored when @actions is %NULL)
+ * @model_id: (nullable): the policy's identifier
+ * @error: return location for a #GST_PI0_ERROR
+ *
+ * gst_buffer_add_pi0_action_meta() with the length of @actions, and bad input reported as an
+ * error (a zero size, a length that is not @horizon × @dim, a buffer that is not writable)
+ * rather than as a GLib critical: what bindings call.
+ *
+ * Returns: (transfer none) (nullable): the meta, or %NULL with @error set.
+ *
+ * Since: 0.4
+ */
+GstPi0ActionMeta *
+gst_buffer_add_pi0_action_meta_full (GstBuffer *buffer, guint horizon, guint dim,
+                                     const gfloat *actions, gsize n_actions, const gchar *model_id,
+                                     GError **error)
+{
+  g_return_val_if_fail (GST_IS_BUFFER (buffer), NULL);
+  g_return_val_if_fail (error == NULL || *error == NULL, NULL);
+
+  if (horizon == 0 || dim == 0) {
+    g_set_error (error, GST_PI0_ERROR, GST_PI0_ERROR_INVALID,
+                 "an action chunk needs horizon > 0 and dim > 0 (got %u x %u)", horizon, dim);
+    return NULL;
+  }
+  if (actions && n_actions != (gsize)horizon * dim) {
+    g_set_error (error, GST_PI0_ERROR, GST_PI0_ERROR_INVALID,
+                 "%" G_GSIZE_FORMAT " action values given for horizon %u x dim %u (%" G_GSIZE_FORMAT
+                 " expected)",
+                 n_actions, horizon, dim, (gsize)horizon * dim);
+    return NULL;
+  }
+  if (!gst_buffer_is_writable (buffer)) {
+    g_set_error (error, GST_PI0_ERROR, GST_PI0_ERROR_NOT_WRITABLE,
+                 "the buffer is not writable: metas can only be added to a buffer with one "
+                 "reference");
+    return NULL;
+  }
+  return gst_buffer_add_pi0_action_meta (buffer, horizon, dim, actions, model_id);
+}
+
+/**
+ * gst_pi0_action_meta_get_actions:
+ * @meta: an action meta
+ * @n_actions: (out): number of values: horizon × dim
+ *
+ * Returns: (transfer none) (array length=n_actions): the chunk, row-major (horizon rows of dim
+ *   values), owned by @meta: a Python list of floats. For a numpy array without a copy, see
+ *   gst_buffer_get_pi0_actions().
+ *
+ * Since: 0.4
+ */
+const gfloat *
+gst_pi0_action_meta_get_actions (const GstPi0ActionMeta *meta, gsize *n_actions)
+{
+  g_return_val_if_fail (meta != NULL, NULL);
+  g_return_val_if_fail (n_actions != NULL, NULL);
+  *n_actions = meta->actions ? (gsize)meta->horizon * meta->dim : 0;
+  return meta->actions;
+}
+
+/**
+ * gst_pi0_action_meta_get_row:
+ * @meta: an action meta
+ * @row: the step, from 0 to horizon - 1
+ * @dim: (out): number of values (the meta's dim; 0 past the last row)
+ *
+ * Returns: (transfer none) (array length=dim) (nullable): the values of step @row, owned by
+ *   @meta, or %NULL past the last row.
+ *
+ * Since: 0.4
+ */
+const gfloat *
+gst_pi0_action_meta_get_row (const GstPi0ActionMeta *meta, guint row, guint *dim)
+{
+  const gfloat *values;
+
+  g_return_val_if_fail (meta != NULL, NULL);
+  g_return_val_if_fail (dim != NULL, NULL);
+  values = gst_pi0_action_meta_get_action (meta, row);
+  *dim = values ? meta->dim : 0;
+  return values;
+}
+
+/**
+ * gst_buffer_get_pi0_actions:
+ * @buffer: a buffer with a #GstPi0ActionMeta
+ *
+ * The action chunk of @buffer's action meta as the one read-only memory of a new buffer,
+ * without a copy: horizon × dim native-endian float32, row-major. The new buffer holds a
+ * reference to @buffer, so the values stay valid (and @buffer stays unwritable, so no one can
+ * remove the meta) for as long as the new buffer lives, whatever happens to the caller's
+ * @buffer. This is how Python reads a chunk as a numpy array (docs/meta.md).
+ *
+ * Returns: (transfer full) (nullable): the values, or %NULL when @buffer has no action meta.
+ *
+ * Since: 0.4
+ */
+GstBuffer *
+gst_buffer_get_pi0_actions (GstBuffer *buffer)
+{
+  GstPi0ActionMeta *meta;
+  GstBuffer *values;
+  gsize size;
+
+  g_return_val_if_fail (GST_IS_BUFFER (buffer), NULL);
+  meta = gst_buffer_get_pi0_action_meta (buffer);
+  if (!meta || !meta->actions)
+    return NULL;
+  size = (gsize)meta->horizon * meta->dim * sizeof (gfloat);
+  values = gst_buffer_new ();
+  gst_buffer_append_memory (values, gst_memory_new_wrapped (GST_MEMORY_FLAG_READONLY, meta->actions,
+                                                            size, 0, size, gst_buffer_ref (buffer),
+                                                            (GDestroyNotify)gst_buffer_unref));
+  return values;
 }

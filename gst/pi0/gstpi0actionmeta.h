@@ -3,6 +3,7 @@
 
 #include <gst/pi0/pi0-prelude.h>
 #include <gst/pi0/gstpi0caps.h>
+#include <gst/pi0/gstpi0error.h>
 
 G_BEGIN_DECLS
 
@@ -19,6 +20,9 @@ typedef enum {
   GST_PI0_ACTION_FLAG_UNTRAINED = (1 << 1),
 } GstPi0ActionFlags;
 
+GST_PI0_API GType gst_pi0_action_flags_get_type (void);
+#define GST_TYPE_PI0_ACTION_FLAGS (gst_pi0_action_flags_get_type ())
+
 typedef struct _GstPi0ActionMeta GstPi0ActionMeta;
 
 /**
@@ -30,7 +34,8 @@ typedef struct _GstPi0ActionMeta GstPi0ActionMeta;
  * @inference_time: how long inference took, in nanoseconds
  * @horizon: number of future actions (rows of @actions)
  * @dim: values per action (columns of @actions), in the robot's native units and order
- * @actions: @horizon × @dim float32, row-major, owned by the meta
+ * @actions: (type gpointer): @horizon × @dim float32, row-major, owned by the meta; bindings
+ *   read it with gst_pi0_action_meta_get_actions() or gst_buffer_get_pi0_actions()
  * @model_id: identifies the policy that made the chunk (owned, never %NULL)
  * @flags: #GstPi0ActionFlags
  * @done_time: running time at which the chunk was attached (#GST_CLOCK_TIME_NONE without a
@@ -60,8 +65,7 @@ GST_PI0_API GType gst_pi0_action_meta_api_get_type (void);
 GST_PI0_API const GstMetaInfo *gst_pi0_action_meta_get_info (void);
 #define GST_PI0_ACTION_META_INFO (gst_pi0_action_meta_get_info ())
 
-#define gst_buffer_get_pi0_action_meta(b)                                                          \
-  ((GstPi0ActionMeta *)gst_buffer_get_meta ((b), GST_PI0_ACTION_META_API_TYPE))
+GST_PI0_API GstPi0ActionMeta *gst_buffer_get_pi0_action_meta (GstBuffer *buffer);
 
 GST_PI0_API GstPi0ActionMeta *gst_buffer_add_pi0_action_meta (GstBuffer *buffer, guint horizon,
                                                               guint dim, const gfloat *actions,
@@ -70,5 +74,20 @@ GST_PI0_API GstPi0ActionMeta *gst_buffer_add_pi0_action_meta (GstBuffer *buffer,
 GST_PI0_API const gfloat *gst_pi0_action_meta_get_action (const GstPi0ActionMeta *meta, guint step);
 
 GST_PI0_API gboolean gst_pi0_action_meta_check_finite (GstPi0ActionMeta *meta);
+
+/* Introspectable companions (docs/meta.md, "From Python"). */
+GST_PI0_API GstPi0ActionMeta *gst_buffer_add_pi0_action_meta_full (GstBuffer *buffer, guint horizon,
+                                                                   guint dim, const gfloat *actions,
+                                                                   gsize n_actions,
+                                                                   const gchar *model_id,
+                                                                   GError **error);
+
+GST_PI0_API const gfloat *gst_pi0_action_meta_get_actions (const GstPi0ActionMeta *meta,
+                                                           gsize *n_actions);
+
+GST_PI0_API const gfloat *gst_pi0_action_meta_get_row (const GstPi0ActionMeta *meta, guint row,
+                                                       guint *dim);
+
+GST_PI0_API GstBuffer *gst_buffer_get_pi0_actions (GstBuffer *buffer);
 
 G_END_DECLS

@@ -31,11 +31,23 @@
  */
 #define GST_PI0_STATE_MEDIA_TYPE "application/x-pi0-state"
 
-/** Largest number of views one observation can hold. */
+/**
+ * GST_PI0_MAX_VIEWS:
+ *
+ * Largest number of views one observation can hold.
+ */
 #define GST_PI0_MAX_VIEWS 8
 
-/** Longest view name, including the terminating NUL. */
+/**
+ * GST_PI0_VIEW_NAME_LEN:
+ *
+ * Longest view name, including the terminating NUL.
+ */
 #define GST_PI0_VIEW_NAME_LEN 16
 
-/** Version of the meta structs declared by this library. */
+/**
+ * GST_PI0_META_VERSION:
+ *
+ * Version of the meta structs declared by this library.
+ */
 #define GST_PI0_META_VERSION 1

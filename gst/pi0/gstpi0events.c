@@ -23,6 +23,7 @@ gst_pi0_instruction_event_new (const gchar *instruction)
 
 /**
  * gst_pi0_instruction_event_parse:
+ * @event: any event
  * @instruction: (out) (transfer none) (optional): the instruction, valid while @event lives
  *
  * Returns: %TRUE when @event is an instruction event.
@@ -69,7 +70,28 @@ gst_pi0_episode_event_new (GstPi0EpisodeAction action, const gchar *task)
 }
 
 /**
+ * gst_pi0_episode_action_get_type:
+ *
+ * The #GstPi0EpisodeAction enum as a GType, for bindings (nicks `start`, `stop`, the event's
+ * `action` field).
+ *
+ * Since: 0.4
+ */
+GType
+gst_pi0_episode_action_get_type (void)
+{
+  static gsize id = 0;
+  static const GEnumValue values[] = {{GST_PI0_EPISODE_START, "GST_PI0_EPISODE_START", "start"},
+                                      {GST_PI0_EPISODE_STOP, "GST_PI0_EPISODE_STOP", "stop"},
+                                      {0, NULL, NULL}};
+  if (g_once_init_enter (&id))
+    g_once_init_leave (&id, g_enum_register_static ("GstPi0EpisodeAction", values));
+  return (GType)id;
+}
+
+/**
  * gst_pi0_episode_event_parse:
+ * @event: any event
  * @action: (out) (optional): start or stop
  * @task: (out) (transfer none) (optional): the task of a start, or %NULL
  *
@@ -119,10 +141,11 @@ gst_pi0_executing_event_new (guint64 chunk_id, guint row, GstClockTime time, gui
 
 /**
  * gst_pi0_executing_event_parse:
- * @chunk_id: (out) (optional):
- * @row: (out) (optional):
- * @time: (out) (optional):
- * @period: (out) (optional):
+ * @event: any event
+ * @chunk_id: (out) (optional): the #GstPi0ActionMeta sequence of the chunk being executed
+ * @row: (out) (optional): the row of that chunk that started at @time
+ * @time: (out) (optional): running time at which @row started
+ * @period: (out) (optional): the control period in ns
  *
  * Returns: %TRUE when @event is a well-formed executing event: an upstream custom event named
  *   #GST_PI0_EXECUTING_EVENT_NAME whose four fields are there with their types, a valid @time

@@ -36,6 +36,13 @@ GST_PI0_API GstEvent *gst_pi0_executing_event_new (guint64 chunk_id, guint row, 
 GST_PI0_API gboolean gst_pi0_executing_event_parse (GstEvent *event, guint64 *chunk_id, guint *row,
                                                     GstClockTime *time, guint64 *period);
 
+/**
+ * GST_PI0_EPISODE_EVENT_NAME:
+ *
+ * Structure name of the custom serialized downstream event that starts or ends an episode of
+ * a recorder: `pi0-episode, action=(string){start,stop}, task=(string)"..."` (the task only
+ * with a start, and optional).
+ */
 #define GST_PI0_EPISODE_EVENT_NAME "pi0-episode"
 
 /**
@@ -49,6 +56,9 @@ typedef enum {
   GST_PI0_EPISODE_START = 0,
   GST_PI0_EPISODE_STOP = 1,
 } GstPi0EpisodeAction;
+
+GST_PI0_API GType gst_pi0_episode_action_get_type (void);
+#define GST_TYPE_PI0_EPISODE_ACTION (gst_pi0_episode_action_get_type ())
 
 GST_PI0_API GstEvent *gst_pi0_episode_event_new (GstPi0EpisodeAction action, const gchar *task);
 

@@ -18,3 +18,33 @@ gst_pi0_meta_debug_ensure (void)
     g_once_init_leave (&done, 1);
   }
 }
+
+/**
+ * gst_pi0_error_quark:
+ *
+ * Returns: the #GST_PI0_ERROR domain.
+ *
+ * Since: 0.4
+ */
+G_DEFINE_QUARK (gst - pi0 - error - quark, gst_pi0_error)
+
+/**
+ * gst_pi0_error_get_type:
+ *
+ * The #GstPi0Error enum as a GType, for bindings.
+ *
+ * Since: 0.4
+ */
+GType
+gst_pi0_error_get_type (void)
+{
+  static gsize id = 0;
+  static const GEnumValue values[] = {
+      {GST_PI0_ERROR_INVALID, "GST_PI0_ERROR_INVALID", "invalid"},
+      {GST_PI0_ERROR_NOT_WRITABLE, "GST_PI0_ERROR_NOT_WRITABLE", "not-writable"},
+      {GST_PI0_ERROR_UNAVAILABLE, "GST_PI0_ERROR_UNAVAILABLE", "unavailable"},
+      {0, NULL, NULL}};
+  if (g_once_init_enter (&id))
+    g_once_init_leave (&id, g_enum_register_static ("GstPi0Error", values));
+  return (GType)id;
+}

@@ -101,6 +101,79 @@ gst_pi0_observation_meta_get_info (void)
 }
 
 /**
+ * gst_pi0_view_flags_get_type:
+ *
+ * The #GstPi0ViewFlags as a GType, for bindings (nicks `valid`, `cuda`, `skewed`).
+ *
+ * Since: 0.4
+ */
+GType
+gst_pi0_view_flags_get_type (void)
+{
+  static gsize id = 0;
+  static const GFlagsValue values[] = {
+      {GST_PI0_VIEW_FLAG_NONE, "GST_PI0_VIEW_FLAG_NONE", "none"},
+      {GST_PI0_VIEW_FLAG_VALID, "GST_PI0_VIEW_FLAG_VALID", "valid"},
+      {GST_PI0_VIEW_FLAG_CUDA, "GST_PI0_VIEW_FLAG_CUDA", "cuda"},
+      {GST_PI0_VIEW_FLAG_SKEWED, "GST_PI0_VIEW_FLAG_SKEWED", "skewed"},
+      {0, NULL, NULL}};
+  if (g_once_init_enter (&id))
+    g_once_init_leave (&id, g_flags_register_static ("GstPi0ViewFlags", values));
+  return (GType)id;
+}
+
+/**
+ * gst_pi0_state_flags_get_type:
+ *
+ * The #GstPi0StateFlags as a GType, for bindings (nicks `present`, `stale`).
+ *
+ * Since: 0.4
+ */
+GType
+gst_pi0_state_flags_get_type (void)
+{
+  static gsize id = 0;
+  static const GFlagsValue values[] = {
+      {GST_PI0_STATE_FLAG_NONE, "GST_PI0_STATE_FLAG_NONE", "none"},
+      {GST_PI0_STATE_FLAG_PRESENT, "GST_PI0_STATE_FLAG_PRESENT", "present"},
+      {GST_PI0_STATE_FLAG_STALE, "GST_PI0_STATE_FLAG_STALE", "stale"},
+      {0, NULL, NULL}};
+  if (g_once_init_enter (&id))
+    g_once_init_leave (&id, g_flags_register_static ("GstPi0StateFlags", values));
+  return (GType)id;
+}
+
+/**
+ * gst_buffer_get_pi0_observation_meta:
+ * @buffer: a #GstBuffer
+ *
+ * Returns: (transfer none) (nullable): the observation meta of @buffer, valid while @buffer
+ *   lives and keeps it, or %NULL.
+ */
+GstPi0ObservationMeta *
+gst_buffer_get_pi0_observation_meta (GstBuffer *buffer)
+{
+  g_return_val_if_fail (GST_IS_BUFFER (buffer), NULL);
+  return (GstPi0ObservationMeta *)gst_buffer_get_meta (buffer, GST_PI0_OBSERVATION_META_API_TYPE);
+}
+
+/**
+ * gst_pi0_view_get_name:
+ * @view: a view of a #GstPi0ObservationMeta
+ *
+ * Returns: (transfer none): the view's name (`main`, `side`, `top`), owned by @view: the
+ *   @name field as a string, for bindings.
+ *
+ * Since: 0.4
+ */
+const gchar *
+gst_pi0_view_get_name (const GstPi0View *view)
+{
+  g_return_val_if_fail (view != NULL, NULL);
+  return view->name;
+}
+
+/**
  * gst_buffer_add_pi0_observation_meta:
  * @buffer: a writable #GstBuffer
  *
@@ -221,37 +294,35 @@ gst_pi0_observation_meta_add_frame (GstPi0ObservationMeta *meta, GstBuffer *obse
   return v;
 }
 
-/**
- * gst_pi0_observation_meta_map_view:
- * @meta: the observation meta of @buffer
- * @buffer: the observation buffer
- * @index: view index
- * @frame: (out caller-allocates): the mapped frame, to release with gst_video_frame_unmap()
- * @flags: #GstMapFlags (add `GST_MAP_CUDA` for device pointers of CUDA memory)
- *
- * Maps one view's frame with the strides and offsets recorded in the meta.
- *
- * Returns: %FALSE when the view is not valid, or its memories do not hold the frame the meta
- *   describes (they are never read past their end), or mapping fails.
- */
-gboolean
-gst_pi0_observation_meta_map_view (const GstPi0ObservationMeta *meta, GstBuffer *buffer,
-                                   guint index, GstVideoFrame *frame, GstMapFlags flags)
+/* The view's memories as one buffer with a #GstVideoMeta of the recorded layout, or %NULL
+ * (and @error set) when the view is masked or its layout does not fit in its memories. */
+static GstBuffer *
+gst_pi0_observation_meta_view_buffer (const GstPi0ObservationMeta *meta, GstBuffer *buffer,
+                                      guint index, GError **error)
 {
   const GstPi0View *v;
   GstBuffer *sub;
   gsize span = 0, needed = 0;
-  gboolean ok;
-
-  g_return_val_if_fail (meta != NULL, FALSE);
-  g_return_val_if_fail (GST_IS_BUFFER (buffer), FALSE);
-  g_return_val_if_fail (frame != NULL, FALSE);
 
   v = gst_pi0_observation_meta_get_view (meta, index);
-  if (!v || !(v->flags & GST_PI0_VIEW_FLAG_VALID) || v->n_mem == 0)
-    return FALSE;
-  if (v->mem_index + v->n_mem > gst_buffer_n_memory (buffer))
-    return FALSE;
+  if (!v) {
+    g_set_error (error, GST_PI0_ERROR, GST_PI0_ERROR_INVALID, "no view %u: the observation has %u",
+                 index, meta->n_views);
+    return NULL;
+  }
+  if (!(v->flags & GST_PI0_VIEW_FLAG_VALID) || v->n_mem == 0) {
+    g_set_error (error, GST_PI0_ERROR, GST_PI0_ERROR_INVALID,
+                 "view %u (%s) is masked: it has no frame in this observation", index, v->name);
+    return NULL;
+  }
+  if (v->mem_index + v->n_mem > gst_buffer_n_memory (buffer)) {
+    g_set_error (error, GST_PI0_ERROR, GST_PI0_ERROR_INVALID,
+                 "view %u (%s) lies in memories %u..%u, the buffer has %u: is it the meta's "
+                 "buffer?",
+                 index, v->name, v->mem_index, v->mem_index + v->n_mem - 1,
+                 gst_buffer_n_memory (buffer));
+    return NULL;
+  }
 
   sub = gst_buffer_new ();
   for (guint i = 0; i < v->n_mem; i++) {
@@ -270,8 +341,11 @@ gst_pi0_observation_meta_map_view (const GstPi0ObservationMeta *meta, GstBuffer 
     rows = GST_VIDEO_FORMAT_INFO_SCALE_HEIGHT (v->info.finfo, comp[0],
                                                GST_VIDEO_INFO_HEIGHT (&v->info));
     if (GST_VIDEO_INFO_PLANE_STRIDE (&v->info, p) <= 0 || rows <= 0) {
+      g_set_error (error, GST_PI0_ERROR, GST_PI0_ERROR_INVALID,
+                   "view %u (%s): plane %u has stride %d and %d rows", index, v->name, p,
+                   GST_VIDEO_INFO_PLANE_STRIDE (&v->info, p), rows);
       gst_buffer_unref (sub);
-      return FALSE;
+      return NULL;
     }
     end = GST_VIDEO_INFO_PLANE_OFFSET (&v->info, p) +
           (gsize)GST_VIDEO_INFO_PLANE_STRIDE (&v->info, p) * (gsize)rows;
@@ -280,18 +354,84 @@ gst_pi0_observation_meta_map_view (const GstPi0ObservationMeta *meta, GstBuffer 
   if (needed > span) {
     GST_WARNING ("view %s: frame needs %" G_GSIZE_FORMAT " bytes, memories hold %" G_GSIZE_FORMAT,
                  v->name, needed, span);
+    g_set_error (error, GST_PI0_ERROR, GST_PI0_ERROR_INVALID,
+                 "view %u (%s): its layout needs %" G_GSIZE_FORMAT
+                 " bytes, its memories hold %" G_GSIZE_FORMAT,
+                 index, v->name, needed, span);
     gst_buffer_unref (sub);
-    return FALSE;
+    return NULL;
   }
 
   gst_buffer_add_video_meta_full (sub, GST_VIDEO_FRAME_FLAG_NONE, GST_VIDEO_INFO_FORMAT (&v->info),
                                   GST_VIDEO_INFO_WIDTH (&v->info), GST_VIDEO_INFO_HEIGHT (&v->info),
                                   GST_VIDEO_INFO_N_PLANES (&v->info), (gsize *)v->info.offset,
                                   (gint *)v->info.stride);
+  return sub;
+}
+
+/**
+ * gst_pi0_observation_meta_map_view: (skip)
+ * @meta: the observation meta of @buffer
+ * @buffer: the observation buffer
+ * @index: view index
+ * @frame: (out caller-allocates): the mapped frame, to release with gst_video_frame_unmap()
+ * @flags: #GstMapFlags (add `GST_MAP_CUDA` for device pointers of CUDA memory)
+ *
+ * Maps one view's frame with the strides and offsets recorded in the meta. Bindings, which
+ * cannot read a #GstVideoFrame's plane pointers, use
+ * gst_pi0_observation_meta_get_view_buffer().
+ *
+ * Returns: %FALSE when the view is not valid, or its memories do not hold the frame the meta
+ *   describes (they are never read past their end), or mapping fails.
+ */
+gboolean
+gst_pi0_observation_meta_map_view (const GstPi0ObservationMeta *meta, GstBuffer *buffer,
+                                   guint index, GstVideoFrame *frame, GstMapFlags flags)
+{
+  const GstPi0View *v;
+  GstBuffer *sub;
+  gboolean ok;
+
+  g_return_val_if_fail (meta != NULL, FALSE);
+  g_return_val_if_fail (GST_IS_BUFFER (buffer), FALSE);
+  g_return_val_if_fail (frame != NULL, FALSE);
+
+  sub = gst_pi0_observation_meta_view_buffer (meta, buffer, index, NULL);
+  if (!sub)
+    return FALSE;
+  v = gst_pi0_observation_meta_get_view (meta, index);
   /* The frame holds its own reference to @sub. */
   ok = gst_video_frame_map (frame, &v->info, sub, flags);
   gst_buffer_unref (sub);
   return ok;
+}
+
+/**
+ * gst_pi0_observation_meta_get_view_buffer:
+ * @meta: the observation meta of @buffer
+ * @buffer: the observation buffer
+ * @index: view index
+ * @error: return location for a #GST_PI0_ERROR
+ *
+ * One view's frame as a buffer of its own: the view's memories (references, no copy) and a
+ * #GstVideoMeta with the plane offsets and strides recorded in @meta. What
+ * gst_pi0_observation_meta_map_view() maps, for bindings: from Python, map it and read the
+ * planes with numpy at the view's `info.offset` and `info.stride` (docs/meta.md). The buffer
+ * holds its own references to the memories, so it stays valid after @buffer is gone.
+ *
+ * Returns: (transfer full) (nullable): the frame, or %NULL with @error set when the view does
+ *   not exist, is masked, or its layout does not fit in its memories.
+ *
+ * Since: 0.4
+ */
+GstBuffer *
+gst_pi0_observation_meta_get_view_buffer (const GstPi0ObservationMeta *meta, GstBuffer *buffer,
+                                          guint index, GError **error)
+{
+  g_return_val_if_fail (meta != NULL, NULL);
+  g_return_val_if_fail (GST_IS_BUFFER (buffer), NULL);
+  g_return_val_if_fail (error == NULL || *error == NULL, NULL);
+  return gst_pi0_observation_meta_view_buffer (meta, buffer, index, error);
 }
 
 /**
@@ -322,7 +462,8 @@ gst_pi0_observation_meta_set_state (GstPi0ObservationMeta *meta, const gfloat *s
  * gst_pi0_observation_meta_get_state:
  * @dim: (out) (optional): number of values
  *
- * Returns: (transfer none) (nullable): the state vector, or %NULL when there is none.
+ * Returns: (transfer none) (nullable) (array length=dim): the state vector, or %NULL when
+ *   there is none.
  */
 const gfloat *
 gst_pi0_observation_meta_get_state (const GstPi0ObservationMeta *meta, guint *dim)
@@ -350,9 +491,8 @@ gst_pi0_observation_meta_get_state (const GstPi0ObservationMeta *meta, guint *di
  * Since: 0.3
  */
 GstCaps *
-gst_pi0_observation_caps_new (const gchar *const *view_names, guint n_views,
-                              const gchar *base_view, guint state_dim, gint fps_n, gint fps_d,
-                              gboolean cuda)
+gst_pi0_observation_caps_new (const gchar *const *view_names, guint n_views, const gchar *base_view,
+                              guint state_dim, gint fps_n, gint fps_d, gboolean cuda)
 {
   GString *names = g_string_new (NULL);
   GstCaps *caps;

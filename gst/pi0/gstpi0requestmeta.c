@@ -83,6 +83,42 @@ gst_pi0_request_meta_get_info (void)
 }
 
 /**
+ * gst_pi0_request_flags_get_type:
+ *
+ * The #GstPi0RequestFlags as a GType, for bindings (nick `client-seed`).
+ *
+ * Since: 0.4
+ */
+GType
+gst_pi0_request_flags_get_type (void)
+{
+  static gsize id = 0;
+  static const GFlagsValue values[] = {
+      {GST_PI0_REQUEST_FLAG_NONE, "GST_PI0_REQUEST_FLAG_NONE", "none"},
+      {GST_PI0_REQUEST_FLAG_CLIENT_SEED, "GST_PI0_REQUEST_FLAG_CLIENT_SEED", "client-seed"},
+      {0, NULL, NULL}};
+  if (g_once_init_enter (&id))
+    g_once_init_leave (&id, g_flags_register_static ("GstPi0RequestFlags", values));
+  return (GType)id;
+}
+
+/**
+ * gst_buffer_get_pi0_request_meta:
+ * @buffer: a #GstBuffer
+ *
+ * Returns: (transfer none) (nullable): the request meta of @buffer, valid while @buffer lives
+ *   and keeps it, or %NULL.
+ *
+ * Since: 0.3
+ */
+GstPi0RequestMeta *
+gst_buffer_get_pi0_request_meta (GstBuffer *buffer)
+{
+  g_return_val_if_fail (GST_IS_BUFFER (buffer), NULL);
+  return (GstPi0RequestMeta *)gst_buffer_get_meta (buffer, GST_PI0_REQUEST_META_API_TYPE);
+}
+
+/**
  * gst_buffer_add_pi0_request_meta:
  * @buffer: a writable buffer
  * @server: (nullable): the server's name

@@ -17,6 +17,9 @@ typedef enum {
   GST_PI0_REQUEST_FLAG_CLIENT_SEED = (1 << 0),
 } GstPi0RequestFlags;
 
+GST_PI0_API GType gst_pi0_request_flags_get_type (void);
+#define GST_TYPE_PI0_REQUEST_FLAGS (gst_pi0_request_flags_get_type ())
+
 typedef struct _GstPi0RequestMeta GstPi0RequestMeta;
 
 /**
@@ -63,14 +66,11 @@ GST_PI0_API GType gst_pi0_request_meta_api_get_type (void);
 GST_PI0_API const GstMetaInfo *gst_pi0_request_meta_get_info (void);
 #define GST_PI0_REQUEST_META_INFO (gst_pi0_request_meta_get_info ())
 
-#define gst_buffer_get_pi0_request_meta(b)                                                         \
-  ((GstPi0RequestMeta *)gst_buffer_get_meta ((b), GST_PI0_REQUEST_META_API_TYPE))
+GST_PI0_API GstPi0RequestMeta *gst_buffer_get_pi0_request_meta (GstBuffer *buffer);
 
-GST_PI0_API GstPi0RequestMeta *gst_buffer_add_pi0_request_meta (GstBuffer *buffer,
-                                                                const gchar *server,
-                                                                guint64 client_id,
-                                                                guint64 request_id,
-                                                                const gchar *prompt, guint64 seed);
+GST_PI0_API GstPi0RequestMeta *
+gst_buffer_add_pi0_request_meta (GstBuffer *buffer, const gchar *server, guint64 client_id,
+                                 guint64 request_id, const gchar *prompt, guint64 seed);
 
 GST_PI0_API void gst_pi0_request_meta_set_error (GstPi0RequestMeta *meta, const gchar *error);
 

@@ -3,6 +3,7 @@
 
 #include <gst/pi0/pi0-prelude.h>
 #include <gst/pi0/gstpi0caps.h>
+#include <gst/pi0/gstpi0error.h>
 
 G_BEGIN_DECLS
 
@@ -78,11 +79,14 @@ typedef struct _GstPi0TensorMeta GstPi0TensorMeta;
  * @device: where @data lives
  * @device_id: CUDA device ordinal (0 for the CPU)
  * @n_dims: number of entries in @shape
- * @shape: dimensions, outermost first; the model input is `[V, 3, H, W]`, contiguous
- * @data: first element, in @storage; read-only
+ * @shape: dimensions, outermost first; the model input is `[V, 3, H, W]`, contiguous; bindings
+ *   read the @n_dims used with gst_pi0_tensor_meta_get_shape()
+ * @data: first element, in @storage; read-only; bindings read host data with
+ *   gst_pi0_tensor_meta_get_data_buffer()
  * @storage: owns @data (one reference held by the meta)
  * @n_masks: number of entries in @image_masks (the number of views)
- * @image_masks: %TRUE where a view holds a real image, %FALSE where it is masked
+ * @image_masks: %TRUE where a view holds a real image, %FALSE where it is masked; bindings read
+ *   the @n_masks used with gst_pi0_tensor_meta_get_masks()
  * @ready_event: a `cudaEvent_t` recorded when @data is written, or %NULL (host data, or data
  *   already complete). A consumer on another stream calls `cudaStreamWaitEvent` on it before
  *   reading @data; it stays valid while @storage lives.
@@ -115,8 +119,7 @@ GST_PI0_API GType gst_pi0_tensor_meta_api_get_type (void);
 GST_PI0_API const GstMetaInfo *gst_pi0_tensor_meta_get_info (void);
 #define GST_PI0_TENSOR_META_INFO (gst_pi0_tensor_meta_get_info ())
 
-#define gst_buffer_get_pi0_tensor_meta(b)                                                          \
-  ((GstPi0TensorMeta *)gst_buffer_get_meta ((b), GST_PI0_TENSOR_META_API_TYPE))
+GST_PI0_API GstPi0TensorMeta *gst_buffer_get_pi0_tensor_meta (GstBuffer *buffer);
 
 GST_PI0_API GstPi0TensorMeta *gst_buffer_add_pi0_tensor_meta (GstBuffer *buffer,
                                                               GstPi0TensorStorage *storage,
@@ -129,5 +132,27 @@ GST_PI0_API gsize gst_pi0_tensor_meta_get_n_elements (const GstPi0TensorMeta *me
 GST_PI0_API gsize gst_pi0_tensor_meta_get_nbytes (const GstPi0TensorMeta *meta);
 GST_PI0_API void gst_pi0_tensor_meta_set_masks (GstPi0TensorMeta *meta, const gboolean *masks,
                                                 guint n_masks);
+
+/* Introspectable companions (docs/meta.md, "From Python"). */
+GST_PI0_API GstPi0TensorStorage *gst_pi0_tensor_storage_new_from_bytes (GBytes *bytes);
+
+GST_PI0_API GstPi0TensorMeta *gst_buffer_add_pi0_tensor_meta_full (GstBuffer *buffer,
+                                                                   GstPi0TensorStorage *storage,
+                                                                   GstPi0DType dtype,
+                                                                   const gint64 *shape,
+                                                                   guint n_dims, GError **error);
+
+GST_PI0_API const gint64 *gst_pi0_tensor_meta_get_shape (const GstPi0TensorMeta *meta,
+                                                         guint *n_dims);
+
+GST_PI0_API const gboolean *gst_pi0_tensor_meta_get_masks (const GstPi0TensorMeta *meta,
+                                                           guint *n_masks);
+
+GST_PI0_API gboolean gst_pi0_tensor_meta_set_masks_full (GstPi0TensorMeta *meta,
+                                                         const gboolean *masks, guint n_masks,
+                                                         GError **error);
+
+GST_PI0_API GstBuffer *gst_pi0_tensor_meta_get_data_buffer (const GstPi0TensorMeta *meta,
+                                                            GError **error);
 
 G_END_DECLS

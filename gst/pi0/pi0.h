@@ -5,6 +5,7 @@
 
 #include <gst/pi0/pi0-prelude.h>
 #include <gst/pi0/gstpi0caps.h>
+#include <gst/pi0/gstpi0error.h>
 #include <gst/pi0/gstpi0observationmeta.h>
 #include <gst/pi0/gstpi0tensormeta.h>
 #include <gst/pi0/gstpi0actionmeta.h>
