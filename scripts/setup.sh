@@ -75,6 +75,11 @@ need_mb=0
   need_mb=$((need_mb + 5600))
 [ -n "$py312" ] && [ "$(cat "$LEROBOT_VENV/.requirements.sha" 2>/dev/null)" != "$lr_want" ] &&
   need_mb=$((need_mb + 2100))
+for distro in "${ROS2_DISTROS[@]}"; do
+  [ "$(cat ".ros-$distro-venv/.requirements.sha" 2>/dev/null)" != \
+    "$(sha256sum "scripts/ros2-$distro-requirements.txt" | cut -d' ' -f1)" ] &&
+    need_mb=$((need_mb + 300))
+done
 if [ "$need_mb" -gt 0 ] && [ "${PI0_SKIP_DISK_CHECK:-0}" != 1 ]; then
   need_mb=$((need_mb + 2500))
   have_mb=$(( $(df -Pk . | awk 'NR==2 {print $4}') / 1024 ))

@@ -147,7 +147,8 @@ SourceNode::wait_message ()
 {
   rcl_subscription_t *subs[] = {&sub_};
   std::vector<bool> ready;
-  while (!flushing_) {
+  const unsigned unlocks = unlocks_;
+  while (!flushing_ && unlocks_ == unlocks) {
     std::string err;
     if (!node_.wait (subs, 1, 100 * GST_MSECOND, &ready, &err)) {
       GST_WARNING ("%s", err.c_str ());
@@ -164,8 +165,10 @@ void
 SourceNode::set_flushing (bool f)
 {
   flushing_ = f;
-  if (f)
+  if (f) {
+    unlocks_++;
     node_.wake ();
+  }
 }
 
 uint64_t

@@ -52,7 +52,9 @@ public:
   bool open (GstElement *element, const SourceSettings &s, const rosidl_message_type_support_t *ts,
              std::string *error);
   void close ();
-  /* Waits for a message, 100 ms at a time, until one is there (true) or unlock() (false). */
+  /* Waits for a message, 100 ms at a time, until one is there (true) or unlock() (false): also
+   * an unlock() that unlock_stop() followed at once, as GstBaseSrc does to hand an EOS event to
+   * the streaming thread. */
   bool wait_message ();
   rcl_subscription_t *subscription () { return &sub_; }
   Node &node () { return node_; }
@@ -70,6 +72,7 @@ private:
   rcl_subscription_t sub_ = rcl_get_zero_initialized_subscription ();
   bool sub_ok_ = false;
   std::atomic<bool> flushing_{false};
+  std::atomic<unsigned> unlocks_{0}; /* unlock() calls: a wait that saw one end returns */
 };
 
 /* At most one warning per second per kind (a flood of bad messages must not flood the bus). */

@@ -9,6 +9,9 @@ this project's code). One scenario per run; prints "ready" once its publishers e
   ros2_publish.py wrong-type      a std_msgs/String on /joint_states (same name, other type;
                                   a process of its own: one participant cannot hold both types)
   ros2_publish.py good-joints     JointState j1..j3 at 50 Hz
+  ros2_publish.py graph           what ROS 2's graph (ros2 node list, ros2 topic info -v) shows
+                                  of the pipeline's nodes, as one JSON line, once a node named
+                                  --expect-node is there
   ros2_publish.py stamps          JointState stamped 300, 100 or 0 ms before it is published
                                   (j1 = that age in ms)
   ros2_publish.py flood           JointState as fast as it can for --seconds
@@ -47,6 +50,7 @@ def main():
     ap.add_argument("scenario")
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--seconds", type=float, default=2.0)
+    ap.add_argument("--expect-node", default="")
     a = ap.parse_args()
     rclpy.init()
     node = rclpy.create_node("pi0_test_publisher")
@@ -122,6 +126,30 @@ def main():
             js.publish(joint_state(node, JOINTS, [age_ms, 0, 0],
                                    time.time_ns() - age_ms * 1_000_000))
             time.sleep(period)
+    elif a.scenario == "graph":
+        import json
+        from rclpy.qos import DurabilityPolicy
+        end = time.time() + 20
+        while time.time() < end:
+            names = node.get_node_names_and_namespaces()
+            if any(n == a.expect_node for n, _ in names):
+                break
+            time.sleep(0.1)
+        time.sleep(1.0)  # every endpoint of the pipeline's nodes discovered
+
+        def endpoints(infos):
+            return [{"node": i.node_name, "namespace": i.node_namespace, "type": i.topic_type,
+                     "reliability": i.qos_profile.reliability.name.lower(),
+                     "durability": i.qos_profile.durability.name.lower()} for i in infos]
+
+        topics = dict(node.get_topic_names_and_types())
+        out = {"nodes": sorted("%s/%s" % (ns.rstrip("/"), n) for n, ns in
+                               node.get_node_names_and_namespaces()),
+               "topics": {t: {"types": topics[t],
+                              "publishers": endpoints(node.get_publishers_info_by_topic(t)),
+                              "subscriptions": endpoints(node.get_subscriptions_info_by_topic(t))}
+                          for t in topics}}
+        print(json.dumps(out), flush=True)
     elif a.scenario == "good-joints":
         for r in range(a.rounds):
             js.publish(joint_state(node, JOINTS, [0.5, 0.5, 0.5]))

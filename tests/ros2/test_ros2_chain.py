@@ -89,9 +89,11 @@ class Peer:
         return self.p.returncode
 
 
-def run_pipeline(desc, seconds, on_start=None):
-    """Runs @desc for @seconds in PLAYING, then EOS (up to 5 s) and NULL. Returns the pipeline
-    (in NULL) and the bus's warnings and errors."""
+def run_pipeline(desc, seconds, on_start=None, eos=True):
+    """Runs @desc for @seconds in PLAYING, then EOS (up to 5 s; @eos) and NULL. Returns the
+    pipeline (in NULL) and the bus's warnings and errors. Without @eos straight to NULL: an EOS
+    event is sent to every source from this thread, and one whose branch never had data leaves
+    another live source blocked in its streaming thread (the same with udpsrc; docs/ros2.md)."""
     pipe = Gst.parse_launch(desc)
     if on_start:
         on_start(pipe)
@@ -99,7 +101,7 @@ def run_pipeline(desc, seconds, on_start=None):
     msgs = {"warning": [], "error": []}
     check(pipe.set_state(Gst.State.PLAYING) != Gst.StateChangeReturn.FAILURE, "PLAYING")
     end = time.time() + seconds
-    eos_sent = False
+    eos_sent = not eos
     while True:
         left = end - time.time()
         if left <= 0 and not eos_sent:
@@ -145,7 +147,15 @@ def case_chain(a, tmp, py):
     """The whole chain against an rclpy robot: three camera topics (raw RGB with padded rows,
     raw BGR, JPEG) and /joint_states (extra joints, its own order) in, JointTrajectory out; the
     trajectories it receives carry what the same sink sends over UDP for the same chunks."""
-    cfg = load_config()
+    # Limits the untrained model's rows stay within, so that no row is clamped: each sink
+    # decides a chunk's first row (and bounds it) from the time it sends it, which differs
+    # between the two sinks by how long the first took; unclamped, the rows at a given place
+    # are the model's, and the two sinks' chunks compare wherever they start at the same row.
+    # (Clamping itself is the sink's, tested in tests/elements/pi0actionsink/.)
+    cfg = dict(load_config(), lower=[-50.0] * 7, upper=[50.0] * 7, max_step=[50.0] * 7)
+    config = os.path.join(tmp, "robot-wide.json")
+    with open(config, "w") as f:
+        json.dump(cfg, f)
     jpeg = os.path.join(tmp, "top.jpg")
     subprocess.run(["gst-launch-1.0", "-q", "videotestsrc", "num-buffers=1", "pattern=ball", "!",
                     "video/x-raw,width=160,height=120", "!", "jpegenc", "!", "filesink",
@@ -172,7 +182,7 @@ def case_chain(a, tmp, py):
         "pi0rosimagesrc name=cam_top topic=/top/image_raw/compressed compressed=true "
         "! jpegdec ! queue ! mux.top "
         "pi0rosjointsrc name=state robot-config=%s ! queue ! mux.state"
-        % (CONFIG, CONFIG, udp_port, CONFIG))
+        % (config, config, udp_port, config))
     sent = {"ros": [], "udp": []}
 
     def on_start(pipe):
@@ -231,22 +241,17 @@ def case_chain(a, tmp, py):
             check(all(abs(y - x) <= m + 1e-6 for x, y, m in zip(r0, r1, cfg["max_step"])),
                   where + ": within the robot's step bound")
     # The same chunks over UDP: same rows at the same places, bit for bit.
-    # Both sinks decide each chunk's first row and its step bound from the time they send it
-    # (the protocol's timing rule); the tee calls them one after the other, so at a row
-    # boundary they may decide differently, rarely. Everything else must be equal.
     udp = {(s["chunk"], s["step"]): s for s in sent["udp"] if s["kind"] == "action"}
-    same = differ = 0
+    same = 0
     for s in ros:
         u = udp.get((s["chunk"], s["step"])) if s["kind"] == "action" else None
-        if u and u["values"] == s["values"]:
+        if u and check(u["values"] == s["values"],
+                       "chunk %d: the rows sent to ROS are the rows sent over UDP" % s["chunk"]):
             same += 1
-        elif u:
-            differ += 1
-            print("  chunk %d: the first row's bound differs (a row boundary between the sends)"
-                  % s["chunk"])
     n = len([s for s in ros if s["kind"] == "action"])
-    print("  %d of %d chunks sent to ROS are bit for bit what went over UDP" % (same, n))
-    check(same >= max(1, n * 0.9), "chunks equal to UDP's: %d of %d" % (same, n))
+    print("  %d of %d chunks started at the same row in both sinks: all bit for bit equal"
+          % (same, n))
+    check(same >= max(1, n // 2), "most chunks compared with UDP's (%d of %d)" % (same, n))
     st = stats(pipe, "state")
     check(st["pushed"] > 0 and all(v == 0 for k, v in st.items() if k.startswith("dropped")),
           "the robot's joint states all taken: %s" % st)
@@ -263,12 +268,11 @@ def case_chain(a, tmp, py):
     c = stats(pipe, "cam_side")
     check(c["copied"] == c["pushed"], "padded rows repacked for pi0viewmux")
     sk, su = stats(pipe, "ros"), stats(pipe, "udp")
-    check(sk["sent"] > 0 and sk["rejected"] == su["rejected"] and sk["stale"] == su["stale"] and
-          abs(sk["sent"] - su["sent"]) <= 50 * differ and
-          abs(sk["clamped"] - su["clamped"]) <= 50 * differ,
-          "the ros2 sink sent, rejected and clamped what the UDP sink did, but for the chunks "
-          "above: %s / %s" % ({k: sk[k] for k in ("sent", "rejected", "clamped", "stale")},
-                              {k: su[k] for k in ("sent", "rejected", "clamped", "stale")}))
+    check(sk["sent"] > 0 and sk["clamped"] == su["clamped"] == 0 and
+          sk["rejected"] == su["rejected"] and sk["stale"] == su["stale"],
+          "both sinks sent, clamped nothing, rejected the same: %s / %s"
+          % ({k: sk[k] for k in ("sent", "rejected", "clamped", "stale")},
+             {k: su[k] for k in ("sent", "rejected", "clamped", "stale")}))
     check(got["counters"]["refused"] == 0, "the robot refused nothing")
 
 
@@ -295,6 +299,20 @@ def case_feedback(a, tmp, py):
     print("  sink: feedback %d, feedback-dropped %d" % (sk["feedback"], sk["feedback-dropped"]))
     check(sk["feedback"] > 0, "the sink took the link's reports of what executes")
     check(sk["feedback-dropped"] == 0, "and refused none")
+    # pipelines/robot-7dof.json's limits bind here (the untrained model's rows exceed them):
+    # what the controller got is within them, and within the step bound from row to row.
+    cfg = load_config()
+    with open(rec) as f:
+        trajs = json.load(f)["trajectories"]
+    check(len(trajs) > 5 and sk["clamped"] > 0, "trajectories received, rows clamped")
+    for i, t in enumerate(trajs):
+        pts = [p["positions"] for p in t["points"]]
+        check(all(lo - 1e-6 <= x <= hi + 1e-6 for row in pts
+                  for x, lo, hi in zip(row, cfg["lower"], cfg["upper"])),
+              "trajectory %d within the robot's limits" % i)
+        check(all(abs(y - x) <= m + 1e-6 for r0, r1 in zip(pts, pts[1:])
+                  for x, y, m in zip(r0, r1, cfg["max_step"])),
+              "trajectory %d within the step bound" % i)
 
 
 def case_joints_bad(a, tmp, py):
@@ -399,6 +417,49 @@ def case_robot_vanishes(a, tmp, py):
     check(sk["stops"] >= 1, "the watchdog's STOP once it was gone")
 
 
+def case_graph(a, tmp, py):
+    """The elements are ROS 2 nodes as any other: ROS 2's graph (what `ros2 node list` and
+    `ros2 topic info -v` show) lists them with their names and namespaces, remapped topics, each
+    endpoint's type and QoS (sources best effort by default, the sink reliable)."""
+    graph = Peer([os.path.join(HERE, "ros2_publish.py"), "graph", "--expect-node", "arm_sink"],
+                 py, os.path.join(tmp, "graph.log"))
+    desc = ("pi0rosjointsrc name=state joints=j1,j2 node-name=robot_state namespace=/robot1 "
+            "ros-args=\"-r joint_states:=measured_joints\" topic=joint_states ! fakesink "
+            "pi0rosimagesrc name=cam topic=/cam_high/image_raw ! fakesink "
+            "videotestsrc is-live=true ! video/x-raw,width=32,height=24,framerate=10/1 "
+            "! pi0viewmux ! cudaprep width=32 height=32 ! pi0infer model=builtin:pi0-tiny action-dims=2 "
+            "! pi0actionsink mode=chunk robot-config=%s "
+            "target=\"ros2:///arm/joint_trajectory?node=arm_sink&namespace=/robot1&qos=reliable\""
+            % os.path.join(tmp, "robot2.json"))
+    with open(os.path.join(tmp, "robot2.json"), "w") as f:
+        json.dump({"joints": ["j1", "j2"], "lower": [-1, -1], "upper": [1, 1],
+                   "max_step": [0.1, 0.1]}, f)
+    pipe, msgs = run_pipeline(desc, 4.0, eos=False)
+    graph.stop()
+    line = next((l for l in graph.lines if l.startswith("{")), None)
+    if not check(line is not None, "the graph was read: %s" % graph.stderr()):
+        return
+    g = json.loads(line)
+    print("   nodes:", g["nodes"])
+    check("/robot1/robot_state" in g["nodes"], "the joint source's node, named and namespaced")
+    check("/cam" in g["nodes"], "the camera's node, named after the element")
+    check("/robot1/arm_sink" in g["nodes"], "the sink's node, named in its target")
+    t = g["topics"]
+    js = t.get("/robot1/measured_joints", {})
+    check(js.get("types") == ["sensor_msgs/msg/JointState"] and
+          [e["reliability"] for e in js.get("subscriptions", [])] == ["best_effort"],
+          "the remapped joint-state topic, best effort: %s" % js)
+    cam = t.get("/cam_high/image_raw", {})
+    check(cam.get("types") == ["sensor_msgs/msg/Image"] and
+          [e["reliability"] for e in cam.get("subscriptions", [])] == ["best_effort"],
+          "the camera topic, best effort: %s" % cam)
+    arm = t.get("/arm/joint_trajectory", {})
+    check(arm.get("types") == ["trajectory_msgs/msg/JointTrajectory"] and
+          [(e["node"], e["reliability"]) for e in arm.get("publishers", [])] ==
+          [("arm_sink", "reliable")], "the trajectory topic, published reliably: %s" % arm)
+    check(not msgs["error"], "no error: %s" % msgs["error"])
+
+
 def case_images_bad(a, tmp, py):
     """Bad Image messages are dropped before any byte is read; the good ones (padded rows) come
     out with their stride."""
@@ -500,7 +561,7 @@ def case_camera_stops(a, tmp, py):
 
 
 CASES = {"chain": case_chain, "feedback": case_feedback, "stamps": case_stamps,
-         "robot-vanishes": case_robot_vanishes, "joints-bad": case_joints_bad,
+         "robot-vanishes": case_robot_vanishes, "graph": case_graph, "joints-bad": case_joints_bad,
          "images-bad": case_images_bad, "wrong-type": case_wrong_type, "flood": case_flood,
          "sim-time": case_sim_time, "nobody": case_nobody, "camera-stops": case_camera_stops}
 
