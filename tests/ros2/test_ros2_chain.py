@@ -351,6 +351,57 @@ def case_joints_bad(a, tmp, py):
     check(0 < len(warns) <= 7 * 5, "warned, at most once a second per reason (%d)" % len(warns))
 
 
+def case_commands(a, tmp, py):
+    """type=commands for a forward command controller: in stream mode each row the sink sends
+    on its control clock is one Float64MultiArray on /<controller>/commands, the row as sent."""
+    rec = os.path.join(tmp, "robot-cmd.json")
+    robot = Peer([os.path.join(HERE, "ros2_robot.py"), "--joints", ",".join(ARM),
+                  "--cameras", "main:160x120:rgb8", "--fps", "15", "--rate", "50",
+                  "--controller", "fwd_controller", "--commands-topic", "--record", rec,
+                  "--duration", "60"], py, os.path.join(tmp, "robot-cmd.log"))
+    desc = ("pi0viewmux name=mux max-staleness=300000000 max-state-age=100000000 "
+            "! cudaprep width=32 height=32 ! queue max-size-buffers=1 leaky=downstream "
+            "! pi0infer model=builtin:pi0-tiny instruction=pick action-dims=7 "
+            "! pi0actionsink name=sink mode=stream control-rate=50 robot-config=%s "
+            "target=ros2:///fwd_controller/commands?type=commands "
+            "pi0rosimagesrc topic=/main/image_raw ! queue ! mux.main "
+            "pi0rosjointsrc robot-config=%s ! queue ! mux.state" % (CONFIG, CONFIG))
+    sent = []
+
+    def on_start(pipe):
+        def cb(sink, kind, chunk, step, steps, dim, values):
+            import array
+            v = array.array("f")
+            v.frombytes(values.get_data())
+            sent.append((kind, [float(x) for x in v]))
+        pipe.get_by_name("sink").connect("action", cb)
+
+    pipe, msgs = run_pipeline(desc, 4.0, on_start)
+    robot.stop()
+    with open(rec) as f:
+        got = json.load(f)
+    cmds = got["commands"]
+    rows = [v for k, v in sent if k == "action"]
+    print("   %d commands received, %d rows sent, %d refused"
+          % (len(cmds), len(rows), got["counters"]["commands_refused"]))
+    check(not msgs["error"], "no error: %s" % msgs["error"])
+    check(len(rows) > 20 and got["counters"]["commands_refused"] == 0,
+          "rows on the control clock, none refused")
+    # The messages in the order sent, as the commands in the order received (the first may
+    # have gone out before discovery matched the controller). A row is the row the sink sent;
+    # a HOLD is the position the robot measured (docs/ros2.md), so only its size is checked.
+    datas = [c["data"] for c in cmds]
+    check(all(len(d) == len(ARM) for d in datas), "every command has one value per joint")
+    n = len(datas)
+    published = [(k, v) for k, v in sent if k in ("action", "hold")]
+    check(0 < n and len(published) - n <= 2, "every message arrived, but for the first")
+    pairs = list(zip(published[len(published) - n:], datas))
+    same = sum(1 for (k, v), d in pairs if k == "action" and d == v)
+    acted = sum(1 for (k, _), _d in pairs if k == "action")
+    print("   %d of %d rows arrived as commands bit for bit" % (same, acted))
+    check(acted > 20 and same == acted, "each command is the row the sink sent, bit for bit")
+
+
 def case_stamps(a, tmp, py):
     """A message's header stamp is its buffer's time: PTS = running time now minus how long ago
     it was stamped (ROS time), so samples stamped 300 and 100 ms before they were sent come out
@@ -528,15 +579,39 @@ def case_sim_time(a, tmp, py):
     # (tests/libs/ros2/test_rosconvert.cpp), here only that the element stops cleanly.
 
 
+def dds_threads():
+    """This process's Fast DDS threads (named dds.*), but for the shared-memory watchdog that
+    Fast DDS keeps for the process's life whatever runs."""
+    names = []
+    for t in os.listdir("/proc/self/task"):
+        try:
+            with open("/proc/self/task/%s/comm" % t) as f:
+                names.append(f.read().strip())
+        except OSError:
+            pass
+    return [n for n in names if n.startswith("dds.") and n != "dds.shm.wdog"]
+
+
 def case_nobody(a, tmp, py):
     """A domain with no one in it: the sources wait, the sink publishes to nobody; PLAYING and
-    back to NULL without a hang, many times over."""
+    back to NULL without a hang, many times over; and once the pipeline is in NULL nothing of
+    ROS 2 runs in the process any more (the rcl context was shut down with the last node: its
+    DDS participant's threads are gone)."""
     desc = ("pi0rosimagesrc name=cam topic=/nobody/image_raw ! fakesink "
             "pi0rosjointsrc name=state joints=a,b ! fakesink")
     for i in range(5):
         pipe, msgs = run_pipeline(desc, 0.3)
         check(not msgs["error"], "no error with nobody there: %s" % msgs["error"])
     check(stats(pipe, "cam")["received"] == 0, "nothing received")
+    pipe = Gst.parse_launch(desc)
+    pipe.set_state(Gst.State.PLAYING)
+    time.sleep(0.5)
+    running = dds_threads()
+    pipe.set_state(Gst.State.NULL)
+    time.sleep(0.2)
+    left = dds_threads()
+    print("   DDS threads in PLAYING: %d, after NULL: %s" % (len(running), left))
+    check(len(running) > 0 and not left, "no DDS thread left after NULL")
 
 
 def case_camera_stops(a, tmp, py):
@@ -560,7 +635,8 @@ def case_camera_stops(a, tmp, py):
     check(not msgs["error"], "no error: %s" % msgs["error"])
 
 
-CASES = {"chain": case_chain, "feedback": case_feedback, "stamps": case_stamps,
+CASES = {"chain": case_chain, "feedback": case_feedback, "commands": case_commands,
+         "stamps": case_stamps,
          "robot-vanishes": case_robot_vanishes, "graph": case_graph, "joints-bad": case_joints_bad,
          "images-bad": case_images_bad, "wrong-type": case_wrong_type, "flood": case_flood,
          "sim-time": case_sim_time, "nobody": case_nobody, "camera-stops": case_camera_stops}
