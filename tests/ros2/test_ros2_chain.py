@@ -91,9 +91,9 @@ class Peer:
 
 def run_pipeline(desc, seconds, on_start=None, eos=True):
     """Runs @desc for @seconds in PLAYING, then EOS (up to 5 s; @eos) and NULL. Returns the
-    pipeline (in NULL) and the bus's warnings and errors. Without @eos straight to NULL: an EOS
-    event is sent to every source from this thread, and one whose branch never had data leaves
-    another live source blocked in its streaming thread (the same with udpsrc; docs/ros2.md)."""
+    pipeline (in NULL) and the bus's warnings and errors. Without @eos straight to NULL: a sink
+    whose source never had data never prerolls, and an EOS event then never completes
+    (GStreamer's preroll, the same with udpsrc: docs/ros2.md, "Known problems")."""
     pipe = Gst.parse_launch(desc)
     if on_start:
         on_start(pipe)
