@@ -73,7 +73,6 @@ struct GstPi0RosImageSrcPrivate {
   std::mutex settings_lock;
   Settings settings;
   Settings s; /* streaming thread's copy, from start */
-  ros::SourceNode node;
   ros::WarnLimiter warn;
   GstCaps *caps = nullptr;   /* what was last set */
   GstVideoInfo info;         /* raw: of caps */
@@ -83,11 +82,11 @@ struct GstPi0RosImageSrcPrivate {
 };
 
 struct _GstPi0RosImageSrc {
-  GstPushSrc parent;
+  GstPi0RosSrc parent;
   GstPi0RosImageSrcPrivate *priv;
 };
 
-G_DEFINE_TYPE (GstPi0RosImageSrc, gst_pi0_ros_image_src, GST_TYPE_PUSH_SRC);
+G_DEFINE_TYPE (GstPi0RosImageSrc, gst_pi0_ros_image_src, GST_TYPE_PI0_ROS_SRC);
 GST_ELEMENT_REGISTER_DEFINE (pi0rosimagesrc, "pi0rosimagesrc", GST_RANK_NONE,
                              GST_TYPE_PI0_ROS_IMAGE_SRC);
 
@@ -124,29 +123,22 @@ gst_pi0_ros_image_src_start (GstBaseSrc *bsrc)
     std::lock_guard<std::mutex> g (priv->settings_lock);
     priv->s = priv->settings;
   }
-  std::string err;
-  const rosidl_message_type_support_t *ts =
-      priv->s.compressed ? ROSIDL_GET_MSG_TYPE_SUPPORT (sensor_msgs, msg, CompressedImage)
-                         : ROSIDL_GET_MSG_TYPE_SUPPORT (sensor_msgs, msg, Image);
-  if (!priv->node.open (GST_ELEMENT (self), priv->s, ts, &err)) {
-    GST_ELEMENT_ERROR (self, RESOURCE, OPEN_READ, ("ROS 2: %s", err.c_str ()), (nullptr));
-    return FALSE;
-  }
   gst_clear_caps (&priv->caps);
   {
     std::lock_guard<std::mutex> g (priv->stats_lock);
     priv->counters = Counters ();
   }
-  GST_INFO_OBJECT (self, "node %s subscribes %s", priv->node.node ().fqn ().c_str (),
-                   priv->node.node ().resolve (priv->s.topic).c_str ());
-  return TRUE;
+  return ros::source_open (GST_PI0_ROS_SRC (self), priv->s,
+                           priv->s.compressed
+                               ? ROSIDL_GET_MSG_TYPE_SUPPORT (sensor_msgs, msg, CompressedImage)
+                               : ROSIDL_GET_MSG_TYPE_SUPPORT (sensor_msgs, msg, Image));
 }
 
 static gboolean
 gst_pi0_ros_image_src_stop (GstBaseSrc *bsrc)
 {
   GstPi0RosImageSrc *self = GST_PI0_ROS_IMAGE_SRC (bsrc);
-  self->priv->node.close ();
+  GST_BASE_SRC_CLASS (gst_pi0_ros_image_src_parent_class)->stop (bsrc);
   gst_clear_caps (&self->priv->caps);
   return TRUE;
 }
@@ -297,7 +289,7 @@ gst_pi0_ros_image_src_create (GstPushSrc *psrc, GstBuffer **out)
 {
   GstPi0RosImageSrc *self = GST_PI0_ROS_IMAGE_SRC (psrc);
   GstPi0RosImageSrcPrivate *priv = self->priv;
-  while (priv->node.wait_message ()) {
+  while (ros::source_node (GST_PI0_ROS_SRC (self)).wait_message ()) {
     sensor_msgs__msg__Image raw;
     sensor_msgs__msg__CompressedImage comp;
     builtin_interfaces__msg__Time *stamp;
@@ -305,11 +297,13 @@ gst_pi0_ros_image_src_create (GstPushSrc *psrc, GstBuffer **out)
     rmw_message_info_t info;
     if (priv->s.compressed) {
       sensor_msgs__msg__CompressedImage__init (&comp);
-      r = rcl_take (priv->node.subscription (), &comp, &info, nullptr);
+      r = rcl_take (ros::source_node (GST_PI0_ROS_SRC (self)).subscription (), &comp, &info,
+                    nullptr);
       stamp = &comp.header.stamp;
     } else {
       sensor_msgs__msg__Image__init (&raw);
-      r = rcl_take (priv->node.subscription (), &raw, &info, nullptr);
+      r = rcl_take (ros::source_node (GST_PI0_ROS_SRC (self)).subscription (), &raw, &info,
+                    nullptr);
       stamp = &raw.header.stamp;
     }
     GstBuffer *buf = nullptr;
@@ -323,7 +317,7 @@ gst_pi0_ros_image_src_create (GstPushSrc *psrc, GstBuffer **out)
         priv->counters.received++;
       }
       const int64_t t = (int64_t)stamp->sec * 1000000000 + stamp->nanosec;
-      if (!priv->node.age_of (t, &age))
+      if (!ros::source_node (GST_PI0_ROS_SRC (self)).age_of (t, &age))
         warn_drop (self, kDropStamp, "no ROS time yet (use-sim-time: no /clock message)");
       else if (t == 0)
         warn_drop (self, kDropStamp, "header.stamp is 0");
@@ -360,31 +354,6 @@ gst_pi0_ros_image_src_create (GstPushSrc *psrc, GstBuffer **out)
     return GST_FLOW_OK;
   }
   return GST_FLOW_FLUSHING;
-}
-
-static gboolean
-gst_pi0_ros_image_src_unlock (GstBaseSrc *bsrc)
-{
-  GST_PI0_ROS_IMAGE_SRC (bsrc)->priv->node.set_flushing (true);
-  return TRUE;
-}
-
-static gboolean
-gst_pi0_ros_image_src_unlock_stop (GstBaseSrc *bsrc)
-{
-  GST_PI0_ROS_IMAGE_SRC (bsrc)->priv->node.set_flushing (false);
-  return TRUE;
-}
-
-static gboolean
-gst_pi0_ros_image_src_query (GstBaseSrc *bsrc, GstQuery *query)
-{
-  GstPi0RosImageSrc *self = GST_PI0_ROS_IMAGE_SRC (bsrc);
-  if (GST_QUERY_TYPE (query) == GST_QUERY_LATENCY) {
-    gst_query_set_latency (query, TRUE, self->priv->s.latency, GST_CLOCK_TIME_NONE);
-    return TRUE;
-  }
-  return GST_BASE_SRC_CLASS (gst_pi0_ros_image_src_parent_class)->query (bsrc, query);
 }
 
 static GstStructure *
@@ -484,9 +453,6 @@ gst_pi0_ros_image_src_class_init (GstPi0RosImageSrcClass *klass)
   bsrc_class->stop = GST_DEBUG_FUNCPTR (gst_pi0_ros_image_src_stop);
   bsrc_class->negotiate = GST_DEBUG_FUNCPTR (gst_pi0_ros_image_src_negotiate);
   bsrc_class->decide_allocation = GST_DEBUG_FUNCPTR (gst_pi0_ros_image_src_decide_allocation);
-  bsrc_class->unlock = GST_DEBUG_FUNCPTR (gst_pi0_ros_image_src_unlock);
-  bsrc_class->unlock_stop = GST_DEBUG_FUNCPTR (gst_pi0_ros_image_src_unlock_stop);
-  bsrc_class->query = GST_DEBUG_FUNCPTR (gst_pi0_ros_image_src_query);
   psrc_class->create = GST_DEBUG_FUNCPTR (gst_pi0_ros_image_src_create);
   GST_DEBUG_CATEGORY_INIT (gst_pi0_ros_image_src_debug, "pi0rosimagesrc", 0,
                            "Pi0 ROS 2 camera source");
@@ -496,6 +462,4 @@ static void
 gst_pi0_ros_image_src_init (GstPi0RosImageSrc *self)
 {
   self->priv = new GstPi0RosImageSrcPrivate ();
-  gst_base_src_set_live (GST_BASE_SRC (self), TRUE);
-  gst_base_src_set_format (GST_BASE_SRC (self), GST_FORMAT_TIME);
 }

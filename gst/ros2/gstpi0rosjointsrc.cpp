@@ -68,18 +68,17 @@ struct GstPi0RosJointSrcPrivate {
   /* Streaming thread (and start/stop). */
   Settings s;
   std::vector<std::string> joints;
-  ros::SourceNode node;
   ros::WarnLimiter warn;
   std::mutex stats_lock;
   Counters counters;
 };
 
 struct _GstPi0RosJointSrc {
-  GstPushSrc parent;
+  GstPi0RosSrc parent;
   GstPi0RosJointSrcPrivate *priv;
 };
 
-G_DEFINE_TYPE (GstPi0RosJointSrc, gst_pi0_ros_joint_src, GST_TYPE_PUSH_SRC);
+G_DEFINE_TYPE (GstPi0RosJointSrc, gst_pi0_ros_joint_src, GST_TYPE_PI0_ROS_SRC);
 GST_ELEMENT_REGISTER_DEFINE (pi0rosjointsrc, "pi0rosjointsrc", GST_RANK_NONE,
                              GST_TYPE_PI0_ROS_JOINT_SRC);
 
@@ -134,26 +133,12 @@ gst_pi0_ros_joint_src_start (GstBaseSrc *bsrc)
                        ("1 to 1024 joints"));
     return FALSE;
   }
-  std::string err;
-  if (!priv->node.open (GST_ELEMENT (self), s,
-                        ROSIDL_GET_MSG_TYPE_SUPPORT (sensor_msgs, msg, JointState), &err)) {
-    GST_ELEMENT_ERROR (self, RESOURCE, OPEN_READ, ("ROS 2: %s", err.c_str ()), (nullptr));
-    return FALSE;
-  }
   {
     std::lock_guard<std::mutex> g (priv->stats_lock);
     priv->counters = Counters ();
   }
-  GST_INFO_OBJECT (self, "node %s subscribes %s (%zu joints)", priv->node.node ().fqn ().c_str (),
-                   priv->node.node ().resolve (s.topic).c_str (), priv->joints.size ());
-  return TRUE;
-}
-
-static gboolean
-gst_pi0_ros_joint_src_stop (GstBaseSrc *bsrc)
-{
-  GST_PI0_ROS_JOINT_SRC (bsrc)->priv->node.close ();
-  return TRUE;
+  return ros::source_open (GST_PI0_ROS_SRC (self), s,
+                           ROSIDL_GET_MSG_TYPE_SUPPORT (sensor_msgs, msg, JointState));
 }
 
 static GstCaps *
@@ -180,18 +165,19 @@ gst_pi0_ros_joint_src_create (GstPushSrc *psrc, GstBuffer **out)
 {
   GstPi0RosJointSrc *self = GST_PI0_ROS_JOINT_SRC (psrc);
   GstPi0RosJointSrcPrivate *priv = self->priv;
-  while (priv->node.wait_message ()) {
+  while (ros::source_node (GST_PI0_ROS_SRC (self)).wait_message ()) {
     sensor_msgs__msg__JointState m;
     sensor_msgs__msg__JointState__init (&m);
     rmw_message_info_t info;
-    if (rcl_take (priv->node.subscription (), &m, &info, nullptr) != RCL_RET_OK) {
+    if (rcl_take (ros::source_node (GST_PI0_ROS_SRC (self)).subscription (), &m, &info, nullptr) !=
+        RCL_RET_OK) {
       rcl_reset_error ();
       sensor_msgs__msg__JointState__fini (&m);
       continue;
     }
     const int64_t stamp = (int64_t)m.header.stamp.sec * 1000000000 + m.header.stamp.nanosec;
     int64_t age = 0;
-    const bool have_time = priv->node.age_of (stamp, &age);
+    const bool have_time = ros::source_node (GST_PI0_ROS_SRC (self)).age_of (stamp, &age);
     std::vector<const char *> names (m.name.size);
     for (size_t i = 0; i < m.name.size; i++)
       names[i] = m.name.data[i].data;
@@ -236,31 +222,6 @@ gst_pi0_ros_joint_src_create (GstPushSrc *psrc, GstBuffer **out)
     return GST_FLOW_OK;
   }
   return GST_FLOW_FLUSHING;
-}
-
-static gboolean
-gst_pi0_ros_joint_src_unlock (GstBaseSrc *bsrc)
-{
-  GST_PI0_ROS_JOINT_SRC (bsrc)->priv->node.set_flushing (true);
-  return TRUE;
-}
-
-static gboolean
-gst_pi0_ros_joint_src_unlock_stop (GstBaseSrc *bsrc)
-{
-  GST_PI0_ROS_JOINT_SRC (bsrc)->priv->node.set_flushing (false);
-  return TRUE;
-}
-
-static gboolean
-gst_pi0_ros_joint_src_query (GstBaseSrc *bsrc, GstQuery *query)
-{
-  GstPi0RosJointSrc *self = GST_PI0_ROS_JOINT_SRC (bsrc);
-  if (GST_QUERY_TYPE (query) == GST_QUERY_LATENCY) {
-    gst_query_set_latency (query, TRUE, self->priv->s.latency, GST_CLOCK_TIME_NONE);
-    return TRUE;
-  }
-  return GST_BASE_SRC_CLASS (gst_pi0_ros_joint_src_parent_class)->query (bsrc, query);
 }
 
 static GstStructure *
@@ -357,11 +318,7 @@ gst_pi0_ros_joint_src_class_init (GstPi0RosJointSrcClass *klass)
       "Subscribes a ROS 2 sensor_msgs/JointState topic and outputs the robot state by joint name",
       GST_PI0_AUTHOR);
   bsrc_class->start = GST_DEBUG_FUNCPTR (gst_pi0_ros_joint_src_start);
-  bsrc_class->stop = GST_DEBUG_FUNCPTR (gst_pi0_ros_joint_src_stop);
   bsrc_class->get_caps = GST_DEBUG_FUNCPTR (gst_pi0_ros_joint_src_get_caps);
-  bsrc_class->unlock = GST_DEBUG_FUNCPTR (gst_pi0_ros_joint_src_unlock);
-  bsrc_class->unlock_stop = GST_DEBUG_FUNCPTR (gst_pi0_ros_joint_src_unlock_stop);
-  bsrc_class->query = GST_DEBUG_FUNCPTR (gst_pi0_ros_joint_src_query);
   psrc_class->create = GST_DEBUG_FUNCPTR (gst_pi0_ros_joint_src_create);
   gst_type_mark_as_plugin_api (ros::qos_preset_get_type (), (GstPluginAPIFlags)0);
   GST_DEBUG_CATEGORY_INIT (gst_pi0_ros_joint_src_debug, "pi0rosjointsrc", 0,
@@ -372,6 +329,4 @@ static void
 gst_pi0_ros_joint_src_init (GstPi0RosJointSrc *self)
 {
   self->priv = new GstPi0RosJointSrcPrivate ();
-  gst_base_src_set_live (GST_BASE_SRC (self), TRUE);
-  gst_base_src_set_format (GST_BASE_SRC (self), GST_FORMAT_TIME);
 }

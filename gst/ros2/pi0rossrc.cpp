@@ -6,8 +6,109 @@
 #include "gst/common/gstpi0enum.h"
 #include "gst/common/gstpi0props.h"
 
+#include <new>
+
+GST_DEBUG_CATEGORY_STATIC (gst_pi0_ros_src_debug);
+#define GST_CAT_DEFAULT gst_pi0_ros_src_debug
+
+struct GstPi0RosSrcPrivate {
+  pi0::ros::SourceNode node;
+  guint64 latency = 0; /* of the settings taken at start */
+};
+
+G_DEFINE_ABSTRACT_TYPE_WITH_CODE (GstPi0RosSrc, gst_pi0_ros_src, GST_TYPE_PUSH_SRC,
+                                  G_ADD_PRIVATE (GstPi0RosSrc));
+
+/* A C++ struct in GObject's instance private storage: built in init, destroyed in finalize. */
+static GstPi0RosSrcPrivate *
+private_of (GstPi0RosSrc *src)
+{
+  return (GstPi0RosSrcPrivate *)gst_pi0_ros_src_get_instance_private (src);
+}
+
+static gboolean
+gst_pi0_ros_src_stop (GstBaseSrc *bsrc)
+{
+  private_of (GST_PI0_ROS_SRC (bsrc))->node.close ();
+  return TRUE;
+}
+
+static gboolean
+gst_pi0_ros_src_unlock (GstBaseSrc *bsrc)
+{
+  private_of (GST_PI0_ROS_SRC (bsrc))->node.set_flushing (true);
+  return TRUE;
+}
+
+static gboolean
+gst_pi0_ros_src_unlock_stop (GstBaseSrc *bsrc)
+{
+  private_of (GST_PI0_ROS_SRC (bsrc))->node.set_flushing (false);
+  return TRUE;
+}
+
+static gboolean
+gst_pi0_ros_src_query (GstBaseSrc *bsrc, GstQuery *query)
+{
+  if (GST_QUERY_TYPE (query) == GST_QUERY_LATENCY) {
+    gst_query_set_latency (query, TRUE, private_of (GST_PI0_ROS_SRC (bsrc))->latency,
+                           GST_CLOCK_TIME_NONE);
+    return TRUE;
+  }
+  return GST_BASE_SRC_CLASS (gst_pi0_ros_src_parent_class)->query (bsrc, query);
+}
+
+static void
+gst_pi0_ros_src_finalize (GObject *object)
+{
+  private_of (GST_PI0_ROS_SRC (object))->~GstPi0RosSrcPrivate ();
+  G_OBJECT_CLASS (gst_pi0_ros_src_parent_class)->finalize (object);
+}
+
+static void
+gst_pi0_ros_src_class_init (GstPi0RosSrcClass *klass)
+{
+  GstBaseSrcClass *bsrc_class = GST_BASE_SRC_CLASS (klass);
+  G_OBJECT_CLASS (klass)->finalize = gst_pi0_ros_src_finalize;
+  bsrc_class->stop = GST_DEBUG_FUNCPTR (gst_pi0_ros_src_stop);
+  bsrc_class->unlock = GST_DEBUG_FUNCPTR (gst_pi0_ros_src_unlock);
+  bsrc_class->unlock_stop = GST_DEBUG_FUNCPTR (gst_pi0_ros_src_unlock_stop);
+  bsrc_class->query = GST_DEBUG_FUNCPTR (gst_pi0_ros_src_query);
+  gst_type_mark_as_plugin_api (GST_TYPE_PI0_ROS_SRC, (GstPluginAPIFlags)0);
+  GST_DEBUG_CATEGORY_INIT (gst_pi0_ros_src_debug, "pi0rossrc", 0, "Pi0 ROS 2 sources");
+}
+
+static void
+gst_pi0_ros_src_init (GstPi0RosSrc *self)
+{
+  new (gst_pi0_ros_src_get_instance_private (self)) GstPi0RosSrcPrivate ();
+  gst_base_src_set_live (GST_BASE_SRC (self), TRUE);
+  gst_base_src_set_format (GST_BASE_SRC (self), GST_FORMAT_TIME);
+}
+
 namespace pi0::ros
 {
+
+gboolean
+source_open (GstPi0RosSrc *src, const SourceSettings &s, const rosidl_message_type_support_t *ts)
+{
+  GstPi0RosSrcPrivate *priv = private_of (src);
+  std::string err;
+  if (!priv->node.open (GST_ELEMENT (src), s, ts, &err)) {
+    GST_ELEMENT_ERROR (src, RESOURCE, OPEN_READ, ("ROS 2: %s", err.c_str ()), (nullptr));
+    return FALSE;
+  }
+  priv->latency = s.latency;
+  GST_INFO_OBJECT (src, "node %s subscribes %s", priv->node.node ().fqn ().c_str (),
+                   priv->node.node ().resolve (s.topic).c_str ());
+  return TRUE;
+}
+
+SourceNode &
+source_node (GstPi0RosSrc *src)
+{
+  return private_of (src)->node;
+}
 
 enum {
   PROP_TOPIC = kSourcePropFirst,

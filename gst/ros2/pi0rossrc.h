@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #pragma once
 
-/* What pi0rosjointsrc and pi0rosimagesrc share (docs/ros2.md): the node's and the
- * subscription's properties, the node's life (made at start, gone at stop: a pipeline in NULL
- * holds nothing of rcl), the wait for a message that unlock() cuts short, a message's stamp on
- * the pipeline's running time, the LATENCY answer and rate-limited warnings. */
+/* What pi0rosjointsrc and pi0rosimagesrc share (docs/ros2.md): their base class GstPi0RosSrc
+ * (the node made at start by the subclass, gone at stop: a pipeline in NULL holds nothing of
+ * rcl; unlock() cutting the wait for a message short; the LATENCY answer), the node's and the
+ * subscription's properties, a message's stamp on the pipeline's running time, and
+ * rate-limited warnings. */
 
 #include "ros2/pi0rosnode.h"
 
@@ -16,8 +17,27 @@
 #include <mutex>
 #include <string>
 
+G_BEGIN_DECLS
+
+#define GST_TYPE_PI0_ROS_SRC (gst_pi0_ros_src_get_type ())
+G_DECLARE_DERIVABLE_TYPE (GstPi0RosSrc, gst_pi0_ros_src, GST, PI0_ROS_SRC, GstPushSrc)
+
+struct _GstPi0RosSrcClass {
+  GstPushSrcClass parent_class;
+};
+
+G_END_DECLS
+
 namespace pi0::ros
 {
+
+class SourceNode;
+/* The subclass's start: makes the node and subscribes @ts with the snapshot @s of the shared
+ * properties (whose latency the LATENCY query answers from then on). FALSE after posting the
+ * error. */
+gboolean source_open (GstPi0RosSrc *src, const struct SourceSettings &s,
+                      const rosidl_message_type_support_t *ts);
+SourceNode &source_node (GstPi0RosSrc *src);
 
 /* The properties both sources have, with their defaults. */
 struct SourceSettings {
