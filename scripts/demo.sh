@@ -50,7 +50,7 @@ if [ "${1:-}" = "--ros2" ]; then
     source scripts/ros2-env.sh jazzy
     export GST_PLUGIN_PATH="$PWD/build/gst/ros2"
     "$PI0_ROS_PYTHON" tests/ros2/ros2_robot.py --joints j1,j2,j3,j4,j5,j6,gripper \
-      --cameras main:640x480:rgb8,side:320x240:bgr8,top:160x120:jpeg --jpeg-file "$TMP_DEMO/top.jpg" \
+      --cameras main:320x240:rgb8,side:320x240:bgr8,top:160x120:jpeg --jpeg-file "$TMP_DEMO/top.jpg" \
       --pad-rows --record "$TMP_DEMO/robot.json" --duration 120 >"$TMP_DEMO/robot.out" 2>"$TMP_DEMO/robot.log" &
     robot=$!
     for _ in $(seq 100); do grep -q ready "$TMP_DEMO/robot.out" && break; sleep 0.1; done
