@@ -40,10 +40,32 @@ joint_issue_name (JointIssue i)
   return "?";
 }
 
+JointIssue
+check_stamp (bool have_time, bool stamp_zero, int64_t age_ns, int64_t max_age_ns,
+             int64_t max_ahead_ns, std::string *detail)
+{
+  if (!have_time) {
+    *detail = "no ROS time yet (use-sim-time: no /clock message)";
+    return JointIssue::kStampPast;
+  }
+  if (stamp_zero) {
+    *detail = "header.stamp is 0";
+    return JointIssue::kNoStamp;
+  }
+  if (age_ns > max_age_ns) {
+    *detail = "stamped " + std::to_string (age_ns / 1000000) + " ms ago (max-age)";
+    return JointIssue::kStampPast;
+  }
+  if (-age_ns > max_ahead_ns) {
+    *detail = "stamped " + std::to_string (-age_ns / 1000000) + " ms in the future (max-ahead)";
+    return JointIssue::kStampFuture;
+  }
+  return JointIssue::kNone;
+}
+
 JointPick
 pick_joints (const std::vector<std::string> &want, const char *const *names, size_t n_names,
-             const double *positions, size_t n_positions, bool stamp_zero, int64_t age_ns,
-             int64_t max_age_ns, int64_t max_ahead_ns)
+             const double *positions, size_t n_positions)
 {
   JointPick r;
   auto fail = [&] (JointIssue i, std::string d) {
@@ -52,14 +74,6 @@ pick_joints (const std::vector<std::string> &want, const char *const *names, siz
     r.values.clear ();
     return r;
   };
-  if (stamp_zero)
-    return fail (JointIssue::kNoStamp, "header.stamp is 0");
-  if (age_ns > max_age_ns)
-    return fail (JointIssue::kStampPast,
-                 "stamped " + std::to_string (age_ns / 1000000) + " ms ago");
-  if (-age_ns > max_ahead_ns)
-    return fail (JointIssue::kStampFuture,
-                 "stamped " + std::to_string (-age_ns / 1000000) + " ms in the future");
   if (n_positions < n_names)
     return fail (JointIssue::kLengths, std::to_string (n_names) + " names but " +
                                            std::to_string (n_positions) + " positions");

@@ -15,7 +15,8 @@
 namespace pi0::ros
 {
 
-/* Why a JointState sample was not used (each is counted and warned about). */
+/* Why a sample was not used (each is counted and warned about): a JointState's, or for the
+ * stamp kinds any message's. */
 enum class JointIssue {
   kNone,
   kMissingJoint, /* a configured joint is not in name[] */
@@ -35,13 +36,17 @@ struct JointPick {
   std::vector<float> values; /* in the configuration's order (when issue == kNone) */
 };
 
+/* Whether a message may be used, by its header stamp: kNone, or kNoStamp (the stamp is 0),
+ * kStampPast (older than @max_age_ns, or no ROS time known yet: !@have_time, a sim time before
+ * the first /clock), kStampFuture (further ahead than @max_ahead_ns: clocks out of step).
+ * @age_ns: how long ago the stamp was on the ROS clock (negative: ahead). *detail says why. */
+JointIssue check_stamp (bool have_time, bool stamp_zero, int64_t age_ns, int64_t max_age_ns,
+                        int64_t max_ahead_ns, std::string *detail);
+
 /* Picks @want's joints, in @want's order, from a JointState's @names (@n_names) and
- * @positions (@n_positions): extra joints are ignored, any order is fine. @age_ns: the
- * sample's age on the ROS clock (now - stamp; negative: from the future); @stamp_zero: the
- * stamp was 0. */
+ * @positions (@n_positions): extra joints are ignored, any order is fine. */
 JointPick pick_joints (const std::vector<std::string> &want, const char *const *names,
-                       size_t n_names, const double *positions, size_t n_positions, bool stamp_zero,
-                       int64_t age_ns, int64_t max_age_ns, int64_t max_ahead_ns);
+                       size_t n_names, const double *positions, size_t n_positions);
 
 /* The running time at which something stamped @age_ns ago on the ROS clock happened, when the
  * running time is @running_now: never before 0. */

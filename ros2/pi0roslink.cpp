@@ -208,8 +208,8 @@ private:
         for (size_t k = 0; k < js.name.size; k++)
           names[k] = js.name.data[k].data;
         /* Liveness needs no stamp check: the message arrived now. */
-        JointPick p = pick_joints (joints_, names.data (), names.size (), js.position.data,
-                                   js.position.size, false, 0, INT64_MAX, INT64_MAX);
+        JointPick p =
+            pick_joints (joints_, names.data (), names.size (), js.position.data, js.position.size);
         if (p.issue == JointIssue::kNone) {
           measured_ = std::move (p.values);
           have_state_ = true;

@@ -345,8 +345,12 @@ gst_pi0_action_sink_start (GstBaseSink *bsink)
   }
   proto::LinkConfig c;
   std::string err, hint;
-  if (g_str_has_prefix (s.link.target.c_str (), "ros2://") &&
-      !(s.link.transport.external = find_external_link ("ros2", &err, &hint))) {
+  /* A target outside this plugin (ros2://) needs its link first; a bad target is
+   * configure_link's to refuse. */
+  proto::Target target;
+  if (proto::parse_target (s.link.target, &target, &err) &&
+      target.type == proto::TargetType::kExternal &&
+      !(s.link.transport.external = find_external_link (target.scheme, &err, &hint))) {
     GST_ELEMENT_ERROR (self, RESOURCE, SETTINGS, ("%s", err.c_str ()), ("%s", hint.c_str ()));
     return FALSE;
   }

@@ -317,16 +317,11 @@ gst_pi0_ros_image_src_create (GstPushSrc *psrc, GstBuffer **out)
         priv->counters.received++;
       }
       const int64_t t = (int64_t)stamp->sec * 1000000000 + stamp->nanosec;
-      if (!ros::source_node (GST_PI0_ROS_SRC (self)).age_of (t, &age))
-        warn_drop (self, kDropStamp, "no ROS time yet (use-sim-time: no /clock message)");
-      else if (t == 0)
-        warn_drop (self, kDropStamp, "header.stamp is 0");
-      else if (age > (int64_t)priv->s.max_age)
-        warn_drop (self, kDropStamp,
-                   "stamped " + std::to_string (age / 1000000) + " ms ago (max-age)");
-      else if (-age > (int64_t)priv->s.max_ahead)
-        warn_drop (self, kDropStamp,
-                   "stamped " + std::to_string (-age / 1000000) + " ms in the future (max-ahead)");
+      const bool have_time = ros::source_node (GST_PI0_ROS_SRC (self)).age_of (t, &age);
+      std::string why;
+      if (ros::check_stamp (have_time, t == 0, age, (int64_t)priv->s.max_age,
+                            (int64_t)priv->s.max_ahead, &why) != ros::JointIssue::kNone)
+        warn_drop (self, kDropStamp, why);
       else
         buf =
             priv->s.compressed ? compressed_frame (self, comp, &ret) : raw_frame (self, raw, &ret);

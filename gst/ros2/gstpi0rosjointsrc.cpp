@@ -182,14 +182,11 @@ gst_pi0_ros_joint_src_create (GstPushSrc *psrc, GstBuffer **out)
     for (size_t i = 0; i < m.name.size; i++)
       names[i] = m.name.data[i].data;
     ros::JointPick p;
-    if (!have_time) {
-      p.issue = ros::JointIssue::kStampPast;
-      p.detail = "no ROS time yet (use-sim-time: no /clock message)";
-    } else {
+    p.issue = ros::check_stamp (have_time, stamp == 0, age, (int64_t)priv->s.max_age,
+                                (int64_t)priv->s.max_ahead, &p.detail);
+    if (p.issue == ros::JointIssue::kNone)
       p = ros::pick_joints (priv->joints, names.data (), names.size (), m.position.data,
-                            m.position.size, stamp == 0, age, (int64_t)priv->s.max_age,
-                            (int64_t)priv->s.max_ahead);
-    }
+                            m.position.size);
     sensor_msgs__msg__JointState__fini (&m);
     {
       std::lock_guard<std::mutex> g (priv->stats_lock);

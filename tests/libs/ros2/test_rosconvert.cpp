@@ -24,8 +24,12 @@ constexpr int64_t kMs = 1000000;
 JointPick
 pick (std::vector<const char *> names, std::vector<double> pos, int64_t age = 0, bool zero = false)
 {
-  return pick_joints (kArm, names.data (), names.size (), pos.data (), pos.size (), zero, age,
-                      500 * kMs, 50 * kMs);
+  /* As pi0rosjointsrc takes a sample: its stamp, then its joints. */
+  JointPick r;
+  r.issue = check_stamp (true, zero, age, 500 * kMs, 50 * kMs, &r.detail);
+  if (r.issue != JointIssue::kNone)
+    return r;
+  return pick_joints (kArm, names.data (), names.size (), pos.data (), pos.size ());
 }
 
 } // namespace
@@ -59,6 +63,10 @@ TEST (RosJoints, EveryBadSampleIsRefusedWithItsReasonNeverPassedOnAsZeros)
   EXPECT_EQ (pick ({"shoulder", "elbow", "wrist"}, {1, 2, 3}, -50 * kMs).issue, JointIssue::kNone);
   /* Velocities and efforts may be absent; longer position arrays are fine. */
   EXPECT_EQ (pick ({"shoulder", "elbow", "wrist"}, {1, 2, 3, 4}).issue, JointIssue::kNone);
+  /* Sim time before the first /clock: no time to judge the stamp by. */
+  std::string why;
+  EXPECT_EQ (check_stamp (false, false, 0, 500 * kMs, 50 * kMs, &why), JointIssue::kStampPast);
+  EXPECT_NE (why.find ("no ROS time yet"), std::string::npos) << why;
   for (int i = 1; i < (int)JointIssue::kCount; i++)
     EXPECT_STRNE (joint_issue_name ((JointIssue)i), "?");
 }
