@@ -48,3 +48,14 @@ gst_pi0_error_get_type (void)
     g_once_init_leave (&id, g_enum_register_static ("GstPi0Error", values));
   return (GType)id;
 }
+
+gboolean
+gst_pi0_meta_check_writable (GstBuffer *buffer, GError **error)
+{
+  if (gst_buffer_is_writable (buffer))
+    return TRUE;
+  g_set_error (error, GST_PI0_ERROR, GST_PI0_ERROR_NOT_WRITABLE,
+               "the buffer is not writable: metas can only be added to a buffer with one "
+               "reference");
+  return FALSE;
+}

@@ -500,12 +500,8 @@ gst_buffer_add_pi0_tensor_meta_full (GstBuffer *buffer, GstPi0TensorStorage *sto
                  n * gst_pi0_dtype_size (dtype), storage->nbytes);
     return NULL;
   }
-  if (!gst_buffer_is_writable (buffer)) {
-    g_set_error (error, GST_PI0_ERROR, GST_PI0_ERROR_NOT_WRITABLE,
-                 "the buffer is not writable: metas can only be added to a buffer with one "
-                 "reference");
+  if (!gst_pi0_meta_check_writable (buffer, error))
     return NULL;
-  }
   return gst_buffer_add_pi0_tensor_meta (buffer, storage, dtype, n_dims, shape);
 }
 
