@@ -26,7 +26,11 @@ gst_pi0_meta_debug_ensure (void)
  *
  * Since: 0.4
  */
-G_DEFINE_QUARK (gst - pi0 - error - quark, gst_pi0_error)
+/* clang-format reads the quark's name as a subtraction and spaces it out, which would make the
+ * domain's string (GLib.Error.domain from Python) "gst - pi0 - error - quark". */
+/* clang-format off */
+G_DEFINE_QUARK (gst-pi0-error-quark, gst_pi0_error)
+/* clang-format on */
 
 /**
  * gst_pi0_error_get_type:

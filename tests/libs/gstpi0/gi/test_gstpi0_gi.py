@@ -486,6 +486,8 @@ class Lifetimes(unittest.TestCase):
         with self.assertRaises(GLib.Error) as e:
             GstPi0.buffer_add_pi0_action_meta_full(buf, 1, 1, [0], None)
         self.assertTrue(e.exception.matches(GstPi0.error_quark(), GstPi0.Error.NOT_WRITABLE))
+        # The domain as GLib names such domains (a formatter once spaced it out).
+        self.assertEqual(e.exception.domain, "gst-pi0-error-quark")
         del actions
         gc.collect()
         self.assertIsNotNone(GstPi0.buffer_add_pi0_action_meta_full(buf, 1, 1, [0], None))
