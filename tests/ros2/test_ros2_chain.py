@@ -136,6 +136,35 @@ def stats(pipe, name):
     return {s.nth_field_name(i): s.get_value(s.nth_field_name(i)) for i in range(s.n_fields())}
 
 
+def float32s(data):
+    """Native float32 values from bytes (a state buffer, an action signal's GBytes)."""
+    import array
+    v = array.array("f")
+    v.frombytes(data)
+    return list(v)
+
+
+def on_sample(pipe, name, take):
+    """Calls take(buffer, running time now or None) with each buffer appsink @name gets."""
+    def pull(sink):
+        buf = sink.emit("pull-sample").get_buffer()
+        clock = pipe.get_clock()
+        take(buf, clock.get_time() - pipe.get_base_time() if clock else None)
+        return Gst.FlowReturn.OK
+    sink = pipe.get_by_name(name)
+    sink.set_property("emit-signals", True)
+    sink.connect("new-sample", pull)
+
+
+def on_action(pipe, name, take):
+    """Calls take(kind, chunk, step, rows) with each message pi0actionsink @name signals, rows as
+    lists of floats exactly as sent."""
+    def cb(sink, kind, chunk, step, steps, dim, values):
+        v = float32s(values.get_data())
+        take(kind, chunk, step, [v[i * dim:(i + 1) * dim] for i in range(steps)])
+    pipe.get_by_name(name).connect("action", cb)
+
+
 def load_config():
     with open(CONFIG) as f:
         return json.load(f)
@@ -187,15 +216,8 @@ def case_chain(a, tmp, py):
 
     def on_start(pipe):
         for name in ("ros", "udp"):
-            def cb(sink, kind, chunk, step, steps, dim, values, name=name):
-                import array
-                v = array.array("f")
-                v.frombytes(values.get_data())
-                sent[name].append({"kind": kind, "chunk": chunk, "step": step, "steps": steps,
-                                   "values": [list(v[i * dim:(i + 1) * dim])
-                                              for i in range(steps)],
-                                   "wall_ns": time.time_ns()})
-            pipe.get_by_name(name).connect("action", cb)
+            on_action(pipe, name, lambda kind, chunk, step, rows, name=name: sent[name].append(
+                {"kind": kind, "chunk": chunk, "step": step, "values": rows}))
 
     pipe, msgs = run_pipeline(desc, 6.0, on_start)
     robot.stop()
@@ -324,20 +346,8 @@ def case_joints_bad(a, tmp, py):
             "! appsink name=out sync=false max-buffers=0 emit-signals=false")
     out = []
 
-    def on_start(pipe):
-        def pull(sink):
-            s = sink.emit("pull-sample")
-            b = s.get_buffer()
-            import array
-            v = array.array("f")
-            v.frombytes(b.extract_dup(0, b.get_size()))
-            out.append(list(v))
-            return Gst.FlowReturn.OK
-        sink = pipe.get_by_name("out")
-        sink.set_property("emit-signals", True)
-        sink.connect("new-sample", pull)
-
-    pipe, msgs = run_pipeline(desc, 4.0, on_start)
+    pipe, msgs = run_pipeline(desc, 4.0, lambda pipe: on_sample(
+        pipe, "out", lambda b, now: out.append(float32s(b.extract_dup(0, b.get_size())))))
     pub.stop()
     st = stats(pipe, "state")
     print("  ", st)
@@ -368,15 +378,9 @@ def case_commands(a, tmp, py):
             "pi0rosjointsrc robot-config=%s ! queue ! mux.state" % (CONFIG, CONFIG))
     sent = []
 
-    def on_start(pipe):
-        def cb(sink, kind, chunk, step, steps, dim, values):
-            import array
-            v = array.array("f")
-            v.frombytes(values.get_data())
-            sent.append((kind, [float(x) for x in v]))
-        pipe.get_by_name("sink").connect("action", cb)
-
-    pipe, msgs = run_pipeline(desc, 4.0, on_start)
+    # Stream mode: one row per message.
+    pipe, msgs = run_pipeline(desc, 4.0, lambda pipe: on_action(
+        pipe, "sink", lambda kind, chunk, step, rows: sent.append((kind, rows[0] if rows else []))))
     robot.stop()
     with open(rec) as f:
         got = json.load(f)
@@ -410,23 +414,10 @@ def case_stamps(a, tmp, py):
                os.path.join(tmp, "pub-stamps.log"))
     got = []
 
-    def on_start(pipe):
-        def pull(sink):
-            s = sink.emit("pull-sample")
-            clock = pipe.get_clock()
-            now = clock.get_time() - pipe.get_base_time() if clock else None
-            b = s.get_buffer()
-            import array
-            v = array.array("f")
-            v.frombytes(b.extract_dup(0, b.get_size()))
-            got.append((now, b.pts, v[0]))
-            return Gst.FlowReturn.OK
-        sink = pipe.get_by_name("out")
-        sink.set_property("emit-signals", True)
-        sink.connect("new-sample", pull)
-
-    pipe, msgs = run_pipeline("pi0rosjointsrc joints=j1,j2,j3 max-age=1000000000 "
-                              "! appsink name=out sync=false", 3.5, on_start)
+    pipe, msgs = run_pipeline(
+        "pi0rosjointsrc joints=j1,j2,j3 max-age=1000000000 ! appsink name=out sync=false", 3.5,
+        lambda pipe: on_sample(pipe, "out", lambda b, now: got.append(
+            (now, b.pts, float32s(b.extract_dup(0, b.get_size()))[0]))))
     pub.stop()
     ages = {}
     for now, pts, age_ms in got:
