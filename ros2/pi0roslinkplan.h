@@ -62,8 +62,6 @@ public:
    * are arriving (a controller that is gone executes nothing). */
   bool feedback (uint64_t now, bool robot_alive, std::vector<uint8_t> *frame);
   const LinkPlanCounters &counters () const { return c_; }
-  /* A new session (the sink restarted): nothing of the old one is reported. */
-  uint64_t session () const { return session_; }
 
 private:
   LinkMode mode_;

@@ -49,8 +49,6 @@ public:
   bool open (const NodeOptions &o, std::string *error);
   /* Destroys what open() made, in order; the last node shuts the context down. */
   void close ();
-  bool is_open () const { return open_; }
-  rcl_node_t *get () { return &node_; }
   /* The fully qualified name, e.g. "/robot1/pi0rosjointsrc0". */
   std::string fqn () const;
 
@@ -66,7 +64,6 @@ public:
   /* ROS time now, ns: the system's, or with use_sim_time the last /clock message's (false
    * before the first one). */
   bool now (int64_t *ns);
-  bool use_sim_time () const { return sim_; }
   /* use_sim_time: takes the /clock messages waiting. */
   void take_clock ();
 

@@ -334,13 +334,10 @@ gst_pi0_ros_image_src_create (GstPushSrc *psrc, GstBuffer **out)
       return ret;
     if (!buf)
       continue;
-    const uint64_t now = ros::SourceNode::running_now (GST_ELEMENT (self));
-    if (now == GST_CLOCK_TIME_NONE) {
-      gst_buffer_unref (buf);
+    if (!ros::SourceNode::stamp (GST_ELEMENT (self), buf, age)) {
+      gst_buffer_unref (buf); /* no clock yet: not PLAYING */
       continue;
     }
-    GST_BUFFER_PTS (buf) = ros::running_time_of (now, age);
-    GST_BUFFER_DTS (buf) = GST_BUFFER_PTS (buf);
     {
       std::lock_guard<std::mutex> g (priv->stats_lock);
       priv->counters.pushed++;

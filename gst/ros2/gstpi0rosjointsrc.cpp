@@ -203,14 +203,13 @@ gst_pi0_ros_joint_src_create (GstPushSrc *psrc, GstBuffer **out)
              ros::joint_issue_name (p.issue), ros::joint_issue_name (p.issue)));
       continue;
     }
-    const uint64_t now = ros::SourceNode::running_now (GST_ELEMENT (self));
-    if (now == GST_CLOCK_TIME_NONE)
-      continue; /* no clock yet: not PLAYING */
     const gsize size = p.values.size () * sizeof (float);
     GstBuffer *buf = gst_buffer_new_allocate (nullptr, size, nullptr);
     gst_buffer_fill (buf, 0, p.values.data (), size);
-    GST_BUFFER_PTS (buf) = ros::running_time_of (now, age);
-    GST_BUFFER_DTS (buf) = GST_BUFFER_PTS (buf);
+    if (!ros::SourceNode::stamp (GST_ELEMENT (self), buf, age)) {
+      gst_buffer_unref (buf); /* no clock yet: not PLAYING */
+      continue;
+    }
     {
       std::lock_guard<std::mutex> g (priv->stats_lock);
       priv->counters.pushed++;

@@ -5,6 +5,7 @@
 
 #include "gst/common/gstpi0enum.h"
 #include "gst/common/gstpi0props.h"
+#include "ros2/pi0rosconvert.h"
 
 #include <new>
 
@@ -272,16 +273,18 @@ SourceNode::set_flushing (bool f)
   }
 }
 
-uint64_t
-SourceNode::running_now (GstElement *element)
+bool
+SourceNode::stamp (GstElement *element, GstBuffer *buf, int64_t age_ns)
 {
   GstClock *clock = gst_element_get_clock (element);
   if (!clock)
-    return GST_CLOCK_TIME_NONE;
+    return false;
   const GstClockTime now = gst_clock_get_time (clock);
   gst_object_unref (clock);
   const GstClockTime base = gst_element_get_base_time (element);
-  return now >= base ? now - base : 0;
+  GST_BUFFER_PTS (buf) = running_time_of (now >= base ? now - base : 0, age_ns);
+  GST_BUFFER_DTS (buf) = GST_BUFFER_PTS (buf);
+  return true;
 }
 
 bool

@@ -80,12 +80,13 @@ public:
   Node &node () { return node_; }
   /* From unlock/unlock_stop. */
   void set_flushing (bool f);
-  bool flushing () const { return flushing_; }
 
-  /* A message's stamp (ROS time, ns) as the element's running time now: false when neither the
-   * clock nor ROS time is known yet. *age_ns: how long ago the stamp was, on the ROS clock. */
+  /* How long ago a message's stamp (ROS time, ns) was, on the ROS clock: false while ROS time is
+   * not known (sim time before the first /clock). */
   bool age_of (int64_t stamp_ns, int64_t *age_ns);
-  static uint64_t running_now (GstElement *element);
+  /* Stamps @buf with the running time @age_ns before now on @element's clock (PTS and DTS):
+   * false while the element has no clock (not PLAYING). */
+  static bool stamp (GstElement *element, GstBuffer *buf, int64_t age_ns);
 
 private:
   Node node_;
