@@ -10,8 +10,9 @@
 #   bench/sim_soak.sh [--repeats R] [--episodes K] [--jobs J] [--timeout S] [--seed S]
 #                     [--cases expert,tiny] [--pi0-sim PATH] [--keep DIR]
 #
-# 8 cases x R runs x K episodes: the defaults (R 13, K 20) are 2,080 episodes, about 10 minutes on
-# 2 cores. A binary without --rows (before issue 44) is compared on its episode lines only.
+# 8 cases x R runs x K episodes: the defaults (R 13, K 20) are 2,080 episodes, about a minute and
+# a half on 2 cores (docs/sim.md, "Soak of the lock-step loop", has what it measured). A binary
+# without --rows (before issue 44) is compared on its episode lines only.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
