@@ -281,9 +281,11 @@ draw_front (cairo_t *cr, const World &w, int width, int height)
 CairoSurfacePtr
 draw (const World &w, Camera camera, int width, int height, std::string *error)
 {
-  if (width < 16 || height < 16 || width > 4096 || height > 4096) {
+  if (width < kMinCameraSize || height < kMinCameraSize || width > kMaxCameraSize ||
+      height > kMaxCameraSize) {
     *error = "camera size " + std::to_string (width) + "x" + std::to_string (height) +
-             " is out of range (16 to 4096)";
+             " is out of range (" + std::to_string (kMinCameraSize) + " to " +
+             std::to_string (kMaxCameraSize) + ")";
     return nullptr;
   }
   CairoSurfacePtr surface (cairo_image_surface_create (CAIRO_FORMAT_RGB24, width, height));

@@ -21,9 +21,12 @@ const char *camera_name (Camera c);
 /* Parses a name of camera_name(); false if unknown. */
 bool camera_from_name (const std::string &name, Camera *c);
 
+/* The sizes a camera may have, in pixels (each side). */
+constexpr int kMinCameraSize = 16, kMaxCameraSize = 4096;
+
 /* Draws @camera's view of @world into @rgb: packed 8-bit RGB, @stride bytes per row (at least
- * 3 * @width), @width and @height from 16 to 4096. Returns false (with *error) for sizes out of
- * range or when cairo fails. */
+ * 3 * @width), @width and @height from kMinCameraSize to kMaxCameraSize. Returns false (with
+ * *error) for sizes out of range or when cairo fails. */
 bool render (const World &world, Camera camera, int width, int height, uint8_t *rgb, size_t stride,
              std::string *error);
 

@@ -121,11 +121,14 @@ static_assert ((int)proto::SendMode::kChunk == GST_PI0_ACTION_SINK_MODE_CHUNK &&
 /* What to do once the lock is released: signals, bus warnings, an error. */
 struct Pending {
   std::vector<proto::SentMessage> sent;
-  /* What the robot executes (first of each chunk, newest): sent upstream as pi0-executing. */
-  std::vector<proto::Feedback> executing;
-  guint64 period_ns = 0;
   std::vector<std::string> warnings;
   std::string error;
+};
+
+/* What the robot executes (first of each chunk, newest), to go upstream as pi0-executing. */
+struct Executing {
+  proto::Feedback fb;
+  guint64 period_ns;
 };
 
 struct State {
@@ -147,6 +150,11 @@ struct State {
   guint64 stamps_chunk = 0;
   bool have_stamps = false;
   guint64 warn_count = 0;
+
+  /* The pi0-executing events in the order the session made them, and whether a thread is
+   * sending them upstream (send_executing(): one at a time, so that they arrive in that order). */
+  std::vector<Executing> executing;
+  bool sending_executing = false;
 };
 
 } // namespace
@@ -237,8 +245,45 @@ deliver (State &st, Pending &p)
     warn (st, p, w);
   for (const char *why : out.robot_drops) /* counted; a flood must not reach the bus */
     GST_INFO ("robot frame dropped: %s", why);
-  p.executing.insert (p.executing.end (), out.executing.begin (), out.executing.end ());
-  p.period_ns = st.link.settings ().period_ns;
+  for (const proto::Feedback &fb : out.executing)
+    st.executing.push_back ({fb, st.link.settings ().period_ns});
+}
+
+/* Sends the queued pi0-executing events upstream, oldest first. The streaming thread (render)
+ * and the control thread (ticks) both read the robot's reports; if each sent its own, one could
+ * overtake the other between the lock and the push: pi0infer would take the sink's estimate of
+ * a chunk's first row (render) after the robot's reports of later rows (the control thread) as
+ * what the robot executes now, and pi0-sim's lock-step wait for the newest report never ended.
+ * So one thread at a time sends everything queued, including what other threads queue
+ * meanwhile; a thread that finds another sending leaves its events to it. No lock is held while
+ * pushing. */
+void
+send_executing (GstPi0ActionSink *self)
+{
+  GstPi0ActionSinkPrivate *priv = self->priv;
+  std::vector<Executing> batch;
+  {
+    std::lock_guard<std::mutex> lk (priv->lock);
+    if (priv->state.sending_executing || priv->state.executing.empty ())
+      return;
+    priv->state.sending_executing = true;
+  }
+  for (;;) {
+    batch.clear ();
+    {
+      std::lock_guard<std::mutex> lk (priv->lock);
+      batch.swap (priv->state.executing);
+      if (batch.empty ()) {
+        priv->state.sending_executing = false;
+        return;
+      }
+    }
+    for (const Executing &e : batch)
+      if (GST_CLOCK_TIME_IS_VALID (e.fb.time_ns))
+        gst_pad_push_event (
+            GST_BASE_SINK_PAD (self),
+            gst_pi0_executing_event_new (e.fb.chunk_id, e.fb.row, e.fb.time_ns, e.period_ns));
+  }
 }
 
 void
@@ -250,11 +295,7 @@ flush_pending (GstPi0ActionSink *self, Pending &p)
                    m.step_index, m.steps, m.dim, b);
     g_bytes_unref (b);
   }
-  for (const proto::Feedback &fb : p.executing)
-    if (GST_CLOCK_TIME_IS_VALID (fb.time_ns))
-      gst_pad_push_event (
-          GST_BASE_SINK_PAD (self),
-          gst_pi0_executing_event_new (fb.chunk_id, fb.row, fb.time_ns, p.period_ns));
+  send_executing (self);
   pi0::Notices n;
   for (auto &w : p.warnings)
     n.warning (GST_STREAM_ERROR, GST_STREAM_ERROR_FAILED, w);
@@ -263,7 +304,6 @@ flush_pending (GstPi0ActionSink *self, Pending &p)
              "set tolerate-write-errors=true to go on with a warning instead");
   GST_PI0_POST_NOTICES (self, n);
   p.sent.clear ();
-  p.executing.clear ();
   p.warnings.clear ();
   p.error.clear ();
 }
@@ -374,6 +414,7 @@ gst_pi0_action_sink_start (GstBaseSink *bsink)
   st.latency = pi0::StageLatency ();
   st.have_stamps = false;
   st.warn_count = 0;
+  st.executing.clear (); /* the last run's, never sent */
   st.unlocked = false;
   st.write_failed = false;
   st.started = true;

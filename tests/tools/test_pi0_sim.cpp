@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "common/pi0cairo.h"
+#include "common/pi0json.h"
 #include "sim/pi0simrender.h"
 #include "sim/pi0simworld.h"
 #include "tests/pi0testenv.h"
@@ -66,6 +67,41 @@ field (const std::string &line, const std::string &key)
     return "";
   size_t end = line.find_first_of (",}", at + k.size ());
   return line.substr (at + k.size (), end - at - k.size ());
+}
+
+/* One tick of pi0-sim --rows: the row under way and the command (empty: the arm held). */
+struct TickRow {
+  uint64_t chunk = 0;
+  unsigned row = 0;
+  std::vector<double> command;
+  bool operator== (const TickRow &o) const
+  {
+    return chunk == o.chunk && row == o.row && command == o.command;
+  }
+};
+
+/* A --rows file: each episode's seed and ticks, in order. */
+std::vector<std::pair<uint64_t, std::vector<TickRow>>>
+read_rows (const std::string &path)
+{
+  std::vector<std::pair<uint64_t, std::vector<TickRow>>> episodes;
+  std::ifstream in (path);
+  for (std::string l; std::getline (in, l);) {
+    std::string err;
+    const auto j = pi0::json::parse_strict (l, path, &err);
+    EXPECT_TRUE (j) << err;
+    if (!j)
+      break;
+    std::vector<TickRow> ticks;
+    for (const auto &t : j->at ("ticks")) {
+      TickRow r{t.at ("chunk").get<uint64_t> (), t.at ("row").get<unsigned> (), {}};
+      if (!t.at ("command").is_null ())
+        r.command = t.at ("command").get<std::vector<double>> ();
+      ticks.push_back (r);
+    }
+    episodes.emplace_back (j->at ("seed").get<uint64_t> (), ticks);
+  }
+  return episodes;
 }
 
 } // namespace
@@ -185,6 +221,58 @@ TEST (Pi0Sim, ADelayedChunkArrivesLateAndGuidanceMeasuresTheDelay)
   EXPECT_EQ (std::stoi (field (l[0], "rows")), std::stoi (field (n[0], "rows")) - 2 * (chunks - 1))
       << n[0] << "\n"
       << l[0];
+}
+
+/* Lock-step with a delay depends on world ticks only (issue 44): the same delayed scenes run
+ * twice execute the same command at every tick, with the expert and with a policy guided by the
+ * robot's feedback; and each chunk but an episode's first runs from the row under way at its
+ * arrival (delay / period). Before, the loop closed the sink's gate only once it waited for the
+ * second observation's chunk, and a chain quicker than that let the chunk through whole with
+ * the clock at its observation: the rows of ticks already past ran, the arm moved back, and
+ * which episodes did so changed from run to run (most, here). A delay over execute - 1 periods
+ * (250 ms, execute 3) left the chunk at the gate past the observation's last tick, and the next
+ * observation behind it, until --timeout. */
+TEST (Pi0Sim, ADelayedRunExecutesTheSameRowsEveryTime)
+{
+  const TempDir tmp ("pi0-sim-rows");
+  const std::string tiny = "builtin:pi0-tiny --prep-size 32 --infer rtc=guided-identity";
+  struct Case {
+    std::string policy;
+    unsigned delay_ms, execute;
+  };
+  const Case cases[] = {{"expert", 100, 5}, {"expert", 300, 5}, {"expert", 250, 3},
+                        {tiny, 100, 5},     {tiny, 300, 5},     {tiny, 250, 3}};
+  for (const Case &c : cases) {
+    const std::string args = "run --episodes 3 --seed 100 --width 32 --height 32 --timeout 30" +
+                             std::string (" --delay-ms ") + std::to_string (c.delay_ms) +
+                             " --execute " + std::to_string (c.execute) + " --policy " + c.policy;
+    SCOPED_TRACE (args);
+    const std::string a = tmp.path () + "/a.jsonl", b = tmp.path () + "/b.jsonl";
+    const Ran first = pi0_sim (args + " --rows " + a), second = pi0_sim (args + " --rows " + b);
+    ASSERT_EQ (first.status, 0) << first.out;
+    ASSERT_EQ (second.status, 0) << second.out;
+    EXPECT_EQ (episode_lines (first.out), episode_lines (second.out));
+    const auto ra = read_rows (a), rb = read_rows (b);
+    ASSERT_EQ (ra.size (), 3u);
+    ASSERT_EQ (rb.size (), 3u);
+    unsigned late_chunks = 0;
+    for (size_t e = 0; e < ra.size (); e++) {
+      EXPECT_EQ (ra[e].first, 100 + e);
+      const std::vector<TickRow> &x = ra[e].second, &y = rb[e].second;
+      ASSERT_EQ (x.size (), y.size ()) << "episode " << e;
+      for (size_t t = 0; t < x.size (); t++) {
+        EXPECT_TRUE (x[t] == y[t])
+            << "episode " << e << " tick " << t << ": chunk " << x[t].chunk << " row " << x[t].row
+            << " against chunk " << y[t].chunk << " row " << y[t].row;
+        EXPECT_EQ (x[t].command.size (), 3u) << "episode " << e << " tick " << t;
+        if (t > 0 && x[t].chunk != x[t - 1].chunk) {
+          late_chunks++;
+          EXPECT_EQ (x[t].row, c.delay_ms / 100) << "episode " << e << " tick " << t;
+        }
+      }
+    }
+    EXPECT_GT (late_chunks, 0u);
+  }
 }
 
 /* --overlay: the overhead view with pi0overlay's drawing of the chunk made from it, one PNG per
@@ -347,45 +435,97 @@ TEST (Pi0Sim, TheTrainingScriptRefusesWhatIsNotADatasetOrACheckpoint)
   EXPECT_FALSE (std::filesystem::exists (dir + "/out")) << "nothing saved";
 }
 
-TEST (Pi0Sim, BadArgumentsAreClearErrors)
+/* Bad arguments exit with status 2 and say what is wrong, before anything runs (docs/sim.md):
+ * the usage, an unknown option or one the command does not take, a value out of range, options
+ * that contradict each other, a file an option names that cannot be read. Nothing is recorded
+ * and no episode is printed. Before issue 44 the checks made after parsing (a delay as long as
+ * the rows executed, a camera size out of range, ...) exited 1, as a failed run does. */
+TEST (Pi0Sim, BadArgumentsExitTwoSayingWhatIsWrong)
 {
-  Ran r = pi0_sim ("run --execute 5 --record /tmp/pi0-sim-never");
-  EXPECT_EQ (r.status, 1);
-  EXPECT_NE (r.out.find ("recording needs execute 1"), std::string::npos) << r.out;
-  r = pi0_sim ("run --policy /nonexistent/checkpoint --episodes 1 --timeout 30");
+  const TempDir tmp ("pi0-sim-bad");
+  const std::string never = tmp.path () + "/never";
+  {
+    std::ofstream (tmp.path () + "/key") << "k";
+  }
+  struct Case {
+    std::string args, message;
+  };
+  const Case cases[] = {
+      /* The usage. */
+      {"teleport", "usage: pi0-sim snapshot"},
+      {"run extra", "usage: pi0-sim snapshot"},
+      {"snapshot", "snapshot needs --out DIR"},
+      /* Options that are none, or not the command's. */
+      {"run --frobnicate 1", "Unknown option --frobnicate"},
+      {"expert --delay-ms 100", "--delay-ms is not an option of expert"},
+      {"snapshot --out " + never + " --episodes 2", "--episodes is not an option of snapshot"},
+      {"run --key k", "--key is not an option of run"},
+      {"robot --record " + never, "--record is not an option of robot"},
+      /* Values out of range, with their bounds. */
+      {"run --width 8", "--width: not a whole number from 16 to 4096: 8"},
+      {"robot --height 4097", "--height: not a whole number from 16 to 4096: 4097"},
+      {"run --prep-size 0", "--prep-size: not a whole number from 1 to 4096: 0"},
+      {"run --episodes 0", "--episodes: not a whole number from 1 to 1000000: 0"},
+      {"expert --execute 0", "--execute: not a whole number from 1 to 50: 0"},
+      {"run --horizon 51", "--horizon: not a whole number from 1 to 50: 51"},
+      {"run --timeout 0", "--timeout: not a whole number from 1 to 3600: 0"},
+      {"run --delay-ms -5", "--delay-ms: not a whole number up to 60000: -5"},
+      {"run --seed x", "--seed: not a whole number up to 18446744073709551615: x"},
+      {"expert --blocks 6", "--blocks: not a whole number from 1 to 5: 6"},
+      {"expert --block-size 0.2", "--block-size: metres from 0.02 to 0.15: 0.2"},
+      {"expert --actuation-noise -1", "--actuation-noise: radians from 0 to 0.5: -1"},
+      {"robot --rtp-port 65530", "--rtp-port: not a whole number from 1 to 65529: 65530"},
+      {"robot --port 0", "--port: not a whole number from 1 to 65535: 0"},
+      {"run --record=", "--record: empty"},
+      {"robot --key=", "--key: empty: an empty key would turn authentication off"},
+      {"robot --key-file /nonexistent/pi0-key",
+       "--key-file: cannot read the key file /nonexistent/pi0-key"},
+      /* Options that contradict each other. */
+      {"run --execute 5 --delay-ms 500",
+       "the delay must be shorter than the rows executed per observation (execute 5 x 100 ms = "
+       "500 ms)"},
+      {"expert --execute 20 --horizon 10",
+       "--execute 20 is more rows than the expert's chunk has (--horizon 10)"},
+      {"run --execute 5 --record " + never,
+       "recording needs execute 1: one frame per control tick"},
+      {"run --real-time --delay-ms 50", "in real time the delay is the chain's own"},
+      {"run --real-time --execute 1 --record " + never, "recording is lock-step only"},
+      {"run --lossless", "--lossless is how --record records the cameras: it needs --record DIR"},
+      {"robot --key k --key-file " + tmp.path () + "/key",
+       "--key and --key-file are one key: give one of them"},
+      /* A file named that cannot be read (the planar configuration pi0_sim() adds comes after:
+       * the first is the one refused). */
+      {"run --robot-config /nonexistent/robot.json",
+       "--robot-config: cannot read robot config /nonexistent/robot.json"},
+  };
+  for (const Case &c : cases) {
+    /* The bad configuration must be the only one given; run and robot would write --rows. */
+    const bool own_config = c.args.find ("--robot-config") != std::string::npos;
+    const bool rows = c.args.rfind ("run", 0) == 0 || c.args.rfind ("robot", 0) == 0;
+    const Ran r = own_config ? run_command (build_root () + "/tools/pi0-sim " + c.args)
+                             : pi0_sim (c.args + (rows ? " --rows " + never : ""));
+    SCOPED_TRACE ("pi0-sim " + c.args + "\n" + r.out);
+    EXPECT_EQ (r.status, 2);
+    EXPECT_NE (r.out.find (c.message), std::string::npos);
+    EXPECT_EQ (r.out.find ("{\""), std::string::npos) << "nothing ran";
+    EXPECT_FALSE (std::filesystem::exists (never)) << "nothing was written";
+  }
+}
+
+/* What fails once it runs exits 1, with the reason: a policy that does not load, a picture
+ * that cannot be written, a scene the blocks do not fit, no policy's end answering. */
+TEST (Pi0Sim, RunsThatFailExitOne)
+{
+  Ran r = pi0_sim ("run --policy /nonexistent/checkpoint --episodes 1 --timeout 30");
   EXPECT_EQ (r.status, 1);
   EXPECT_NE (r.out.find ("/nonexistent/checkpoint"), std::string::npos) << r.out;
-  r = pi0_sim ("run --execute 20 --horizon 10");
-  EXPECT_EQ (r.status, 1);
-  EXPECT_NE (r.out.find ("execute must be 1 to the horizon"), std::string::npos) << r.out;
-  r = pi0_sim ("run --frobnicate 1");
-  EXPECT_EQ (r.status, 2);
-  EXPECT_NE (r.out.find ("Unknown option --frobnicate"), std::string::npos) << r.out;
-  r = pi0_sim ("run --execute 5 --delay-ms 500"); // 5 rows at 10 Hz: the next chunk is due
-  EXPECT_EQ (r.status, 1);
-  EXPECT_NE (r.out.find ("the delay must be shorter"), std::string::npos) << r.out;
-  r = pi0_sim ("run --real-time --execute 5 --delay-ms 50");
-  EXPECT_EQ (r.status, 1);
-  EXPECT_NE (r.out.find ("in real time the delay is the chain's own"), std::string::npos) << r.out;
-  r = pi0_sim ("run --real-time --execute 1 --record /tmp/pi0-sim-never");
-  EXPECT_EQ (r.status, 1);
-  EXPECT_NE (r.out.find ("recording is lock-step only"), std::string::npos) << r.out;
-  r = pi0_sim ("expert --actuation-noise -1");
-  EXPECT_EQ (r.status, 2);
-  EXPECT_NE (r.out.find ("--actuation-noise: radians"), std::string::npos) << r.out;
   r = pi0_sim ("snapshot --out /nonexistent/dir");
   EXPECT_EQ (r.status, 1);
   EXPECT_NE (r.out.find ("/nonexistent/dir/overhead.png"), std::string::npos) << r.out;
-  for (const char *b : {"0", "6"}) {
-    r = pi0_sim (std::string ("expert --blocks ") + b);
-    EXPECT_EQ (r.status, 2) << b;
-    EXPECT_NE (r.out.find ("--blocks"), std::string::npos) << r.out;
-  }
-  for (const char *m : {"0.01", "0.2", "big"}) {
-    r = pi0_sim (std::string ("expert --block-size ") + m);
-    EXPECT_EQ (r.status, 2) << m;
-    EXPECT_NE (r.out.find ("--block-size: metres from 0.02 to 0.15"), std::string::npos) << r.out;
-  }
+  r = pi0_sim ("run --episodes 1 --rows /nonexistent/dir/rows.jsonl");
+  EXPECT_EQ (r.status, 1);
+  EXPECT_NE (r.out.find ("--rows: cannot write /nonexistent/dir/rows.jsonl"), std::string::npos)
+      << r.out;
   /* Five 10-cm blocks do not fit every scene: a clear error naming the seed, not a hang. */
   r = pi0_sim ("expert --blocks 5 --episodes 1 --seed 42");
   EXPECT_EQ (r.status, 1);
@@ -394,20 +534,7 @@ TEST (Pi0Sim, BadArgumentsAreClearErrors)
       << r.out;
   r = pi0_sim ("expert --blocks 5 --block-size 0.08 --episodes 1 --seed 42");
   EXPECT_EQ (r.status, 0) << r.out;
-  /* pi0-sim robot: ports out of range, and no policy's end answering within --timeout. */
-  r = pi0_sim ("robot --rtp-port 65530");
-  EXPECT_EQ (r.status, 2);
-  /* An empty key would turn authentication off without a word; a key file must be readable. */
-  r = pi0_sim ("robot --key=");
-  EXPECT_EQ (r.status, 2);
-  EXPECT_NE (r.out.find ("--key: empty: an empty key would turn authentication off"),
-             std::string::npos)
-      << r.out;
-  r = pi0_sim ("robot --key-file /nonexistent/pi0-key");
-  EXPECT_EQ (r.status, 2);
-  EXPECT_NE (r.out.find ("--key-file: cannot read the key file /nonexistent/pi0-key"),
-             std::string::npos)
-      << r.out;
+  /* pi0-sim robot with no policy's end answering within --timeout. */
   r = pi0_sim ("robot --episodes 1 --timeout 1 --bind 127.0.0.1 --rtp-port 9 --port " +
                std::to_string (40000 + getpid () % 20000));
   EXPECT_EQ (r.status, 1);

@@ -9,8 +9,8 @@
  *       chunk (10) executed before it plans again: one JSON line per episode, then a summary
  *   pi0-sim run [--policy expert|MODEL] [--infer "PROPS"] [--episodes K] [--seed S]
  *               [--execute N] [--horizon H] [--width W] [--height H] [--prep-size P]
- *               [--record DIR [--lossless]] [--overlay DIR] [--real-time] [--robot-config F]
- *               [--timeout S]
+ *               [--record DIR [--lossless]] [--overlay DIR] [--rows FILE] [--real-time]
+ *               [--robot-config F] [--timeout S]
  *       the same episodes through the chain, lock-step (pi0simloop.h; --real-time: on the
  *       clock, the cameras live, nothing waiting for the policy): the cameras and state
  *       into pi0viewmux, the policy (the expert, or pi0infer model=MODEL PROPS), the chunks
@@ -20,6 +20,10 @@
  *       the robot's end alone, for a policy's end elsewhere (pipelines/sim-policy.txt): the
  *       cameras and the state (with the task) as RTP to H, ports P to P+6; the actions on A:N;
  *       real time (pi0simremote.h)
+ *
+ * Exit status: 2 for bad arguments (usage, an option the command does not take, a value out of
+ * range, options that contradict each other, a named file that cannot be read), before anything
+ * runs; 1 for a run that failed.
  */
 #include "common/pi0json.h"
 #include "gst/gstpi0elements.h"
@@ -36,6 +40,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <stdexcept>
@@ -56,7 +61,8 @@ struct Args {
   std::string policy_host = "127.0.0.1", bind = "0.0.0.0";
   int rtp_port = 5600, port = 9870;
   unsigned gap_ms = 500;
-  std::string key; /* robot: HMAC key, empty for none */
+  std::string key;  /* robot: HMAC key, empty for none */
+  std::string rows; /* run, robot: where each episode's executed rows go, or "" */
   tsim::LoopOptions loop = [] {
     tsim::LoopOptions o;
     o.episodes = 10;
@@ -66,25 +72,36 @@ struct Args {
 
 constexpr const char *kUsage =
     "usage: pi0-sim snapshot --out DIR [--seed S] [--ticks N] [--width W] [--height H]"
-    " [--robot-config F]\n"
+    " [--blocks N] [--block-size M] [--robot-config F]\n"
     "       pi0-sim expert [--episodes K] [--seed S] [--execute N] [--horizon H] "
     "[--actuation-noise RAD] [--blocks N] [--block-size M] [--robot-config F]\n"
     "       pi0-sim run [--policy expert|MODEL] [--infer PROPS] [--episodes K] [--seed S]"
     " [--execute N] [--horizon H] [--width W] [--height H] [--prep-size P]"
-    " [--delay-ms D] [--record DIR [--lossless]] [--overlay DIR] [--actuation-noise RAD]"
-    " [--blocks N] [--block-size M] [--real-time] [--robot-config F] [--timeout S]\n"
+    " [--delay-ms D] [--record DIR [--lossless]] [--overlay DIR] [--rows FILE]"
+    " [--actuation-noise RAD] [--blocks N] [--block-size M] [--real-time] [--robot-config F]"
+    " [--timeout S]\n"
     "       pi0-sim robot [--policy-host H] [--rtp-port P] [--bind A] [--port N]"
     " [--episodes K] [--seed S] [--execute N] [--width W] [--height H] [--gap-ms G]"
-    " [--key K | --key-file F] [--actuation-noise RAD] [--blocks N] [--block-size M] "
-    "[--robot-config F]"
-    " [--timeout S]\n"
+    " [--key K | --key-file F] [--rows FILE] [--actuation-noise RAD] [--blocks N]"
+    " [--block-size M] [--robot-config F] [--timeout S]\n"
     "       (pi0-sim --help: every option)\n";
+
+/* The exit status of a bad argument (docs/sim.md); 1 is a run that failed. */
+constexpr int kBadArguments = 2;
 
 int
 usage ()
 {
   std::fputs (kUsage, stderr);
-  return 2;
+  return kBadArguments;
+}
+
+/* A bad argument: the message, then the exit status for it. */
+int
+refuse (const std::string &why)
+{
+  std::fprintf (stderr, "pi0-sim: %s\n", why.c_str ());
+  return kBadArguments;
 }
 
 bool
@@ -99,20 +116,37 @@ parse_uint (const char *s, unsigned long long max, unsigned long long *out)
   return true;
 }
 
-/* One option taking a value: its GOption entry's texts and what it does with the value ("" or
- * why the value is refused, which the error prefixes with the option's name). */
+/* The commands, as a set an option belongs to. */
+enum Command : unsigned { kSnapshot = 1, kExpert = 2, kRun = 4, kRobot = 8, kAll = 15 };
+
+const std::map<std::string, Command> kCommands = {
+    {"snapshot", kSnapshot}, {"expert", kExpert}, {"run", kRun}, {"robot", kRobot}};
+
+/* One option: its GOption entry's texts, the commands that take it, and what it does with the
+ * value ("" or why the value is refused, which the error prefixes with the option's name). A
+ * flag (no value) is called with nullptr. */
 struct Option {
   const char *name, *arg, *help;
+  unsigned commands;
   std::function<std::string (const char *)> set;
 };
 
+/* What the options' callback fills: the table, and the options the command line gave. */
+struct Parsed {
+  std::vector<Option> options;
+  std::vector<std::string> given;
+};
+
 std::function<std::string (const char *)>
-whole (unsigned long long max, std::function<void (unsigned long long)> store)
+whole (unsigned long long lo, unsigned long long hi, std::function<void (unsigned long long)> store)
 {
-  return [max, store] (const char *v) -> std::string {
+  return [lo, hi, store] (const char *v) -> std::string {
     unsigned long long n = 0;
-    if (!parse_uint (v, max, &n))
-      return "not a whole number up to " + std::to_string (max) + ": " + v;
+    if (!parse_uint (v, hi, &n) || n < lo)
+      return (lo == 0 ? "not a whole number up to " + std::to_string (hi)
+                      : "not a whole number from " + std::to_string (lo) + " to " +
+                            std::to_string (hi)) +
+             ": " + v;
     store (n);
     return "";
   };
@@ -131,11 +165,23 @@ real (double lo, double hi, const char *what, std::function<void (double)> store
   };
 }
 
+/* A path or a name: an empty one would quietly mean "none" or "here". */
 std::function<std::string (const char *)>
 text (std::string *out)
 {
   return [out] (const char *v) -> std::string {
+    if (!*v)
+      return "empty: give one";
     *out = v;
+    return "";
+  };
+}
+
+std::function<std::string (const char *)>
+flag (bool *out)
+{
+  return [out] (const char *) -> std::string {
+    *out = true;
     return "";
   };
 }
@@ -143,9 +189,10 @@ text (std::string *out)
 gboolean
 on_option (const gchar *name, const gchar *value, gpointer data, GError **error)
 {
-  auto *options = static_cast<const std::vector<Option> *> (data);
-  for (const Option &o : *options)
+  auto *parsed = static_cast<Parsed *> (data);
+  for (const Option &o : parsed->options)
     if (std::string ("--") + o.name == name) {
+      parsed->given.push_back (o.name);
       const std::string why = o.set (value);
       if (why.empty ())
         return TRUE;
@@ -156,44 +203,62 @@ on_option (const gchar *name, const gchar *value, gpointer data, GError **error)
   return FALSE;
 }
 
-/* The command line through GOptionContext: 0 when it is good, else the exit status (2, the
- * error or the usage printed; 0 for --help, which prints every option). */
+/* The command line through GOptionContext, then what no command may be given: 0 when it is
+ * good, else the exit status (2, the error or the usage printed; 0 for --help, which prints
+ * every option). What needs the robot configuration is checked in main(). */
 int
 parse (int argc, char **argv, Args *a)
 {
   pi0::sim::SceneOptions &scene = a->loop.scene;
-  const std::vector<Option> options = {
-      {"out", "DIR", "snapshot: where the three cameras' PNGs go", text (&a->out)},
-      {"seed", "S", "the first episode's scene (episode e is S + e; default 0)",
-       whole (~0ull, [a] (auto n) { a->loop.seed = n; })},
-      {"ticks", "N", "snapshot: ticks the expert moves before the pictures (default 0)",
-       whole (100000, [a] (auto n) { a->ticks = (unsigned)n; })},
-      {"episodes", "K", "episodes to run (default 10)",
-       whole (1000000, [a] (auto n) { a->loop.episodes = (unsigned)n; })},
-      {"execute", "N", "rows of each chunk executed before the next observation (default 5)",
-       whole (50, [a] (auto n) { a->loop.execute = (unsigned)n; })},
-      {"horizon", "H", "the expert's chunk length (default 10)",
-       whole (50, [a] (auto n) { a->loop.horizon = (unsigned)n; })},
-      {"width", "W", "the cameras' width in pixels (default 224)",
-       whole (4096, [a] (auto n) { a->loop.camera_width = (int)n; })},
-      {"height", "H", "the cameras' height in pixels (default 224)",
-       whole (4096, [a] (auto n) { a->loop.camera_height = (int)n; })},
-      {"prep-size", "P", "run: cudaprep's output size, the model's image size (default 224)",
-       whole (4096, [a] (auto n) { a->loop.prep_size = (int)n; })},
+  constexpr unsigned long long kCam0 = pi0::sim::kMinCameraSize, kCam1 = pi0::sim::kMaxCameraSize;
+  bool lossless = false, real_time = false;
+  Parsed p;
+  p.options = {
+      {"out", "DIR", "snapshot: where the three cameras' PNGs go", kSnapshot, text (&a->out)},
+      {"seed", "S", "the first episode's scene (episode e is S + e; default 0)", kAll,
+       whole (0, ~0ull, [a] (auto n) { a->loop.seed = n; })},
+      {"ticks", "N", "snapshot: ticks the expert moves before the pictures (default 0)", kSnapshot,
+       whole (0, 100000, [a] (auto n) { a->ticks = (unsigned)n; })},
+      {"episodes", "K", "episodes to run, 1 to 1000000 (default 10)", kExpert | kRun | kRobot,
+       whole (1, 1000000, [a] (auto n) { a->loop.episodes = (unsigned)n; })},
+      {"execute", "N",
+       "rows of each chunk executed before the next observation, 1 to 50 (default 5)",
+       kExpert | kRun | kRobot, whole (1, 50, [a] (auto n) { a->loop.execute = (unsigned)n; })},
+      {"horizon", "H", "the expert's chunk length, 1 to 50 (default 10)", kExpert | kRun,
+       whole (1, 50, [a] (auto n) { a->loop.horizon = (unsigned)n; })},
+      {"width", "W", "the cameras' width in pixels, 16 to 4096 (default 224)",
+       kSnapshot | kRun | kRobot,
+       whole (kCam0, kCam1, [a] (auto n) { a->loop.camera_width = (int)n; })},
+      {"height", "H", "the cameras' height in pixels, 16 to 4096 (default 224)",
+       kSnapshot | kRun | kRobot,
+       whole (kCam0, kCam1, [a] (auto n) { a->loop.camera_height = (int)n; })},
+      {"prep-size", "P", "run: cudaprep's output size, the model's image size (default 224)", kRun,
+       whole (1, 4096, [a] (auto n) { a->loop.prep_size = (int)n; })},
       {"policy", "expert|MODEL", "run: the scripted expert, or pi0infer's model (default expert)",
-       text (&a->loop.policy)},
-      {"infer", "PROPS", "run: more pi0infer properties (\"rtc=off num-steps=10\")",
-       text (&a->loop.infer_properties)},
-      {"delay-ms", "D", "run: world time from capture to the chunk at the robot (default 0)",
-       whole (60000, [a] (auto n) { a->delay_ms = (unsigned)n; })},
-      {"record", "DIR", "run: append each episode to this LeRobotDataset", text (&a->loop.record)},
+       kRun, text (&a->loop.policy)},
+      {"infer", "PROPS", "run: more pi0infer properties (\"rtc=off num-steps=10\")", kRun,
+       [a] (const char *v) -> std::string {
+         a->loop.infer_properties = v;
+         return "";
+       }},
+      {"delay-ms", "D", "run: world time from capture to the chunk at the robot (default 0)", kRun,
+       whole (0, 60000, [a] (auto n) { a->delay_ms = (unsigned)n; })},
+      {"record", "DIR", "run: append each episode to this LeRobotDataset", kRun,
+       text (&a->loop.record)},
+      {"lossless", nullptr, "run --record: the cameras bit-exact", kRun, flag (&lossless)},
       {"overlay", "DIR", "run: the main camera with the planned path, one PNG per observation",
-       text (&a->loop.overlay)},
+       kRun, text (&a->loop.overlay)},
+      {"rows", "FILE",
+       "run, robot: each episode's executed rows (the joint command of every tick) as a JSON line",
+       kRun | kRobot, text (&a->rows)},
+      {"real-time", nullptr, "run: on the clock, the cameras live, nothing waiting for the policy",
+       kRun, flag (&real_time)},
       {"actuation-noise", "RAD", "noise on every joint command, radians (default 0)",
+       kExpert | kRun | kRobot,
        real (0, 0.5, "radians from 0 to 0.5", [&scene] (double r) { scene.actuation_noise = r; })},
-      {"blocks", "N", "blocks on the table, 1 to 5 (default 3)",
-       whole (5, [&scene] (auto n) { scene.blocks = (unsigned)n; })},
-      {"block-size", "M", "the blocks' side in metres, 0.02 to 0.15 (default 0.10)",
+      {"blocks", "N", "blocks on the table, 1 to 5 (default 3)", kAll,
+       whole (1, 5, [&scene] (auto n) { scene.blocks = (unsigned)n; })},
+      {"block-size", "M", "the blocks' side in metres, 0.02 to 0.15 (default 0.10)", kAll,
        real (0.02, 0.15, "metres from 0.02 to 0.15",
              [&scene] (double m) {
                // Touching stays "the tip over the block": the same share of its side as the
@@ -202,22 +267,24 @@ parse (int argc, char **argv, Args *a)
                    m * pi0::sim::SceneOptions{}.touch_radius / pi0::sim::SceneOptions{}.block_size;
                scene.block_size = m;
              })},
-      {"robot-config", "F", "the arm (default pipelines/robot-planar.json)",
+      {"robot-config", "F", "the arm (default pipelines/robot-planar.json)", kAll,
        text (&a->loop.robot_config)},
-      {"timeout", "S", "real seconds to wait for one chunk (default 120)",
-       whole (3600, [a] (auto n) { a->timeout = (unsigned)n; })},
-      {"policy-host", "H", "robot: where the cameras and the state go (default 127.0.0.1)",
+      {"timeout", "S", "real seconds to wait for one chunk, 1 to 3600 (default 120)", kRun | kRobot,
+       whole (1, 3600, [a] (auto n) { a->timeout = (unsigned)n; })},
+      {"policy-host", "H", "robot: where the cameras and the state go (default 127.0.0.1)", kRobot,
        text (&a->policy_host)},
       {"rtp-port", "P", "robot: the main camera's RTP port; the others P+2 to P+6 (default 5600)",
-       whole (65529, [a] (auto n) { a->rtp_port = (int)n; })},
-      {"bind", "A", "robot: the address of its action port (default 0.0.0.0)", text (&a->bind)},
-      {"port", "N", "robot: its action port (default 9870)",
-       whole (65535, [a] (auto n) { a->port = (int)n; })},
-      {"gap-ms", "G", "robot: quiet time between episodes (default 500)",
-       whole (60000, [a] (auto n) { a->gap_ms = (unsigned)n; })},
+       kRobot, whole (1, 65529, [a] (auto n) { a->rtp_port = (int)n; })},
+      {"bind", "A", "robot: the address of its action port (default 0.0.0.0)", kRobot,
+       text (&a->bind)},
+      {"port", "N", "robot: its action port (default 9870)", kRobot,
+       whole (1, 65535, [a] (auto n) { a->port = (int)n; })},
+      {"gap-ms", "G", "robot: quiet time between episodes (default 500)", kRobot,
+       whole (0, 60000, [a] (auto n) { a->gap_ms = (unsigned)n; })},
       {"key", "K",
        "robot: HMAC key shared with pi0actionsink's key: action frames must carry a valid "
        "HMAC-SHA256 (others are dropped), and the feedback is signed with it",
+       kRobot,
        [a] (const char *v) -> std::string {
          if (!*v)
            return "empty: an empty key would turn authentication off (omit --key to run "
@@ -225,25 +292,20 @@ parse (int argc, char **argv, Args *a)
          a->key = v;
          return "";
        }},
-      {"key-file", "F", "robot: read the HMAC key from a file (its whole content)",
+      {"key-file", "F", "robot: read the HMAC key from a file (its whole content)", kRobot,
        [a] (const char *v) {
          return pi0::tools::read_hmac_key_file (v, &a->key);
        }},
   };
-  gboolean lossless = FALSE, real_time = FALSE;
   std::vector<GOptionEntry> entries;
-  for (const Option &o : options)
-    entries.push_back ({o.name, 0, 0, G_OPTION_ARG_CALLBACK, (gpointer)on_option, o.help, o.arg});
-  entries.push_back ({"lossless", 0, 0, G_OPTION_ARG_NONE, &lossless,
-                      "run --record: the cameras bit-exact", nullptr});
-  entries.push_back ({"real-time", 0, 0, G_OPTION_ARG_NONE, &real_time,
-                      "run: on the clock, the cameras live, nothing waiting for the policy",
-                      nullptr});
+  for (const Option &o : p.options)
+    entries.push_back ({o.name, 0, o.arg ? 0 : G_OPTION_FLAG_NO_ARG, G_OPTION_ARG_CALLBACK,
+                        (gpointer)on_option, o.help, o.arg});
   entries.push_back ({nullptr, 0, 0, G_OPTION_ARG_NONE, nullptr, nullptr, nullptr});
 
   GOptionContext *ctx = g_option_context_new ("snapshot|expert|run|robot");
-  GOptionGroup *group = g_option_group_new ("pi0-sim", "pi0-sim's options", "pi0-sim's options",
-                                            const_cast<std::vector<Option> *> (&options), nullptr);
+  GOptionGroup *group =
+      g_option_group_new ("pi0-sim", "pi0-sim's options", "pi0-sim's options", &p, nullptr);
   g_option_group_add_entries (group, entries.data ());
   g_option_context_set_main_group (ctx, group);
   g_option_context_set_summary (
@@ -251,28 +313,38 @@ parse (int argc, char **argv, Args *a)
            "  snapshot  the three cameras' views of a scene as PNGs, the scene as JSON\n"
            "  expert    episodes solved by the scripted expert\n"
            "  run       the same episodes through the chain (pi0viewmux, the policy, the robot)\n"
-           "  robot     the robot's end alone, for a policy's end elsewhere");
+           "  robot     the robot's end alone, for a policy's end elsewhere\n"
+           "Bad arguments exit with status 2, a run that fails with 1.");
   GError *err = nullptr;
   const gboolean ok = g_option_context_parse (ctx, &argc, &argv, &err);
   g_option_context_free (ctx);
   if (!ok) {
-    std::fprintf (stderr, "pi0-sim: %s\n", err->message);
+    const std::string why = err->message;
     g_error_free (err);
-    return 2;
+    return refuse (why);
   }
   a->loop.lossless = lossless;
   a->loop.real_time = real_time;
   if (argc != 2)
     return usage ();
   a->command = argv[1];
-  if (a->loop.scene.blocks == 0) {
-    std::fprintf (stderr, "pi0-sim: --blocks must be from 1 to 5\n");
-    return 2;
-  }
-  if (a->loop.execute == 0 || a->loop.horizon == 0) {
-    std::fprintf (stderr, "pi0-sim: --execute and --horizon must be at least 1\n");
-    return 2;
-  }
+  const auto command = kCommands.find (a->command);
+  if (command == kCommands.end ())
+    return usage ();
+  /* An option the command does not take would be ignored without a word. */
+  for (const std::string &name : p.given)
+    for (const Option &o : p.options)
+      if (name == o.name && !(o.commands & command->second))
+        return refuse ("--" + name + " is not an option of " + a->command + " (pi0-sim --help)");
+  auto given = [&p] (const char *name) {
+    return std::find (p.given.begin (), p.given.end (), name) != p.given.end ();
+  };
+  if (a->command == "snapshot" && a->out.empty ())
+    return refuse ("snapshot needs --out DIR");
+  if (given ("key") && given ("key-file"))
+    return refuse ("--key and --key-file are one key: give one of them");
+  if (lossless && a->loop.record.empty ())
+    return refuse ("--lossless is how --record records the cameras: it needs --record DIR");
   return 0;
 }
 
@@ -342,6 +414,43 @@ struct Summary {
   }
 };
 
+/* --rows FILE: one JSON line per episode, {"seed": S, "ticks": [...]}, each tick the row the
+ * robot had under way and the command the arm was given (null when it held). Floats are written
+ * so that they read back to the same float. */
+struct RowsFile {
+  std::FILE *f = nullptr;
+  ~RowsFile ()
+  {
+    if (f)
+      std::fclose (f);
+  }
+  bool open (const std::string &path, std::string *error)
+  {
+    f = std::fopen (path.c_str (), "w");
+    if (!f)
+      *error = "--rows: cannot write " + path + ": " + std::strerror (errno);
+    return f != nullptr;
+  }
+  void add (const tsim::EpisodeResult &r)
+  {
+    if (!f)
+      return;
+    Json ticks = Json::array ();
+    for (const tsim::TickRow &t : r.tick_rows) {
+      Json command = nullptr;
+      if (!t.command.empty ()) {
+        command = Json::array ();
+        for (float v : t.command)
+          command.push_back (v);
+      }
+      ticks.push_back ({{"chunk", t.chunk}, {"row", t.row}, {"command", command}});
+    }
+    const std::string line = Json ({{"seed", r.seed}, {"ticks", ticks}}).dump () + "\n";
+    std::fputs (line.c_str (), f);
+    std::fflush (f);
+  }
+};
+
 Json
 scene_json (const pi0::sim::World &w)
 {
@@ -383,20 +492,25 @@ main (int argc, char **argv)
   tsim::LoopOptions &o = a.loop;
   o.timeout_s = a.timeout;
   o.delay_ns = (uint64_t)a.delay_ms * 1000000;
+  std::string err;
+  /* expert plays the run's loop without the chain: the same rules (its defaults pass the rest). */
+  if ((a.command == "run" || a.command == "expert") && !tsim::check_options (o, &err))
+    return refuse (err);
   if (o.robot_config.empty ()) {
     const char *root = std::getenv ("PI0_SOURCE_ROOT");
     o.robot_config = std::string (root ? root : ".") + "/pipelines/robot-planar.json";
   }
+  /* A file the command line names, read before anything runs (as --key-file's). */
   pi0::proto::RobotConfig robot;
-  std::string err;
-  if (!pi0::proto::load_robot_config (o.robot_config, &robot, &err)) {
+  if (!pi0::proto::load_robot_config (o.robot_config, &robot, &err))
+    return refuse ("--robot-config: " + err);
+  RowsFile rows;
+  if (!a.rows.empty () && !rows.open (a.rows, &err)) {
     std::fprintf (stderr, "pi0-sim: %s\n", err.c_str ());
     return 1;
   }
   try {
     if (a.command == "snapshot") {
-      if (a.out.empty ())
-        return usage ();
       pi0::sim::World w (robot, o.seed, o.scene);
       while (w.ticks () < a.ticks)
         for (const std::vector<float> &row : pi0::sim::expert_chunk (w, 1))
@@ -417,7 +531,12 @@ main (int argc, char **argv)
         return 1;
       Summary sum;
       const bool ok = tsim::run_loop (
-          o, [&] (const tsim::EpisodeResult &r) { sum.add (r); }, &err);
+          o,
+          [&] (const tsim::EpisodeResult &r) {
+            sum.add (r);
+            rows.add (r);
+          },
+          &err);
       if (!ok) {
         std::fprintf (stderr, "pi0-sim: %s\n", err.c_str ());
         return 1;
@@ -439,7 +558,12 @@ main (int argc, char **argv)
       Summary sum;
       sum.remote = true;
       if (!tsim::run_remote_robot (
-              r, [&] (const tsim::EpisodeResult &e) { sum.add (e); }, &err)) {
+              r,
+              [&] (const tsim::EpisodeResult &e) {
+                sum.add (e);
+                rows.add (e);
+              },
+              &err)) {
         std::fprintf (stderr, "pi0-sim: %s\n", err.c_str ());
         return 1;
       }

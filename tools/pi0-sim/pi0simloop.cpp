@@ -178,7 +178,11 @@ struct SinkArrivals {
   std::mutex lock;
   std::condition_variable changed;
   std::map<GstClockTime, bool> sendable;
-  bool gate = false; /* hold sendable chunks until released */
+  /* Hold sendable chunks until released: set (with a delay) before the chain plays, never later.
+   * Set only once the loop waited for the second observation's chunk, it let a chunk that came
+   * sooner through at once, whole (the clock still at its observation): the robot ran rows of
+   * ticks already past, in the episodes where the chain's thread had been quicker. */
+  bool gate = false;
   bool any_released = false;
   GstClockTime released = 0; /* chunks for observations at or before this pass */
   bool opened = false;       /* the episode ends: everything passes */
@@ -261,6 +265,7 @@ public:
     proto::ReceiverSettings rs;
     rs.robot = world_.robot ();
     rx_ = std::make_unique<proto::Receiver> (rs);
+    arrivals_.gate = !o_.real_time && o_.delay_ns > 0;
     gst_element_set_state (pipeline_.get (), GST_STATE_PLAYING);
     trace_.push_back ({world_.joints (), 0});
     bool ok = true;
@@ -281,6 +286,7 @@ public:
     result->ticks = world_.decided_at ();
     result->rejected = (unsigned)rx_->counters ().rejected;
     result->executed = (unsigned)rx_->counters ().executed;
+    result->tick_rows = std::move (tick_rows_);
     return ok;
   }
 
@@ -414,12 +420,15 @@ private:
       return false;
     const GstClockTime v = world_.ticks () * period_;
     pi0_sim_clock_set (clock_.get (), v);
-    if (!capture (v, error))
-      return false;
     // The first chunk of an episode is not held: it prerolls the chain, which is PLAYING (its
-    // running time the world's) only once it has.
+    // running time the world's) only once it has. Released before it is pushed; every later
+    // one waits at the gate until the world has run to its arrival.
     bool held = o_.delay_ns > 0 && observations_ > 0;
     observations_++;
+    if (!held)
+      release (v);
+    if (!capture (v, error))
+      return false;
     if (held && !playing_) {
       // The first chunk's preroll has set the chain PLAYING; a chunk held before that would
       // hold the state change, and the running time would no longer be the world's.
@@ -440,7 +449,11 @@ private:
     }
     const GstClockTime arrival = v + (held ? o_.delay_ns : 0);
     bool pending = true; // the chunk (or that there is none) has not reached the robot yet
-    for (unsigned t = 0; t < o_.execute && !world_.done (); t++) {
+    // t == execute is the next observation's time, not a tick of this one: a chunk that comes
+    // after this observation's last tick (a delay over execute - 1 periods) reaches the robot
+    // then, before the next observation (else it would stay at the gate, and the next one
+    // behind it).
+    for (unsigned t = 0; t <= o_.execute && !world_.done (); t++) {
       const GstClockTime now = v + t * period_;
       if (pending && now >= arrival) {
         if (held) {
@@ -456,6 +469,8 @@ private:
           result->unanswered++; // the robot goes on with what it has (or holds), as a robot would
         pending = false;
       }
+      if (t == o_.execute)
+        break;
       pi0_sim_clock_set (clock_.get (), now); // forward only: the arrival lies before @now
       tick (now);
     }
@@ -560,12 +575,14 @@ private:
       feedback_sent_++;
       last_feedback_ = {h.chunk_id, h.step_index};
     }
-    const uint64_t chunk = rx_->executing (now).chunk_id;
-    if (row.size () == 3)
+    const proto::Feedback ex = rx_->executing (now);
+    const bool moves = row.size () == 3;
+    if (moves)
       world_.step (row.data ());
     else
       world_.hold ();
-    trace_.push_back ({world_.joints (), chunk});
+    trace_.push_back ({world_.joints (), ex.chunk_id});
+    tick_rows_.push_back ({ex.chunk_id, ex.row, moves ? row : std::vector<float> ()});
   }
 
   /* Until the sink has had the observation at @v (*sendable: with a chunk it may send), which
@@ -576,7 +593,6 @@ private:
     for (;;) {
       {
         std::unique_lock<std::mutex> lk (arrivals_.lock);
-        arrivals_.gate = true;
         auto it = arrivals_.sendable.find (v);
         if (it != arrivals_.sendable.end ()) {
           *sendable = it->second;
@@ -585,7 +601,7 @@ private:
         arrivals_.changed.wait_for (lk, std::chrono::milliseconds (20));
       }
       if (tools::pop_error (pipeline_.get (), error) ||
-          timed_out (start, "the policy's answer", error))
+          timed_out (start, "answer from the policy", error))
         return false;
     }
   }
@@ -738,20 +754,23 @@ private:
   unsigned observations_ = 0;
   bool playing_ = false;
   std::vector<Traced> trace_;
+  std::vector<TickRow> tick_rows_;
 };
 
 } // namespace
 
 bool
-run_loop (const LoopOptions &o, const std::function<void (const EpisodeResult &)> &on_episode,
-          std::string *error)
+check_options (const LoopOptions &o, std::string *error)
 {
-  proto::RobotConfig robot;
-  if (!proto::load_robot_config (o.robot_config, &robot, error))
-    return false;
   // (A model's chunk shorter than execute leaves the arm on its last row until the next.)
-  if (o.execute == 0 || o.horizon == 0 || (o.policy == "expert" && o.execute > o.horizon)) {
-    *error = "execute must be 1 to the horizon (" + std::to_string (o.horizon) + ")";
+  if (o.execute == 0 || o.horizon == 0) {
+    *error = "--execute and --horizon must be at least 1";
+    return false;
+  }
+  if (o.policy == "expert" && o.execute > o.horizon) {
+    *error = "--execute " + std::to_string (o.execute) +
+             " is more rows than the expert's chunk has (--horizon " + std::to_string (o.horizon) +
+             ")";
     return false;
   }
   if (!o.record.empty () && o.execute != 1) {
@@ -771,10 +790,25 @@ run_loop (const LoopOptions &o, const std::function<void (const EpisodeResult &)
     *error = "recording is lock-step only: a dataset must not depend on how fast the machine is";
     return false;
   }
-  if (o.delay_ns >= o.execute * (uint64_t)std::llround (1e9 / o.scene.control_rate)) {
-    *error = "the delay must be shorter than the rows executed per observation (execute periods)";
+  const uint64_t period = (uint64_t)std::llround (1e9 / o.scene.control_rate);
+  if (o.delay_ns >= o.execute * period) {
+    *error = "the delay must be shorter than the rows executed per observation (execute " +
+             std::to_string (o.execute) + " x " + std::to_string (period / 1000000) +
+             " ms = " + std::to_string (o.execute * period / 1000000) + " ms)";
     return false;
   }
+  return true;
+}
+
+bool
+run_loop (const LoopOptions &o, const std::function<void (const EpisodeResult &)> &on_episode,
+          std::string *error)
+{
+  if (!check_options (o, error))
+    return false;
+  proto::RobotConfig robot;
+  if (!proto::load_robot_config (o.robot_config, &robot, error))
+    return false;
   for (unsigned e = 0; e < o.episodes; e++) {
     EpisodeResult r;
     std::string err;

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace pi0::tools::sim
 {
@@ -53,6 +54,14 @@ struct LoopOptions {
   SceneOptions scene;
 };
 
+/* One control tick as the robot ran it: the row its receiver had under way (chunk and step index;
+ * 0 and 0 before any) and the joint command the arm was given, empty when it held. */
+struct TickRow {
+  uint64_t chunk = 0;
+  uint32_t row = 0;
+  std::vector<float> command;
+};
+
 struct EpisodeResult {
   uint64_t seed = 0;
   std::string instruction;
@@ -73,10 +82,17 @@ struct EpisodeResult {
   double switch_step_sum = 0; /* their sum (for the mean over episodes) */
   double step_max = 0;        /* the largest joint step at the other ticks, rad */
   unsigned late = 0; /* real time: ticks run a period or more after their time (the loop slow) */
+  std::vector<TickRow> tick_rows; /* every tick of the episode, in order (pi0-sim --rows) */
 };
 
-/* Runs the episodes, calling @on_episode after each. False (with *error) when the chain
- * cannot be built or run, or a chunk does not come within timeout_s. */
+/* Whether @o is a run at all, before anything is built: execute within the expert's horizon,
+ * --record with execute 1 and lock-step, a delay in lock-step and shorter than execute periods,
+ * a whole control rate. False with why (pi0-sim's bad arguments: exit status 2). */
+bool check_options (const LoopOptions &o, std::string *error);
+
+/* Runs the episodes, calling @on_episode after each. False (with *error) when @o does not pass
+ * check_options(), the chain cannot be built or run, or a chunk does not come within
+ * timeout_s. */
 bool run_loop (const LoopOptions &o, const std::function<void (const EpisodeResult &)> &on_episode,
                std::string *error);
 

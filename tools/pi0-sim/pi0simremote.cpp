@@ -146,13 +146,15 @@ public:
         proto::encode (h, nullptr, o_.key, fb); /* signed as the actions are */
         socket_.send_back (fb);
       }
-      const uint64_t chunk = rx.executing (t).chunk_id;
+      const proto::Feedback ex = rx.executing (t);
       // Until a chunk of this episode has come, a HOLD's position is the last episode's: hold.
-      if (result->chunks > 0 && row.size () == robot_.dim ())
+      const bool moves = result->chunks > 0 && row.size () == robot_.dim ();
+      if (moves)
         world.step (row.data ());
       else
         world.hold ();
-      trace.push_back ({world.joints (), chunk});
+      trace.push_back ({world.joints (), ex.chunk_id});
+      result->tick_rows.push_back ({ex.chunk_id, ex.row, moves ? row : std::vector<float> ()});
       if (tools::pop_error (pipeline_.get (), error))
         return false;
     }

@@ -11,8 +11,12 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <random>
 #include <set>
+#include <thread>
 #include <tuple>
 
 using namespace pi0test;
@@ -478,4 +482,92 @@ TEST (Pi0ActionSinkFeedback, HostileTcpRobotChangesNothingSentAndIsCounted)
 TEST (Pi0ActionSinkFeedback, HostileUdpRobotChangesNothingSentAndIsCounted)
 {
   hostile_robot_changes_nothing (false);
+}
+
+/* ---- the order of the pi0-executing events ------------------------------------------------- */
+
+namespace
+{
+
+/* Holds the first pi0-executing event at the sink's pad, on whichever thread sends it, until
+ * released; the others pass. */
+struct HoldFirstEvent {
+  std::mutex lock;
+  std::condition_variable changed;
+  bool holding = false, released = false, held_once = false;
+
+  static GstPadProbeReturn probe (GstPad *, GstPadProbeInfo *info, gpointer data)
+  {
+    auto *self = static_cast<HoldFirstEvent *> (data);
+    GstEvent *e = gst_pad_probe_info_get_event (info);
+    if (!gst_event_has_name (e, GST_PI0_EXECUTING_EVENT_NAME))
+      return GST_PAD_PROBE_OK;
+    std::unique_lock<std::mutex> lk (self->lock);
+    if (self->held_once)
+      return GST_PAD_PROBE_OK;
+    self->held_once = self->holding = true;
+    self->changed.notify_all ();
+    self->changed.wait (lk, [self] { return self->released; });
+    self->holding = false;
+    return GST_PAD_PROBE_OK;
+  }
+  bool wait_holding ()
+  {
+    std::unique_lock<std::mutex> lk (lock);
+    return changed.wait_for (lk, std::chrono::seconds (30), [this] { return holding; });
+  }
+  void release ()
+  {
+    std::lock_guard<std::mutex> lk (lock);
+    released = true;
+    changed.notify_all ();
+  }
+};
+
+} // namespace
+
+/* The streaming thread (render: the sink's estimate of a chunk's first row) and the control
+ * thread (its ticks: the robot's reports) both make pi0-executing events. They go upstream in the
+ * order they were made, whichever thread gets to push first: here the streaming thread is held
+ * while pushing the estimate, and the control thread reads the robot's report of a later row
+ * meanwhile. Each thread pushing its own, the report went up first and the estimate after it:
+ * upstream took the robot for being back at row 0, and pi0-sim's lock-step wait for its newest
+ * report never ended (issue 44: "no pi0-executing event for the robot's feedback at tick 5"). */
+TEST (Pi0ActionSinkFeedback, ExecutingEventsGoUpInTheOrderTheyWereMade)
+{
+  FakeRobot robot (false);
+  SinkFixture f;
+  f.make (chunk_props (robot.target ()));
+  ASSERT_TRUE (robot.learn (f));
+  pull_executing (f.h.get ());
+  HoldFirstEvent hold;
+  GstPad *pad = gst_element_get_static_pad (f.sink, "sink");
+  gst_pad_add_probe (pad, GST_PAD_PROBE_TYPE_EVENT_UPSTREAM, HoldFirstEvent::probe, &hold, nullptr);
+  gst_object_unref (pad);
+
+  const GstClockTime s1 = f.now ();
+  GstFlowReturn pushed = GST_FLOW_ERROR;
+  std::thread streaming ([&] { pushed = f.push (50, 3, ramp (50, 0), 1, s1); });
+  const bool held = hold.wait_holding ();
+  if (held) {
+    /* The robot reports row 3, and the control thread reads it on its next tick. */
+    robot.read ();
+    robot.send (report (robot.session (), 1, 1, 3, s1 + 3 * kPeriod));
+    read_reports_at (f, s1 + 5 * kPeriod);
+    for (int i = 0; i < 2000 && stat (f.sink, "feedback") < 1; i++) {
+      g_usleep (1000);
+      f.crank ();
+    }
+  }
+  hold.release ();
+  streaming.join ();
+  ASSERT_TRUE (held) << "the sink sent no pi0-executing event for its chunk";
+  EXPECT_EQ (pushed, GST_FLOW_OK);
+  ASSERT_EQ (stat (f.sink, "feedback"), 1u);
+  const std::vector<Executing> got = pull_executing (f.h.get ());
+  const std::vector<Executing> want = {{1, 0, s1, kPeriod}, {1, 3, s1 + 3 * kPeriod, kPeriod}};
+  ASSERT_EQ (got.size (), want.size ());
+  for (size_t i = 0; i < got.size (); i++)
+    EXPECT_EQ (got[i], want[i]) << "event " << i << ": chunk " << got[i].chunk << " row "
+                                << got[i].row;
 }
