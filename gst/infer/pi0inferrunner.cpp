@@ -153,8 +153,8 @@ Runner::open (const Settings &s, Notices &n)
     open_error (e, n);
     return false;
   } catch (const std::exception &e) {
-    n.error (GST_LIBRARY_ERROR, GST_LIBRARY_ERROR_INIT,
-             "Could not load model '" + s.model + "'.", e.what ());
+    n.error (GST_LIBRARY_ERROR, GST_LIBRARY_ERROR_INIT, "Could not load model '" + s.model + "'.",
+             e.what ());
     return false;
   }
 
@@ -238,9 +238,9 @@ Runner::stats () const
       G_TYPE_DOUBLE, s.total_ms, "warmup-ms", G_TYPE_DOUBLE, s.warmup_ms, "rtc-guided",
       G_TYPE_UINT64, s.rtc_guided, "rtc-feedback", G_TYPE_UINT64, s.rtc_feedback,
       "rtc-feedback-ignored", G_TYPE_UINT64, s.rtc_feedback_ignored, "rtc-feedback-forgotten",
-      G_TYPE_UINT64, s.rtc_feedback_forgotten, "rtc-delay", G_TYPE_UINT64,
-      s.rtc_delay, "rtc-prefix-rows", G_TYPE_UINT64, s.rtc_prefix_rows, "forward-passes",
-      G_TYPE_UINT64, s.passes, "failed-requests", G_TYPE_UINT64, s.failed_requests, nullptr);
+      G_TYPE_UINT64, s.rtc_feedback_forgotten, "rtc-delay", G_TYPE_UINT64, s.rtc_delay,
+      "rtc-prefix-rows", G_TYPE_UINT64, s.rtc_prefix_rows, "forward-passes", G_TYPE_UINT64,
+      s.passes, "failed-requests", G_TYPE_UINT64, s.failed_requests, nullptr);
 }
 
 std::string
@@ -319,8 +319,8 @@ Runner::prepare (GstBuffer *buf, const Settings &s, GstClockTime now, Prepared *
                    "is [%" G_GINT64_FORMAT ",%" G_GINT64_FORMAT ",%" G_GINT64_FORMAT
                    ",%" G_GINT64_FORMAT "] %s: set cudaprep width=%d height=%d.",
                    spec.num_views, spec.image_size, spec.image_size, tm->shape[0], tm->shape[1],
-                   tm->shape[2], tm->shape[3], gst_pi0_dtype_to_string (tm->dtype),
-                   spec.image_size, spec.image_size));
+                   tm->shape[2], tm->shape[3], gst_pi0_dtype_to_string (tm->dtype), spec.image_size,
+                   spec.image_size));
     return GST_FLOW_NOT_NEGOTIATED;
   }
 
@@ -472,9 +472,9 @@ Runner::infer_one (GstBuffer *buf, Prepared &p, Notices &n)
     return false;
   } catch (const std::exception &e) {
     record_error (e.what ());
-    n.error (GST_STREAM_ERROR, GST_STREAM_ERROR_FAILED,
-             strf ("Inference failed on observation %" G_GUINT64_FORMAT ": %s", p.sequence,
-                   e.what ()));
+    n.error (
+        GST_STREAM_ERROR, GST_STREAM_ERROR_FAILED,
+        strf ("Inference failed on observation %" G_GUINT64_FORMAT ": %s", p.sequence, e.what ()));
     return false;
   }
   double ms = ms_since (t0);
@@ -494,8 +494,7 @@ Runner::infer_together (const std::vector<Prepared *> &todo, Notices &n)
     count_pass ();
     responses = policy_->infer (rqs);
   } catch (const std::exception &e) {
-    GST_DEBUG_OBJECT (log_, "a batch of %zu failed (%s): each runs alone", todo.size (),
-                      e.what ());
+    GST_DEBUG_OBJECT (log_, "a batch of %zu failed (%s): each runs alone", todo.size (), e.what ());
     return false;
   }
   double ms = ms_since (t0);
@@ -534,6 +533,7 @@ Runner::attach (GstBuffer *buf, Prepared &p, const pi0::Response &response, doub
   am->sequence = p.sequence;
   am->observation_time = p.observation_time;
   am->inference_time = (GstClockTime)(ms * GST_MSECOND);
+  am->model_time = (GstClockTime)(response.model_ms * GST_MSECOND);
   if (policy->untrained ())
     am->flags = (GstPi0ActionFlags)(am->flags | GST_PI0_ACTION_FLAG_UNTRAINED);
   bool finite = !(am->flags & GST_PI0_ACTION_FLAG_NON_FINITE);

@@ -40,6 +40,7 @@ gst_pi0_action_meta_init (GstMeta *meta, gpointer params, GstBuffer *buffer)
   m->model_id = NULL;
   m->flags = GST_PI0_ACTION_FLAG_NONE;
   m->done_time = GST_CLOCK_TIME_NONE;
+  m->model_time = GST_CLOCK_TIME_NONE;
   return TRUE;
 }
 
@@ -70,6 +71,7 @@ gst_pi0_action_meta_transform (GstBuffer *dest, GstMeta *meta, GstBuffer *buffer
   dst->inference_time = src->inference_time;
   dst->flags = src->flags;
   dst->done_time = src->done_time;
+  dst->model_time = src->model_time;
   return TRUE;
 }
 

@@ -40,6 +40,10 @@ typedef struct _GstPi0ActionMeta GstPi0ActionMeta;
  * @flags: #GstPi0ActionFlags
  * @done_time: running time at which the chunk was attached (#GST_CLOCK_TIME_NONE without a
  *   clock). Since: 0.2
+ * @model_time: how long the model's own pass took (vision, prefix, denoising), in nanoseconds;
+ *   @inference_time minus it is the request's preparation (tokenizer, norm stats, transforms)
+ *   and the actions' unnormalization. For chunks made in one batched pass, each carries the
+ *   whole pass's time. #GST_CLOCK_TIME_NONE when unknown. Since: 0.3
  *
  * An action chunk, as `pi0infer` attaches it and `pi0actionsink` sends it.
  */
@@ -55,8 +59,9 @@ struct _GstPi0ActionMeta {
   gchar *model_id;
   GstPi0ActionFlags flags;
   GstClockTime done_time;
+  GstClockTime model_time;
   /*< private >*/
-  gpointer _gst_reserved[GST_PADDING_LARGE];
+  gpointer _gst_reserved[GST_PADDING_LARGE - 1];
 };
 
 GST_PI0_API GType gst_pi0_action_meta_api_get_type (void);

@@ -3,6 +3,7 @@
 #include "inference/model/pi0openpolicy.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include <ATen/ATen.h>
 
@@ -333,8 +334,8 @@ OpenedPolicy::prepare (const Request &r, bool *truncated, at::Tensor *model_stat
     at::Tensor st = r.state.defined () ? r.state.to (at::kCPU, at::kDouble).reshape ({-1})
                                        : at::zeros ({transforms_.state_dims ()}, at::kDouble);
     *model_state = from_doubles (transforms_.state_in (to_doubles (st)), {st.numel ()});
-    in.state = (norm_ ? norm_->normalize_state (*model_state, norm_mode_) : *model_state)
-                   .to (at::kFloat);
+    in.state =
+        (norm_ ? norm_->normalize_state (*model_state, norm_mode_) : *model_state).to (at::kFloat);
   } else if (r.state.defined ()) {
     at::Tensor st = r.state.to (at::kFloat);
     in.state = norm_ ? norm_->normalize_state (st, norm_mode_).to (at::kFloat) : st;
@@ -365,8 +366,8 @@ OpenedPolicy::prepare (const Request &r, bool *truncated, at::Tensor *model_stat
     if (!at::isfinite (y).all ().item<bool> ())
       throw Error ("RTC prefix has non-finite values");
     if (exact) /* robot units to the model's side: the output transforms' inverse */
-      y = from_doubles (transforms_.actions_in (to_doubles (y), (int)y.size (0),
-                                                (int)y.size (1), to_doubles (*model_state)),
+      y = from_doubles (transforms_.actions_in (to_doubles (y), (int)y.size (0), (int)y.size (1),
+                                                to_doubles (*model_state)),
                         {y.size (0), y.size (1)});
     if (norm_)
       y = norm_->normalize_actions (y, action_norm_mode_).to (at::kFloat);
@@ -389,8 +390,12 @@ OpenedPolicy::infer (const std::vector<Request> &batch)
   inputs.reserve (batch.size ());
   for (size_t i = 0; i < batch.size (); i++)
     inputs.push_back (prepare (batch[i], &out[i].prompt_truncated, &model_states[i]));
+  const auto t0 = std::chrono::steady_clock::now ();
   std::vector<at::Tensor> raw = policy_->infer_batch (inputs);
+  const double model_ms =
+      std::chrono::duration<double, std::milli> (std::chrono::steady_clock::now () - t0).count ();
   for (size_t i = 0; i < batch.size (); i++) {
+    out[i].model_ms = model_ms;
     if (!transforms_.none ()) {
       /* Unnormalize, then the robot's transforms, in float64 (openpi's numpy), float32 at the
        * end. */
@@ -429,10 +434,9 @@ OpenedPolicy::warmup ()
   r.image_masks = at::ones ({s.num_views}, at::kBool);
   /* A state the norm stats accept: at most their length (the robot's), at most the model's;
    * with transforms, the robot's they are written for. */
-  const int64_t state_dim =
-      !transforms_.none () ? transforms_.state_dims ()
-      : norm_              ? std::min<int64_t> (norm_->state ().dim (), s.state_dim)
-                           : s.state_dim;
+  const int64_t state_dim = !transforms_.none () ? transforms_.state_dims ()
+                            : norm_ ? std::min<int64_t> (norm_->state ().dim (), s.state_dim)
+                                    : s.state_dim;
   r.state = at::zeros ({state_dim});
   r.noise = at::zeros ({s.horizon, s.action_dim});
   infer (r);

@@ -123,6 +123,10 @@ struct Request {
 struct Response {
   at::Tensor actions;            // float32 CPU [horizon, action_dims()], robot units
   bool prompt_truncated = false; // the prompt needed more tokens than the model takes
+  /* The model's pass alone (vision, prefix, denoising; for a batch, the whole batch's pass),
+   * without the request's preparation (tokenizer, norm stats, transforms) or the actions'
+   * unnormalization: what infer() spent outside the model is the rest. */
+  double model_ms = 0;
 };
 
 class OpenedPolicy

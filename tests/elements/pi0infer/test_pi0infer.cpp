@@ -272,6 +272,10 @@ TEST (Pi0Infer, BuiltinTinyAttachesActionsWithObservationTiming)
   EXPECT_EQ (am.sequence, 5u);
   EXPECT_EQ (am.observation_time, 5 * 33 * GST_MSECOND);
   EXPECT_GT (am.inference_time, 0u);
+  /* The model's own pass, inside the whole inference (tokenizer, norm stats, unnormalizing). */
+  ASSERT_NE (am.model_time, GST_CLOCK_TIME_NONE);
+  EXPECT_GT (am.model_time, 0u);
+  EXPECT_LE (am.model_time, am.inference_time);
   EXPECT_TRUE (am.flags & GST_PI0_ACTION_FLAG_UNTRAINED);
   EXPECT_FALSE (am.flags & GST_PI0_ACTION_FLAG_NON_FINITE);
   for (float x : a)

@@ -268,13 +268,16 @@ TEST (Pi0Meta, StageStampsStartUnsetAndAreCopied)
   EXPECT_EQ (om->muxed_time, GST_CLOCK_TIME_NONE);
   EXPECT_EQ (tm->prepared_time, GST_CLOCK_TIME_NONE);
   EXPECT_EQ (am->done_time, GST_CLOCK_TIME_NONE);
+  EXPECT_EQ (am->model_time, GST_CLOCK_TIME_NONE);
   om->muxed_time = 11;
   tm->prepared_time = 22;
   am->done_time = 33;
+  am->model_time = 44;
   BufferPtr copy (gst_buffer_copy (buf.get ()));
   EXPECT_EQ (gst_buffer_get_pi0_observation_meta (copy.get ())->muxed_time, 11u);
   EXPECT_EQ (gst_buffer_get_pi0_tensor_meta (copy.get ())->prepared_time, 22u);
   EXPECT_EQ (gst_buffer_get_pi0_action_meta (copy.get ())->done_time, 33u);
+  EXPECT_EQ (gst_buffer_get_pi0_action_meta (copy.get ())->model_time, 44u);
 }
 
 /* A frame's memories join the observation by reference, after the ones already there. */

@@ -143,9 +143,9 @@ describe_action (GString *s, const GstPi0ActionMeta *m)
       s,
       "{\"version\":%u,\"sequence\":%" G_GUINT64_FORMAT ",\"observation_time\":%" G_GUINT64_FORMAT
       ",\"inference_time\":%" G_GUINT64_FORMAT ",\"done_time\":%" G_GUINT64_FORMAT
-      ",\"horizon\":%u,\"dim\":%u,\"flags\":%u,\"model_id\":",
-      m->version, m->sequence, m->observation_time, m->inference_time, m->done_time, m->horizon,
-      m->dim, (guint)m->flags);
+      ",\"model_time\":%" G_GUINT64_FORMAT ",\"horizon\":%u,\"dim\":%u,\"flags\":%u,\"model_id\":",
+      m->version, m->sequence, m->observation_time, m->inference_time, m->done_time, m->model_time,
+      m->horizon, m->dim, (guint)m->flags);
   append_string (s, m->model_id);
   g_string_append (s, ",\"actions\":");
   append_floats (s, m->actions, (gsize)m->horizon * m->dim);
@@ -277,6 +277,7 @@ pi0_test_oracle_layout (void)
   FIELD (GstPi0ActionMeta, model_id);
   FIELD (GstPi0ActionMeta, flags);
   FIELD (GstPi0ActionMeta, done_time);
+  FIELD (GstPi0ActionMeta, model_time);
   STRUCT_END ();
   STRUCT_BEGIN (GstPi0RequestMeta);
   FIELD (GstPi0RequestMeta, version);
@@ -368,6 +369,7 @@ pi0_test_oracle_make_buffer (void)
   action->observation_time = obs->observation_time;
   action->inference_time = 9 * GST_MSECOND;
   action->done_time = 3 * GST_SECOND + 16000017;
+  action->model_time = 8 * GST_MSECOND + 17;
   action->flags = (GstPi0ActionFlags)(action->flags | GST_PI0_ACTION_FLAG_UNTRAINED);
 
   request = gst_buffer_add_pi0_request_meta (buf, "oracle-server", 3, 9, "stack the \"cups\"", 77);

@@ -227,7 +227,7 @@ class ReadThroughIntrospection:
             t.assertIsNone(GstPi0.buffer_get_pi0_actions(buffer))
             return
         for field in ("version", "sequence", "observation_time", "inference_time", "done_time",
-                      "horizon", "dim", "model_id"):
+                      "model_time", "horizon", "dim", "model_id"):
             t.assertEqual(getattr(m, field), c[field], field)
         t.assertEqual(int(m.flags), c["flags"])
         t.assertIsInstance(m.flags, GstPi0.ActionFlags)
