@@ -9,6 +9,7 @@
 #include <ATen/Context.h>
 #include <c10/core/InferenceMode.h>
 
+#include "inference/model/pi0cpucache.h"
 #include "inference/model/pi0cudasupport.h"
 #include "inference/io/pi0error.h"
 #include "inference/model/pi0model.h"
@@ -195,6 +196,8 @@ public:
       opts_.device = c10::Device (c10::kCUDA, 0);
     if (opts_.device.is_cuda () && !cuda_available ())
       throw Error ("CUDA device requested but not available");
+    if (opts_.device.is_cpu ())
+      install_cpu_block_cache ();
     model_->set_precision (opts_.device, opts_.dtype);
     // On CUDA, SDPA's fused kernels (fp32 accumulation inside) replace the explicit softmax.
     model_->set_attention_impl (opts_.device.is_cuda () ? AttentionImpl::Sdpa
