@@ -29,6 +29,9 @@ set -uo pipefail
 # model-rtc: real-time chunking's cost per chunk (plain, guided J = I, guided VJP; issue 13).
 # model-pi05: pi0.5 at full size, CUDA graph then eager (issue 26); its e2e is an extra stage
 # (GPU_CHECK_STAGES=e2e-pi05), as the budget has no room for it after the others.
+# vs-peers: our column of bench/vs-peers (issue 43) at full size, bf16, CUDA graph: the peers
+# cannot run there (no network, and LeRobot's and openpi's environments are far over the
+# call's 64 MiB), so our worker runs alone on observations of the same layout (vs_peers below).
 # Later GPU rows (batched serving throughput): add a line here; what it prints goes into the
 # summary.
 STAGES=(
@@ -37,6 +40,7 @@ STAGES=(
   'model-graph|90|"$PI0_MODEL" bench --config pi0 --device cuda --dtype bf16 --iters 30 --warmup 5'
   'model-eager|75|"$PI0_MODEL" bench --config pi0 --device cuda --dtype bf16 --iters 30 --warmup 5 --no-graph'
   'e2e|90|"$E2E" --model builtin:pi0 --device cuda --precision bf16 --width 1920 --height 1080 --fps 30 --duration 15'
+  'vs-peers|90|vs_peers builtin:pi0'
   'model-rtc|60|"$PI0_MODEL" bench --config pi0 --device cuda --dtype bf16 --iters 10 --warmup 3 --rtc'
   'model-pi05|100|"$PI0_MODEL" bench --config pi05 --device cuda --dtype bf16 --iters 20 --warmup 3 && "$PI0_MODEL" bench --config pi05 --device cuda --dtype bf16 --iters 20 --warmup 3 --no-graph'
   'gpu-decode|60|gpu_decode'
@@ -46,11 +50,12 @@ STAGES=(
 # traced machine, as in the rehearsal, is slow; timeouts are no assertions).
 EXTRA_STAGES=(
   'e2e-pi05|90|"$E2E" --model builtin:pi05 --device cuda --precision bf16 --width 1920 --height 1080 --fps 30 --duration 15'
+  'vs-peers-pi05|90|vs_peers builtin:pi05'
   'cpu-suite|3000|meson test -C "$BUILD" --no-rebuild --suite cpu --print-errorlogs --timeout-multiplier "${GPU_CHECK_TIMEOUT_MULTIPLIER:-3}"'
 )
 # The binaries the stages run (besides the gpu suite's tests, found by meson introspection);
 # GPU_CHECK_BUILD=auto builds these, the libraries and modules, and nothing else.
-STAGE_TARGETS=(bench/pi0-prep-bench tools/pi0-model/pi0-model bench/e2e
+STAGE_TARGETS=(bench/pi0-prep-bench tools/pi0-model/pi0-model bench/e2e bench/vs-peers-chain
                tools/pi0-robotsim/pi0-robotsim tests/test_cudaprep_gpu)
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -269,6 +274,18 @@ gpu_decode() {
     { echo "the robot executed no action row"; return 1; }
 }
 export -f gpu_decode
+
+# vs-peers: bench/vs-peers-chain (our column of bench/vs-peers) alone, as the peers cannot run
+# here: 10 raw observations of the driver's layout (1920x1080, 1280x720, 640x480 RGB, a 14-dim
+# state), the full-size model $1 in bf16 (CUDA graph, pi0infer's default on CUDA), cudaprep's
+# filter=bilinear (LeRobot's resize, as the CPU run); prints our median / p95 table.
+vs_peers() {
+  local obs=$WORK/vs-peers-obs
+  "$BUILD/bench/vs-peers-chain" --make-obs "$obs" --count 10 --state-dim 14 || return 1
+  "$BUILD/bench/vs-peers-chain" --obs "$obs" --checkpoint "$1" --device cuda --precision bf16 \
+    --filter bilinear --tokenizer "$ROOT/tests/data/tokenizer/tiny_paligemma.model" --summary
+}
+export -f vs_peers
 
 # A gpu-suite test skips itself when it finds no CUDA device (or torch sees none): where
 # nvidia-smi sees a GPU, that is a failure of the check, not a pass.

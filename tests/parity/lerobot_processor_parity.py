@@ -81,6 +81,22 @@ def gst_pi0_sizes(dims, vocab) -> dict:
             "vocab_size": vocab}
 
 
+def save_checkpoint(out: str, policy, pre, post, dims: dict, vocab: int) -> None:
+    """@policy and its processors as LeRobot saves them, in @out. LeRobot's config.json names only
+    the full-size variants (gemma_2b, gemma_300m) and fixes SigLIP and the vocabulary in code: the
+    sizes go into our "gst_pi0" object, which gst-pi0 reads over LeRobot's keys (everything else,
+    the type, chunk size, cameras, prompt length, resolution, is LeRobot's as written)."""
+    os.makedirs(out, exist_ok=True)
+    policy.save_pretrained(out)
+    pre.save_pretrained(out)
+    post.save_pretrained(out)
+    with open(f"{out}/config.json") as f:
+        config = json.load(f)
+    config["gst_pi0"] = gst_pi0_sizes(dims, vocab)
+    with open(f"{out}/config.json", "w") as f:
+        json.dump(config, f, indent=4)
+
+
 def main() -> None:
     out, kind, size = sys.argv[1], sys.argv[2], sys.argv[3]
     # One thread, as the C++ tests run: the suite runs two tests at a time on two cores, and the
@@ -137,19 +153,7 @@ def main() -> None:
     scale = torch.tensor([0.5, 1.0, 0.8, 1.5, 0.3, 2.0, 40.0])
     dataset_stats = {"observation.state": stats(STATE_DIM, scale), "action": stats(ACTION_DIM, scale)}
     pre, post = make_processors(cfg, dataset_stats=dataset_stats)
-    os.makedirs(out, exist_ok=True)
-    policy.save_pretrained(out)
-    pre.save_pretrained(out)
-    post.save_pretrained(out)
-    # LeRobot's config.json names only the full-size variants (gemma_2b, gemma_300m) and fixes
-    # SigLIP and the vocabulary in code: the sizes set above go into our "gst_pi0" object, which
-    # gst-pi0 reads over LeRobot's keys (everything else, the type, chunk size, cameras, prompt
-    # length, resolution, is LeRobot's as written).
-    with open(f"{out}/config.json") as f:
-        config = json.load(f)
-    config["gst_pi0"] = gst_pi0_sizes(dims, vocab)
-    with open(f"{out}/config.json", "w") as f:
-        json.dump(config, f, indent=4)
+    save_checkpoint(out, policy, pre, post, dims, vocab)
 
     images = [torch.rand(1, 3, s, s, generator=gen) for _ in range(2)]
     st = dataset_stats["observation.state"]
