@@ -146,8 +146,14 @@ public:
   {
     if (sub_ok_)
       node_.unsubscribe (&sub_);
-    if (pub_ok_)
+    if (pub_ok_) {
+      /* What was published last (the HOLD the sink sends as it stops) reaches a matched
+       * reliable subscriber before the publisher goes, within 500 ms (at once for best effort):
+       * without the wait, the last messages were lost whenever the writer went first. */
+      if (rcl_publisher_wait_for_all_acked (&pub_, RCL_MS_TO_NS (500)) != RCL_RET_OK)
+        rcl_reset_error ();
       node_.unadvertise (&pub_);
+    }
     node_.close ();
   }
 
