@@ -11,8 +11,8 @@ sends (images transposed to CHW uint8, the state, the prompt) to policy.infer(ob
 the input transforms (AlohaInputs(adapt_to_pi=False): cameras cam_high / cam_left_wrist /
 cam_right_wrist to base_0_rgb / left_wrist_0_rgb / right_wrist_0_rgb, back to HWC; Normalize
 with the checkpoint's norm stats, z-score for pi0 and quantiles for pi0.5 as openpi's
-DataConfigFactory decides; ModelTransformFactory's ResizeImages(224, 224), i.e. image_tools.
-resize_with_pad, JAX's linear resize (antialiased when it shrinks) rounded back to uint8;
+DataConfigFactory decides; ModelTransformFactory's ResizeImages(224, 224), i.e. openpi_client's
+image_tools.resize_with_pad, PIL's bilinear resize (antialiased when it shrinks) on uint8;
 TokenizePrompt with PaligemmaTokenizer, prompt + "\\n" for pi0, the discretized state in the
 prompt for pi0.5; PadStatesAndActions to 32), to torch and the device, Observation.from_dict
 (uint8 -> [-1, 1]), PI0Pytorch.sample_actions (its _preprocess_observation, then 10 Euler
