@@ -49,7 +49,9 @@
 #include <vector>
 
 using json = pi0::json::Value;
+using pi0::tools::BufferPtr;
 using pi0::tools::ElementPtr;
+using pi0::tools::ObjectPtr;
 
 namespace
 {
@@ -66,22 +68,26 @@ struct Manifest {
   guint64 noise_seed = 0;
 };
 
-bool
-read_file (const std::string &path, size_t size, guint8 **out, std::string *error)
+/* @path, which must hold exactly @size bytes, as a buffer of its own. */
+BufferPtr
+read_buffer (const std::string &path, size_t size, std::string *error)
 {
   std::ifstream f (path, std::ios::binary);
   if (!f) {
     *error = "cannot open " + path;
-    return false;
+    return nullptr;
   }
-  *out = (guint8 *)g_malloc (size);
-  f.read ((char *)*out, (std::streamsize)size);
-  if ((size_t)f.gcount () != size || f.peek () != EOF) {
-    g_free (*out);
+  BufferPtr b (gst_buffer_new_allocate (nullptr, size, nullptr));
+  GstMapInfo map;
+  gst_buffer_map (b.get (), &map, GST_MAP_WRITE);
+  f.read ((char *)map.data, (std::streamsize)size);
+  const bool whole = (size_t)f.gcount () == size && f.peek () == EOF;
+  gst_buffer_unmap (b.get (), &map);
+  if (!whole) {
     *error = path + " does not hold " + std::to_string (size) + " bytes";
-    return false;
+    return nullptr;
   }
-  return true;
+  return b;
 }
 
 /* Minor and major page faults of the process so far: a worker that sat idle while the peers
@@ -139,11 +145,11 @@ public:
       return false;
     GstBin *bin = GST_BIN (pipeline_.get ());
     for (size_t v = 0; v < m.cameras.size (); v++)
-      cams_.push_back (gst_bin_get_by_name (bin, ("cam" + std::to_string (v)).c_str ()));
-    state_ = gst_bin_get_by_name (bin, "state");
-    infer_ = gst_bin_get_by_name (bin, "infer");
-    sink_ = gst_bin_get_by_name (bin, "out");
-    g_object_set (infer_, "instruction", m.prompt.c_str (), nullptr);
+      cams_.emplace_back (gst_bin_get_by_name (bin, ("cam" + std::to_string (v)).c_str ()));
+    state_.reset (gst_bin_get_by_name (bin, "state"));
+    infer_.reset (gst_bin_get_by_name (bin, "infer"));
+    sink_.reset (gst_bin_get_by_name (bin, "out"));
+    g_object_set (infer_.get (), "instruction", m.prompt.c_str (), nullptr);
     if (gst_element_set_state (pipeline_.get (), GST_STATE_PLAYING) == GST_STATE_CHANGE_FAILURE ||
         pi0::tools::pop_error (pipeline_.get (), error)) {
       if (error->empty ())
@@ -153,57 +159,45 @@ public:
     return true;
   }
 
-  ~Worker ()
-  {
-    for (GstElement *c : cams_)
-      gst_object_unref (c);
-    if (state_)
-      gst_object_unref (state_);
-    if (infer_)
-      gst_object_unref (infer_);
-    if (sink_)
-      gst_object_unref (sink_);
-  }
-
   /* Observation @index through the chain; its result as one JSON object. */
   bool run (int index, json *out, std::string *error)
   {
-    /* Untimed: the frames into memory, as a camera's buffers would be. */
-    std::vector<guint8 *> frames (m_.cameras.size ());
-    std::vector<size_t> sizes (m_.cameras.size ());
-    guint8 *state = nullptr;
-    for (size_t v = 0; v < m_.cameras.size (); v++) {
-      sizes[v] = (size_t)m_.cameras[v].width * m_.cameras[v].height * 3;
-      if (!read_file (m_.dir + "/obs" + std::to_string (index) + "_" + m_.cameras[v].name + ".rgb",
-                      sizes[v], &frames[v], error))
+    /* Untimed: the frames and the state in buffers of their own, stamped, as a camera and the
+     * robot's state source would hand them over. */
+    const GstClockTime pts = sequence_ * (GST_SECOND / 30), dur = GST_SECOND / 30;
+    auto load = [&] (const std::string &name, size_t size) {
+      BufferPtr b =
+          read_buffer (m_.dir + "/obs" + std::to_string (index) + "_" + name, size, error);
+      if (b) {
+        GST_BUFFER_PTS (b.get ()) = pts;
+        GST_BUFFER_DURATION (b.get ()) = dur;
+      }
+      return b;
+    };
+    std::vector<BufferPtr> frames;
+    for (const Camera &c : m_.cameras) {
+      frames.push_back (load (c.name + ".rgb", (size_t)c.width * c.height * 3));
+      if (!frames.back ())
         return false;
     }
-    if (!read_file (m_.dir + "/obs" + std::to_string (index) + "_state.f32",
-                    (size_t)m_.state_dim * 4, &state, error))
+    BufferPtr state = load ("state.f32", (size_t)m_.state_dim * 4);
+    if (!state)
       return false;
     /* pi0infer draws observation N's noise from seed + N: N is this run's sequence. */
-    g_object_set (infer_, "seed", (guint64)(m_.noise_seed + index - sequence_), nullptr);
-    const GstClockTime pts = sequence_ * (GST_SECOND / 30), dur = GST_SECOND / 30;
+    g_object_set (infer_.get (), "seed", (guint64)(m_.noise_seed + index - sequence_), nullptr);
 
     const double c0 = cpu_ms ();
     const long f0 = faults ();
     const auto t0 = std::chrono::steady_clock::now ();
     const GstClockTime rt0 = gst_element_get_current_running_time (pipeline_.get ());
-    for (size_t v = 0; v < m_.cameras.size (); v++) {
-      GstBuffer *b = gst_buffer_new_wrapped (frames[v], sizes[v]);
-      GST_BUFFER_PTS (b) = pts;
-      GST_BUFFER_DURATION (b) = dur;
-      gst_app_src_push_buffer (GST_APP_SRC (cams_[v]), b);
-    }
-    GstBuffer *sb = gst_buffer_new_wrapped (state, (size_t)m_.state_dim * 4);
-    GST_BUFFER_PTS (sb) = pts;
-    GST_BUFFER_DURATION (sb) = dur;
-    gst_app_src_push_buffer (GST_APP_SRC (state_), sb);
+    for (size_t v = 0; v < frames.size (); v++)
+      gst_app_src_push_buffer (GST_APP_SRC (cams_[v].get ()), frames[v].release ());
+    gst_app_src_push_buffer (GST_APP_SRC (state_.get ()), state.release ());
     /* Waits in slices so that an element's error (wrong sizes, a bad checkpoint) ends the run
      * at once rather than after the 600 s a CPU forward pass may at most take. */
     GstSample *sample = nullptr;
     for (int slice = 0; !sample && slice < 6000; slice++) {
-      sample = gst_app_sink_try_pull_sample (GST_APP_SINK (sink_), GST_SECOND / 10);
+      sample = gst_app_sink_try_pull_sample (GST_APP_SINK (sink_.get ()), GST_SECOND / 10);
       if (!sample && pi0::tools::pop_error (pipeline_.get (), error))
         break;
     }
@@ -253,8 +247,8 @@ public:
 private:
   Manifest m_;
   ElementPtr pipeline_;
-  std::vector<GstElement *> cams_;
-  GstElement *state_ = nullptr, *infer_ = nullptr, *sink_ = nullptr;
+  std::vector<ObjectPtr<GstElement>> cams_;
+  ObjectPtr<GstElement> state_, infer_, sink_;
   guint64 sequence_ = 0;
 };
 

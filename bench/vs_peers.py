@@ -173,10 +173,8 @@ def agreement_pairs(systems: list, filter_: str) -> list:
     pairs = []
     if "lerobot" in systems and "ours" in systems:
         pairs.append(("ours", "lerobot", filter_ == "bilinear"))
-    if "openpi" in systems:
-        mate = "ours" if filter_ == "pil" else "ours-pil"
-        if mate in systems or (mate == "ours-pil" and "ours" in systems):
-            pairs.append((mate, "openpi", True))
+    if "openpi" in systems and "ours" in systems:
+        pairs.append(("ours" if filter_ == "pil" else "ours-pil", "openpi", True))
     if "lerobot" in systems and "openpi" in systems:
         pairs.append(("lerobot", "openpi", False))
     return pairs
@@ -233,10 +231,13 @@ def main() -> int:
             spec = json.load(f)
         obs = os.path.join(args.work, f"obs-{kind}")
         make_observations(obs, spec, args.observations, seed=77)
+        def ours(filter_: str) -> list:
+            return [os.path.join(args.build, "bench", "vs-peers-chain"), "--obs", obs, "--checkpoint", ckpt,
+                    "--tokenizer", TOKENIZER, "--device", args.device, "--precision", args.precision,
+                    "--filter", filter_]
+
         argv = {
-            "ours": [os.path.join(args.build, "bench", "vs-peers-chain"), "--obs", obs, "--checkpoint", ckpt,
-                     "--tokenizer", TOKENIZER, "--device", args.device, "--precision", args.precision,
-                     "--filter", args.filter],
+            "ours": ours(args.filter),
             "lerobot": [args.lerobot_python, os.path.join(HERE, "vs_peers_lerobot.py"), "--checkpoint", ckpt,
                         "--obs", obs, "--device", args.device, "--dtype", dtype]
             + (["--compile"] if args.lerobot_compile else []),
@@ -264,8 +265,8 @@ def main() -> int:
             if any("ours-pil" in p[:2] for p in pairs):  # untimed: openpi's resize, for the agreement only
                 workers["ours"].close()
                 del workers["ours"]
-                pil = argv["ours"][:-1] + ["pil"]
-                workers["ours-pil"] = Worker("ours-pil", pil, env, os.path.join(args.work, f"ours-pil-{kind}.log"))
+                workers["ours-pil"] = Worker("ours-pil", ours("pil"), env,
+                                             os.path.join(args.work, f"ours-pil-{kind}.log"))
                 workers["ours-pil"].read()
                 results["ours-pil"] = [workers["ours-pil"].run(i) for i in range(args.observations)]
         finally:

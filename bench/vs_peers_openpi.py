@@ -79,6 +79,7 @@ import types
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(ROOT, "tests", "parity"))
 
 import vs_peers_common as common  # noqa: E402
 
@@ -152,8 +153,8 @@ def convert(checkpoint: str, spec: dict, pytorch_dir: pathlib.Path) -> None:
 
 def make_at_size(dims: dict, vocab: int) -> None:
     """openpi's PI0Pytorch made at @dims and @vocab (see the docstring)."""
+    from lerobot_sizes import sized_config_mapping
     from torch import nn
-    from transformers.models.auto import CONFIG_MAPPING
 
     import openpi.models.gemma as gemma
     import openpi.models_pytorch.gemma_pytorch as gemma_pt
@@ -168,18 +169,7 @@ def make_at_size(dims: dict, vocab: int) -> None:
     gemma.get_config = lambda variant: (gemma.Config(**dims[variants[variant]]) if variant in variants
                                         else get_config(variant))
 
-    def paligemma_config():
-        c = CONFIG_MAPPING["paligemma"]()
-        v = c.vision_config
-        v.hidden_size, v.num_hidden_layers = vision["width"], vision["depth"]
-        v.num_attention_heads, v.patch_size = vision["num_heads"], vision["patch_size"]
-        return c
-
-    class Mapping(dict):
-        def __getitem__(self, key):
-            return paligemma_config if key == "paligemma" else CONFIG_MAPPING[key]
-
-    gemma_pt.CONFIG_MAPPING = Mapping()
+    gemma_pt.CONFIG_MAPPING = sized_config_mapping(dims)
 
     init = pi0_pt.PI0Pytorch.__init__
 

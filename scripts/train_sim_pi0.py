@@ -279,17 +279,9 @@ def main() -> None:
         and how it was trained in training.json."""
         was_training = policy.training
         policy.eval()
-        os.makedirs(out, exist_ok=True)
-        policy.save_pretrained(out)
-        pre.save_pretrained(out)
-        post.save_pretrained(out)
-        with open(f"{out}/config.json") as f:
-            config = json.load(f)
-        config["gst_pi0"] = {"name": a.name,
-                             "tokenizer": os.path.relpath(parity.TOKENIZER, os.path.abspath(out)),
-                             **parity.gst_pi0_sizes(SIZES, vocab)}
-        with open(f"{out}/config.json", "w") as f:
-            json.dump(config, f, indent=4)
+        parity.save_checkpoint(out, policy, pre, post, SIZES, vocab,
+                               extra={"name": a.name,
+                                      "tokenizer": os.path.relpath(parity.TOKENIZER, os.path.abspath(out))})
         with open(f"{out}/training.json", "w") as f:
             json.dump({"lerobot": lerobot.__version__, "transformers": transformers.__version__,
                        "torch": torch.__version__, "python": platform.python_version(),

@@ -81,18 +81,19 @@ def gst_pi0_sizes(dims, vocab) -> dict:
             "vocab_size": vocab}
 
 
-def save_checkpoint(out: str, policy, pre, post, dims: dict, vocab: int) -> None:
+def save_checkpoint(out: str, policy, pre, post, dims: dict, vocab: int, extra: dict | None = None) -> None:
     """@policy and its processors as LeRobot saves them, in @out. LeRobot's config.json names only
     the full-size variants (gemma_2b, gemma_300m) and fixes SigLIP and the vocabulary in code: the
     sizes go into our "gst_pi0" object, which gst-pi0 reads over LeRobot's keys (everything else,
-    the type, chunk size, cameras, prompt length, resolution, is LeRobot's as written)."""
+    the type, chunk size, cameras, prompt length, resolution, is LeRobot's as written). @extra:
+    more keys of "gst_pi0" (a name, the tokenizer), before the sizes."""
     os.makedirs(out, exist_ok=True)
     policy.save_pretrained(out)
     pre.save_pretrained(out)
     post.save_pretrained(out)
     with open(f"{out}/config.json") as f:
         config = json.load(f)
-    config["gst_pi0"] = gst_pi0_sizes(dims, vocab)
+    config["gst_pi0"] = {**(extra or {}), **gst_pi0_sizes(dims, vocab)}
     with open(f"{out}/config.json", "w") as f:
         json.dump(config, f, indent=4)
 

@@ -15,14 +15,12 @@ the patched functions run (a caller may change a size in place before it makes a
 from torch import nn
 
 
-def patch_lerobot(modeling, dims, processor=None, tokenizer=None) -> None:
-    """LeRobot's pi0 / pi0.5 module @modeling made at @dims: its Gemma variant table and its
-    PaliGemma vision config. With @processor (the module's processor_pi0 / processor_pi05), its
-    tokenizer step gets @tokenizer instead of loading google/paligemma-3b-pt-224 by name."""
+def sized_config_mapping(dims):
+    """transformers' CONFIG_MAPPING, but "paligemma" makes a PaliGemma config whose vision tower
+    is @dims["vision"] (read when a config is made): what a module that builds PaliGemma by
+    CONFIG_MAPPING["paligemma"]() gets instead (LeRobot's modeling_pi0/pi05, openpi's
+    gemma_pytorch)."""
     from transformers.models.auto import CONFIG_MAPPING
-
-    modeling.get_gemma_config = lambda name: modeling.GemmaConfig(
-        **dims[{"gemma_2b": "text", "gemma_300m": "expert"}[name]])
 
     def paligemma_config():
         c = CONFIG_MAPPING["paligemma"]()
@@ -35,7 +33,16 @@ def patch_lerobot(modeling, dims, processor=None, tokenizer=None) -> None:
         def __getitem__(self, key):
             return paligemma_config if key == "paligemma" else CONFIG_MAPPING[key]
 
-    modeling.CONFIG_MAPPING = Mapping()
+    return Mapping()
+
+
+def patch_lerobot(modeling, dims, processor=None, tokenizer=None) -> None:
+    """LeRobot's pi0 / pi0.5 module @modeling made at @dims: its Gemma variant table and its
+    PaliGemma vision config. With @processor (the module's processor_pi0 / processor_pi05), its
+    tokenizer step gets @tokenizer instead of loading google/paligemma-3b-pt-224 by name."""
+    modeling.get_gemma_config = lambda name: modeling.GemmaConfig(
+        **dims[{"gemma_2b": "text", "gemma_300m": "expert"}[name]])
+    modeling.CONFIG_MAPPING = sized_config_mapping(dims)
     if processor is not None:
         processor.TokenizerProcessorStep.__post_init__.__globals__["AutoTokenizer"].from_pretrained = (
             lambda *a, **k: tokenizer)
