@@ -28,36 +28,18 @@ case $type in
     pi0 | pi05) ;;
     *) echo "sim_close_loop.sh: the type is pi0 or pi05, not $type" >&2; exit 2 ;;
 esac
-root=$(cd "$(dirname "$0")/.." && pwd)
-py=$root/.lerobot-venv/bin/python
-[ -x "$root/build/tools/pi0-sim" ] ||
-    { echo "sim_close_loop.sh: build first (scripts/build.sh build)" >&2; exit 1; }
-[ -x "$py" ] || { echo "sim_close_loop.sh: no $py (scripts/setup.sh makes it)" >&2; exit 1; }
+name=sim_close_loop.sh
+source "$(dirname "$0")/sim_loop_lib.sh"
 stage1=${STAGE1_STEPS:-$([ "$type" = pi05 ] && echo 20000 || echo 12000)}
 stage2=${STAGE2_STEPS:-$([ "$type" = pi05 ] && echo 3000 || echo 2000)}
 run=$out/$type
 mkdir -p "$run"
 times=$run/times
 : > "$times"
-step() { # NAME COMMAND...: runs it, appends its wall time to OUT/times
-    local name=$1 t0=$SECONDS
-    shift
-    echo "== $name"
-    "$@"
-    echo "$name $((SECONDS - t0)) s" | tee -a "$times"
-}
 size=(--width 96 --height 96)
 train=("$py" "$root/scripts/train_sim_pi0.py" --type "$type" --image 96 --patch 12 --batch 32
        --holdout "$out/holdout/shard-000" --cache "$out/frames.pt")
 
-record() { # DIR ARGS...: records unless an earlier run in this OUT finished it (DIR/.done)
-    local dir=$1
-    shift
-    [ -e "$dir/.done" ] && { echo "== $dir: recorded by an earlier run"; return; }
-    rm -rf "$dir"
-    "$root/scripts/record_sim.sh" "$dir" "$@"
-    touch "$dir/.done"
-}
 step record record "$out/data" "${SHARDS:-20}" "${PER:-150}" 20000 "${size[@]}" \
     --actuation-noise 0.05
 step record-holdout record "$out/holdout" 1 100 9000 "${size[@]}"

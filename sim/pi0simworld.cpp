@@ -2,6 +2,7 @@
 #include "sim/pi0simworld.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <iterator>
 #include <stdexcept>
@@ -50,6 +51,31 @@ wrap (double a)
   return a;
 }
 
+/* Training wordings (the sim policies' prompt is 16 tokens with BOS and the newline: each of
+ * these fits the tiny test tokenizer's 14 in every case and punctuation it is given). */
+const std::vector<std::string> kTrainTemplates = {
+    "touch the {c} block", "tap the {c} block", "touch {c}",        "reach the {c} block",
+    "go to the {c} block", "the {c} block",     "{c} block please", "tap the {c} one",
+    "move to the {c} box", "hit the {c} box",   "point at {c}",     "the {c} cube",
+};
+/* Kept out of training, for evaluation: the issue's three that failed (the case varies on its
+ * own), the colour alone, and other wordings. "please touch the {c} block" with a capitalised
+ * colour runs to 17 tokens; the prompt is cut after 14 (the colour cut too for YELLOW and
+ * PURPLE). */
+const std::vector<std::string> kHeldoutTemplates = {
+    "touch the {c} cube",
+    "please touch the {c} block",
+    "{c}",
+    "go for the {c} one",
+    "reach for {c}",
+    "tap {c} box",
+    "the {c} one",
+    "get the {c} block",
+};
+const std::vector<std::string> kCanonical = {"touch the {c} block"};
+
+constexpr double kTableLo = 20.0 * kPi / 180, kTableHi = 160.0 * kPi / 180;
+
 bool
 within_limits (const proto::RobotConfig &robot, const std::vector<float> &q)
 {
@@ -74,6 +100,45 @@ double
 Rng::uniform (double lo, double hi)
 {
   return lo + (hi - lo) * (double)(next () >> 11) * (1.0 / 9007199254740992.0);
+}
+
+const char *
+phrasing_name (Phrasing p)
+{
+  switch (p) {
+    case Phrasing::Canonical:
+      return "canonical";
+    case Phrasing::Train:
+      return "train";
+    case Phrasing::Heldout:
+      return "heldout";
+  }
+  return "?";
+}
+
+bool
+parse_phrasing (const std::string &word, Phrasing *p)
+{
+  for (Phrasing c : {Phrasing::Canonical, Phrasing::Train, Phrasing::Heldout})
+    if (word == phrasing_name (c)) {
+      *p = c;
+      return true;
+    }
+  return false;
+}
+
+const std::vector<std::string> &
+phrasing_templates (Phrasing p)
+{
+  switch (p) {
+    case Phrasing::Train:
+      return kTrainTemplates;
+    case Phrasing::Heldout:
+      return kHeldoutTemplates;
+    case Phrasing::Canonical:
+      break;
+  }
+  return kCanonical;
 }
 
 const char *
@@ -155,6 +220,26 @@ World::World (const proto::RobotConfig &robot, uint64_t seed, const SceneOptions
     throw std::invalid_argument ("touch_radius, block_size and time_limit must be positive");
   if (!(o_.actuation_noise >= 0) || !std::isfinite (o_.actuation_noise))
     throw std::invalid_argument ("actuation_noise must be zero or more radians");
+  if (!(o_.block_speed >= 0) || !std::isfinite (o_.block_speed) ||
+      !(o_.block_speed_spread >= 0 && o_.block_speed_spread <= 1))
+    throw std::invalid_argument ("block_speed must be zero or more, block_speed_spread 0 to 1");
+  {
+    // The wording and the table's motion have streams of their own: the static task's scenes,
+    // canonically worded, are what they were before either existed.
+    Rng words (seed ^ 0x776f726473000000ull);
+    const size_t n = phrasing_templates (o_.phrasing).size ();
+    template_ = (unsigned)(words.next () % n);
+    if (o_.phrasing != Phrasing::Canonical) {
+      const uint64_t c = words.next () % 4; // lower case half the time
+      case_ = c < 2 ? 0 : (unsigned)c - 1;
+      punct_ = (unsigned)(words.next () % 4);
+    }
+    Rng table (seed ^ 0x7461626c65000000ull);
+    const double v = o_.block_speed *
+                     table.uniform (1 - o_.block_speed_spread, 1 + o_.block_speed_spread) /
+                     o_.control_rate;
+    turn_ = (table.next () & 1 ? 1 : -1) * v / 0.5;
+  }
   Rng rng (seed);
   q_.resize (3);
   for (int i = 0; i < 3; i++)
@@ -190,6 +275,15 @@ World::World (const proto::RobotConfig &robot, uint64_t seed, const SceneOptions
           ok = dist_to_segment (blocks_[j].at, start, blocks_[i].at) >= 2.2 * o_.touch_radius;
     if (ok) {
       target_ = (unsigned)(rng.next () % blocks_.size ());
+      home_ = blocks_;
+      // The turntable's reach: every block within 20-160 degrees.
+      table_lo_ = -kPi;
+      table_hi_ = kPi;
+      for (const Block &b : home_) {
+        const double a = std::atan2 (b.at.y, b.at.x);
+        table_lo_ = std::max (table_lo_, kTableLo - a);
+        table_hi_ = std::min (table_hi_, kTableHi - a);
+      }
       return;
     }
   }
@@ -200,7 +294,63 @@ World::World (const proto::RobotConfig &robot, uint64_t seed, const SceneOptions
 std::string
 World::instruction () const
 {
-  return "touch the " + blocks_[target_].colour + " block";
+  std::string colour = blocks_[target_].colour;
+  if (case_ == 2)
+    for (char &ch : colour)
+      ch = (char)std::toupper ((unsigned char)ch);
+  std::string s = phrasing_templates (o_.phrasing)[template_];
+  const size_t at = s.find ("{c}");
+  s.replace (at, 3, colour);
+  if (case_ == 1)
+    s[0] = (char)std::toupper ((unsigned char)s[0]);
+  static const char *const kPunct[] = {"", ".", "!", "?"};
+  return s + kPunct[punct_];
+}
+
+void
+World::turn_table ()
+{
+  if (turn_ == 0)
+    return;
+  table_ += turn_;
+  // Turns back at either end (reflected, so that the speed stays).
+  if (table_ > table_hi_) {
+    table_ = 2 * table_hi_ - table_;
+    turn_ = -turn_;
+  } else if (table_ < table_lo_) {
+    table_ = 2 * table_lo_ - table_;
+    turn_ = -turn_;
+  }
+  place_blocks ();
+}
+
+Block
+World::block_at_angle (unsigned index, double angle) const
+{
+  Block b = home_.at (index);
+  const double c = std::cos (angle), s = std::sin (angle);
+  b.at = {c * home_[index].at.x - s * home_[index].at.y,
+          s * home_[index].at.x + c * home_[index].at.y};
+  b.yaw += angle;
+  return b;
+}
+
+void
+World::place_blocks ()
+{
+  for (unsigned i = 0; i < blocks_.size (); i++)
+    blocks_[i] = block_at_angle (i, table_);
+}
+
+Vec2
+World::block_ahead (unsigned index, unsigned ticks) const
+{
+  if (turn_ == 0 || ticks == 0)
+    return blocks_.at (index).at;
+  World w = *this;
+  for (unsigned k = 0; k < ticks; k++)
+    w.turn_table ();
+  return w.blocks_.at (index).at;
 }
 
 World
@@ -229,6 +379,7 @@ bool
 World::step (const float *command)
 {
   ticks_++;
+  turn_table ();
   if (!proto::all_finite (command, 3)) {
     judge ();
     return false;
@@ -249,6 +400,7 @@ void
 World::hold ()
 {
   ticks_++;
+  turn_table ();
   judge ();
 }
 
@@ -275,10 +427,12 @@ expert_chunk (const World &world, unsigned horizon, double speed)
 {
   std::vector<std::vector<float>> rows;
   std::vector<float> q = world.joints ();
-  const Vec2 goal = world.blocks ()[world.target ()].at;
   Vec2 at = arm_points (world.options ().links, q.data ())[3];
   const proto::RobotConfig &robot = world.robot ();
+  World ahead = world; // the blocks as they move while the rows run
   for (unsigned k = 0; k < horizon; k++) {
+    ahead.hold ();
+    const Vec2 goal = ahead.blocks ()[world.target ()].at;
     const double d = dist (at, goal);
     const Vec2 next =
         d <= speed ? goal

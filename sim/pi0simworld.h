@@ -46,6 +46,19 @@ struct Block {
   double yaw = 0;               /* rotation about z, radians */
 };
 
+/* How the instruction is worded (docs/sim.md, "The instruction"). */
+enum class Phrasing {
+  Canonical, /* "touch the red block", every scene (the static task's recordings) */
+  Train,     /* one of the training templates, with case and punctuation varied */
+  Heldout,   /* one of the phrasings kept out of training (for evaluation), varied alike */
+};
+/* "canonical", "train", "heldout"; parse_phrasing() is false for another word. */
+const char *phrasing_name (Phrasing p);
+bool parse_phrasing (const std::string &word, Phrasing *p);
+/* The templates of @p, "{c}" where the colour goes (one, "touch the {c} block", for
+ * Canonical). */
+const std::vector<std::string> &phrasing_templates (Phrasing p);
+
 struct SceneOptions {
   std::array<double, 3> links{0.30, 0.25, 0.10}; /* link lengths, m */
   /* Side of the square blocks, m: 7.7 pixels of a 96-pixel overhead view. At 0.07 (5 pixels, a
@@ -60,6 +73,14 @@ struct SceneOptions {
    * scene but drawn apart from it: the same scene with or without). Demonstrations recorded
    * with it show the expert recovering from states its clean runs never visit. */
   double actuation_noise = 0;
+  /* The moving task (docs/sim.md, "The moving task"): the blocks ride a turntable about the
+   * arm's base that turns at this speed, m/s at 0.5 m from the base (0: the static task). Each
+   * scene draws its direction and its speed, uniform in block_speed x (1 +- block_speed_spread);
+   * the table turns back when a block would leave 20-160 degrees of the arm's forward
+   * direction. Drawn apart from the scene: the same blocks start in the same places. */
+  double block_speed = 0;
+  double block_speed_spread = 0;
+  Phrasing phrasing = Phrasing::Canonical;
 };
 
 /* What an episode came to. */
@@ -84,8 +105,17 @@ public:
   const proto::RobotConfig &robot () const { return robot_; }
   const std::vector<Block> &blocks () const { return blocks_; }
   unsigned target () const { return target_; }
+  /* The task in words, as SceneOptions::phrasing words it ("touch the red block"). */
   std::string instruction () const;
   uint64_t seed () const { return seed_; }
+  /* The turntable's angle (radians from where the scene put the blocks) and its turn per
+   * tick, signed (0 for the static task). */
+  double table_angle () const { return table_; }
+  double table_turn () const { return turn_; }
+  /* Block @index with the turntable at @angle (radians from where the scene put it). */
+  Block block_at_angle (unsigned index, double angle) const;
+  /* Where block @index will be after @ticks more ticks (its centre), the turntable's way. */
+  Vec2 block_ahead (unsigned index, unsigned ticks) const;
   /* The same scene, arm and time with block @index named instead (for controls); throws
    * std::out_of_range for an index past the blocks. */
   World with_target (unsigned index) const;
@@ -114,11 +144,16 @@ public:
 
 private:
   void judge ();
+  void turn_table ();
+  void place_blocks ();
 
   proto::RobotConfig robot_;
   SceneOptions o_;
   uint64_t seed_;
   std::vector<Block> blocks_;
+  std::vector<Block> home_; /* the blocks at table angle 0 */
+  double table_ = 0, turn_ = 0, table_lo_ = 0, table_hi_ = 0;
+  unsigned template_ = 0, case_ = 0, punct_ = 0; /* the wording drawn for the scene */
   unsigned target_ = 0;
   std::vector<float> q_;
   unsigned ticks_ = 0;
@@ -137,8 +172,9 @@ bool solve_ik (const std::array<double, 3> &links, const proto::RobotConfig &rob
 
 /* The scripted expert: the next @horizon commands (rows of dim joint positions) from where the
  * world is now. The tool moves towards the named block in a straight line at speed m per tick
- * (each joint's step also kept under the robot's max_step), then stays on it. Reads the
- * world's privileged state (the block places): it plays the demonstrator, not a policy. */
+ * (each joint's step also kept under the robot's max_step), then stays on it; on the moving
+ * task, towards where the block will be when the row runs. Reads the world's privileged state
+ * (the block places and the turntable): it plays the demonstrator, not a policy. */
 std::vector<std::vector<float>> expert_chunk (const World &world, unsigned horizon,
                                               double speed = 0.03);
 

@@ -240,8 +240,15 @@ TEST (Pi0Sim, ADelayedRunExecutesTheSameRowsEveryTime)
     std::string policy;
     unsigned delay_ms, execute;
   };
-  const Case cases[] = {{"expert", 100, 5}, {"expert", 300, 5}, {"expert", 250, 3},
-                        {tiny, 100, 5},     {tiny, 300, 5},     {tiny, 250, 3}};
+  const Case cases[] = {{"expert", 100, 5},
+                        {"expert", 300, 5},
+                        {"expert", 250, 3},
+                        {tiny, 100, 5},
+                        {tiny, 300, 5},
+                        {tiny, 250, 3},
+                        /* the moving task */
+                        {"expert --block-speed 0.2 --block-speed-spread 0.5", 300, 5},
+                        {tiny + " --block-speed 0.2 --phrasing heldout", 300, 5}};
   for (const Case &c : cases) {
     const std::string args = "run --episodes 3 --seed 100 --width 32 --height 32 --timeout 30" +
                              std::string (" --delay-ms ") + std::to_string (c.delay_ms) +
@@ -273,6 +280,67 @@ TEST (Pi0Sim, ADelayedRunExecutesTheSameRowsEveryTime)
     }
     EXPECT_GT (late_chunks, 0u);
   }
+}
+
+/* The synchronous baseline (--sync): before each chunk but the first the arm holds for the
+ * delay (whole ticks) while the world goes on, then runs the chunk from its first row; on the
+ * moving task, lock-step, the same rows every time. The held ticks count towards the outcome's
+ * tick, so the same scenes take longer than without the delay. */
+TEST (Pi0Sim, TheSynchronousBaselineHoldsForTheDelayThenRunsTheChunkWhole)
+{
+  const TempDir tmp ("pi0-sim-sync");
+  const std::string args = "run --episodes 3 --seed 100 --width 32 --height 32 --timeout 30"
+                           " --block-speed 0.15 --block-speed-spread 0.5 --phrasing train";
+  const std::string a = tmp.path () + "/a.jsonl", b = tmp.path () + "/b.jsonl";
+  const Ran base = pi0_sim (args);
+  const Ran first = pi0_sim (args + " --sync --delay-ms 250 --rows " + a);
+  const Ran second = pi0_sim (args + " --sync --delay-ms 250 --rows " + b);
+  ASSERT_EQ (base.status, 0) << base.out;
+  ASSERT_EQ (first.status, 0) << first.out;
+  ASSERT_EQ (second.status, 0) << second.out;
+  EXPECT_EQ (episode_lines (first.out), episode_lines (second.out));
+  const auto ra = read_rows (a), rb = read_rows (b);
+  ASSERT_EQ (ra.size (), 3u);
+  ASSERT_EQ (rb.size (), 3u);
+  const std::vector<std::string> fast = episode_lines (base.out), slow = episode_lines (first.out);
+  ASSERT_EQ (fast.size (), 3u);
+  ASSERT_EQ (slow.size (), 3u);
+  unsigned long_episodes = 0;
+  for (size_t e = 0; e < ra.size (); e++) {
+    SCOPED_TRACE ("episode " + std::to_string (e));
+    const std::vector<TickRow> &x = ra[e].second;
+    ASSERT_EQ (x.size (), rb[e].second.size ());
+    for (size_t t = 0; t < x.size (); t++)
+      EXPECT_TRUE (x[t] == rb[e].second[t]) << "tick " << t;
+    // Chunk 1 runs from tick 0; each later chunk after 3 held ticks (250 ms: rounded up),
+    // from its row 0, and its first 5 rows before the next hold.
+    unsigned chunks = 0;
+    for (size_t t = 0; t < x.size (); t++) {
+      if (x[t].command.empty ())
+        continue;
+      if (t == 0 || x[t].chunk != x[t - 1].chunk) {
+        chunks++;
+        EXPECT_EQ (x[t].row, 0u) << "tick " << t;
+        if (chunks > 1) {
+          ASSERT_GE (t, 3u);
+          for (size_t h = t - 3; h < t; h++)
+            EXPECT_TRUE (x[h].command.empty () && x[h].chunk == 0) << "tick " << h;
+          EXPECT_FALSE (x[t - 4].command.empty ()) << "tick " << t - 4;
+        }
+      }
+    }
+    EXPECT_EQ (field (slow[e], "outcome"), "\"success\"");
+    const int fast_ticks = std::stoi (field (fast[e], "ticks"));
+    if (fast_ticks <= 5) { // done within the first chunk, which nothing holds
+      EXPECT_EQ (chunks, 1u);
+      EXPECT_EQ (std::stoi (field (slow[e], "ticks")), fast_ticks);
+    } else {
+      EXPECT_GT (chunks, 1u);
+      EXPECT_GT (std::stoi (field (slow[e], "ticks")), fast_ticks);
+      long_episodes++;
+    }
+  }
+  EXPECT_GE (long_episodes, 2u);
 }
 
 /* --overlay: the overhead view with pi0overlay's drawing of the chunk made from it, one PNG per
@@ -478,6 +546,12 @@ TEST (Pi0Sim, BadArgumentsExitTwoSayingWhatIsWrong)
       {"robot --port 0", "--port: not a whole number from 1 to 65535: 0"},
       {"run --record=", "--record: empty"},
       {"robot --key=", "--key: empty: an empty key would turn authentication off"},
+      {"expert --block-speed 0.6", "--block-speed: m/s from 0 to 0.5: 0.6"},
+      {"run --block-speed-spread 2", "--block-speed-spread: a fraction from 0 to 1: 2"},
+      {"snapshot --out " + never + " --phrasing Loud",
+       "--phrasing: canonical, train or heldout, not \"Loud\""},
+      {"run --time-limit 0", "--time-limit: not a whole number from 1 to 100000: 0"},
+      {"robot --sync", "--sync is not an option of robot"},
       {"robot --key-file /nonexistent/pi0-key",
        "--key-file: cannot read the key file /nonexistent/pi0-key"},
       /* Options that contradict each other. */
@@ -489,6 +563,7 @@ TEST (Pi0Sim, BadArgumentsExitTwoSayingWhatIsWrong)
       {"run --execute 5 --record " + never,
        "recording needs execute 1: one frame per control tick"},
       {"run --real-time --delay-ms 50", "in real time the delay is the chain's own"},
+      {"run --real-time --sync", "--sync is lock-step's"},
       {"run --real-time --execute 1 --record " + never, "recording is lock-step only"},
       {"run --lossless", "--lossless is how --record records the cameras: it needs --record DIR"},
       {"robot --key k --key-file " + tmp.path () + "/key",

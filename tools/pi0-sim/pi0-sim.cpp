@@ -78,8 +78,8 @@ constexpr const char *kUsage =
     "       pi0-sim run [--policy expert|MODEL] [--infer PROPS] [--episodes K] [--seed S]"
     " [--execute N] [--horizon H] [--width W] [--height H] [--prep-size P]"
     " [--delay-ms D] [--record DIR [--lossless]] [--overlay DIR] [--rows FILE]"
-    " [--actuation-noise RAD] [--blocks N] [--block-size M] [--real-time] [--robot-config F]"
-    " [--timeout S]\n"
+    " [--actuation-noise RAD] [--blocks N] [--block-size M] [--real-time] [--sync]"
+    " [--robot-config F] [--timeout S]\n"
     "       pi0-sim robot [--policy-host H] [--rtp-port P] [--bind A] [--port N]"
     " [--episodes K] [--seed S] [--execute N] [--width W] [--height H] [--gap-ms G]"
     " [--key K | --key-file F] [--rows FILE] [--actuation-noise RAD] [--blocks N]"
@@ -267,6 +267,29 @@ parse (int argc, char **argv, Args *a)
                    m * pi0::sim::SceneOptions{}.touch_radius / pi0::sim::SceneOptions{}.block_size;
                scene.block_size = m;
              })},
+      {"block-speed", "V",
+       "the moving task: the blocks turn about the base at V m/s at 0.5 m, 0 to 0.5 (default 0, "
+       "static)",
+       kAll, real (0, 0.5, "m/s from 0 to 0.5", [&scene] (double v) { scene.block_speed = v; })},
+      {"block-speed-spread", "F", "each scene's speed uniform in V x (1 +- F), 0 to 1 (default 0)",
+       kAll,
+       real (0, 1, "a fraction from 0 to 1",
+             [&scene] (double f) { scene.block_speed_spread = f; })},
+      {"phrasing", "canonical|train|heldout",
+       "how the instruction is worded: \"touch the red block\" always, a training template or a "
+       "held-out one, with case and punctuation varied (default canonical)",
+       kAll,
+       [&scene] (const char *v) -> std::string {
+         if (!pi0::sim::parse_phrasing (v, &scene.phrasing))
+           return std::string ("canonical, train or heldout, not \"") + v + "\"";
+         return "";
+       }},
+      {"time-limit", "N", "control ticks an episode may take, 1 to 100000 (default 60: 6 s)", kAll,
+       whole (1, 100000, [&scene] (auto n) { scene.time_limit = (unsigned)n; })},
+      {"sync", nullptr,
+       "run: the synchronous baseline: the robot holds still for the delay before each chunk "
+       "(but the first), then runs it from its first row",
+       kRun, flag (&a->loop.sync)},
       {"robot-config", "F", "the arm (default pipelines/robot-planar.json)", kAll,
        text (&a->loop.robot_config)},
       {"timeout", "S", "real seconds to wait for one chunk, 1 to 3600 (default 120)", kRun | kRobot,
@@ -462,11 +485,14 @@ scene_json (const pi0::sim::World &w)
                        {"yaw", rounded (b.yaw, 4)}});
   for (float q : w.joints ())
     joints.push_back (rounded (q, 4));
-  return {{"seed", w.seed ()},
-          {"instruction", w.instruction ()},
-          {"target", w.target ()},
-          {"blocks", blocks},
-          {"joints", joints}};
+  Json scene = {{"seed", w.seed ()},
+                {"instruction", w.instruction ()},
+                {"target", w.target ()},
+                {"blocks", blocks},
+                {"joints", joints}};
+  if (w.table_turn () != 0) // the moving task: the table's turn now, rad per tick (+: leftwards)
+    scene["table_turn"] = rounded (w.table_turn (), 5);
+  return scene;
 }
 
 /* GStreamer (its options are not pi0-sim's: GST_DEBUG and the like) and the project's elements,

@@ -265,7 +265,7 @@ public:
     proto::ReceiverSettings rs;
     rs.robot = world_.robot ();
     rx_ = std::make_unique<proto::Receiver> (rs);
-    arrivals_.gate = !o_.real_time && o_.delay_ns > 0;
+    arrivals_.gate = !o_.real_time && o_.delay_ns > 0 && !o_.sync;
     gst_element_set_state (pipeline_.get (), GST_STATE_PLAYING);
     trace_.push_back ({world_.joints (), 0});
     bool ok = true;
@@ -307,7 +307,7 @@ private:
     }
     // The sink's watchdog counts on this clock too: it must not hold between two observations
     // (n rows apart) of the lock-step loop.
-    const GstClockTime hold = (n + 2) * period_;
+    const GstClockTime hold = (n + 2 + sync_holds ()) * period_;
     std::string line =
         "pi0viewmux name=mux ! tee name=obs obs. ! queue ! " + policy +
         (o_.overlay.empty () ? "" : " ! tee name=plan") +
@@ -423,7 +423,8 @@ private:
     // The first chunk of an episode is not held: it prerolls the chain, which is PLAYING (its
     // running time the world's) only once it has. Released before it is pushed; every later
     // one waits at the gate until the world has run to its arrival.
-    bool held = o_.delay_ns > 0 && observations_ > 0;
+    bool held = o_.delay_ns > 0 && observations_ > 0 && !o_.sync;
+    const bool waits = o_.sync && observations_ > 0; // the synchronous baseline's wait
     observations_++;
     if (!held)
       release (v);
@@ -468,14 +469,36 @@ private:
         else
           result->unanswered++; // the robot goes on with what it has (or holds), as a robot would
         pending = false;
+        if (waits)
+          wait_for_chunk ();
       }
-      if (t == o_.execute)
+      if (t == o_.execute || world_.done ())
         break;
       pi0_sim_clock_set (clock_.get (), now); // forward only: the arrival lies before @now
       tick (now);
     }
     pi0_sim_clock_set (clock_.get (), world_.ticks () * period_);
     return true;
+  }
+
+  /* Control ticks the synchronous baseline holds for before each chunk (but the first). */
+  unsigned sync_holds () const
+  {
+    return o_.sync ? (unsigned)((o_.delay_ns + period_ - 1) / period_) : 0;
+  }
+
+  /* The synchronous baseline: the robot holds still while the chunk is computed (the world,
+   * and the blocks on it, go on), its time on the world's tick count only: the chain's clock
+   * jumps over it at the next observation. The ticks count as the last chunk's, so that the
+   * new one's first row is a switch. */
+  void wait_for_chunk ()
+  {
+    for (unsigned h = 0; h < sync_holds () && !world_.done (); h++) {
+      const uint64_t last = trace_.empty () ? 0 : trace_.back ().chunk;
+      world_.hold ();
+      trace_.push_back ({world_.joints (), last});
+      tick_rows_.push_back ({0, 0, std::vector<float> ()});
+    }
   }
 
   /* Real time: the world ticks at the control rate on the pipeline's clock (the system's),
@@ -791,7 +814,11 @@ check_options (const LoopOptions &o, std::string *error)
     return false;
   }
   const uint64_t period = (uint64_t)std::llround (1e9 / o.scene.control_rate);
-  if (o.delay_ns >= o.execute * period) {
+  if (o.sync && o.real_time) {
+    *error = "--sync is lock-step's: a robot on the clock that waits is the chain's own choice";
+    return false;
+  }
+  if (!o.sync && o.delay_ns >= o.execute * period) {
     *error = "the delay must be shorter than the rows executed per observation (execute " +
              std::to_string (o.execute) + " x " + std::to_string (period / 1000000) +
              " ms = " + std::to_string (o.execute * period / 1000000) + " ms)";

@@ -51,6 +51,10 @@ struct LoopOptions {
    * `execute` ticks, and the robot runs what has arrived by each tick (or holds), as a real one
    * would. For demos and benches: how fast the machine is changes the episodes. */
   bool real_time = false;
+  /* The synchronous baseline (lock-step): the robot waits for each chunk but an episode's
+   * first, holding still for the delay (rounded up to whole ticks) while the world goes on,
+   * then runs it from its first row. No delay limit: nothing runs while it waits. */
+  bool sync = false;
   SceneOptions scene;
 };
 

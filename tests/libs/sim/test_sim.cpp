@@ -242,6 +242,144 @@ TEST (SimWorld, TheJudgeNeedsTheNamedBlock)
   EXPECT_EQ (still.decided_at (), still.options ().time_limit);
 }
 
+/* The moving task (issue 44): the blocks turn about the base together, within 20-160 degrees,
+ * at the scene's speed and the same distance from the base; the static task's scenes are what
+ * they were; the expert, aiming where the block will be, touches the named one in every scene,
+ * and a plan made for where the block was misses more the later it runs. */
+TEST (SimWorld, OnTheMovingTaskBlocksTurnAndTheExpertLeadsThem)
+{
+  const pi0::proto::RobotConfig robot = planar_robot ();
+  SceneOptions moving;
+  moving.block_speed = 0.15;
+  moving.block_speed_spread = 0.5;
+  unsigned success = 0, longest = 0;
+  double lo = 1, hi = 0;
+  for (uint64_t seed = 0; seed < 300; seed++) {
+    World w (robot, seed, moving);
+    const World still (robot, seed);
+    // The same scene as the static task's at the start; only the table moves.
+    ASSERT_EQ (w.blocks ().size (), still.blocks ().size ());
+    EXPECT_EQ (w.target (), still.target ());
+    EXPECT_EQ (w.joints (), still.joints ());
+    for (size_t i = 0; i < w.blocks ().size (); i++)
+      EXPECT_EQ (dist (w.blocks ()[i].at, still.blocks ()[i].at), 0.0);
+    // The scene's speed, m per tick at 0.5 m: within 0.15 x (1 +- 0.5) m/s.
+    const double speed = std::fabs (w.table_turn ()) * 0.5 * 10;
+    lo = std::min (lo, speed);
+    hi = std::max (hi, speed);
+    EXPECT_GE (speed, 0.075 - 1e-9);
+    EXPECT_LE (speed, 0.225 + 1e-9);
+    const Vec2 ahead = w.block_ahead (w.target (), 3);
+    World probe = w;
+    for (int k = 0; k < 3; k++)
+      probe.hold ();
+    EXPECT_LT (dist (probe.blocks ()[w.target ()].at, ahead), 1e-12);
+    const double r0 = std::hypot (w.blocks ()[0].at.x, w.blocks ()[0].at.y);
+    const Outcome o = run_episode (w, [] (const World &w) { return expert_chunk (w, 10); });
+    EXPECT_EQ (o, Outcome::Success) << "seed " << seed << ": " << outcome_name (o);
+    success += o == Outcome::Success;
+    longest = std::max (longest, w.decided_at ());
+    EXPECT_NEAR (std::hypot (w.blocks ()[0].at.x, w.blocks ()[0].at.y), r0, 1e-9);
+  }
+  EXPECT_EQ (success, 300u);
+  EXPECT_LE (longest, 20u);
+  EXPECT_LT (lo, 0.09);
+  EXPECT_GT (hi, 0.21);
+  // Left alone for a minute, the table turns back at its ends and keeps every block in reach.
+  World w (robot, 3, moving);
+  int turns = 0;
+  double last = w.table_turn ();
+  for (int t = 0; t < 600; t++) {
+    w.hold ();
+    turns += (w.table_turn () > 0) != (last > 0);
+    last = w.table_turn ();
+    for (const Block &b : w.blocks ()) {
+      const double a = std::atan2 (b.at.y, b.at.x) * 180 / 3.14159265358979;
+      EXPECT_GE (a, 20 - 1e-6);
+      EXPECT_LE (a, 160 + 1e-6);
+    }
+  }
+  EXPECT_GE (turns, 2);
+  // One frame shows the motion: the overhead camera draws a moving block's trail (the static
+  // scene's pixels are what they were), the others show the blocks only.
+  const World first (robot, 3, moving), still (robot, 3);
+  EXPECT_NE (pixels (first, Camera::Overhead), pixels (still, Camera::Overhead));
+  EXPECT_EQ (pixels (first, Camera::Front), pixels (still, Camera::Front));
+  // A plan that runs late aims where the block was: the expert's chunk made k ticks before it
+  // runs (the world held meanwhile) succeeds less often as k grows.
+  unsigned late_success[3] = {};
+  const unsigned lateness[3] = {0, 4, 8};
+  for (int i = 0; i < 3; i++)
+    for (uint64_t seed = 0; seed < 100; seed++) {
+      SceneOptions tight = moving;
+      tight.time_limit = 20;
+      World w (robot, seed, tight);
+      while (!w.done ()) {
+        const std::vector<std::vector<float>> chunk = expert_chunk (w, 10);
+        for (unsigned k = 0; k < lateness[i] && !w.done (); k++)
+          w.hold ();
+        for (unsigned k = 0; k < 5 && !w.done (); k++)
+          w.step (chunk[k].data ());
+      }
+      late_success[i] += w.outcome () == Outcome::Success;
+    }
+  EXPECT_EQ (late_success[0], 100u);
+  EXPECT_LT (late_success[2], late_success[1]);
+  EXPECT_LT (late_success[1], late_success[0]);
+}
+
+/* The instruction's wording: canonical is the static task's sentence; the training and held-out
+ * templates are apart, each names the block's colour (in any case), and the case and the
+ * punctuation vary; the wording is seeded apart from the scene. */
+TEST (SimWorld, InstructionsAreWordedAsTheOptionsSay)
+{
+  const pi0::proto::RobotConfig robot = planar_robot ();
+  for (const std::string &t : phrasing_templates (Phrasing::Train))
+    for (const std::string &h : phrasing_templates (Phrasing::Heldout))
+      EXPECT_NE (t, h);
+  Phrasing p;
+  EXPECT_TRUE (parse_phrasing ("heldout", &p));
+  EXPECT_EQ (p, Phrasing::Heldout);
+  EXPECT_FALSE (parse_phrasing ("Heldout", &p));
+  for (Phrasing ph : {Phrasing::Train, Phrasing::Heldout}) {
+    std::set<std::string> words, templates;
+    unsigned upper = 0, capital = 0, punct = 0;
+    for (uint64_t seed = 0; seed < 400; seed++) {
+      SceneOptions o;
+      o.phrasing = ph;
+      const World w (robot, seed, o);
+      const World plain (robot, seed);
+      EXPECT_EQ (plain.instruction (),
+                 "touch the " + plain.blocks ()[plain.target ()].colour + " block");
+      EXPECT_EQ (w.target (), plain.target ());
+      const std::string s = w.instruction ();
+      std::string lower = s;
+      for (char &c : lower)
+        c = (char)std::tolower ((unsigned char)c);
+      EXPECT_NE (lower.find (w.blocks ()[w.target ()].colour), std::string::npos) << s;
+      words.insert (s);
+      std::string colour = w.blocks ()[w.target ()].colour;
+      for (char &c : colour)
+        c = (char)std::toupper ((unsigned char)c);
+      upper += s.find (colour) != std::string::npos;
+      capital += std::isupper ((unsigned char)s[0]) != 0;
+      punct += std::ispunct ((unsigned char)s.back ()) != 0;
+      // Which template: the sentence with the colour put back as "{c}".
+      const size_t at = lower.find (w.blocks ()[w.target ()].colour);
+      std::string t = lower.substr (0, at) + "{c}" + lower.substr (at + colour.size ());
+      while (!t.empty () && std::ispunct ((unsigned char)t.back ()) && t.back () != '}')
+        t.pop_back ();
+      templates.insert (t);
+    }
+    std::set<std::string> all (phrasing_templates (ph).begin (), phrasing_templates (ph).end ());
+    EXPECT_EQ (templates, all) << phrasing_name (ph);
+    EXPECT_GT (words.size (), 100u);
+    EXPECT_GT (upper, 40u);
+    EXPECT_GT (capital, 40u);
+    EXPECT_GT (punct, 200u);
+  }
+}
+
 TEST (SimRender, CamerasAreDeterministicAndSeeTheScene)
 {
   const pi0::proto::RobotConfig robot = planar_robot ();
