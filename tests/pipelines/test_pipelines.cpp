@@ -830,7 +830,8 @@ TEST (PipelinesSim, TheSimulatedRobotIsDrivenByThePolicyAcrossAnImpairedLink)
   auto all = load_pipelines ();
   const PipelineFile *pol = find_pipeline (all, "sim-policy");
   ASSERT_NE (pol, nullptr);
-  if (std::string e = missing_element ({"rtpgstpay", "rtpjitterbuffer"}); !e.empty ())
+  if (std::string e = missing_element ({"rtpgstpay", "rtpjitterbuffer", "rtpjpegpay", "jpegdec"});
+      !e.empty ())
     GTEST_SKIP () << e << " is missing";
   const std::string root = source_root ();
   const std::string sim_bin = build_root () + "/tools/pi0-sim";
