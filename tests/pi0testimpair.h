@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* A user-space stand-in for tc netem where the kernel lacks it: UDP relays that delay each
- * datagram by a fixed time plus uniform jitter and drop a share of them, both ways, seeded
- * (the same seed, the same choices in the same order of datagrams).
+ * datagram by a fixed time plus uniform jitter and drop a share of them, both ways, seeded. Each
+ * way of each flow draws its losses from a generator of its own: its k-th datagram is lost or
+ * not by the seed alone, whatever the other flows carried and however they interleaved.
  *
  * Each Flow listens on one address; a datagram from a client there goes out of the flow's own
  * upstream socket to the target, and what the target answers to that socket goes back to the
@@ -36,6 +37,9 @@ public:
     uint32_t seed = 1;
   };
 
+  /* kUp: from a flow's client to its target; kDown: the target's answers back. */
+  enum Way { kUp = 0, kDown = 1 };
+
   explicit UdpImpairment (const Settings &s) : s_ (s), rng_ (s.seed) {}
   ~UdpImpairment () { stop (); }
 
@@ -50,6 +54,8 @@ public:
     if (f.listen < 0 || f.upstream < 0)
       return false;
     f.target = address (target_ip, target_port);
+    for (int w : {kUp, kDown})
+      f.lose[w].seed ((uint32_t)(s_.seed * 1000003u + 2 * flows_.size () + w));
     flows_.push_back (f);
     return true;
   }
@@ -69,19 +75,23 @@ public:
     }
     flows_.clear ();
   }
-  uint64_t forwarded () const { return forwarded_; }
-  uint64_t dropped () const { return dropped_; }
+  uint64_t forwarded () const { return forwarded_[kUp] + forwarded_[kDown]; }
+  uint64_t dropped () const { return dropped_[kUp] + dropped_[kDown]; }
+  uint64_t forwarded (Way w) const { return forwarded_[w]; }
+  uint64_t dropped (Way w) const { return dropped_[w]; }
 
 private:
   struct Flow {
     int listen = -1, upstream = -1;
     sockaddr_in target{}, client{};
     bool have_client = false;
+    std::mt19937 lose[2]; /* per way: which datagrams are lost */
   };
   struct Pending {
     std::chrono::steady_clock::time_point at;
     uint64_t order;
     int fd;
+    Way way;
     sockaddr_in to;
     std::vector<char> bytes;
     bool operator> (const Pending &o) const { return at != o.at ? at > o.at : order > o.order; }
@@ -107,18 +117,18 @@ private:
     }
     return fd;
   }
-  /* One datagram from @fd: dropped, or queued for @to after the delay. */
-  void take (int fd, const sockaddr_in &to, std::vector<char> bytes)
+  /* One datagram of @f going @way out of @fd: dropped, or queued for @to after the delay. */
+  void take (Flow &f, Way way, int fd, const sockaddr_in &to, std::vector<char> bytes)
   {
     std::uniform_real_distribution<double> u (0, 1);
-    if (u (rng_) < s_.loss) {
-      dropped_++;
+    if (u (f.lose[way]) < s_.loss) {
+      dropped_[way]++;
       return;
     }
     const double ms = s_.delay_ms + (2 * u (rng_) - 1) * s_.jitter_ms;
     queue_.push ({std::chrono::steady_clock::now () +
                       std::chrono::microseconds ((int64_t)(std::max (0.0, ms) * 1000)),
-                  order_++, fd, to, std::move (bytes)});
+                  order_++, fd, way, to, std::move (bytes)});
   }
   void loop ()
   {
@@ -139,13 +149,13 @@ private:
                0) {
           f.client = from;
           f.have_client = true;
-          take (f.upstream, f.target, std::vector<char> (buf.begin (), buf.begin () + n));
+          take (f, kUp, f.upstream, f.target, std::vector<char> (buf.begin (), buf.begin () + n));
           len = sizeof from;
         }
         while ((n = recvfrom (f.upstream, buf.data (), buf.size (), 0, (sockaddr *)&from, &len)) >=
                0) {
           if (f.have_client)
-            take (f.listen, f.client, std::vector<char> (buf.begin (), buf.begin () + n));
+            take (f, kDown, f.listen, f.client, std::vector<char> (buf.begin (), buf.begin () + n));
           len = sizeof from;
         }
       }
@@ -154,7 +164,7 @@ private:
         const Pending &p = queue_.top ();
         if (sendto (p.fd, p.bytes.data (), p.bytes.size (), 0, (const sockaddr *)&p.to,
                     sizeof p.to) >= 0)
-          forwarded_++;
+          forwarded_[p.way]++;
         queue_.pop ();
       }
     }
@@ -166,7 +176,7 @@ private:
   std::priority_queue<Pending, std::vector<Pending>, std::greater<Pending>> queue_;
   uint64_t order_ = 0;
   std::atomic<bool> running_{false};
-  std::atomic<uint64_t> forwarded_{0}, dropped_{0};
+  std::atomic<uint64_t> forwarded_[2] = {{0}, {0}}, dropped_[2] = {{0}, {0}};
   std::thread thread_;
 };
 

@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
@@ -830,7 +831,8 @@ TEST (PipelinesSim, TheSimulatedRobotIsDrivenByThePolicyAcrossAnImpairedLink)
   auto all = load_pipelines ();
   const PipelineFile *pol = find_pipeline (all, "sim-policy");
   ASSERT_NE (pol, nullptr);
-  if (std::string e = missing_element ({"rtpgstpay", "rtpjitterbuffer"}); !e.empty ())
+  if (std::string e = missing_element ({"rtpgstpay", "rtpjitterbuffer", "rtpjpegpay", "jpegdec"});
+      !e.empty ())
     GTEST_SKIP () << e << " is missing";
   const std::string root = source_root ();
   const std::string sim_bin = build_root () + "/tools/pi0-sim";
@@ -918,6 +920,131 @@ TEST (PipelinesSim, TheSimulatedRobotIsDrivenByThePolicyAcrossAnImpairedLink)
     EXPECT_FALSE (j.value ().contains ("guided")) << "the robot's end cannot know: " << l;
   }
   EXPECT_EQ (episodes, 2u);
+}
+
+/* sim-policy.txt and `pi0-sim robot` across a lossy link (issue 44): every datagram each way
+ * passes the user-space relays of tests/pi0testimpair.h, which drop 3 % of each way's, seeded
+ * (the k-th datagram of a way is lost or not by the seed alone). The robot sits in a network
+ * namespace of its own (10.215.0.2, the relays on 10.215.0.1) where the test may make one, else
+ * on loopback. The cameras go as RTP/JPEG: a lost datagram costs one frame of one view, a lost
+ * state datagram one sample, a lost chunk or FEEDBACK that frame; none stalls the link. Relays
+ * and not netem, even where the kernel has netem: their counts show that both ways lost
+ * datagrams. Asserted, what load cannot change: every episode is played to its end with chunks
+ * of its own, nothing is refused, the policy's end errs nowhere; and that most episodes succeed
+ * (the committed policy solves 20 of 20 across loopback, docs/perf.md; a scene it fails costs
+ * one episode). */
+TEST (PipelinesSim, TheSimulatedRobotSurvivesThreePercentLossEachWay)
+{
+  auto all = load_pipelines ();
+  const PipelineFile *pol = find_pipeline (all, "sim-policy");
+  ASSERT_NE (pol, nullptr);
+  if (std::string e = missing_element ({"rtpgstpay", "rtpjitterbuffer", "rtpjpegpay", "jpegdec"});
+      !e.empty ())
+    GTEST_SKIP () << e << " is missing";
+  const std::string root = source_root ();
+  TempDir dir;
+  Vars vars (dir.path ());
+  vars.v["SIM_MODEL"] = root + "/models/pi0-sim-tiny";
+  vars.v["SIM_ROBOT_CONFIG"] = root + "/pipelines/robot-planar.json";
+  /* The sink sends its chunks to a relay on loopback, which sends them on to the robot. */
+  vars.v["ROBOT_HOST"] = "127.0.0.1";
+  vars.v["ROBOT_PORT"] = std::to_string (free_udp_port ());
+  const int policy_rtp = std::stoi (vars.v.at ("RTP_PORT")), robot_port = free_udp_port ();
+  int robot_rtp = free_rtp_base ();
+  for (int i = 0; i < 100 && std::abs (robot_rtp - policy_rtp) < 8; i++)
+    robot_rtp = free_rtp_base ();
+  /* The robot's view: where it sends its RTP, where it takes the chunks. */
+  std::string prefix, policy_host = "127.0.0.1", bind = "127.0.0.1", link = "loopback";
+  NetnsLink net; /* before the relays and the pipeline: deleted after them */
+  bool added = false;
+  std::string why;
+  if (geteuid () == 0 && run_command ("command -v ip").status == 0) {
+    if (net.make ("pi0loss", "10.215.0", &added, &why)) {
+      prefix = net.in ();
+      policy_host = "10.215.0.1";
+      bind = "10.215.0.2";
+      link = "network namespace " + net.ns;
+    } else if (added) {
+      FAIL () << why;
+    }
+  }
+  /* Seed 89: each way's first datagrams include a lost one (the chunks' 1st, the FEEDBACK's
+   * 2nd), so the counts below show loss both ways whatever the load. */
+  const UdpImpairment::Settings lossy{0, 0, 0.03, 89};
+  UdpImpairment to_policy (lossy), to_robot (lossy); /* the RTP; the chunks and FEEDBACK */
+  std::string e;
+  for (int k = 0; k < 4; k++)
+    ASSERT_TRUE (to_policy.add (policy_host, robot_rtp + 2 * k, "127.0.0.1", "127.0.0.1",
+                                policy_rtp + 2 * k, &e))
+        << e;
+  ASSERT_TRUE (to_robot.add ("127.0.0.1", std::stoi (vars.v["ROBOT_PORT"]), policy_host, bind,
+                             robot_port, &e))
+      << e;
+  to_policy.start ();
+  to_robot.start ();
+  std::printf ("the robot: %s, 3 %% of the datagrams lost each way (user-space relays)\n",
+               link.c_str ());
+  ElementPtr pipe (launch_line (pol->line, vars.v));
+  ASSERT_NE (pipe, nullptr);
+  ASSERT_NE (gst_element_set_state (pipe.get (), GST_STATE_PLAYING), GST_STATE_CHANGE_FAILURE);
+  constexpr unsigned kEpisodes = 6;
+  const CommandResult r = run_command (
+      prefix + build_root () + "/tools/pi0-sim robot --episodes " + std::to_string (kEpisodes) +
+      " --seed 5000 --width 96 --height 96 --policy-host " + policy_host + " --bind " + bind +
+      " --rtp-port " + std::to_string (robot_rtp) + " --port " + std::to_string (robot_port) +
+      " --robot-config " + vars.v.at ("SIM_ROBOT_CONFIG") + " --timeout 60");
+  ElementPtr sink (find_factory (pipe.get (), "pi0actionsink")),
+      mux (find_factory (pipe.get (), "pi0viewmux"));
+  const guint64 sent = stat (sink.get (), "sent"), samples = stat (mux.get (), "state-samples"),
+                observations = stat (mux.get (), "observations");
+  GstBus *bus = gst_element_get_bus (pipe.get ());
+  MessagePtr err (gst_bus_pop_filtered (bus, GST_MESSAGE_ERROR));
+  gst_object_unref (bus);
+  gst_element_set_state (pipe.get (), GST_STATE_NULL);
+  to_policy.stop ();
+  to_robot.stop ();
+  using W = UdpImpairment::Way;
+  const uint64_t up_fwd = to_policy.forwarded () + to_robot.forwarded (W::kDown),
+                 up_lost = to_policy.dropped () + to_robot.dropped (W::kDown),
+                 down_fwd = to_robot.forwarded (W::kUp), down_lost = to_robot.dropped (W::kUp);
+  std::printf ("robot to policy: %llu datagrams forwarded, %llu lost (FEEDBACK: %llu, %llu); "
+               "policy to robot: %llu forwarded, %llu lost; the muxer: %llu state samples, %llu "
+               "observations\n%s",
+               (unsigned long long)up_fwd, (unsigned long long)up_lost,
+               (unsigned long long)to_robot.forwarded (W::kDown),
+               (unsigned long long)to_robot.dropped (W::kDown), (unsigned long long)down_fwd,
+               (unsigned long long)down_lost, (unsigned long long)samples,
+               (unsigned long long)observations, r.out.c_str ());
+  ASSERT_EQ (r.status, 0) << r.out;
+  EXPECT_EQ (err, nullptr) << (err ? message_text (err.get ()) : "");
+  EXPECT_GT (sent, 0u);
+  unsigned episodes = 0, success = 0;
+  guint64 ticks = 0;
+  std::istringstream lines (r.out);
+  for (std::string l; std::getline (lines, l);) {
+    JsonLine j (l);
+    if (!j.ok () || !j.value ().contains ("seed"))
+      continue;
+    episodes++;
+    success += j.str ("outcome") == "success";
+    ticks += (guint64)std::max<gint64> (0, j.num ("ticks"));
+    EXPECT_GT (j.num ("chunks"), 0) << "no chunk came in this episode: " << l;
+    EXPECT_EQ (j.num ("rejected"), 0) << l;
+    EXPECT_GT (j.num ("ticks"), 0) << l;
+  }
+  EXPECT_EQ (episodes, kEpisodes);
+  EXPECT_GT (success, kEpisodes / 2) << "most episodes fail behind a 3 % loss";
+  /* A lost datagram costs what it carried, and nothing after it: the robot sent a state sample
+   * every tick and the cameras every 5th (more while it waited for the policy), and most
+   * arrived (a stalled stream would have stopped counting; raw frames of 20 datagrams, before
+   * issue 44, gave about half the observations). */
+  EXPECT_GE (samples, ticks / 2) << "state samples lost beyond the datagrams dropped";
+  EXPECT_GE (observations, ticks / 5 * 3 / 4) << "observations lost beyond the frames dropped";
+  /* The loss happened, both ways. */
+  EXPECT_GT (up_lost, 0u) << "nothing lost on the way to the policy";
+  EXPECT_GT (to_robot.dropped (W::kDown), 0u) << "no FEEDBACK lost";
+  EXPECT_GT (down_lost, 0u) << "no chunk lost on the way to the robot";
+  EXPECT_GT (down_fwd, 0u);
 }
 
 /* Garbage (random bytes, and random payloads behind a valid RTP header) arriving on every

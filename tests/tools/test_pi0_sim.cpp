@@ -542,6 +542,9 @@ TEST (Pi0Sim, BadArgumentsExitTwoSayingWhatIsWrong)
       {"expert --blocks 6", "--blocks: not a whole number from 1 to 5: 6"},
       {"expert --block-size 0.2", "--block-size: metres from 0.02 to 0.15: 0.2"},
       {"expert --actuation-noise -1", "--actuation-noise: radians from 0 to 0.5: -1"},
+      /* RTP/JPEG writes a frame's size in 8-pixel blocks: 100 would arrive as 104. */
+      {"robot --width 100", "robot: --width and --height must be multiples of 8 up to 2040"},
+      {"robot --height 2048", "robot: --width and --height must be multiples of 8 up to 2040"},
       {"robot --rtp-port 65530", "--rtp-port: not a whole number from 1 to 65529: 65530"},
       {"robot --port 0", "--port: not a whole number from 1 to 65535: 0"},
       {"run --record=", "--record: empty"},

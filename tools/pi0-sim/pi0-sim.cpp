@@ -226,10 +226,12 @@ parse (int argc, char **argv, Args *a)
        kExpert | kRun | kRobot, whole (1, 50, [a] (auto n) { a->loop.execute = (unsigned)n; })},
       {"horizon", "H", "the expert's chunk length, 1 to 50 (default 10)", kExpert | kRun,
        whole (1, 50, [a] (auto n) { a->loop.horizon = (unsigned)n; })},
-      {"width", "W", "the cameras' width in pixels, 16 to 4096 (default 224)",
+      {"width", "W",
+       "the cameras' width in pixels, 16 to 4096 (robot: a multiple of 8 up to 2040; default 224)",
        kSnapshot | kRun | kRobot,
        whole (kCam0, kCam1, [a] (auto n) { a->loop.camera_width = (int)n; })},
-      {"height", "H", "the cameras' height in pixels, 16 to 4096 (default 224)",
+      {"height", "H",
+       "the cameras' height in pixels, 16 to 4096 (robot: a multiple of 8 up to 2040; default 224)",
        kSnapshot | kRun | kRobot,
        whole (kCam0, kCam1, [a] (auto n) { a->loop.camera_height = (int)n; })},
       {"prep-size", "P", "run: cudaprep's output size, the model's image size (default 224)", kRun,
@@ -364,6 +366,10 @@ parse (int argc, char **argv, Args *a)
   };
   if (a->command == "snapshot" && a->out.empty ())
     return refuse ("snapshot needs --out DIR");
+  if (a->command == "robot" && (!tsim::remote_camera_size_ok (a->loop.camera_width) ||
+                                !tsim::remote_camera_size_ok (a->loop.camera_height)))
+    return refuse ("robot: --width and --height must be multiples of 8 up to 2040 (RTP/JPEG "
+                   "carries a frame's size in 8-pixel blocks)");
   if (given ("key") && given ("key-file"))
     return refuse ("--key and --key-file are one key: give one of them");
   if (lossless && a->loop.record.empty ())

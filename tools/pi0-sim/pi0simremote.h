@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 /* The simulated robot as a robot of its own across a network (`pi0-sim robot`, docs/sim.md
- * "Across a network"): its three cameras (raw RGB frames) and its joint state go out as RTP,
- * payloaded by rtpgstpay, which carries their caps in the stream (a policy's end need not be told
- * the cameras' size: a mismatch cannot garble a frame) and the task with the state (a
- * pi0-instruction event before every sample, a pi0-episode start event when the scene is reset),
- * to a policy's end elsewhere (pipelines/sim-policy.txt: the chain from udpsrc to
+ * "Across a network"): its three cameras go out as RTP/JPEG (a JPEG per frame, a few datagrams:
+ * a lost one costs that frame of one view; each frame carries its size, so a policy's end need
+ * not be told it) and its joint state as RTP payloaded by rtpgstpay, which carries the task with
+ * the state (a pi0-instruction event before every sample, a pi0-episode start event when the
+ * scene is reset), to a policy's end elsewhere (pipelines/sim-policy.txt: the chain from udpsrc to
  * pi0actionsink); its action frames come back over UDP in the project's protocol
  * to its own port, and its FEEDBACK goes back to where they came from. Real time only: the
  * world ticks at the control rate on the system clock whatever the network does; the robot runs
@@ -31,10 +31,19 @@ struct RemoteOptions {
   /* HMAC-SHA256 key shared with pi0actionsink's `key` (empty: none): action frames must carry
    * it, and the feedback is signed with it. */
   std::string key;
-  /* The world, the episodes and their seeds, the cameras' size, rows executed per observation,
-   * the robot configuration; timeout_s: how long to wait for the policy's first answer. */
+  /* The world, the episodes and their seeds, the cameras' size (remote_camera_size_ok), rows
+   * executed per observation, the robot configuration; timeout_s: how long to wait for the
+   * policy's first answer. */
   LoopOptions loop;
 };
+
+/* A camera size RTP/JPEG carries exactly: it writes width and height in 8-pixel blocks, at most
+ * 255 of them (a 100-pixel frame would arrive as 104). */
+constexpr bool
+remote_camera_size_ok (int pixels)
+{
+  return pixels > 0 && pixels % 8 == 0 && pixels <= 2040;
+}
 
 /* Waits for the policy's first answer (sending observations of the first scene, nothing
  * executed), then runs the episodes in real time, calling @on_episode after each (guided,
