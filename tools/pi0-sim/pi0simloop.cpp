@@ -267,7 +267,7 @@ public:
     rx_ = std::make_unique<proto::Receiver> (rs);
     arrivals_.gate = !o_.real_time && o_.delay_ns > 0 && !o_.sync;
     gst_element_set_state (pipeline_.get (), GST_STATE_PLAYING);
-    trace_.push_back ({world_.joints (), 0});
+    trace_.push_back ({world_.joints (), 0, false});
     bool ok = true;
     if (o_.real_time)
       ok = run_real_time (result, error);
@@ -489,14 +489,13 @@ private:
 
   /* The synchronous baseline: the robot holds still while the chunk is computed (the world,
    * and the blocks on it, go on), its time on the world's tick count only: the chain's clock
-   * jumps over it at the next observation. The ticks count as the last chunk's, so that the
-   * new one's first row is a switch. */
+   * jumps over it at the next observation. The new chunk's first row is then a switch (from
+   * the last row run before the wait). */
   void wait_for_chunk ()
   {
     for (unsigned h = 0; h < sync_holds () && !world_.done (); h++) {
-      const uint64_t last = trace_.empty () ? 0 : trace_.back ().chunk;
       world_.hold ();
-      trace_.push_back ({world_.joints (), last});
+      trace_.push_back ({world_.joints (), 0, false});
       tick_rows_.push_back ({0, 0, std::vector<float> ()});
     }
   }
@@ -604,7 +603,7 @@ private:
       world_.step (row.data ());
     else
       world_.hold ();
-    trace_.push_back ({world_.joints (), ex.chunk_id});
+    trace_.push_back ({world_.joints (), ex.chunk_id, moves && ex.time_ns != proto::kTimeNone});
     tick_rows_.push_back ({ex.chunk_id, ex.row, moves ? row : std::vector<float> ()});
   }
 

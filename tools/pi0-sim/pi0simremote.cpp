@@ -130,7 +130,7 @@ public:
     rs.robot = robot_;
     rs.key = o_.key; /* frames without a valid HMAC are dropped, as pi0-robotsim drops them */
     proto::Receiver rx (rs);
-    std::vector<Traced> trace{{world.joints (), 0}};
+    std::vector<Traced> trace{{world.joints (), 0, false}};
     const GstClockTime t0 = now ();
     for (uint64_t k = 0; !world.done (); k++) {
       const GstClockTime due = t0 + k * period_;
@@ -159,7 +159,7 @@ public:
         world.step (row.data ());
       else
         world.hold ();
-      trace.push_back ({world.joints (), ex.chunk_id});
+      trace.push_back ({world.joints (), ex.chunk_id, moves && ex.time_ns != proto::kTimeNone});
       result->tick_rows.push_back ({ex.chunk_id, ex.row, moves ? row : std::vector<float> ()});
       if (tools::pop_error (pipeline_.get (), error))
         return false;
