@@ -330,6 +330,8 @@ TEST (Pi0Sim, TheSynchronousBaselineHoldsForTheDelayThenRunsTheChunkWhole)
       }
     }
     EXPECT_EQ (field (slow[e], "outcome"), "\"success\"");
+    // Every chunk after the first is a switch, the first from chunk 0 to 1 too.
+    EXPECT_EQ (field (slow[e], "switches"), std::to_string (chunks - 1));
     const int fast_ticks = std::stoi (field (fast[e], "ticks"));
     if (fast_ticks <= 5) { // done within the first chunk, which nothing holds
       EXPECT_EQ (chunks, 1u);
@@ -411,7 +413,8 @@ TEST (Pi0Sim, TheOverlayDrawsThePlanAndChangesNoEpisode)
 }
 
 /* The committed LeRobot checkpoints (models/pi0-sim-tiny and pi05-sim-tiny, trained by
- * scripts/sim_close_loop.sh on the chain's own recordings, and their untrained controls), loaded
+ * scripts/sim_close_loop.sh on the chain's own recordings, pi0-sim-moving by
+ * scripts/sim_moving_loop.sh, and their untrained controls), loaded
  * by pi0infer with LeRobot's processor files, on ten held-out scenes through the whole chain,
  * lock-step. The trained policies touch the named block in most of them, the controls in few;
  * the trained ones move with a fraction of the controls' jerk and the robot refuses none of their
@@ -431,22 +434,36 @@ TEST (Pi0Sim, TheCommittedPoliciesSolveMostScenesTheirControlsFew)
     const size_t at = r.out.rfind ("{\"episodes\"");
     return at == std::string::npos ? 0.0 : std::stod (field (r.out.substr (at), "mean_jerk"));
   };
-  for (const std::string name : {"pi0-sim-tiny", "pi05-sim-tiny"}) {
-    SCOPED_TRACE (name);
-    const std::string model = root + "/models/" + name;
-    const Ran trained = pi0_sim ("run --policy " + model + args);
-    const Ran again = pi0_sim ("run --policy " + model + args);
-    const Ran control = pi0_sim ("run --policy " + model + "-control" + args);
+  struct Policy {
+    std::string name, task;
+    unsigned least;
+  };
+  /* The moving task's policy (issue 44) on its task with a 2-s limit, worded as training never
+   * did (9 of 10 here when it was committed), and on the static task worded so (7 of 10). */
+  const std::string moving = " --block-speed 0.15 --block-speed-spread 0.5 --time-limit 20";
+  const Policy policies[] = {{"pi0-sim-tiny", "", 8},
+                             {"pi05-sim-tiny", "", 8},
+                             {"pi0-sim-moving", moving + " --phrasing heldout", 7}};
+  for (const Policy &p : policies) {
+    SCOPED_TRACE (p.name + p.task);
+    const std::string model = root + "/models/" + p.name;
+    const Ran trained = pi0_sim ("run --policy " + model + args + p.task);
+    const Ran again = pi0_sim ("run --policy " + model + args + p.task);
+    const Ran control = pi0_sim ("run --policy " + model + "-control" + args + p.task);
     ASSERT_EQ (trained.status, 0) << trained.out;
     ASSERT_EQ (control.status, 0) << control.out;
     ASSERT_EQ (episode_lines (trained.out).size (), 10u) << trained.out;
     EXPECT_EQ (episode_lines (trained.out), episode_lines (again.out));
-    EXPECT_GE (count (trained, "success"), 8u) << trained.out;
+    EXPECT_GE (count (trained, "success"), p.least) << trained.out;
     EXPECT_LE (count (control, "success"), 3u) << control.out;
     EXPECT_LT (jerk (trained) * 3, jerk (control)) << trained.out << control.out;
     for (const std::string &l : episode_lines (trained.out))
       EXPECT_EQ (field (l, "rejected"), "0") << l;
   }
+  const Ran heldout =
+      pi0_sim ("run --policy " + root + "/models/pi0-sim-moving" + args + " --phrasing heldout");
+  ASSERT_EQ (heldout.status, 0) << heldout.out;
+  EXPECT_GE (count (heldout, "success"), 6u) << heldout.out;
 }
 
 /* --real-time: the world ticks on the clock and the cameras are live; nothing waits for the
