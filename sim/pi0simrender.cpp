@@ -67,8 +67,9 @@ draw_plan (cairo_t *cr, const World &w, double pixel)
   cairo_stroke (cr);
   const double s = w.options ().block_size;
   // The moving task: a block in motion leaves a fading trail where it was 2, 4 and 6 ticks ago
-  // at its present speed (a long exposure's blur), so that one frame shows which way and how
-  // fast it goes, which a policy that sees one frame needs to aim ahead of it.
+  // at its present speed (a long exposure's blur; the views from above, overhead and wrist), so
+  // that one frame shows which way and how fast it goes, which a policy that sees one frame
+  // needs to aim ahead of it.
   for (unsigned i = 0; i < w.blocks ().size () && w.table_turn () != 0; i++)
     for (int k = 3; k >= 1; k--) {
       const Block b = w.block_at_angle (i, w.table_angle () - 2 * k * w.table_turn ());

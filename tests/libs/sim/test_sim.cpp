@@ -301,7 +301,7 @@ TEST (SimWorld, OnTheMovingTaskBlocksTurnAndTheExpertLeadsThem)
   }
   EXPECT_GE (turns, 2);
   // One frame shows the motion: the overhead camera draws a moving block's trail (the static
-  // scene's pixels are what they were), the others show the blocks only.
+  // scene's pixels are what they were); the front camera shows the blocks only.
   const World first (robot, 3, moving), still (robot, 3);
   EXPECT_NE (pixels (first, Camera::Overhead), pixels (still, Camera::Overhead));
   EXPECT_EQ (pixels (first, Camera::Front), pixels (still, Camera::Front));
