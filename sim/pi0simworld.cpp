@@ -85,6 +85,21 @@ within_limits (const proto::RobotConfig &robot, const std::vector<float> &q)
   return true;
 }
 
+/* The turntable one tick on: @angle moves by @turn, turning back (reflected, so that the speed
+ * stays) at either end. */
+void
+turn_once (double *angle, double *turn, double lo, double hi)
+{
+  *angle += *turn;
+  if (*angle > hi) {
+    *angle = 2 * hi - *angle;
+    *turn = -*turn;
+  } else if (*angle < lo) {
+    *angle = 2 * lo - *angle;
+    *turn = -*turn;
+  }
+}
+
 } // namespace
 
 uint64_t
@@ -312,15 +327,7 @@ World::turn_table ()
 {
   if (turn_ == 0)
     return;
-  table_ += turn_;
-  // Turns back at either end (reflected, so that the speed stays).
-  if (table_ > table_hi_) {
-    table_ = 2 * table_hi_ - table_;
-    turn_ = -turn_;
-  } else if (table_ < table_lo_) {
-    table_ = 2 * table_lo_ - table_;
-    turn_ = -turn_;
-  }
+  turn_once (&table_, &turn_, table_lo_, table_hi_);
   place_blocks ();
 }
 
@@ -345,12 +352,10 @@ World::place_blocks ()
 Vec2
 World::block_ahead (unsigned index, unsigned ticks) const
 {
-  if (turn_ == 0 || ticks == 0)
-    return blocks_.at (index).at;
-  World w = *this;
-  for (unsigned k = 0; k < ticks; k++)
-    w.turn_table ();
-  return w.blocks_.at (index).at;
+  double angle = table_, turn = turn_;
+  for (unsigned k = 0; k < ticks && turn != 0; k++)
+    turn_once (&angle, &turn, table_lo_, table_hi_);
+  return block_at_angle (index, angle).at;
 }
 
 World
@@ -429,10 +434,8 @@ expert_chunk (const World &world, unsigned horizon, double speed)
   std::vector<float> q = world.joints ();
   Vec2 at = arm_points (world.options ().links, q.data ())[3];
   const proto::RobotConfig &robot = world.robot ();
-  World ahead = world; // the blocks as they move while the rows run
   for (unsigned k = 0; k < horizon; k++) {
-    ahead.hold ();
-    const Vec2 goal = ahead.blocks ()[world.target ()].at;
+    const Vec2 goal = world.block_ahead (world.target (), k + 1); // where it is when row k runs
     const double d = dist (at, goal);
     const Vec2 next =
         d <= speed ? goal
