@@ -816,6 +816,44 @@ TEST_F (PipelinesNetns, TheRobotInItsOwnNamespaceIsDrivenAcrossAVethPairAndHolds
   EXPECT_LE (reordered, sim.count ("execute") / 10 + 2);
 }
 
+namespace
+{
+
+/* sim-policy.txt's variables for the committed sim policy and the planar arm. */
+void
+set_sim_policy_vars (Vars *vars)
+{
+  vars->v["SIM_MODEL"] = source_root () + "/models/pi0-sim-tiny";
+  vars->v["SIM_ROBOT_CONFIG"] = source_root () + "/pipelines/robot-planar.json";
+}
+
+/* `pi0-sim robot` for @episodes scenes from 5000 (96-pixel cameras), run with @prefix (a
+ * network namespace's, or none): its RTP to @policy_host from @rtp, its chunks taken on
+ * @bind:@port. */
+CommandResult
+run_sim_robot (const std::string &prefix, unsigned episodes, const std::string &policy_host,
+               const std::string &bind, int rtp, int port, const Vars &vars)
+{
+  return run_command (prefix + build_root () + "/tools/pi0-sim robot --episodes " +
+                      std::to_string (episodes) + " --seed 5000 --width 96 --height 96" +
+                      " --policy-host " + policy_host + " --bind " + bind + " --rtp-port " +
+                      std::to_string (rtp) + " --port " + std::to_string (port) +
+                      " --robot-config " + vars.v.at ("SIM_ROBOT_CONFIG") + " --timeout 60");
+}
+
+/* Stops @pipe; its first error message, or null. */
+MessagePtr
+stop_with_first_error (GstElement *pipe)
+{
+  GstBus *bus = gst_element_get_bus (pipe);
+  MessagePtr err (gst_bus_pop_filtered (bus, GST_MESSAGE_ERROR));
+  gst_object_unref (bus);
+  gst_element_set_state (pipe, GST_STATE_NULL);
+  return err;
+}
+
+} // namespace
+
 /* sim-policy.txt and `pi0-sim robot` (issue 27, docs/sim.md "Across a network"): the simulated
  * arm as a robot of its own, in a network namespace joined to this one by a veth pair
  * (10.214.0.2 there, 10.214.0.1 here), the link delaying every datagram 20 ms and losing 1 %
@@ -834,12 +872,9 @@ TEST (PipelinesSim, TheSimulatedRobotIsDrivenByThePolicyAcrossAnImpairedLink)
   if (std::string e = missing_element ({"rtpgstpay", "rtpjitterbuffer", "rtpjpegpay", "jpegdec"});
       !e.empty ())
     GTEST_SKIP () << e << " is missing";
-  const std::string root = source_root ();
-  const std::string sim_bin = build_root () + "/tools/pi0-sim";
   TempDir dir;
   Vars vars (dir.path ());
-  vars.v["SIM_MODEL"] = root + "/models/pi0-sim-tiny";
-  vars.v["SIM_ROBOT_CONFIG"] = root + "/pipelines/robot-planar.json";
+  set_sim_policy_vars (&vars);
   vars.v["ROBOT_HOST"] = "127.0.0.1";
   /* The robot's view: where it sends its RTP, where it takes the actions. */
   std::string prefix, policy_host = "127.0.0.1", bind = "127.0.0.1", link = "loopback";
@@ -887,17 +922,10 @@ TEST (PipelinesSim, TheSimulatedRobotIsDrivenByThePolicyAcrossAnImpairedLink)
   ElementPtr pipe (launch_line (pol->line, vars.v));
   ASSERT_NE (pipe, nullptr);
   ASSERT_NE (gst_element_set_state (pipe.get (), GST_STATE_PLAYING), GST_STATE_CHANGE_FAILURE);
-  const CommandResult r =
-      sh (prefix + sim_bin + " robot --episodes 2 --seed 5000 --width 96 --height 96" +
-          " --policy-host " + policy_host + " --bind " + bind + " --rtp-port " +
-          std::to_string (robot_rtp) + " --port " + std::to_string (robot_port) +
-          " --robot-config " + vars.v.at ("SIM_ROBOT_CONFIG") + " --timeout 60");
+  const CommandResult r = run_sim_robot (prefix, 2, policy_host, bind, robot_rtp, robot_port, vars);
   ElementPtr sink (find_factory (pipe.get (), "pi0actionsink"));
   const guint64 sent = stat (sink.get (), "sent");
-  GstBus *bus = gst_element_get_bus (pipe.get ());
-  MessagePtr err (gst_bus_pop_filtered (bus, GST_MESSAGE_ERROR));
-  gst_object_unref (bus);
-  gst_element_set_state (pipe.get (), GST_STATE_NULL);
+  MessagePtr err = stop_with_first_error (pipe.get ());
   if (relay) {
     std::printf ("the relays carried %llu datagrams and lost %llu\n",
                  (unsigned long long)relay->forwarded (), (unsigned long long)relay->dropped ());
@@ -941,11 +969,9 @@ TEST (PipelinesSim, TheSimulatedRobotSurvivesThreePercentLossEachWay)
   if (std::string e = missing_element ({"rtpgstpay", "rtpjitterbuffer", "rtpjpegpay", "jpegdec"});
       !e.empty ())
     GTEST_SKIP () << e << " is missing";
-  const std::string root = source_root ();
   TempDir dir;
   Vars vars (dir.path ());
-  vars.v["SIM_MODEL"] = root + "/models/pi0-sim-tiny";
-  vars.v["SIM_ROBOT_CONFIG"] = root + "/pipelines/robot-planar.json";
+  set_sim_policy_vars (&vars);
   /* The sink sends its chunks to a relay on loopback, which sends them on to the robot. */
   vars.v["ROBOT_HOST"] = "127.0.0.1";
   vars.v["ROBOT_PORT"] = std::to_string (free_udp_port ());
@@ -988,19 +1014,13 @@ TEST (PipelinesSim, TheSimulatedRobotSurvivesThreePercentLossEachWay)
   ASSERT_NE (pipe, nullptr);
   ASSERT_NE (gst_element_set_state (pipe.get (), GST_STATE_PLAYING), GST_STATE_CHANGE_FAILURE);
   constexpr unsigned kEpisodes = 6;
-  const CommandResult r = run_command (
-      prefix + build_root () + "/tools/pi0-sim robot --episodes " + std::to_string (kEpisodes) +
-      " --seed 5000 --width 96 --height 96 --policy-host " + policy_host + " --bind " + bind +
-      " --rtp-port " + std::to_string (robot_rtp) + " --port " + std::to_string (robot_port) +
-      " --robot-config " + vars.v.at ("SIM_ROBOT_CONFIG") + " --timeout 60");
+  const CommandResult r =
+      run_sim_robot (prefix, kEpisodes, policy_host, bind, robot_rtp, robot_port, vars);
   ElementPtr sink (find_factory (pipe.get (), "pi0actionsink")),
       mux (find_factory (pipe.get (), "pi0viewmux"));
   const guint64 sent = stat (sink.get (), "sent"), samples = stat (mux.get (), "state-samples"),
                 observations = stat (mux.get (), "observations");
-  GstBus *bus = gst_element_get_bus (pipe.get ());
-  MessagePtr err (gst_bus_pop_filtered (bus, GST_MESSAGE_ERROR));
-  gst_object_unref (bus);
-  gst_element_set_state (pipe.get (), GST_STATE_NULL);
+  MessagePtr err = stop_with_first_error (pipe.get ());
   to_policy.stop ();
   to_robot.stop ();
   using W = UdpImpairment::Way;
